@@ -1,0 +1,45 @@
+# Two commands do everything on a fresh machine with Python 3.11+:
+#   make run   — virtualenv, install, migrate, start Runbell on SQLite (prints a first user)
+#   make test  — dev dependencies, then the whole suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEVSTAMP := $(VENV)/.installed-dev
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+.PHONY: run test lint typecheck bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(DEVSTAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP) $@
+
+run: $(STAMP)
+	$(BIN)/runbell migrate
+	$(BIN)/runbell serve --host $(HOST) --port $(PORT)
+
+test: $(DEVSTAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(DEVSTAMP)
+	$(BIN)/ruff check src tests
+
+typecheck: $(DEVSTAMP)
+	$(BIN)/mypy
+
+bench: $(DEVSTAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

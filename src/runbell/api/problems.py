@@ -1,0 +1,76 @@
+"""RFC 9457 problem documents for every error, including framework ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from runbell.domain.errors import RunbellError
+
+PROBLEM = "application/problem+json"
+TYPE_BASE = "https://runbell.dev/problems/"
+
+
+def problem(status: int, title: str, detail: str, slug: str, **extra: Any) -> JSONResponse:
+    body = {"type": TYPE_BASE + slug, "title": title, "status": status, "detail": detail}
+    body.update({k: v for k, v in extra.items() if v is not None})
+    headers = {}
+    if "retry_after" in extra:
+        headers["Retry-After"] = str(extra["retry_after"])
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(RunbellError)
+    async def _runbell(_: Request, exc: RunbellError) -> JSONResponse:
+        return problem(exc.status, exc.title, exc.detail, exc.type_slug, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"field": _field_name(tuple(e.get("loc", ()))), "message": e.get("msg", "invalid")}
+            for e in exc.errors()
+        ]
+        first = errors[0] if errors else {"field": "body", "message": "invalid"}
+        return problem(
+            422,
+            "Invalid request",
+            f"{first['field']}: {first['message']}",
+            "validation",
+            field=first["field"],
+            errors=errors,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        titles = {
+            404: "Not found",
+            405: "Method not allowed",
+            401: "Unauthorized",
+            413: "Content too large",
+            415: "Unsupported media type",
+        }
+        return problem(
+            exc.status_code,
+            titles.get(exc.status_code, "Error"),
+            str(exc.detail),
+            f"http-{exc.status_code}",
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        import structlog
+
+        structlog.get_logger(__name__).exception("api.unhandled", error=type(exc).__name__)
+        return problem(
+            500, "Internal error", "the server failed; nothing was committed", "internal"
+        )

@@ -1,0 +1,186 @@
+"""The event feed: cursor pages, long-poll and Server-Sent Events (DESIGN §6, inv. 17).
+
+Cursors are per-tenant sequence numbers, handed out as opaque strings. Feed order equals
+commit order (see ``runbell.store.db``), so resuming from a cursor never skips an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.concurrency import run_in_threadpool
+
+from runbell import views
+from runbell.api.deps import Core, Who
+from runbell.core import Runbell
+from runbell.domain.errors import Gone, ValidationFailed
+from runbell.store import feed, runs
+from runbell.store import notifications as notes
+from runbell.store.accounts import Principal
+
+router = APIRouter(prefix="/v1/events", tags=["events"])
+SNAPSHOT_URL = "/v1/events/snapshot"
+PAGE_MAX = 500
+
+
+def _event_view(e: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": str(e["seq"]),
+        "type": e["type"],
+        "run_id": e["run_id"],
+        "notification_id": e["notification_id"],
+        "at": views.iso(e["created_at"]),
+        "data": e["data"],
+    }
+
+
+def resolve_cursor(core: Runbell, who: Principal, after: str | None) -> int:
+    """The numeric position to read after; 410 if it fell out of retention."""
+    with core.db.read() as conn:
+        head, pruned = feed.bounds(conn, who.tenant_id)
+    if after is None or after == "earliest":
+        return pruned
+    if after == "latest":
+        return head
+    if not after.isdigit() or len(after) > 19:
+        raise ValidationFailed("after must be a cursor, 'earliest' or 'latest'", field="after")
+    cursor = int(after)
+    if cursor > head:
+        raise ValidationFailed(
+            "cursor is ahead of this feed's head; it is not from this feed", field="after"
+        )
+    if cursor < pruned:
+        raise Gone(
+            "the cursor is older than the feed's retention; load the snapshot and "
+            "resume from its head_cursor",
+            oldest_available_cursor=str(pruned),
+            head_cursor=str(head),
+            snapshot_url=SNAPSHOT_URL,
+        )
+    return cursor
+
+
+def _read(core: Runbell, who: Principal, after: int, limit: int) -> list[dict[str, Any]]:
+    with core.db.read() as conn:
+        return feed.read(conn, who, after, limit)
+
+
+async def wait_for_events(
+    core: Runbell, who: Principal, after: int, limit: int, wait: float
+) -> list[dict[str, Any]]:
+    """Events after ``after``; if none, sleep until a commit wakes us or ``wait`` passes."""
+    deadline = time.monotonic() + wait
+    while True:
+        events = await run_in_threadpool(_read, core, who, after, limit)
+        remaining = deadline - time.monotonic()
+        if events or remaining <= 0:
+            return events
+        # Woken by the commit itself (hub); the timeout only covers a lost wake-up.
+        await core.db.hub.wait(who.tenant_id, min(remaining, core.settings.feed_fallback_poll_s))
+
+
+@router.get("")
+async def list_events(
+    who: Who,
+    core: Core,
+    after: Annotated[str | None, Query(max_length=20)] = None,
+    limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 100,
+    wait: Annotated[float, Query(ge=0, le=30)] = 0,
+) -> dict[str, Any]:
+    """A page of events after ``after``; with ``wait`` a long-poll of up to 30 s."""
+    cursor = await run_in_threadpool(resolve_cursor, core, who, after)
+    events = await wait_for_events(
+        core, who, cursor, limit, min(wait, core.settings.longpoll_max_s)
+    )
+    next_cursor = events[-1]["seq"] if events else cursor
+    return {"events": [_event_view(e) for e in events], "next_cursor": str(next_cursor)}
+
+
+@router.get("/snapshot")
+def snapshot(who: Who, core: Core) -> dict[str, Any]:
+    """Current state to load instead of replaying: active runs, open notifications, head."""
+    with core.db.read() as conn:
+        head, _ = feed.bounds(conn, who.tenant_id)
+        active = runs.list_runs(
+            conn,
+            who,
+            states=["queued", "working", "input_required", "stopping"],
+            after=None,
+            limit=200,
+        )
+        open_notes = (
+            notes.list_for_recipient(
+                conn, who.tenant_id, who.user_id, states=["open"], before=None, limit=200
+            )
+            if who.user_id
+            else []
+        )
+    return {
+        "head_cursor": str(head),
+        "runs": [views.run_view(r) for r in active],
+        "notifications": [views.notification_view(n) for n in open_notes],
+    }
+
+
+@router.get("/stream")
+async def stream(
+    request: Request,
+    who: Who,
+    core: Core,
+    after: Annotated[str | None, Query(max_length=20)] = None,
+    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+) -> EventSourceResponse:
+    """The feed as Server-Sent Events. ``Last-Event-ID`` wins over ``?after=``."""
+    requested = last_event_id or after or "latest"
+    try:
+        cursor: int | None = await run_in_threadpool(resolve_cursor, core, who, requested)
+        expired: Gone | None = None
+    except Gone as exc:
+        cursor, expired = None, exc
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(retry=3000)
+        if expired is not None:
+            yield ServerSentEvent(
+                event="cursor_expired",
+                data=json.dumps({"detail": expired.detail, **expired.extra}, separators=(",", ":")),
+            )
+            return
+        assert cursor is not None
+        position = cursor
+        yield ServerSentEvent(id=str(position))  # priming id: resume point even if idle
+        if who.user_id:
+            core.presence.enter(who.tenant_id, who.user_id)
+        try:
+            while True:
+                batch = await run_in_threadpool(_read, core, who, position, PAGE_MAX)
+                for e in batch:
+                    position = e["seq"]
+                    yield ServerSentEvent(
+                        id=str(position),
+                        event=e["type"],
+                        data=json.dumps(_event_view(e), separators=(",", ":")),
+                    )
+                if len(batch) == PAGE_MAX:
+                    continue
+                if await request.is_disconnected():
+                    return
+                await core.db.hub.wait(who.tenant_id, core.settings.feed_fallback_poll_s)
+        except asyncio.CancelledError:
+            raise
+        finally:
+            if who.user_id:
+                core.presence.leave(who.tenant_id, who.user_id)
+
+    return EventSourceResponse(
+        events(),
+        ping=int(core.settings.sse_keepalive_s),
+        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,44 @@
+"""The inbox: the authoritative record of every notification (DESIGN §6)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+
+from runbell.api.deps import Admin, Core, User
+
+router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
+NoteState = Literal["open", "acknowledged", "resolved", "expired", "superseded", "revoked"]
+
+
+@router.get("")
+def inbox(
+    who: User,
+    core: Core,
+    state: Annotated[list[NoteState] | None, Query()] = None,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> dict[str, Any]:
+    """Your notifications, newest first. Pass ``next_cursor`` back as ``cursor``."""
+    return core.list_notifications(
+        who, states=list(state) if state else None, before=cursor, limit=limit
+    )
+
+
+@router.get("/{notification_id}")
+def get_notification(notification_id: str, who: User, core: Core) -> dict[str, Any]:
+    """The notification, the run as it is now, and whether its action can still run."""
+    return core.get_notification(who, notification_id)
+
+
+@router.post("/{notification_id}/ack")
+def acknowledge(notification_id: str, who: User, core: Core) -> dict[str, Any]:
+    """Close it as acknowledged and cancel everything still queued for it. Idempotent."""
+    return core.acknowledge(who, notification_id)
+
+
+@router.get("/{notification_id}/trail")
+def trail(notification_id: str, who: Admin, core: Core) -> dict[str, Any]:
+    """Why it exists (rule and inputs), where it went (deliveries, attempts), its lifecycle."""
+    return core.trail(who, notification_id)

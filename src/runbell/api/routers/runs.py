@@ -1,0 +1,70 @@
+"""Runs: create/update, read, signals and progress (DESIGN §6)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Response
+
+from runbell.api.deps import Core, Runtime, Who
+from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
+from runbell.core import Signal
+from runbell.domain.errors import Forbidden
+from runbell.store import accounts
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
+
+
+@router.put("/{run_id}", status_code=200)
+def put_run(
+    run_id: RunId, body: RunPut, who: Runtime, core: Core, response: Response
+) -> dict[str, Any]:
+    """Create a run (201) or update its descriptive fields (200)."""
+    _, created = core.put_run(who, run_id, body.model_dump(exclude_unset=True, mode="json"))
+    if created:
+        response.status_code = 201
+    return core.get_run(who, run_id)
+
+
+@router.get("/{run_id}")
+def get_run(run_id: RunId, who: Who, core: Core) -> dict[str, Any]:
+    """The run snapshot: state, version, open notifications. 404 if you may not see it."""
+    return core.get_run(who, run_id)
+
+
+@router.get("")
+def list_runs(
+    who: Who,
+    core: Core,
+    state: Annotated[list[str] | None, Query()] = None,
+    after: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> dict[str, Any]:
+    return core.list_runs(who, states=state, after=after, limit=limit)
+
+
+@router.post("/{run_id}/signals")
+def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict[str, Any]:
+    """Report a run state. Outcome: applied | duplicate | stale | mismatch | rejected."""
+    if who.role != "runtime" and who.role != "admin":
+        raise Forbidden("signals take a runtime key")
+    with core.db.read() as conn:
+        source_id = who.source_id or accounts.api_source_id(conn, who.tenant_id)
+        source = accounts.get_source(conn, who.tenant_id, source_id)
+    signal = Signal(
+        event_id=body.event_id,
+        state=body.state,
+        sequence=body.sequence,
+        at=body.at,
+        reason=body.reason,
+        error=body.error.model_dump() if body.error else None,
+        effects_verified=body.effects_verified,
+    )
+    return core.accept_signal(who.tenant_id, source, run_id, signal).as_dict()
+
+
+@router.post("/{run_id}/progress", status_code=202)
+def post_progress(run_id: RunId, body: ProgressIn, who: Runtime, core: Core) -> dict[str, Any]:
+    """A heartbeat: live feed only, never a push (invariant 5)."""
+    return core.record_progress(who, run_id, body.message, body.counts)

@@ -1,0 +1,95 @@
+"""Request bodies. Unknown fields are refused, so a typo is a 422 naming it, not silence."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"
+StateName = Literal[
+    "queued", "working", "input_required", "stopping", "completed", "failed", "cancelled"
+]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Subject(Strict):
+    type: str = Field(min_length=1, max_length=100)
+    id: str = Field(min_length=1, max_length=200)
+    version: str | int | None = None
+
+
+class Authority(Strict):
+    users: list[str] = Field(default_factory=list, max_length=100)
+    roles: list[Literal["owner", "admin", "member"]] = Field(default_factory=list)
+
+
+class RunPut(Strict):
+    owner: str | None = Field(default=None, description="user id (usr_…) or email of a member")
+    title: str | None = Field(default=None, max_length=500)
+    kind: str | None = Field(default=None, max_length=100, description="driver: coding, browser…")
+    subject: Subject | None = None
+    objective: str | None = Field(default=None, max_length=10_000)
+    authority: Authority | None = None
+    notify_on_complete: bool | None = None
+    metadata: dict[str, Any] | None = None
+    details: dict[str, Any] | None = Field(default=None, description="sensitive; never sent out")
+    state: Literal["queued", "working"] | None = None
+    sequence: int | None = Field(default=None, ge=0)
+
+
+class RunError(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    code: str | None = Field(default=None, max_length=200)
+    message: str | None = Field(default=None, max_length=2000)
+    retryable: bool = False
+    user_action_required: bool = False
+    data_inconsistent: bool = False
+
+
+class SignalIn(Strict):
+    event_id: str = Field(min_length=1, max_length=200)
+    state: StateName
+    sequence: int | None = Field(default=None, ge=0)
+    at: datetime | None = None
+    reason: str | None = Field(default=None, max_length=500)
+    error: RunError | None = None
+    effects_verified: bool | None = None
+
+    @field_validator("at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("at must carry a timezone offset (e.g. Z)")
+        return value
+
+
+class ProgressIn(Strict):
+    message: str | None = Field(default=None, max_length=500)
+    counts: dict[str, int | float | str] | None = Field(
+        default=None,
+        description='say what is counted, e.g. {"done": 2, "total": 5, "unit": "files"}',
+    )
+    at: datetime | None = None
+
+
+class ReaderConfig(Strict):
+    type: Literal["http_json"]
+    url_template: str = Field(min_length=8, max_length=2000)
+    state_field: str = "state"
+    sequence_field: str | None = "sequence"
+    state_map: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(default=5.0, gt=0, le=30)
+
+
+class SourceCreate(Strict):
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    kind: Literal["api", "webhook"] = "webhook"
+    mapper: Literal["generic", "openai"] | None = None
+    trust: Literal["authoritative", "advisory"] = "advisory"
+    reader: ReaderConfig | None = None

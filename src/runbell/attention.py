@@ -1,0 +1,218 @@
+"""From an accepted transition to durable attention, inside the caller's transaction.
+
+:func:`raise_attention` asks the policy, writes at most one notification per
+(recipient, run, version, attention type), its outbox rows and its feed event, and
+supersedes the run's older actionable notifications. It never commits: the boundary
+(``runbell.core``) owns the transaction, so the transition, the notification and the
+outbox commit together or not at all (invariant 12).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+
+from runbell.domain.policy import Decision, Facts, Policy
+from runbell.ids import new_id
+from runbell.store import accounts
+from runbell.store import notifications as notes
+from runbell.store import tables as t
+from runbell.store.db import PendingEvent, Tx
+
+log = structlog.get_logger(__name__)
+
+NEUTRAL_SUMMARY = {
+    "input_required": "A run needs your input",
+    "failed": "A run failed",
+    "completed": "A run finished",
+    "needs_review": "A run finished and needs review",
+    "stalled": "A run has stopped making progress",
+    "cancelled": "A run was cancelled",
+    "mismatch": "A run's reported state could not be confirmed",
+    "digest": "Several runs finished",
+}
+
+
+@dataclass(frozen=True)
+class Raised:
+    decision: Decision
+    notification_id: str | None
+    created: bool
+
+
+def notification_event(note: dict[str, Any]) -> dict[str, Any]:
+    """The feed/webhook view of a notification: ids and labels, nothing sensitive."""
+    return {
+        "notification_id": note["id"],
+        "run_id": note["run_id"],
+        "attention_type": note["attention_type"],
+        "urgency": note["urgency"],
+        "decision": note["decision"],
+        "state": note["state"],
+        "transition_version": note["transition_version"],
+        "summary": note["summary"],
+    }
+
+
+def supersede_actionable(tx: Tx, tenant_id: str, run_id: str, version: int) -> list[str]:
+    """Close the run's open actionable notifications from older versions as superseded."""
+    closed = []
+    for note in notes.open_for_run(tx.conn, tenant_id, run_id):
+        if (
+            note["attention_type"] in notes.ACTIONABLE_TYPES
+            and note["transition_version"] < version
+            and notes.close(
+                tx.conn,
+                tenant_id,
+                note["id"],
+                "superseded",
+                f"run moved to version {version}",
+                tx.now,
+            )
+        ):
+            closed.append(note["id"])
+            tx.emit(
+                tenant_id,
+                PendingEvent(
+                    "notification.closed",
+                    {
+                        "notification_id": note["id"],
+                        "run_id": run_id,
+                        "state": "superseded",
+                        "reason": f"run moved to version {version}",
+                    },
+                    run_id=run_id,
+                    notification_id=note["id"],
+                    user_id=note["recipient_user_id"],
+                ),
+            )
+    return closed
+
+
+def raise_attention(
+    tx: Tx,
+    policy: Policy,
+    run: dict[str, Any],
+    *,
+    attention: str,
+    version: int,
+    facts: dict[str, Any],
+    reason: str | None,
+    owner_present: bool,
+) -> Raised:
+    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    recipient = run["owner_user_id"]
+    recent = 0
+    if attention == "completed":
+        recent = notes.count_recent(
+            tx.conn, tenant_id, recipient, "completed", tx.now - timedelta(hours=1)
+        )
+    duration = None
+    if run.get("started_at") is not None:
+        duration = (tx.now - run["started_at"]).total_seconds()
+    decision = policy.decide(
+        Facts(
+            attention=attention,
+            notify_on_complete=bool(run.get("notify_on_complete")),
+            duration_s=duration,
+            owner_present=owner_present,
+            recent_completions=recent,
+            **facts,
+        )
+    )
+    if not decision.notifies:
+        log.info(
+            "attention.no_notification",
+            run_id=run_id,
+            rule_id=decision.rule_id,
+            decision=decision.kind,
+        )
+        return Raised(decision, None, False)
+
+    role = accounts.membership_role(tx.conn, tenant_id, recipient)
+    if role is None:
+        # The owner left the tenant: nobody to tell. The decision stays on the transition.
+        log.info("attention.recipient_gone", run_id=run_id, rule_id=decision.rule_id)
+        return Raised(decision, None, False)
+
+    expires_at = None
+    if decision.expires_after_s is not None:
+        expires_at = tx.now + timedelta(seconds=decision.expires_after_s)
+    subject = run.get("subject") or {}
+    subject_version = None
+    if subject.get("type") and subject.get("id"):
+        subject_version = f"{subject['type']}:{subject['id']}:{subject.get('version', '')}"
+    values = {
+        "id": new_id("ntf"),
+        "tenant_id": tenant_id,
+        "recipient_user_id": recipient,
+        "run_id": run_id,
+        "transition_version": version,
+        "attention_type": attention,
+        "urgency": decision.urgency or "low",
+        "decision": decision.kind,
+        "rule_id": decision.rule_id,
+        "inputs": decision.inputs,
+        "summary": NEUTRAL_SUMMARY.get(attention, "A run changed"),
+        "subject_version": subject_version,
+        "input_request_id": None,
+        "reason": (reason or "")[:500] or None,
+        "expires_at": expires_at,
+        "state": "open",
+        "created_at": tx.now,
+    }
+    note_id, created = notes.insert_once(tx.conn, values)
+    if not created:
+        return Raised(decision, note_id, False)
+
+    rows = [notes.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
+    if decision.kind == "push":
+        rows += _push_deliveries(tx, tenant_id, recipient, note_id, decision.urgency or "low")
+    notes.add_deliveries(tx.conn, rows)
+    tx.emit(
+        tenant_id,
+        PendingEvent(
+            "notification.created",
+            notification_event(values),
+            run_id=run_id,
+            notification_id=note_id,
+            user_id=recipient,
+        ),
+    )
+    log.info(
+        "notification.created",
+        notification_id=note_id,
+        run_id=run_id,
+        attention_type=attention,
+        rule_id=decision.rule_id,
+        decision=decision.kind,
+    )
+    return Raised(decision, note_id, True)
+
+
+def _push_deliveries(
+    tx: Tx, tenant_id: str, user_id: str, note_id: str, urgency: str
+) -> list[dict[str, Any]]:
+    """Outbox rows for every channel the recipient consented to at this urgency.
+
+    Consent is checked again at dispatch (it may be withdrawn meanwhile); this only
+    decides which rows exist, so that a crash after commit loses none of them.
+    """
+    prefs = tx.conn.execute(
+        sa.select(t.preferences.c.consent).where(
+            t.preferences.c.tenant_id == tenant_id, t.preferences.c.user_id == user_id
+        )
+    ).scalar()
+    consent = prefs or {}
+    rows = []
+    email_consent = consent.get("email") or {}
+    if urgency in email_consent.get("urgencies", []):
+        email = tx.conn.execute(
+            sa.select(t.users.c.email).where(t.users.c.id == user_id)
+        ).scalar_one()
+        rows.append(notes.delivery_row(tenant_id, note_id, "email", email, "queued", tx.now))
+    return rows

@@ -1,0 +1,57 @@
+"""First start: a default tenant, keys and a first user, printed once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runbell.core import Runbell
+from runbell.store import accounts
+
+
+@dataclass(frozen=True)
+class FirstRun:
+    tenant_id: str
+    admin_key: str
+    runtime_key: str
+    user_email: str
+    user_token: str
+
+
+def bootstrap_if_empty(core: Runbell, email: str) -> FirstRun | None:
+    """Create the first tenant, keys and user when the database has no tenant yet."""
+    with core.db.transaction() as tx:
+        if accounts.count_tenants(tx.conn) > 0:
+            return None
+        tenant_id = accounts.create_tenant(tx.conn, "default", tx.now)
+        _, admin = accounts.create_api_key(tx.conn, tenant_id, "admin", tx.now, name="admin")
+        _, runtime = accounts.create_api_key(tx.conn, tenant_id, "runtime", tx.now, name="runtime")
+        user_id = accounts.ensure_user(tx.conn, email, tx.now)
+        accounts.add_member(tx.conn, tenant_id, user_id, "owner", tx.now)
+        token = accounts.create_user_token(tx.conn, tenant_id, user_id, tx.now)
+    return FirstRun(tenant_id, admin, runtime, accounts.normalize_email(email), token)
+
+
+def welcome_text(first: FirstRun, base_url: str) -> str:
+    return f"""
+Runbell is set up. These secrets are shown ONCE — store them now.
+
+  tenant        {first.tenant_id}
+  admin key     {first.admin_key}
+  runtime key   {first.runtime_key}
+  first user    {first.user_email}
+  user token    {first.user_token}
+
+Try it (a run that finishes and lands in the inbox):
+
+  export RB={base_url} RUNTIME={first.runtime_key} ME={first.user_token}
+  curl -sS -X PUT $RB/v1/runs/demo-1 -H "Authorization: Bearer $RUNTIME" \\
+       -H 'Content-Type: application/json' \\
+       -d '{{"owner": "{first.user_email}", "title": "Demo run", "state": "working", \
+             "notify_on_complete": true}}'
+  curl -sS -X POST $RB/v1/runs/demo-1/signals -H "Authorization: Bearer $RUNTIME" \\
+       -H 'Content-Type: application/json' -d '{{"event_id": "evt-1", "state": "completed"}}'
+  curl -sS $RB/v1/notifications -H "Authorization: Bearer $ME"
+  curl -sS "$RB/v1/events?after=earliest" -H "Authorization: Bearer $RUNTIME"
+
+API reference: {base_url}/docs   ·   docs/api.md
+"""

@@ -1,0 +1,252 @@
+"""The ``runbell`` command: serve, migrate, and account administration."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from runbell.config import Settings
+from runbell.domain.errors import RunbellError
+
+app = typer.Typer(
+    help="Runbell: trustworthy attention for background AI-agent work.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+tenant_app = typer.Typer(help="Tenants and their policy.", no_args_is_help=True)
+key_app = typer.Typer(help="API keys for runtimes and administrators.", no_args_is_help=True)
+user_app = typer.Typer(help="People: members of a tenant.", no_args_is_help=True)
+source_app = typer.Typer(
+    help="Signal sources (trust, state readers, webhooks).", no_args_is_help=True
+)
+app.add_typer(tenant_app, name="tenant")
+app.add_typer(key_app, name="key")
+app.add_typer(user_app, name="user")
+app.add_typer(source_app, name="source")
+out = Console()
+err = Console(stderr=True)
+
+
+def _core(migrate: bool = True) -> Any:
+    from runbell.service import build
+
+    return build(Settings(), migrate=migrate)
+
+
+def _fail(exc: RunbellError) -> None:
+    err.print(f"[red]error:[/red] {exc.detail}")
+    raise typer.Exit(2)
+
+
+@app.command()
+def migrate() -> None:
+    """Create or upgrade the database schema (idempotent)."""
+    from runbell.store.db import make_engine
+    from runbell.store.migrate import current_revision, upgrade
+
+    settings = Settings()
+    url = settings.resolved_database_url()
+    if url.startswith("sqlite"):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(url)
+    upgrade(engine)
+    out.print(f"schema at revision {current_revision(engine)} ({engine.dialect.name})")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
+    scheduler: Annotated[bool, typer.Option(help="run the scheduler in this process")] = True,
+) -> None:
+    """Run the API and the scheduler in one process (SQLite file by default)."""
+    import uvicorn
+
+    from runbell.api.app import create_app
+    from runbell.bootstrap import bootstrap_if_empty, welcome_text
+    from runbell.dispatch.scheduler import Scheduler
+    from runbell.logging import configure
+
+    settings = Settings()
+    configure(json=settings.log_json)
+    core = _core()
+    base = (
+        settings.public_url
+        if settings.public_url != "http://127.0.0.1:8080"
+        else (f"http://{host}:{port}")
+    )
+    first = bootstrap_if_empty(core, settings.first_user_email)
+    if first is not None:
+        out.print(welcome_text(first, base), highlight=False, soft_wrap=True)
+    sched = Scheduler(core)
+    if scheduler:
+        sched.start()
+    out.print(f"Runbell listening on {base}  (database: {core.db.dialect})", highlight=False)
+    try:
+        uvicorn.run(
+            create_app(core), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
+        )
+    finally:
+        sched.stop()
+        core.db.dispose()
+
+
+@tenant_app.command("create")
+def tenant_create(name: str) -> None:
+    """Create a tenant; prints its id and an admin API key (shown once)."""
+    from runbell.store import accounts
+
+    core = _core()
+    with core.db.transaction() as tx:
+        tenant_id = accounts.create_tenant(tx.conn, name, tx.now)
+        _, secret = accounts.create_api_key(tx.conn, tenant_id, "admin", tx.now, name="admin")
+    out.print(f"tenant    {tenant_id}\nadmin key {secret}   (shown once)", highlight=False)
+
+
+@tenant_app.command("policy")
+def tenant_policy(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    tenant: Annotated[str, typer.Option(help="tenant id or name")],
+) -> None:
+    """Set a tenant's attention rules from a TOML or YAML file (prepended to the defaults)."""
+    import tomllib
+
+    import yaml
+
+    from runbell.store import accounts
+
+    text = file.read_text()
+    try:
+        doc = yaml.safe_load(text) if file.suffix in (".yaml", ".yml") else tomllib.loads(text)
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
+        err.print(f"[red]error:[/red] cannot parse {file}: {exc}")
+        raise typer.Exit(2) from exc
+    core = _core()
+    try:
+        with core.db.read() as conn:
+            tenant_id = accounts.resolve_tenant(conn, tenant)
+        policy = core.set_policy(tenant_id, doc or {})
+    except RunbellError as exc:
+        _fail(exc)
+    out.print(f"policy set: {len(policy.rules)} rules, first: {policy.rules[0].id}")
+
+
+@key_app.command("create")
+def key_create(
+    tenant: Annotated[str, typer.Option(help="tenant id or name")],
+    role: Annotated[str, typer.Option(help="runtime or admin")] = "runtime",
+    name: Annotated[str | None, typer.Option(help="a label")] = None,
+    source: Annotated[str | None, typer.Option(help="bind signals to this source id")] = None,
+) -> None:
+    """Create an API key; prints it once."""
+    from runbell.store import accounts
+
+    core = _core()
+    try:
+        with core.db.transaction() as tx:
+            tenant_id = accounts.resolve_tenant(tx.conn, tenant)
+            key_id, secret = accounts.create_api_key(
+                tx.conn, tenant_id, role, tx.now, name=name, source_id=source
+            )
+    except RunbellError as exc:
+        _fail(exc)
+    out.print(f"key id {key_id}\nkey    {secret}   (shown once)", highlight=False)
+
+
+@key_app.command("revoke")
+def key_revoke(key_id: str, tenant: Annotated[str, typer.Option()]) -> None:
+    """Revoke an API key at once."""
+    from runbell.store import accounts
+
+    core = _core()
+    try:
+        with core.db.transaction() as tx:
+            accounts.revoke_api_key(
+                tx.conn, accounts.resolve_tenant(tx.conn, tenant), key_id, tx.now
+            )
+    except RunbellError as exc:
+        _fail(exc)
+    out.print(f"revoked {key_id}")
+
+
+@user_app.command("add")
+def user_add(
+    email: str,
+    tenant: Annotated[str, typer.Option(help="tenant id or name")],
+    role: Annotated[str, typer.Option(help="owner, admin or member")] = "member",
+) -> None:
+    """Add (or re-activate) a member; prints a user token once."""
+    from runbell.store import accounts
+
+    core = _core()
+    try:
+        with core.db.transaction() as tx:
+            tenant_id = accounts.resolve_tenant(tx.conn, tenant)
+            user_id = accounts.ensure_user(tx.conn, email, tx.now)
+            accounts.add_member(tx.conn, tenant_id, user_id, role, tx.now)
+            token = accounts.create_user_token(tx.conn, tenant_id, user_id, tx.now)
+    except RunbellError as exc:
+        _fail(exc)
+    out.print(f"user  {user_id} ({email}, {role})\ntoken {token}   (shown once)", highlight=False)
+
+
+@user_app.command("revoke")
+def user_revoke(email: str, tenant: Annotated[str, typer.Option(help="tenant id or name")]) -> None:
+    """Revoke a membership and all its tokens. Effective on the next request."""
+    from runbell.store import accounts
+
+    core = _core()
+    try:
+        with core.db.transaction() as tx:
+            tenant_id = accounts.resolve_tenant(tx.conn, tenant)
+            user_id = accounts.find_user(tx.conn, tenant_id, email)
+            accounts.revoke_member(tx.conn, tenant_id, user_id, tx.now)
+    except RunbellError as exc:
+        _fail(exc)
+    out.print(f"revoked {email}")
+
+
+@source_app.command("create")
+def source_create(
+    name: str,
+    tenant: Annotated[str, typer.Option(help="tenant id or name")],
+    kind: Annotated[str, typer.Option(help="webhook or api")] = "webhook",
+    mapper: Annotated[str | None, typer.Option(help="generic or openai")] = None,
+    trust: Annotated[str, typer.Option(help="authoritative or advisory")] = "advisory",
+    reader: Annotated[str | None, typer.Option(help="state reader config as JSON")] = None,
+) -> None:
+    """Register a source; a webhook source prints its signing secret once."""
+    from pydantic import ValidationError
+
+    from runbell.api.routers.sources import create_source
+    from runbell.api.schemas import SourceCreate
+    from runbell.store import accounts
+
+    core = _core()
+    try:
+        body = SourceCreate(
+            name=name,
+            kind=kind,
+            mapper=mapper,
+            trust=trust,  # type: ignore[arg-type]
+            reader=json.loads(reader) if reader else None,
+        )
+        with core.db.read() as conn:
+            tenant_id = accounts.resolve_tenant(conn, tenant)
+        res = create_source(core, tenant_id, body)
+    except ValidationError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    except RunbellError as exc:
+        _fail(exc)
+    json.dump(res, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,71 @@
+"""Time-driven sweeps: reconciliation re-checks and retention.
+
+Each sweep is a plain method taking ``now`` (tests drive them with a fixed clock). With
+several processes on PostgreSQL, a transaction-scoped advisory lock elects one runner per
+sweep per tick; on SQLite there is one process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+import sqlalchemy as sa
+import structlog
+
+from runbell.core import Runbell
+
+log = structlog.get_logger(__name__)
+
+LOCK_IDS = {"mismatch": 72_101, "retention": 72_102}
+
+
+class Scheduler:
+    def __init__(self, core: Runbell, *, interval_s: float | None = None) -> None:
+        self.core = core
+        self.interval_s = interval_s or core.settings.scheduler_interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_retention: datetime | None = None
+
+    def _leader(self, sweep: str, fn: Callable[[], int]) -> int:
+        db = self.core.db
+        if not db.is_postgres:
+            return fn()
+        with db.engine.connect() as conn:
+            got = conn.execute(
+                sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_IDS[sweep]}
+            ).scalar()
+            if not got:
+                return 0
+            try:
+                return fn()
+            finally:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_IDS[sweep]})
+                conn.commit()
+
+    def tick(self, now: datetime | None = None) -> dict[str, int]:
+        now = now or self.core.db.clock()
+        done = {"mismatch": self._leader("mismatch", lambda: self.core.recheck_mismatches(now))}
+        if self._last_retention is None or (now - self._last_retention).total_seconds() > 60:
+            self._last_retention = now
+            done["retention"] = self._leader("retention", lambda: self.core.prune(now))
+        return done
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="runbell-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("scheduler.tick_failed")
+            self._stop.wait(self.interval_s)

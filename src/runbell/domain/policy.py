@@ -1,0 +1,235 @@
+"""The attention policy: pure, deterministic, rules as data (DESIGN §7).
+
+A :class:`Policy` is an ordered list of :class:`Rule`. :meth:`Policy.decide` takes the
+:class:`Facts` of one transition and returns the first matching rule's
+:class:`Decision`, carrying the rule id and the facts it saw, so that every notification
+can say why it exists. Nothing here reads a clock, a database or the network.
+
+Example::
+
+    policy = Policy.default()
+    decision = policy.decide(Facts(attention="failed", error_user_action=True))
+    assert (decision.kind, decision.urgency, decision.rule_id) == (
+        "push", "urgent", "failed.needs_repair")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal, cast
+
+from runbell.domain.errors import ValidationFailed
+
+DecisionKind = Literal["push", "digest", "inbox", "live", "suppress"]
+Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
+
+DECISION_KINDS: tuple[str, ...] = ("push", "digest", "inbox", "live", "suppress")
+URGENCIES: tuple[str, ...] = ("low", "normal", "time_sensitive", "urgent")
+# Decisions that create a durable notification (live and suppress do not).
+NOTIFYING: frozenset[str] = frozenset({"push", "digest", "inbox"})
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the policy may look at for one transition. Absent facts are None."""
+
+    attention: str
+    notify_on_complete: bool = False
+    duration_s: float | None = None
+    owner_present: bool = False
+    effects_verified: bool | None = None
+    error_retryable: bool = False
+    error_user_action: bool = False
+    data_inconsistent: bool = False
+    cancelled_by_owner: bool = False
+    blocks_work: bool = True
+    has_expiry: bool = False
+    recent_completions: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+FACT_NAMES: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Facts))
+_OPS = {"gte", "lte", "gt", "lt", "in"}
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: DecisionKind
+    urgency: Urgency | None
+    rule_id: str
+    inputs: dict[str, Any]
+    expires_after_s: int | None = None
+    digest_window_s: int | None = None
+
+    @property
+    def notifies(self) -> bool:
+        return self.kind in NOTIFYING
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    decision: DecisionKind
+    when: Mapping[str, Any] = field(default_factory=dict)
+    urgency: Urgency | None = None
+    expires_after_s: int | None = None
+    digest_window_s: int | None = None
+
+    def matches(self, facts: Mapping[str, Any]) -> bool:
+        return all(_match(facts.get(name), cond) for name, cond in self.when.items())
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], where: str) -> Rule:
+        rule_id = raw.get("id")
+        if not isinstance(rule_id, str) or not rule_id:
+            raise ValidationFailed(f"{where}: every rule needs a non-empty string id", field="id")
+        decision = raw.get("decision")
+        if decision not in DECISION_KINDS:
+            raise ValidationFailed(
+                f"rule {rule_id!r}: decision must be one of {', '.join(DECISION_KINDS)}",
+                field="decision",
+            )
+        urgency = raw.get("urgency")
+        if urgency is not None and urgency not in URGENCIES:
+            raise ValidationFailed(
+                f"rule {rule_id!r}: urgency must be one of {', '.join(URGENCIES)}",
+                field="urgency",
+            )
+        if decision == "push" and urgency is None:
+            raise ValidationFailed(f"rule {rule_id!r}: a push needs an urgency", field="urgency")
+        when = raw.get("when", {})
+        if not isinstance(when, Mapping):
+            raise ValidationFailed(f"rule {rule_id!r}: when must be a table", field="when")
+        for name, cond in when.items():
+            if name not in FACT_NAMES:
+                raise ValidationFailed(
+                    f"rule {rule_id!r}: unknown fact {name!r}; "
+                    f"known: {', '.join(sorted(FACT_NAMES))}",
+                    field="when",
+                )
+            if isinstance(cond, Mapping) and not set(cond) <= _OPS:
+                raise ValidationFailed(
+                    f"rule {rule_id!r}: fact {name!r} uses an unknown operator", field="when"
+                )
+        unknown = set(raw) - {
+            "id",
+            "decision",
+            "when",
+            "urgency",
+            "expires_after_s",
+            "digest_window_s",
+        }
+        if unknown:
+            raise ValidationFailed(
+                f"rule {rule_id!r}: unknown keys {', '.join(sorted(unknown))}", field="rule"
+            )
+        return cls(
+            id=rule_id,
+            decision=cast(DecisionKind, decision),
+            when=dict(when),
+            urgency=cast("Urgency | None", urgency),
+            expires_after_s=_opt_int(raw.get("expires_after_s"), rule_id, "expires_after_s"),
+            digest_window_s=_opt_int(raw.get("digest_window_s"), rule_id, "digest_window_s"),
+        )
+
+
+def _opt_int(value: Any, rule_id: str, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationFailed(
+            f"rule {rule_id!r}: {name} must be a non-negative integer", field=name
+        )
+    return value
+
+
+def _match(value: Any, cond: Any) -> bool:
+    if not isinstance(cond, Mapping):
+        return bool(value == cond)
+    for op, bound in cond.items():
+        if op == "in":
+            if value not in bound:
+                return False
+            continue
+        if value is None:
+            return False
+        if op == "gte" and not value >= bound:
+            return False
+        if op == "lte" and not value <= bound:
+            return False
+        if op == "gt" and not value > bound:
+            return False
+        if op == "lt" and not value < bound:
+            return False
+    return True
+
+
+class Policy:
+    """An ordered rule list. Construct once, call :meth:`decide` per transition."""
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        ids = [r.id for r in rules]
+        dupes = {i for i in ids if ids.count(i) > 1}
+        if dupes:
+            raise ValidationFailed(f"duplicate rule ids: {', '.join(sorted(dupes))}", field="id")
+        self.rules: tuple[Rule, ...] = tuple(rules)
+
+    def decide(self, facts: Facts) -> Decision:
+        seen = facts.as_dict()
+        for rule in self.rules:
+            if rule.matches(seen):
+                return Decision(
+                    kind=rule.decision,
+                    urgency=rule.urgency,
+                    rule_id=rule.id,
+                    inputs=seen,
+                    expires_after_s=rule.expires_after_s,
+                    digest_window_s=rule.digest_window_s,
+                )
+        # Unreachable with the default set (it ends in a catch-all), but a tenant that
+        # replaced the defaults may leave gaps: keep the record in the inbox, never drop it.
+        return Decision(kind="inbox", urgency="low", rule_id="builtin.no_rule_matched", inputs=seen)
+
+    @classmethod
+    def from_mapping(cls, doc: Mapping[str, Any], *, base: Policy | None = None) -> Policy:
+        raw_rules = doc.get("rule", doc.get("rules", []))
+        if not isinstance(raw_rules, list):
+            raise ValidationFailed("rules must be a list of tables", field="rule")
+        rules = [
+            Rule.parse(r, f"rule #{i + 1}") if isinstance(r, Mapping) else _bad(i)
+            for i, r in enumerate(raw_rules)
+        ]
+        if base is not None and not doc.get("replace_defaults", False):
+            own = {r.id for r in rules}
+            rules += [r for r in base.rules if r.id not in own]
+        return cls(rules)
+
+    @classmethod
+    def from_toml(cls, text: str, *, base: Policy | None = None) -> Policy:
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValidationFailed(f"policy file is not valid TOML: {exc}", field="policy") from exc
+        return cls.from_mapping(doc, base=base)
+
+    @classmethod
+    def default(cls) -> Policy:
+        return _DEFAULT
+
+
+def _bad(i: int) -> Rule:
+    raise ValidationFailed(f"rule #{i + 1} must be a table", field="rule")
+
+
+_DEFAULT = Policy.from_toml(
+    resources.files("runbell.domain").joinpath("default_policy.toml").read_text("utf-8")
+)

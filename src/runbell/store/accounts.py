@@ -1,0 +1,375 @@
+"""Tenants, users, memberships, API keys, user tokens and sources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from runbell.domain.errors import NotFound, ValidationFailed
+from runbell.ids import new_id, new_token, token_hash
+from runbell.store import tables as t
+
+ROLES_MEMBER = ("owner", "admin", "member")
+ROLES_KEY = ("runtime", "admin")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an API key (runtime/admin) or a person (user token / session)."""
+
+    tenant_id: str
+    kind: str  # "key" | "user"
+    role: str  # key: runtime|admin; user: owner|admin|member
+    key_id: str | None = None
+    source_id: str | None = None
+    user_id: str | None = None
+
+    @property
+    def is_user(self) -> bool:
+        return self.kind == "user"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role in ("admin", "owner")
+
+    @property
+    def sees_all_runs(self) -> bool:
+        return self.kind == "key" or self.is_admin
+
+
+def create_tenant(conn: Connection, name: str, now: datetime) -> str:
+    tenant_id = new_id("ten")
+    conn.execute(t.tenants.insert().values(id=tenant_id, name=name, created_at=now))
+    # Every tenant has one authoritative API source: signals sent with a runtime key.
+    conn.execute(
+        t.sources.insert().values(
+            id=new_id("src"),
+            tenant_id=tenant_id,
+            name="api",
+            kind="api",
+            trust="authoritative",
+            created_at=now,
+        )
+    )
+    return tenant_id
+
+
+def get_tenant(conn: Connection, tenant_id: str) -> dict[str, Any]:
+    row = conn.execute(sa.select(t.tenants).where(t.tenants.c.id == tenant_id)).first()
+    if row is None:
+        raise NotFound(f"no tenant {tenant_id!r}")
+    return dict(row._mapping)
+
+
+def resolve_tenant(conn: Connection, ref: str) -> str:
+    """A tenant by id or by unique name (CLI convenience)."""
+    row = conn.execute(
+        sa.select(t.tenants.c.id).where(sa.or_(t.tenants.c.id == ref, t.tenants.c.name == ref))
+    ).all()
+    if len(row) != 1:
+        raise NotFound(f"no single tenant named or numbered {ref!r}")
+    return str(row[0][0])
+
+
+def api_source_id(conn: Connection, tenant_id: str) -> str:
+    return str(
+        conn.execute(
+            sa.select(t.sources.c.id).where(
+                t.sources.c.tenant_id == tenant_id,
+                t.sources.c.kind == "api",
+                t.sources.c.name == "api",
+            )
+        ).scalar_one()
+    )
+
+
+def create_api_key(
+    conn: Connection,
+    tenant_id: str,
+    role: str,
+    now: datetime,
+    *,
+    name: str | None = None,
+    source_id: str | None = None,
+) -> tuple[str, str]:
+    if role not in ROLES_KEY:
+        raise ValidationFailed(f"key role must be one of {', '.join(ROLES_KEY)}", field="role")
+    if source_id is not None:
+        get_source(conn, tenant_id, source_id)
+    key_id = new_id("key")
+    secret = new_token("rbk")
+    conn.execute(
+        t.api_keys.insert().values(
+            id=key_id,
+            tenant_id=tenant_id,
+            role=role,
+            name=name,
+            key_hash=token_hash(secret),
+            source_id=source_id,
+            created_at=now,
+        )
+    )
+    return key_id, secret
+
+
+def revoke_api_key(conn: Connection, tenant_id: str, key_id: str, now: datetime) -> None:
+    res = conn.execute(
+        sa.update(t.api_keys)
+        .where(t.api_keys.c.tenant_id == tenant_id, t.api_keys.c.id == key_id)
+        .values(revoked_at=now)
+    )
+    if res.rowcount == 0:
+        raise NotFound(f"no key {key_id!r}")
+
+
+def ensure_user(conn: Connection, email: str, now: datetime, name: str | None = None) -> str:
+    email = normalize_email(email)
+    row = conn.execute(sa.select(t.users.c.id).where(t.users.c.email == email)).first()
+    if row:
+        return str(row[0])
+    user_id = new_id("usr")
+    conn.execute(t.users.insert().values(id=user_id, email=email, name=name, created_at=now))
+    return user_id
+
+
+def normalize_email(email: str) -> str:
+    email = email.strip().lower()
+    local, at, domain = email.partition("@")
+    if not at or not local or not domain or " " in email or len(email) > 320:
+        raise ValidationFailed(f"{email!r} is not an email address", field="email")
+    return email
+
+
+DEFAULT_CONSENT_URGENCIES = ["normal", "time_sensitive", "urgent"]
+
+
+def add_member(conn: Connection, tenant_id: str, user_id: str, role: str, now: datetime) -> None:
+    if role not in ROLES_MEMBER:
+        raise ValidationFailed(f"role must be one of {', '.join(ROLES_MEMBER)}", field="role")
+    existing = conn.execute(
+        sa.select(t.memberships).where(
+            t.memberships.c.tenant_id == tenant_id, t.memberships.c.user_id == user_id
+        )
+    ).first()
+    if existing:
+        conn.execute(
+            sa.update(t.memberships)
+            .where(t.memberships.c.tenant_id == tenant_id, t.memberships.c.user_id == user_id)
+            .values(role=role, revoked_at=None)
+        )
+    else:
+        conn.execute(
+            t.memberships.insert().values(
+                tenant_id=tenant_id, user_id=user_id, role=role, created_at=now
+            )
+        )
+    has_prefs = conn.execute(
+        sa.select(t.preferences.c.user_id).where(
+            t.preferences.c.tenant_id == tenant_id, t.preferences.c.user_id == user_id
+        )
+    ).first()
+    if not has_prefs:
+        # Email to the address the admin registered is on for pushes of normal urgency and
+        # up; the user can withdraw it. Recorded with how and when it was given.
+        conn.execute(
+            t.preferences.insert().values(
+                tenant_id=tenant_id,
+                user_id=user_id,
+                updated_at=now,
+                consent={
+                    "email": {
+                        "urgencies": DEFAULT_CONSENT_URGENCIES,
+                        "given_at": now.isoformat(),
+                        "how": "default_on_invite",
+                    }
+                },
+            )
+        )
+
+
+def create_user_token(
+    conn: Connection,
+    tenant_id: str,
+    user_id: str,
+    now: datetime,
+    expires_at: datetime | None = None,
+) -> str:
+    secret = new_token("rbu")
+    conn.execute(
+        t.user_tokens.insert().values(
+            id=new_id("tok"),
+            tenant_id=tenant_id,
+            user_id=user_id,
+            token_hash=token_hash(secret),
+            created_at=now,
+            expires_at=expires_at,
+        )
+    )
+    return secret
+
+
+def revoke_member(conn: Connection, tenant_id: str, user_id: str, now: datetime) -> None:
+    """Revoke a membership and every token of it. Access checks read this on every call."""
+    res = conn.execute(
+        sa.update(t.memberships)
+        .where(
+            t.memberships.c.tenant_id == tenant_id,
+            t.memberships.c.user_id == user_id,
+            t.memberships.c.revoked_at.is_(None),
+        )
+        .values(revoked_at=now)
+    )
+    if res.rowcount == 0:
+        raise NotFound(f"no active membership for {user_id!r}")
+    conn.execute(
+        sa.update(t.user_tokens)
+        .where(
+            t.user_tokens.c.tenant_id == tenant_id,
+            t.user_tokens.c.user_id == user_id,
+            t.user_tokens.c.revoked_at.is_(None),
+        )
+        .values(revoked_at=now)
+    )
+
+
+def find_user(conn: Connection, tenant_id: str, ref: str) -> str:
+    """A current member by user id or email; NotFound otherwise."""
+    cond = t.users.c.id == ref if ref.startswith("usr_") else t.users.c.email == ref.strip().lower()
+    row = conn.execute(
+        sa.select(t.users.c.id)
+        .join(t.memberships, t.memberships.c.user_id == t.users.c.id)
+        .where(cond, t.memberships.c.tenant_id == tenant_id, t.memberships.c.revoked_at.is_(None))
+    ).first()
+    if row is None:
+        raise NotFound(f"no member {ref!r} in this tenant")
+    return str(row[0])
+
+
+def membership_role(conn: Connection, tenant_id: str, user_id: str) -> str | None:
+    row = conn.execute(
+        sa.select(t.memberships.c.role).where(
+            t.memberships.c.tenant_id == tenant_id,
+            t.memberships.c.user_id == user_id,
+            t.memberships.c.revoked_at.is_(None),
+        )
+    ).first()
+    return None if row is None else str(row[0])
+
+
+def authenticate(conn: Connection, token: str, now: datetime) -> Principal | None:
+    """The principal for a bearer token, or None. One indexed lookup per call."""
+    digest = token_hash(token)
+    if token.startswith("rbk_"):
+        row = conn.execute(
+            sa.select(
+                t.api_keys.c.id, t.api_keys.c.tenant_id, t.api_keys.c.role, t.api_keys.c.source_id
+            ).where(t.api_keys.c.key_hash == digest, t.api_keys.c.revoked_at.is_(None))
+        ).first()
+        if row is None:
+            return None
+        return Principal(
+            tenant_id=row.tenant_id,
+            kind="key",
+            role=row.role,
+            key_id=row.id,
+            source_id=row.source_id,
+        )
+    if token.startswith("rbu_"):
+        row = conn.execute(
+            sa.select(
+                t.user_tokens.c.tenant_id,
+                t.user_tokens.c.user_id,
+                t.user_tokens.c.expires_at,
+                t.memberships.c.role,
+            )
+            .join(
+                t.memberships,
+                sa.and_(
+                    t.memberships.c.tenant_id == t.user_tokens.c.tenant_id,
+                    t.memberships.c.user_id == t.user_tokens.c.user_id,
+                ),
+            )
+            .where(
+                t.user_tokens.c.token_hash == digest,
+                t.user_tokens.c.revoked_at.is_(None),
+                t.memberships.c.revoked_at.is_(None),
+            )
+        ).first()
+        if row is None or (row.expires_at is not None and row.expires_at <= now):
+            return None
+        return Principal(tenant_id=row.tenant_id, kind="user", role=row.role, user_id=row.user_id)
+    return None
+
+
+# --- sources -------------------------------------------------------------------------
+
+
+def create_source(
+    conn: Connection,
+    tenant_id: str,
+    now: datetime,
+    *,
+    name: str,
+    kind: str,
+    trust: str,
+    mapper: str | None,
+    reader: dict[str, Any] | None,
+    sealed_secrets: list[str] | None,
+) -> str:
+    exists = conn.execute(
+        sa.select(t.sources.c.id).where(
+            t.sources.c.tenant_id == tenant_id, t.sources.c.name == name
+        )
+    ).first()
+    if exists:
+        raise ValidationFailed(f"a source named {name!r} exists already", field="name")
+    source_id = new_id("src")
+    conn.execute(
+        t.sources.insert().values(
+            id=source_id,
+            tenant_id=tenant_id,
+            name=name,
+            kind=kind,
+            trust=trust,
+            mapper=mapper,
+            reader=reader,
+            secrets=sealed_secrets,
+            created_at=now,
+        )
+    )
+    return source_id
+
+
+def get_source(conn: Connection, tenant_id: str | None, source_id: str) -> dict[str, Any]:
+    q = sa.select(t.sources).where(t.sources.c.id == source_id)
+    if tenant_id is not None:
+        q = q.where(t.sources.c.tenant_id == tenant_id)
+    row = conn.execute(q).first()
+    if row is None:
+        raise NotFound(f"no source {source_id!r}")
+    return dict(row._mapping)
+
+
+def list_sources(conn: Connection, tenant_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(t.sources).where(t.sources.c.tenant_id == tenant_id).order_by(t.sources.c.id)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def update_source_secrets(
+    conn: Connection, tenant_id: str, source_id: str, sealed: list[str]
+) -> None:
+    conn.execute(
+        sa.update(t.sources)
+        .where(t.sources.c.tenant_id == tenant_id, t.sources.c.id == source_id)
+        .values(secrets=sealed)
+    )
+
+
+def count_tenants(conn: Connection) -> int:
+    return int(conn.execute(sa.select(sa.func.count()).select_from(t.tenants)).scalar_one())

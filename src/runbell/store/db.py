@@ -1,0 +1,152 @@
+"""Engine set-up and the unit of work: one transaction, its feed events, its wake-ups.
+
+The boundary (one accepted signal, one acknowledgement, one claimed delivery) opens a
+:class:`Tx` with :meth:`Database.transaction`; repositories take ``tx.conn`` and never
+commit. Feed events are buffered on the Tx and written just before commit, so the
+per-tenant counter row is locked for the shortest time and feed order equals commit order.
+After a successful commit, the process-local :class:`runbell.store.wakeup.Hub` is told, and
+(on PostgreSQL) a NOTIFY is sent outside the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from runbell.store import tables as t
+from runbell.store.wakeup import Hub
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=16,
+            max_overflow=16,
+        )
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Let us issue BEGIN ourselves (pysqlite's own BEGIN is deferred and lazy).
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn: Connection) -> None:
+            if conn.get_execution_options().get("runbell_readonly"):
+                conn.exec_driver_sql("BEGIN")
+                return
+            # IMMEDIATE takes the write lock up front: concurrent writers queue on
+            # busy_timeout instead of failing with a lock upgrade deadlock mid-transaction.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return sa.create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True)
+
+
+@dataclass
+class PendingEvent:
+    type: str
+    data: dict[str, Any]
+    run_id: str | None = None
+    notification_id: str | None = None
+    user_id: str | None = None
+
+
+@dataclass
+class Tx:
+    conn: Connection
+    now: datetime
+    events: dict[str, list[PendingEvent]] = field(default_factory=dict)
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+    dialect: str = "sqlite"
+
+    def emit(self, tenant_id: str, ev: PendingEvent) -> None:
+        self.events.setdefault(tenant_id, []).append(ev)
+
+    def flush_events(self) -> dict[str, int]:
+        """Write buffered feed events; returns the head sequence per tenant."""
+        heads: dict[str, int] = {}
+        for tenant_id, evs in self.events.items():
+            if not evs:
+                continue
+            head = self.conn.execute(
+                sa.update(t.tenants)
+                .where(t.tenants.c.id == tenant_id)
+                .values(feed_seq=t.tenants.c.feed_seq + len(evs))
+                .returning(t.tenants.c.feed_seq)
+            ).scalar_one()
+            first = head - len(evs) + 1
+            self.conn.execute(
+                t.feed_events.insert(),
+                [
+                    {
+                        "tenant_id": tenant_id,
+                        "seq": first + i,
+                        "type": ev.type,
+                        "run_id": ev.run_id,
+                        "notification_id": ev.notification_id,
+                        "user_id": ev.user_id,
+                        "data": ev.data,
+                        "created_at": self.now,
+                    }
+                    for i, ev in enumerate(evs)
+                ],
+            )
+            heads[tenant_id] = head
+        self.events.clear()
+        return heads
+
+
+class Database:
+    """The engine, the clock and the wake-up hub, shared by API, worker and scheduler."""
+
+    def __init__(self, url: str, *, clock: Callable[[], datetime], hub: Hub | None = None):
+        self.url = url
+        self.engine = make_engine(url)
+        self.dialect = self.engine.dialect.name
+        self.clock = clock
+        self.hub = hub or Hub()
+        self.commit_hooks: list[Callable[[dict[str, int]], None]] = []
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    @contextmanager
+    def transaction(self, *, now: datetime | None = None) -> Iterator[Tx]:
+        """One atomic unit. Everything inside commits together or not at all."""
+        with self.engine.connect() as conn:
+            tx = Tx(conn=conn, now=now or self.clock(), dialect=self.dialect)
+            with conn.begin():
+                yield tx
+                heads = tx.flush_events()
+        for tenant_id, head in heads.items():
+            self.hub.publish(tenant_id, head)
+        for hook in self.commit_hooks:
+            hook(heads)
+        for fn in tx.after_commit:
+            fn()
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only connection: on SQLite a deferred BEGIN, so reads never queue."""
+        with self.engine.connect() as conn:
+            conn.execution_options(runbell_readonly=True)
+            yield conn
+
+    def dispose(self) -> None:
+        self.engine.dispose()

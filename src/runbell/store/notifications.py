@@ -1,0 +1,227 @@
+"""Notifications, their deliveries (the outbox) and delivery attempts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from runbell.domain.errors import NotFound
+from runbell.ids import new_id
+from runbell.store import tables as t
+
+# Delivery statuses that will still send something unless stopped.
+PENDING_DELIVERY = ("queued", "retry_scheduled", "deferred", "delivery_unknown")
+ACTIONABLE_TYPES = ("input_required",)
+
+
+def insert_once(conn: Connection, values: dict[str, Any]) -> tuple[str, bool]:
+    """Insert a notification unless its (tenant, recipient, run, version, type) exists.
+
+    Returns (id, created). The unique constraint, not this code, is what guarantees one.
+    """
+    ins = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(
+        t.notifications
+    )
+    res = conn.execute(
+        ins.values(**values).on_conflict_do_nothing(
+            index_elements=[
+                "tenant_id",
+                "recipient_user_id",
+                "run_id",
+                "transition_version",
+                "attention_type",
+            ]
+        )
+    )
+    if res.rowcount == 1:
+        return values["id"], True
+    existing = conn.execute(
+        sa.select(t.notifications.c.id).where(
+            t.notifications.c.tenant_id == values["tenant_id"],
+            t.notifications.c.recipient_user_id == values["recipient_user_id"],
+            t.notifications.c.run_id == values["run_id"],
+            t.notifications.c.transition_version == values["transition_version"],
+            t.notifications.c.attention_type == values["attention_type"],
+        )
+    ).scalar_one()
+    return str(existing), False
+
+
+def add_deliveries(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        conn.execute(t.deliveries.insert(), rows)
+
+
+def delivery_row(
+    tenant_id: str,
+    notification_id: str,
+    channel: str,
+    destination: str,
+    status: str,
+    now: datetime,
+) -> dict[str, Any]:
+    return {
+        "id": new_id("dlv"),
+        "tenant_id": tenant_id,
+        "notification_id": notification_id,
+        "channel": channel,
+        "destination": destination,
+        "status": status,
+        "attempt_count": 0,
+        "next_attempt_at": now if status == "queued" else None,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def get(conn: Connection, tenant_id: str, notification_id: str) -> dict[str, Any]:
+    row = conn.execute(
+        sa.select(t.notifications).where(
+            t.notifications.c.tenant_id == tenant_id, t.notifications.c.id == notification_id
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"no notification {notification_id!r}")
+    return dict(row._mapping)
+
+
+def get_many(conn: Connection, tenant_id: str, ids: list[str]) -> list[dict[str, Any]]:
+    if not ids:
+        return []
+    rows = conn.execute(
+        sa.select(t.notifications)
+        .where(t.notifications.c.tenant_id == tenant_id, t.notifications.c.id.in_(ids))
+        .order_by(t.notifications.c.id)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def list_for_recipient(
+    conn: Connection,
+    tenant_id: str,
+    user_id: str,
+    *,
+    states: list[str] | None,
+    before: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    q = sa.select(t.notifications).where(
+        t.notifications.c.tenant_id == tenant_id, t.notifications.c.recipient_user_id == user_id
+    )
+    if states:
+        q = q.where(t.notifications.c.state.in_(states))
+    if before:
+        q = q.where(t.notifications.c.id < before)
+    rows = conn.execute(q.order_by(t.notifications.c.id.desc()).limit(limit)).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def open_for_run(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(t.notifications)
+        .where(
+            t.notifications.c.tenant_id == tenant_id,
+            t.notifications.c.run_id == run_id,
+            t.notifications.c.state == "open",
+        )
+        .order_by(t.notifications.c.id)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def close(
+    conn: Connection,
+    tenant_id: str,
+    notification_id: str,
+    state: str,
+    reason: str,
+    now: datetime,
+) -> bool:
+    """Close an open notification and cancel what it still had queued, in one go."""
+    res = conn.execute(
+        sa.update(t.notifications)
+        .where(
+            t.notifications.c.tenant_id == tenant_id,
+            t.notifications.c.id == notification_id,
+            t.notifications.c.state == "open",
+        )
+        .values(state=state, closed_at=now, closed_reason=reason)
+    )
+    if res.rowcount == 0:
+        return False
+    cancel_pending_deliveries(conn, tenant_id, notification_id, now, reason)
+    return True
+
+
+def cancel_pending_deliveries(
+    conn: Connection, tenant_id: str, notification_id: str, now: datetime, reason: str
+) -> int:
+    return int(
+        conn.execute(
+            sa.update(t.deliveries)
+            .where(
+                t.deliveries.c.tenant_id == tenant_id,
+                t.deliveries.c.notification_id == notification_id,
+                t.deliveries.c.status.in_(PENDING_DELIVERY),
+            )
+            .values(
+                status="cancelled", next_attempt_at=None, updated_at=now, last_error=reason[:500]
+            )
+        ).rowcount
+    )
+
+
+def deliveries_for(conn: Connection, tenant_id: str, notification_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(t.deliveries)
+        .where(
+            t.deliveries.c.tenant_id == tenant_id, t.deliveries.c.notification_id == notification_id
+        )
+        .order_by(t.deliveries.c.id)
+    ).all()
+    out = [dict(r._mapping) for r in rows]
+    if out:
+        attempts = conn.execute(
+            sa.select(t.delivery_attempts)
+            .where(t.delivery_attempts.c.delivery_id.in_([d["id"] for d in out]))
+            .order_by(t.delivery_attempts.c.delivery_id, t.delivery_attempts.c.attempt_no)
+        ).all()
+        by: dict[str, list[dict[str, Any]]] = {}
+        for a in attempts:
+            by.setdefault(a.delivery_id, []).append(dict(a._mapping))
+        for d in out:
+            d["attempts"] = by.get(d["id"], [])
+    return out
+
+
+def count_recent(
+    conn: Connection, tenant_id: str, user_id: str, attention_type: str, since: datetime
+) -> int:
+    return int(
+        conn.execute(
+            sa.select(sa.func.count())
+            .select_from(t.notifications)
+            .where(
+                t.notifications.c.tenant_id == tenant_id,
+                t.notifications.c.recipient_user_id == user_id,
+                t.notifications.c.attention_type == attention_type,
+                t.notifications.c.created_at >= since,
+            )
+        ).scalar_one()
+    )
+
+
+def mark_seen(conn: Connection, tenant_id: str, notification_id: str, now: datetime) -> None:
+    conn.execute(
+        sa.update(t.notifications)
+        .where(
+            t.notifications.c.tenant_id == tenant_id,
+            t.notifications.c.id == notification_id,
+            t.notifications.c.first_seen_at.is_(None),
+        )
+        .values(first_seen_at=now)
+    )

@@ -1,0 +1,181 @@
+"""Runs, their transition history, who may see them, and inbound-event dedupe."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from runbell.domain.errors import NotFound
+from runbell.store import tables as t
+from runbell.store.accounts import Principal
+
+
+def get_run(
+    conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False
+) -> dict[str, Any] | None:
+    q = sa.select(t.runs).where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
+    if for_update:
+        # The run lock: one writer per run at a time on PostgreSQL. (SQLite's BEGIN
+        # IMMEDIATE already serializes writers.)
+        q = q.with_for_update()
+    row = conn.execute(q).first()
+    return None if row is None else dict(row._mapping)
+
+
+def require_run(
+    conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False
+) -> dict[str, Any]:
+    run = get_run(conn, tenant_id, run_id, for_update=for_update)
+    if run is None:
+        raise NotFound(f"no run {run_id!r}")
+    return run
+
+
+def insert_run(conn: Connection, values: dict[str, Any]) -> None:
+    conn.execute(t.runs.insert().values(**values))
+
+
+def update_run(conn: Connection, tenant_id: str, run_id: str, values: dict[str, Any]) -> None:
+    conn.execute(
+        sa.update(t.runs)
+        .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
+        .values(**values)
+    )
+
+
+def add_transition(conn: Connection, values: dict[str, Any]) -> None:
+    conn.execute(t.transitions.insert().values(**values))
+
+
+def list_transitions(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(t.transitions)
+        .where(t.transitions.c.tenant_id == tenant_id, t.transitions.c.run_id == run_id)
+        .order_by(t.transitions.c.version)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def set_access(conn: Connection, tenant_id: str, run_id: str, user_ids: set[str]) -> None:
+    current = {
+        r[0]
+        for r in conn.execute(
+            sa.select(t.run_access.c.user_id).where(
+                t.run_access.c.tenant_id == tenant_id, t.run_access.c.run_id == run_id
+            )
+        )
+    }
+    gone = current - user_ids
+    if gone:
+        conn.execute(
+            sa.delete(t.run_access).where(
+                t.run_access.c.tenant_id == tenant_id,
+                t.run_access.c.run_id == run_id,
+                t.run_access.c.user_id.in_(gone),
+            )
+        )
+    new = user_ids - current
+    if new:
+        conn.execute(
+            t.run_access.insert(),
+            [{"tenant_id": tenant_id, "run_id": run_id, "user_id": u} for u in sorted(new)],
+        )
+
+
+def can_see_run(conn: Connection, who: Principal, run_id: str) -> bool:
+    if who.sees_all_runs:
+        return True
+    return (
+        conn.execute(
+            sa.select(t.run_access.c.user_id).where(
+                t.run_access.c.tenant_id == who.tenant_id,
+                t.run_access.c.run_id == run_id,
+                t.run_access.c.user_id == who.user_id,
+            )
+        ).first()
+        is not None
+    )
+
+
+def visible_run_ids(who: Principal) -> sa.Select[tuple[str]]:
+    """Subquery of run ids a (non-admin) user may see."""
+    return sa.select(t.run_access.c.run_id).where(
+        t.run_access.c.tenant_id == who.tenant_id, t.run_access.c.user_id == who.user_id
+    )
+
+
+def list_runs(
+    conn: Connection,
+    who: Principal,
+    *,
+    states: list[str] | None,
+    after: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    q = sa.select(t.runs).where(t.runs.c.tenant_id == who.tenant_id)
+    if not who.sees_all_runs:
+        q = q.where(t.runs.c.run_id.in_(visible_run_ids(who)))
+    if states:
+        q = q.where(t.runs.c.state.in_(states))
+    if after:
+        q = q.where(t.runs.c.run_id > after)
+    rows = conn.execute(q.order_by(t.runs.c.run_id).limit(limit)).all()
+    return [dict(r._mapping) for r in rows]
+
+
+# --- inbound events ------------------------------------------------------------------
+
+
+def find_inbound(
+    conn: Connection, tenant_id: str, source_id: str, event_id: str
+) -> dict[str, Any] | None:
+    row = conn.execute(
+        sa.select(t.inbound_events).where(
+            t.inbound_events.c.tenant_id == tenant_id,
+            t.inbound_events.c.source_id == source_id,
+            t.inbound_events.c.event_id == event_id,
+        )
+    ).first()
+    return None if row is None else dict(row._mapping)
+
+
+def insert_inbound(conn: Connection, values: dict[str, Any]) -> None:
+    conn.execute(t.inbound_events.insert().values(**values))
+
+
+def finish_inbound(
+    conn: Connection,
+    tenant_id: str,
+    source_id: str,
+    event_id: str,
+    *,
+    outcome: str,
+    reason: str | None,
+    run_version: int | None,
+    notification_ids: list[str],
+) -> None:
+    conn.execute(
+        sa.update(t.inbound_events)
+        .where(
+            t.inbound_events.c.tenant_id == tenant_id,
+            t.inbound_events.c.source_id == source_id,
+            t.inbound_events.c.event_id == event_id,
+        )
+        .values(
+            outcome=outcome,
+            reason=reason,
+            run_version=run_version,
+            notification_ids=notification_ids,
+        )
+    )
+
+
+def prune_inbound(conn: Connection, before: datetime) -> int:
+    return int(
+        conn.execute(
+            sa.delete(t.inbound_events).where(t.inbound_events.c.received_at < before)
+        ).rowcount
+    )

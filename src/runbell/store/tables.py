@@ -1,0 +1,358 @@
+"""The schema, in SQLAlchemy Core. Identical on SQLite and PostgreSQL.
+
+Every row carries ``tenant_id``. Invariant 1 (one notification per tenant, recipient, run,
+transition version and attention type) is the unique constraint ``uq_notification_once``;
+dedupe of inbound signals is the primary key of ``inbound_events``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.types import TypeDecorator
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on both databases (SQLite would otherwise hand back naive ones)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; pass an aware UTC datetime")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+Id = sa.String(64)
+
+
+def _tenant() -> sa.Column[str]:
+    return sa.Column("tenant_id", Id, sa.ForeignKey("tenants.id"), nullable=False)
+
+
+tenants = sa.Table(
+    "tenants",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    # The feed cursor counter: bumped once per committing transaction, under the row lock,
+    # so feed sequence order equals commit order (no reader can skip a late commit).
+    sa.Column("feed_seq", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("feed_pruned_through", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("policy", JSON, nullable=True),
+)
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("email", sa.String(320), nullable=False, unique=True),
+    sa.Column("name", sa.String(200), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+memberships = sa.Table(
+    "memberships",
+    metadata,
+    _tenant(),
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("revoked_at", UTCDateTime, nullable=True),
+    sa.PrimaryKeyConstraint("tenant_id", "user_id"),
+    sa.CheckConstraint("role in ('owner','admin','member')", name="role"),
+)
+
+user_tokens = sa.Table(
+    "user_tokens",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=True),
+    sa.Column("revoked_at", UTCDateTime, nullable=True),
+)
+
+sources = sa.Table(
+    "sources",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("name", sa.String(200), nullable=False),
+    # api: signals over the HTTP API with a runtime key; webhook: signed provider events
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("mapper", sa.String(32), nullable=True),
+    sa.Column("trust", sa.String(16), nullable=False),
+    # {"type": "http_json", ...}; header values are sealed with the secret box
+    sa.Column("reader", JSON, nullable=True),
+    # sealed Standard Webhooks secrets, newest first (several = rotation window)
+    sa.Column("secrets", JSON, nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.CheckConstraint("trust in ('authoritative','advisory')", name="trust"),
+    sa.CheckConstraint("kind in ('api','webhook')", name="kind"),
+)
+sa.Index("ix_sources_tenant_name", sources.c.tenant_id, sources.c.name, unique=True)
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("name", sa.String(200), nullable=True),
+    sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("source_id", Id, sa.ForeignKey("sources.id"), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("revoked_at", UTCDateTime, nullable=True),
+    sa.CheckConstraint("role in ('runtime','admin')", name="role"),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    _tenant(),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("owner_user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("title", sa.String(500), nullable=True),
+    sa.Column("kind", sa.String(100), nullable=True),
+    sa.Column("subject", JSON, nullable=True),
+    sa.Column("objective", sa.Text, nullable=True),
+    sa.Column("authority", JSON, nullable=True),
+    sa.Column("state", sa.String(20), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("sequence", sa.BigInteger, nullable=True),
+    sa.Column("notify_on_complete", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("metadata", JSON, nullable=True),
+    sa.Column("details", JSON, nullable=True),  # sensitive: never in feed, logs or channels
+    sa.Column("progress", JSON, nullable=True),
+    sa.Column("stop_reason", sa.String(500), nullable=True),
+    sa.Column("error", JSON, nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("started_at", UTCDateTime, nullable=True),
+    sa.Column("finished_at", UTCDateTime, nullable=True),
+    sa.Column("last_progress_at", UTCDateTime, nullable=True),
+    sa.PrimaryKeyConstraint("tenant_id", "run_id"),
+)
+sa.Index("ix_runs_tenant_state", runs.c.tenant_id, runs.c.state)
+sa.Index("ix_runs_tenant_updated", runs.c.tenant_id, runs.c.updated_at)
+
+# Who may see a run besides tenant owners/admins: its owner and the users its authority
+# names. Kept as rows so feed and inbox filters are one indexed join.
+run_access = sa.Table(
+    "run_access",
+    metadata,
+    _tenant(),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "user_id", "run_id"),
+)
+
+transitions = sa.Table(
+    "transitions",
+    metadata,
+    _tenant(),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),  # create | state | update
+    sa.Column("from_state", sa.String(20), nullable=True),
+    sa.Column("to_state", sa.String(20), nullable=False),
+    sa.Column("source_id", Id, nullable=True),
+    sa.Column("event_id", sa.String(200), nullable=True),
+    sa.Column("sequence", sa.BigInteger, nullable=True),
+    sa.Column("reason", sa.String(500), nullable=True),
+    sa.Column("decision", JSON, nullable=True),  # the policy decision, even when suppressed
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "run_id", "version"),
+)
+
+inbound_events = sa.Table(
+    "inbound_events",
+    metadata,
+    _tenant(),
+    sa.Column("source_id", Id, nullable=False),
+    sa.Column("event_id", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("claimed_state", sa.String(20), nullable=False),
+    sa.Column("sequence", sa.BigInteger, nullable=True),
+    sa.Column("outcome", sa.String(16), nullable=False),
+    sa.Column("reason", sa.String(500), nullable=True),
+    sa.Column("run_version", sa.Integer, nullable=True),
+    sa.Column("notification_ids", JSON, nullable=True),
+    sa.Column("received_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "source_id", "event_id"),
+)
+sa.Index("ix_inbound_events_received", inbound_events.c.received_at)
+
+mismatches = sa.Table(
+    "mismatches",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("source_id", Id, nullable=False),
+    sa.Column("event_id", sa.String(200), nullable=False),
+    sa.Column("claimed", JSON, nullable=False),
+    sa.Column("observed", JSON, nullable=True),
+    sa.Column("status", sa.String(16), nullable=False),  # open|resolved|superseded|escalated
+    sa.Column("checks", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("next_check_at", UTCDateTime, nullable=True),
+    sa.Column("last_error", sa.String(500), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("resolved_at", UTCDateTime, nullable=True),
+)
+sa.Index("ix_mismatches_due", mismatches.c.status, mismatches.c.next_check_at)
+sa.Index("ix_mismatches_run", mismatches.c.tenant_id, mismatches.c.run_id)
+
+notifications = sa.Table(
+    "notifications",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("recipient_user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("transition_version", sa.Integer, nullable=False),
+    sa.Column("attention_type", sa.String(20), nullable=False),
+    sa.Column("urgency", sa.String(20), nullable=False),
+    sa.Column("decision", sa.String(16), nullable=False),
+    sa.Column("rule_id", sa.String(200), nullable=False),
+    sa.Column("inputs", JSON, nullable=False),
+    sa.Column("summary", sa.String(300), nullable=False),  # neutral: safe on a lock screen
+    sa.Column("subject_version", sa.String(200), nullable=True),
+    sa.Column("input_request_id", sa.String(200), nullable=True),
+    sa.Column("reason", sa.String(500), nullable=True),
+    sa.Column("expires_at", UTCDateTime, nullable=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("closed_at", UTCDateTime, nullable=True),
+    sa.Column("closed_reason", sa.String(500), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("first_delivered_at", UTCDateTime, nullable=True),
+    sa.Column("first_seen_at", UTCDateTime, nullable=True),
+    sa.UniqueConstraint(
+        "tenant_id",
+        "recipient_user_id",
+        "run_id",
+        "transition_version",
+        "attention_type",
+        name="uq_notification_once",
+    ),
+    sa.CheckConstraint(
+        "state in ('open','acknowledged','resolved','expired','superseded','revoked')",
+        name="state",
+    ),
+)
+sa.Index(
+    "ix_notifications_inbox",
+    notifications.c.tenant_id,
+    notifications.c.recipient_user_id,
+    notifications.c.id,
+)
+sa.Index(
+    "ix_notifications_run_state",
+    notifications.c.tenant_id,
+    notifications.c.run_id,
+    notifications.c.state,
+)
+
+deliveries = sa.Table(
+    "deliveries",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("notification_id", Id, sa.ForeignKey("notifications.id"), nullable=False),
+    sa.Column("channel", sa.String(16), nullable=False),
+    sa.Column("destination", sa.String(500), nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("attempt_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("next_attempt_at", UTCDateTime, nullable=True),
+    sa.Column("lease_until", UTCDateTime, nullable=True),
+    sa.Column("claimed_by", sa.String(100), nullable=True),
+    sa.Column("last_error", sa.String(500), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint("notification_id", "channel", "destination", name="uq_delivery_once"),
+)
+sa.Index("ix_deliveries_due", deliveries.c.status, deliveries.c.next_attempt_at)
+sa.Index("ix_deliveries_tenant_status", deliveries.c.tenant_id, deliveries.c.status)
+
+delivery_attempts = sa.Table(
+    "delivery_attempts",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("delivery_id", Id, sa.ForeignKey("deliveries.id"), nullable=False),
+    sa.Column("attempt_no", sa.Integer, nullable=False),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("finished_at", UTCDateTime, nullable=True),
+    sa.Column("outcome", sa.String(20), nullable=False),
+    sa.Column("status_code", sa.Integer, nullable=True),
+    sa.Column("provider_message_id", sa.String(300), nullable=True),
+    sa.Column("duration_ms", sa.Integer, nullable=True),
+    sa.Column("error", sa.String(500), nullable=True),
+    sa.Column("response_excerpt", sa.String(1000), nullable=True),
+)
+sa.Index("ix_delivery_attempts_delivery", delivery_attempts.c.delivery_id)
+
+feed_events = sa.Table(
+    "feed_events",
+    metadata,
+    _tenant(),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("type", sa.String(50), nullable=False),
+    sa.Column("run_id", sa.String(200), nullable=True),
+    sa.Column("notification_id", Id, nullable=True),
+    # Audience: NULL = a run event (visible to whoever may see the run); else one user.
+    sa.Column("user_id", Id, nullable=True),
+    sa.Column("data", JSON, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "seq"),
+)
+sa.Index("ix_feed_events_created", feed_events.c.tenant_id, feed_events.c.created_at)
+sa.Index("ix_feed_events_notification", feed_events.c.notification_id)
+
+preferences = sa.Table(
+    "preferences",
+    metadata,
+    _tenant(),
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    # {"email": {"urgencies": [...], "given_at": ..., "how": ...}, ...}
+    sa.Column("consent", JSON, nullable=False),
+    sa.Column("quiet_hours", JSON, nullable=True),
+    sa.Column("timezone", sa.String(64), nullable=False, server_default="UTC"),
+    sa.Column("locale", sa.String(32), nullable=False, server_default="en"),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "user_id"),
+)
+
+kv = sa.Table(
+    "kv",
+    metadata,
+    sa.Column("key", sa.String(100), primary_key=True),
+    sa.Column("value", JSON, nullable=False),
+)

@@ -1,0 +1,101 @@
+"""What the outside sees of runs and notifications (API bodies, feed payloads).
+
+Sensitive run ``details`` appear only where the caller asked for them and may see them;
+the neutral views here never include them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from runbell.domain.runs import MCP_STATUS, RunState, is_terminal
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def run_view(run: dict[str, Any], *, include_details: bool = False) -> dict[str, Any]:
+    out = {
+        "run_id": run["run_id"],
+        "owner": run["owner_user_id"],
+        "title": run.get("title"),
+        "kind": run.get("kind"),
+        "subject": run.get("subject"),
+        "objective": run.get("objective"),
+        "authority": run.get("authority"),
+        "state": run["state"],
+        "mcp_status": MCP_STATUS[RunState(run["state"])],
+        "terminal": is_terminal(run["state"]),
+        "version": run["version"],
+        "sequence": run.get("sequence"),
+        "notify_on_complete": bool(run.get("notify_on_complete")),
+        "metadata": run.get("metadata") or {},
+        "progress": run.get("progress"),
+        "stop_reason": run.get("stop_reason"),
+        "error": run.get("error"),
+        "created_at": iso(run.get("created_at")),
+        "updated_at": iso(run.get("updated_at")),
+        "started_at": iso(run.get("started_at")),
+        "finished_at": iso(run.get("finished_at")),
+        "last_progress_at": iso(run.get("last_progress_at")),
+    }
+    if include_details:
+        out["details"] = run.get("details")
+    return out
+
+
+def run_event(run: dict[str, Any]) -> dict[str, Any]:
+    """The thin run payload carried by feed events: ids, state, version, reason."""
+    return {
+        "run_id": run["run_id"],
+        "state": run["state"],
+        "version": run["version"],
+        "kind": run.get("kind"),
+        "terminal": is_terminal(run["state"]),
+        "stop_reason": run.get("stop_reason"),
+    }
+
+
+def notification_view(note: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": note["id"],
+        "run_id": note["run_id"],
+        "recipient": note["recipient_user_id"],
+        "transition_version": note["transition_version"],
+        "attention_type": note["attention_type"],
+        "urgency": note["urgency"],
+        "decision": note["decision"],
+        "rule_id": note["rule_id"],
+        "summary": note["summary"],
+        "subject_version": note.get("subject_version"),
+        "input_request_id": note.get("input_request_id"),
+        "reason": note.get("reason"),
+        "state": note["state"],
+        "expires_at": iso(note.get("expires_at")),
+        "created_at": iso(note.get("created_at")),
+        "closed_at": iso(note.get("closed_at")),
+        "closed_reason": note.get("closed_reason"),
+        "first_delivered_at": iso(note.get("first_delivered_at")),
+        "first_seen_at": iso(note.get("first_seen_at")),
+        "deep_link": f"/n/{note['id']}",
+    }
+
+
+def actionable(note: dict[str, Any], run: dict[str, Any], now: datetime) -> tuple[bool, str]:
+    """Whether the notification's action can still run, and why (not)."""
+    if note["state"] != "open":
+        return False, note["state"]
+    if note.get("expires_at") is not None and note["expires_at"] <= now:
+        return False, "expired"
+    if note["attention_type"] != "input_required":
+        return False, "informational"
+    if run["state"] != "input_required":
+        return False, f"run is now {run['state']}"
+    if run["version"] != note["transition_version"]:
+        return (
+            False,
+            f"run changed since (version {note['transition_version']} -> {run['version']})",
+        )
+    return True, "awaiting your input"

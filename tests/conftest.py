@@ -1,0 +1,200 @@
+"""Shared fixtures: one parametrized engine fixture runs every database test on SQLite and
+PostgreSQL. Outside CI, the PostgreSQL half skips with a clear message when no server is
+reachable; in CI (CI=true) it fails instead, so it can never be skipped silently.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from cryptography.fernet import Fernet
+from fastapi.testclient import TestClient
+
+from runbell.api.app import create_app
+from runbell.config import Settings
+from runbell.core import Runbell
+from runbell.service import build
+from runbell.store.db import make_engine
+from runbell.store.migrate import upgrade
+from runbell.testing import Clock, TenantCreds, make_tenant
+
+PG_URL = os.environ.get(
+    "RUNBELL_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+IN_CI = os.environ.get("CI", "").lower() == "true"
+SECRET_KEY = Fernet.generate_key().decode()
+
+
+def _pg_problem() -> str | None:
+    try:
+        engine = sa.create_engine(PG_URL, connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+        engine.dispose()
+        return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str | None]:
+    """A migrated template database; each test clones it (fast, isolated)."""
+    problem = _pg_problem()
+    if problem is not None:
+        yield None
+        return
+    admin = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    name = f"rb_tmpl_{os.getpid()}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    engine = make_engine(
+        str(sa.make_url(PG_URL).set(database=name).render_as_string(hide_password=False))
+    )
+    upgrade(engine)
+    engine.dispose()
+    yield name
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tmpl") / "template.db"
+    engine = make_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    engine.dispose()  # closing the last connection checkpoints the WAL into the file
+    return path
+
+
+def pg_database(pg_template: str | None) -> Iterator[str]:
+    if pg_template is None:
+        reason = (
+            f"PostgreSQL not reachable at {sa.make_url(PG_URL).render_as_string()} "
+            f"({_pg_problem()}); set RUNBELL_TEST_DATABASE_URL or start it"
+        )
+        if IN_CI:
+            pytest.fail("CI requires PostgreSQL: " + reason)
+        pytest.skip(reason)
+    admin = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    name = f"rb_t_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"'))
+    try:
+        yield sa.make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path, pg_template: str | None
+) -> Iterator[str]:
+    """The parametrized engine fixture: each dependent test runs on both databases."""
+    if request.param == "sqlite":
+        target = tmp_path / "runbell.db"
+        shutil.copy(sqlite_template, target)
+        yield f"sqlite:///{target}"
+    else:
+        yield from pg_database(pg_template)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def make_settings(tmp_path: Path, url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "data_dir": tmp_path,
+        "database_url": url,
+        "secret_key": SECRET_KEY,
+        "outbound_allow_hosts": frozenset({"127.0.0.1"}),
+        "public_url": "http://testserver",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, db_url: str) -> Settings:
+    return make_settings(tmp_path, db_url)
+
+
+@pytest.fixture
+def core(settings: Settings, clock: Clock) -> Iterator[Runbell]:
+    rb = build(settings, clock=clock, migrate=False)
+    yield rb
+    rb.db.dispose()
+
+
+@pytest.fixture
+def creds(core: Runbell) -> TenantCreds:
+    return make_tenant(core)
+
+
+@pytest.fixture
+def client(core: Runbell) -> Iterator[TestClient]:
+    with TestClient(create_app(core, bridge=False)) as c:
+        yield c
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    """The real app under uvicorn in a thread: for long-polls, SSE and real HTTP clients."""
+
+    def __init__(self, core: Runbell, *, bridge: bool = True) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            create_app(core, bridge=bridge),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("live server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def live(core: Runbell) -> Iterator[LiveServer]:
+    with LiveServer(core) as server:
+        yield server
