@@ -229,12 +229,14 @@ def source_create(
 
     core = _core()
     try:
-        body = SourceCreate(
-            name=name,
-            kind=kind,
-            mapper=mapper,
-            trust=trust,  # type: ignore[arg-type]
-            reader=json.loads(reader) if reader else None,
+        body = SourceCreate.model_validate(
+            {
+                "name": name,
+                "kind": kind,
+                "mapper": mapper,
+                "trust": trust,
+                "reader": json.loads(reader) if reader else None,
+            }
         )
         with core.db.read() as conn:
             tenant_id = accounts.resolve_tenant(conn, tenant)
