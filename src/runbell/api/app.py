@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from runbell import __version__
 from runbell.api import problems
 from runbell.api.limits import BodyLimit
-from runbell.api.routers import events, health, notifications, runs, sources
+from runbell.api.routers import events, health, notifications, policy, runs, sources
 from runbell.core import Runbell
 from runbell.store.wakeup import PgBridge
 
@@ -44,7 +44,14 @@ def create_app(core: Runbell, *, bridge: bool = True) -> FastAPI:
     )
     app.state.core = core
     problems.install(app)
-    for router in (runs.router, sources.router, notifications.router, events.router, health.router):
+    for router in (
+        runs.router,
+        sources.router,
+        notifications.router,
+        events.router,
+        policy.router,
+        health.router,
+    ):
         app.include_router(router)
     app.add_middleware(BodyLimit, max_bytes=core.settings.max_body_bytes)
     return app
