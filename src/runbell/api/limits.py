@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
-class BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(HTTPException):
+    """Raised from ``receive`` mid-body. An HTTPException, so that FastAPI's body parser
+    re-raises it (it turns other errors into a vague 400) and it renders as 413."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"request body exceeds {max_bytes} bytes")
 
 
 class BodyLimit:
@@ -33,7 +38,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise BodyTooLarge
+                    raise BodyTooLarge(self.max_bytes)
             return message
 
         async def tracking_send(message: Message) -> None:

@@ -24,6 +24,15 @@ def problem(status: int, title: str, detail: str, slug: str, **extra: Any) -> JS
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
+_HTTP = {
+    401: ("Unauthorized", "unauthorized"),
+    404: ("Not found", "not-found"),
+    405: ("Method not allowed", "method-not-allowed"),
+    413: ("Content too large", "too-large"),
+    415: ("Unsupported media type", "unsupported-media-type"),
+}
+
+
 def _field_name(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or "body"
@@ -52,19 +61,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        titles = {
-            404: "Not found",
-            405: "Method not allowed",
-            401: "Unauthorized",
-            413: "Content too large",
-            415: "Unsupported media type",
-        }
-        return problem(
-            exc.status_code,
-            titles.get(exc.status_code, "Error"),
-            str(exc.detail),
-            f"http-{exc.status_code}",
-        )
+        title, slug = _HTTP.get(exc.status_code, ("Error", f"http-{exc.status_code}"))
+        return problem(exc.status_code, title, str(exc.detail), slug)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
