@@ -46,27 +46,56 @@ class Hub:
         if local and self.remote_publish is not None:
             self.remote_publish.put((tenant_id, seq))
 
+    def listen(self, tenant_id: str) -> Listener:
+        """Register interest *before* reading, so a commit between the read and the wait
+        still wakes us (no lost wake-up window)."""
+        return Listener(self, tenant_id)
+
     async def wait(self, tenant_id: str, timeout: float) -> bool:
         """Wait until something commits for ``tenant_id`` or ``timeout`` passes."""
-        ev = asyncio.Event()
-        key = (asyncio.get_running_loop(), ev)
+        with self.listen(tenant_id) as listener:
+            return await listener.wait(timeout)
+
+    def _add(self, tenant_id: str, key: tuple[asyncio.AbstractEventLoop, asyncio.Event]) -> None:
         with self._lock:
             self._waiters[tenant_id].add(key)
-        try:
-            async with asyncio.timeout(timeout):
-                await ev.wait()
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            with self._lock:
-                self._waiters[tenant_id].discard(key)
-                if not self._waiters[tenant_id]:
-                    del self._waiters[tenant_id]
+
+    def _remove(self, tenant_id: str, key: tuple[asyncio.AbstractEventLoop, asyncio.Event]) -> None:
+        with self._lock:
+            self._waiters[tenant_id].discard(key)
+            if not self._waiters[tenant_id]:
+                del self._waiters[tenant_id]
 
     def waiter_count(self) -> int:
         with self._lock:
             return sum(len(w) for w in self._waiters.values())
+
+
+class Listener:
+    """A registered waiter for one tenant's commits; use as a context manager."""
+
+    def __init__(self, hub: Hub, tenant_id: str) -> None:
+        self.hub = hub
+        self.tenant_id = tenant_id
+        self.event = asyncio.Event()
+        self._key = (asyncio.get_running_loop(), self.event)
+
+    def __enter__(self) -> Listener:
+        self.hub._add(self.tenant_id, self._key)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.hub._remove(self.tenant_id, self._key)
+
+    async def wait(self, timeout: float) -> bool:
+        """True if a commit arrived since registration (or arrives within ``timeout``)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.event.wait()
+        except TimeoutError:
+            return False
+        self.event.clear()
+        return True
 
 
 class PgBridge:

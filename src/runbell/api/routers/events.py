@@ -6,7 +6,6 @@ commit order (see ``runbell.store.db``), so resuming from a cursor never skips a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -76,13 +75,14 @@ async def wait_for_events(
 ) -> list[dict[str, Any]]:
     """Events after ``after``; if none, sleep until a commit wakes us or ``wait`` passes."""
     deadline = time.monotonic() + wait
-    while True:
-        events = await run_in_threadpool(_read, core, who, after, limit)
-        remaining = deadline - time.monotonic()
-        if events or remaining <= 0:
-            return events
-        # Woken by the commit itself (hub); the timeout only covers a lost wake-up.
-        await core.db.hub.wait(who.tenant_id, min(remaining, core.settings.feed_fallback_poll_s))
+    with core.db.hub.listen(who.tenant_id) as listener:
+        while True:
+            events = await run_in_threadpool(_read, core, who, after, limit)
+            remaining = deadline - time.monotonic()
+            if events or remaining <= 0:
+                return events
+            # Woken by the commit itself; the timeout only covers a lost wake-up.
+            await listener.wait(min(remaining, core.settings.feed_fallback_poll_s))
 
 
 @router.get("")
@@ -158,22 +158,22 @@ async def stream(
         if who.user_id:
             core.presence.enter(who.tenant_id, who.user_id)
         try:
-            while True:
-                batch = await run_in_threadpool(_read, core, who, position, PAGE_MAX)
-                for e in batch:
-                    position = e["seq"]
-                    yield ServerSentEvent(
-                        id=str(position),
-                        event=e["type"],
-                        data=json.dumps(_event_view(e), separators=(",", ":")),
-                    )
-                if len(batch) == PAGE_MAX:
-                    continue
-                if await request.is_disconnected():
-                    return
-                await core.db.hub.wait(who.tenant_id, core.settings.feed_fallback_poll_s)
-        except asyncio.CancelledError:
-            raise
+            with core.db.hub.listen(who.tenant_id) as listener:
+                while True:
+                    batch = await run_in_threadpool(_read, core, who, position, PAGE_MAX)
+                    for e in batch:
+                        position = e["seq"]
+                        yield ServerSentEvent(
+                            id=str(position),
+                            event=e["type"],
+                            data=json.dumps(_event_view(e), separators=(",", ":")),
+                        )
+                    if len(batch) == PAGE_MAX:
+                        continue
+                    if await request.is_disconnected():
+                        return
+                    # Woken by the commit itself; the timeout only covers a lost wake-up.
+                    await listener.wait(core.settings.feed_fallback_poll_s)
         finally:
             if who.user_id:
                 core.presence.leave(who.tenant_id, who.user_id)
