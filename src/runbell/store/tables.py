@@ -285,10 +285,16 @@ deliveries = sa.Table(
     metadata,
     sa.Column("id", Id, primary_key=True),
     _tenant(),
-    sa.Column("notification_id", Id, sa.ForeignKey("notifications.id"), nullable=False),
+    # A person's notification (inbox, email, push, chat) or, for tenant webhooks, an event.
+    sa.Column("notification_id", Id, sa.ForeignKey("notifications.id"), nullable=True),
     sa.Column("channel", sa.String(16), nullable=False),
     sa.Column("destination", sa.String(500), nullable=False),
     sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("run_id", sa.String(200), nullable=True),
+    sa.Column("event_type", sa.String(50), nullable=True),
+    sa.Column("event_key", sa.String(300), nullable=True),  # one webhook message per event
+    sa.Column("payload", JSON, nullable=True),  # the webhook message body, fixed at creation
+    sa.Column("urgency", sa.String(20), nullable=True),
     sa.Column("attempt_count", sa.Integer, nullable=False, server_default="0"),
     sa.Column("next_attempt_at", UTCDateTime, nullable=True),
     sa.Column("lease_until", UTCDateTime, nullable=True),
@@ -297,6 +303,8 @@ deliveries = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.UniqueConstraint("notification_id", "channel", "destination", name="uq_delivery_once"),
+    sa.UniqueConstraint("tenant_id", "channel", "destination", "event_key",
+                        name="uq_delivery_event_once"),
 )
 sa.Index("ix_deliveries_due", deliveries.c.status, deliveries.c.next_attempt_at)
 sa.Index("ix_deliveries_tenant_status", deliveries.c.tenant_id, deliveries.c.status)
@@ -349,6 +357,68 @@ preferences = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.PrimaryKeyConstraint("tenant_id", "user_id"),
 )
+
+webhook_endpoints = sa.Table(
+    "webhook_endpoints",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("url", sa.String(2000), nullable=False),
+    sa.Column("description", sa.String(500), nullable=True),
+    sa.Column("event_types", JSON, nullable=False),  # [] = every event type
+    # [{"sealed": …, "created_at": …, "expires_at": … | None}], newest first
+    sa.Column("secrets", JSON, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # enabled | disabled
+    sa.Column("disabled_reason", sa.String(500), nullable=True),
+    sa.Column("dead_streak", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("rate_limit_per_s", sa.Float, nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+sa.Index("ix_webhook_endpoints_tenant", webhook_endpoints.c.tenant_id)
+
+push_subscriptions = sa.Table(
+    "push_subscriptions",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("endpoint", sa.String(2000), nullable=False),
+    sa.Column("p256dh", sa.String(200), nullable=False),
+    sa.Column("auth", sa.String(100), nullable=False),
+    sa.Column("user_agent", sa.String(300), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("last_success_at", UTCDateTime, nullable=True),
+)
+sa.Index("ix_push_subscriptions_user", push_subscriptions.c.tenant_id,
+         push_subscriptions.c.user_id)
+sa.Index("ix_push_subscriptions_endpoint", push_subscriptions.c.tenant_id,
+         push_subscriptions.c.endpoint, unique=True)
+
+chat_destinations = sa.Table(
+    "chat_destinations",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=True),  # NULL: tenant-wide
+    sa.Column("url_sealed", sa.Text, nullable=False),  # Apprise URLs carry tokens
+    sa.Column("url_hint", sa.String(200), nullable=False),  # scheme and host, for display
+    sa.Column("label", sa.String(200), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+sa.Index("ix_chat_destinations_user", chat_destinations.c.tenant_id,
+         chat_destinations.c.user_id)
+
+operator_events = sa.Table(
+    "operator_events",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("tenant_id", Id, nullable=True),
+    sa.Column("kind", sa.String(50), nullable=False),
+    sa.Column("detail", JSON, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)
+sa.Index("ix_operator_events_created", operator_events.c.created_at)
 
 kv = sa.Table(
     "kv",
