@@ -58,39 +58,37 @@ def notification_event(note: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def close_notification(tx: Tx, note: dict[str, Any], state: str, reason: str) -> bool:
+    """Close an open notification, cancel its queued deliveries, and tell the feed.
+
+    The one way notifications close, so every close leaves the same trace.
+    """
+    if not notes.close(tx.conn, note["tenant_id"], note["id"], state, reason, tx.now):
+        return False
+    closed = {**note, "state": state, "closed_at": tx.now, "closed_reason": reason}
+    tx.emit(
+        note["tenant_id"],
+        PendingEvent(
+            "notification.closed",
+            {**notification_event(closed), "reason": reason},
+            run_id=note["run_id"],
+            notification_id=note["id"],
+            user_id=note["recipient_user_id"],
+        ),
+    )
+    log.info("notification.closed", notification_id=note["id"], state=state)
+    return True
+
+
 def supersede_actionable(tx: Tx, tenant_id: str, run_id: str, version: int) -> list[str]:
     """Close the run's open actionable notifications from older versions as superseded."""
-    closed = []
-    for note in notes.open_for_run(tx.conn, tenant_id, run_id):
-        if (
-            note["attention_type"] in notes.ACTIONABLE_TYPES
-            and note["transition_version"] < version
-            and notes.close(
-                tx.conn,
-                tenant_id,
-                note["id"],
-                "superseded",
-                f"run moved to version {version}",
-                tx.now,
-            )
-        ):
-            closed.append(note["id"])
-            tx.emit(
-                tenant_id,
-                PendingEvent(
-                    "notification.closed",
-                    {
-                        "notification_id": note["id"],
-                        "run_id": run_id,
-                        "state": "superseded",
-                        "reason": f"run moved to version {version}",
-                    },
-                    run_id=run_id,
-                    notification_id=note["id"],
-                    user_id=note["recipient_user_id"],
-                ),
-            )
-    return closed
+    return [
+        note["id"]
+        for note in notes.open_for_run(tx.conn, tenant_id, run_id)
+        if note["attention_type"] in notes.ACTIONABLE_TYPES
+        and note["transition_version"] < version
+        and close_notification(tx, note, "superseded", f"run moved to version {version}")
+    ]
 
 
 def raise_attention(

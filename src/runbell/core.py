@@ -20,7 +20,7 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 
 from runbell import views
-from runbell.attention import notification_event, raise_attention, supersede_actionable
+from runbell.attention import close_notification, raise_attention, supersede_actionable
 from runbell.config import Settings
 from runbell.crypto import SecretBox
 from runbell.domain.errors import NotFound, ReaderError, ValidationFailed
@@ -547,9 +547,7 @@ class Runbell:
             # A mismatch alert about a run that has now finished is moot.
             for note in notes.open_for_run(tx.conn, tenant_id, run_id):
                 if note["id"] not in ids and note["attention_type"] == "mismatch":
-                    notes.close(
-                        tx.conn, tenant_id, note["id"], "resolved", f"run is {state}", tx.now
-                    )
+                    close_notification(tx, note, "resolved", f"run is {state}")
         runs.add_transition(
             tx.conn,
             {
@@ -814,26 +812,11 @@ class Runbell:
     def acknowledge(self, who: Principal, notification_id: str) -> dict[str, Any]:
         with self.db.transaction() as tx:
             note = self._own_note(tx.conn, who, notification_id)
-            if notes.close(
-                tx.conn,
-                who.tenant_id,
-                notification_id,
-                "acknowledged",
-                f"acknowledged by {who.user_id or who.key_id}",
-                tx.now,
+            if close_notification(
+                tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"
             ):
                 notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
                 note = notes.get(tx.conn, who.tenant_id, notification_id)
-                tx.emit(
-                    who.tenant_id,
-                    PendingEvent(
-                        "notification.closed",
-                        {**notification_event(note), "reason": note["closed_reason"]},
-                        run_id=note["run_id"],
-                        notification_id=notification_id,
-                        user_id=note["recipient_user_id"],
-                    ),
-                )
             return views.notification_view(note)
 
     def trail(self, who: Principal, notification_id: str) -> dict[str, Any]:

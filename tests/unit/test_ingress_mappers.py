@@ -213,7 +213,7 @@ def test_mapper_registry():
 @given(
     run_id=st.text(min_size=1).filter(str.strip),
     state=st.sampled_from(sorted(RUN_STATES)),
-    sequence=st.none() | st.integers(min_value=0, max_value=2**63),
+    sequence=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
     event_id=st.none() | st.text(min_size=1).filter(str.strip),
 )
 def test_generic_round_trip(run_id, state, sequence, event_id):
@@ -221,3 +221,10 @@ def test_generic_round_trip(run_id, state, sequence, event_id):
     (signal,) = map_generic(payload, "fallback")
     assert (signal.run_id, signal.state, signal.sequence) == (run_id, state, sequence)
     assert signal.event_id == (event_id if event_id is not None else "fallback")
+
+
+def test_generic_sequence_beyond_64_bits_names_the_field() -> None:
+    """A sequence the database cannot store is a 422 on `sequence`, never a 500."""
+    with pytest.raises(ValidationFailed) as err:
+        map_generic({"run_id": "r", "state": "working", "sequence": 2**63}, "msg_1")
+    assert err.value.extra["field"] == "sequence"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,10 +16,18 @@ PROBLEM = "application/problem+json"
 TYPE_BASE = "https://runbell.dev/problems/"
 
 
-def problem(status: int, title: str, detail: str, slug: str, **extra: Any) -> JSONResponse:
+def problem(
+    status: int,
+    title: str,
+    detail: str,
+    slug: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
     body = {"type": TYPE_BASE + slug, "title": title, "status": status, "detail": detail}
     body.update({k: v for k, v in extra.items() if v is not None})
-    headers = {}
+    headers = dict(headers or {})
     if "retry_after" in extra:
         headers["Retry-After"] = str(extra["retry_after"])
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
@@ -33,7 +42,10 @@ _HTTP = {
 }
 
 
-def _field_name(loc: tuple[Any, ...]) -> str:
+def _field_name(error: dict[str, Any]) -> str:
+    if error.get("type") == "json_invalid":
+        return "body"  # the loc holds a byte offset, not a field
+    loc = tuple(error.get("loc", ()))
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or "body"
 
@@ -41,12 +53,16 @@ def _field_name(loc: tuple[Any, ...]) -> str:
 def install(app: FastAPI) -> None:
     @app.exception_handler(RunbellError)
     async def _runbell(_: Request, exc: RunbellError) -> JSONResponse:
-        return problem(exc.status, exc.title, exc.detail, exc.type_slug, **exc.extra)
+        extra = dict(exc.extra)
+        if exc.status == 422 and "field" in extra and "errors" not in extra:
+            # Same shape as schema errors: clients read one list whatever raised it.
+            extra["errors"] = [{"field": extra["field"], "message": exc.detail}]
+        return problem(exc.status, exc.title, exc.detail, exc.type_slug, **extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
-            {"field": _field_name(tuple(e.get("loc", ()))), "message": e.get("msg", "invalid")}
+            {"field": _field_name(dict(e)), "message": e.get("msg", "invalid")}
             for e in exc.errors()
         ]
         first = errors[0] if errors else {"field": "body", "message": "invalid"}
@@ -62,7 +78,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         title, slug = _HTTP.get(exc.status_code, ("Error", f"http-{exc.status_code}"))
-        return problem(exc.status_code, title, str(exc.detail), slug)
+        return problem(exc.status_code, title, str(exc.detail), slug, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

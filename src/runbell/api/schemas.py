@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from runbell.domain.runs import MAX_SEQUENCE
+
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"
 StateName = Literal[
     "queued", "working", "input_required", "stopping", "completed", "failed", "cancelled"
@@ -39,7 +41,7 @@ class RunPut(Strict):
     metadata: dict[str, Any] | None = None
     details: dict[str, Any] | None = Field(default=None, description="sensitive; never sent out")
     state: Literal["queued", "working"] | None = None
-    sequence: int | None = Field(default=None, ge=0)
+    sequence: int | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
 
 
 class RunError(BaseModel):
@@ -54,7 +56,7 @@ class RunError(BaseModel):
 class SignalIn(Strict):
     event_id: str = Field(min_length=1, max_length=200)
     state: StateName
-    sequence: int | None = Field(default=None, ge=0)
+    sequence: int | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
     at: datetime | None = None
     reason: str | None = Field(default=None, max_length=500)
     error: RunError | None = None

@@ -116,10 +116,8 @@ class Rule:
                     f"known: {', '.join(sorted(FACT_NAMES))}",
                     field="when",
                 )
-            if isinstance(cond, Mapping) and not set(cond) <= _OPS:
-                raise ValidationFailed(
-                    f"rule {rule_id!r}: fact {name!r} uses an unknown operator", field="when"
-                )
+            if isinstance(cond, Mapping):
+                _check_condition(rule_id, name, cond)
         unknown = set(raw) - {
             "id",
             "decision",
@@ -140,6 +138,20 @@ class Rule:
             expires_after_s=_opt_int(raw.get("expires_after_s"), rule_id, "expires_after_s"),
             digest_window_s=_opt_int(raw.get("digest_window_s"), rule_id, "digest_window_s"),
         )
+
+
+def _check_condition(rule_id: str, name: str, cond: Mapping[str, Any]) -> None:
+    """Operators with bounds of the right type, so matching can never raise later."""
+    if not set(cond) <= _OPS:
+        raise ValidationFailed(
+            f"rule {rule_id!r}: fact {name!r} uses an unknown operator", field="when"
+        )
+    for op, bound in cond.items():
+        if op == "in":
+            if not isinstance(bound, list):
+                raise ValidationFailed(f"rule {rule_id!r}: {name}.in must be a list", field="when")
+        elif isinstance(bound, bool) or not isinstance(bound, int | float):
+            raise ValidationFailed(f"rule {rule_id!r}: {name}.{op} must be a number", field="when")
 
 
 def _opt_int(value: Any, rule_id: str, name: str) -> int | None:

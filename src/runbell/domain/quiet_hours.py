@@ -29,8 +29,9 @@ def _hhmm(value: Any, name: str) -> time:
         hour, minute = value.split(":")
         return time(int(hour), int(minute))
     except ValueError as exc:
-        raise ValidationFailed(f"quiet hours {name} must be HH:MM, got {value!r}",
-                               field=f"quiet_hours.{name}") from exc
+        raise ValidationFailed(
+            f"quiet hours {name} must be HH:MM, got {value!r}", field=f"quiet_hours.{name}"
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -43,21 +44,25 @@ class QuietWindow:
     def parse(cls, raw: Mapping[str, Any]) -> QuietWindow:
         start, end = _hhmm(raw.get("start"), "start"), _hhmm(raw.get("end"), "end")
         if start == end:
-            raise ValidationFailed("a quiet window needs different start and end",
-                                   field="quiet_hours.end")
+            raise ValidationFailed(
+                "a quiet window needs different start and end", field="quiet_hours.end"
+            )
         days = raw.get("days")
         if days is not None:
             if not isinstance(days, list) or not all(
                 isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= 6 for d in days
             ):
-                raise ValidationFailed("days are 0 (Monday) to 6 (Sunday)",
-                                       field="quiet_hours.days")
+                raise ValidationFailed(
+                    "days are 0 (Monday) to 6 (Sunday)", field="quiet_hours.days"
+                )
             return cls(start, end, frozenset(days))
         return cls(start, end)
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"start": self.start.strftime("%H:%M"),
-                               "end": self.end.strftime("%H:%M")}
+        out: dict[str, Any] = {
+            "start": self.start.strftime("%H:%M"),
+            "end": self.end.strftime("%H:%M"),
+        }
         if self.days is not None:
             out["days"] = sorted(self.days)
         return out

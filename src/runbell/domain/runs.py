@@ -26,6 +26,7 @@ class RunState(StrEnum):
 TERMINAL: frozenset[RunState] = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
 NON_TERMINAL: frozenset[RunState] = frozenset(set(RunState) - TERMINAL)
 STATE_NAMES: tuple[str, ...] = tuple(s.value for s in RunState)
+MAX_SEQUENCE = 2**63 - 1  # runtime sequences are stored as BIGINT
 
 _ALLOWED: dict[RunState, frozenset[RunState]] = {
     RunState.QUEUED: frozenset({RunState.WORKING, RunState.STOPPING} | TERMINAL),

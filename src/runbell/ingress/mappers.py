@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runbell.domain.errors import ValidationFailed
-from runbell.domain.runs import STATE_NAMES
+from runbell.domain.runs import MAX_SEQUENCE, STATE_NAMES
 
 __all__ = [
     "MAPPERS",
@@ -195,6 +195,8 @@ def _optional_sequence(obj: dict[str, Any], name: str) -> int | None:
         raise ValidationFailed(f"{name} must be an integer", field=name)
     if value < 0:
         raise ValidationFailed(f"{name} must not be negative", field=name)
+    if value > MAX_SEQUENCE:
+        raise ValidationFailed(f"{name} must fit in 64 bits", field=name)
     return value
 
 

@@ -30,6 +30,7 @@ from urllib.parse import quote
 import httpx
 
 from runbell.domain.errors import ReaderError, RunbellError, ValidationFailed
+from runbell.domain.runs import MAX_SEQUENCE
 from runbell.ingress.mappers import RUN_STATES
 
 __all__ = [
@@ -206,10 +207,10 @@ class HttpJsonReader:
             return None
         if isinstance(value, str) and value.isascii() and value.isdigit():
             value = int(value)  # some APIs send 64-bit counters as strings
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQUENCE:
             raise ReaderError(
                 f"sequence field {self._sequence_field!r} from {where} "
-                "is not a non-negative integer"
+                "is not a non-negative 64-bit integer"
             )
         return value
 

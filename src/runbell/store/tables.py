@@ -303,8 +303,9 @@ deliveries = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.UniqueConstraint("notification_id", "channel", "destination", name="uq_delivery_once"),
-    sa.UniqueConstraint("tenant_id", "channel", "destination", "event_key",
-                        name="uq_delivery_event_once"),
+    sa.UniqueConstraint(
+        "tenant_id", "channel", "destination", "event_key", name="uq_delivery_event_once"
+    ),
 )
 sa.Index("ix_deliveries_due", deliveries.c.status, deliveries.c.next_attempt_at)
 sa.Index("ix_deliveries_tenant_status", deliveries.c.tenant_id, deliveries.c.status)
@@ -390,10 +391,13 @@ push_subscriptions = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("last_success_at", UTCDateTime, nullable=True),
 )
-sa.Index("ix_push_subscriptions_user", push_subscriptions.c.tenant_id,
-         push_subscriptions.c.user_id)
-sa.Index("ix_push_subscriptions_endpoint", push_subscriptions.c.tenant_id,
-         push_subscriptions.c.endpoint, unique=True)
+sa.Index("ix_push_subscriptions_user", push_subscriptions.c.tenant_id, push_subscriptions.c.user_id)
+sa.Index(
+    "ix_push_subscriptions_endpoint",
+    push_subscriptions.c.tenant_id,
+    push_subscriptions.c.endpoint,
+    unique=True,
+)
 
 chat_destinations = sa.Table(
     "chat_destinations",
@@ -406,8 +410,7 @@ chat_destinations = sa.Table(
     sa.Column("label", sa.String(200), nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
 )
-sa.Index("ix_chat_destinations_user", chat_destinations.c.tenant_id,
-         chat_destinations.c.user_id)
+sa.Index("ix_chat_destinations_user", chat_destinations.c.tenant_id, chat_destinations.c.user_id)
 
 operator_events = sa.Table(
     "operator_events",
