@@ -38,6 +38,24 @@ def _core(migrate: bool = True) -> Any:
     return build(Settings(), migrate=migrate)
 
 
+def _serve(asgi: Any, **config: Any) -> None:
+    """uvicorn, minus its habit of re-raising SIGTERM after a graceful shutdown (which
+    kills the process before our cleanup runs and leaves the SQLite WAL unmerged)."""
+    import contextlib
+    from collections.abc import Iterator
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()  # we already shut down: exit 0
+
+    Server(uvicorn.Config(asgi, **config)).run()
+
+
 def _fail(exc: RunbellError) -> None:
     err.print(f"[red]error:[/red] {exc.detail}")
     raise typer.Exit(2)
@@ -65,8 +83,6 @@ def serve(
     scheduler: Annotated[bool, typer.Option(help="run the scheduler in this process")] = True,
 ) -> None:
     """Run the API and the scheduler in one process (SQLite file by default)."""
-    import uvicorn
-
     from runbell.api.app import create_app
     from runbell.bootstrap import bootstrap_if_empty, welcome_text
     from runbell.dispatch.scheduler import Scheduler
@@ -88,7 +104,7 @@ def serve(
         sched.start()
     out.print(f"Runbell listening on {base}  (database: {core.db.dialect})", highlight=False)
     try:
-        uvicorn.run(
+        _serve(
             create_app(core), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
         )
     finally:
@@ -102,9 +118,12 @@ def tenant_create(name: str) -> None:
     from runbell.store import accounts
 
     core = _core()
-    with core.db.transaction() as tx:
-        tenant_id = accounts.create_tenant(tx.conn, name, tx.now)
-        _, secret = accounts.create_api_key(tx.conn, tenant_id, "admin", tx.now, name="admin")
+    try:
+        with core.db.transaction() as tx:
+            tenant_id = accounts.create_tenant(tx.conn, name, tx.now)
+            _, secret = accounts.create_api_key(tx.conn, tenant_id, "admin", tx.now, name="admin")
+    except RunbellError as exc:
+        _fail(exc)
     out.print(f"tenant    {tenant_id}\nadmin key {secret}   (shown once)", highlight=False)
 
 

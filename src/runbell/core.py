@@ -23,7 +23,7 @@ from runbell import views
 from runbell.attention import close_notification, raise_attention, supersede_actionable
 from runbell.config import Settings
 from runbell.crypto import SecretBox
-from runbell.domain.errors import NotFound, ReaderError, ValidationFailed
+from runbell.domain.errors import Conflict, NotFound, ReaderError, ValidationFailed
 from runbell.domain.policy import Policy
 from runbell.domain.runs import RunState, attention_for, is_terminal, judge
 from runbell.ingress.readers import Observed, StateReader, reader_from_config
@@ -161,11 +161,14 @@ class Runbell:
         with self.db.transaction() as tx:
             run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
             owner_id = (
-                accounts.find_user(tx.conn, who.tenant_id, body["owner"])
+                self._member(tx, who.tenant_id, body["owner"], "owner")
                 if body.get("owner")
                 else None
             )
-            access = self._access_users(tx, who.tenant_id, body.get("authority"))
+            access = {
+                self._member(tx, who.tenant_id, ref, "authority.users")
+                for ref in (body.get("authority") or {}).get("users") or []
+            }
             if run is None:
                 if owner_id is None:
                     raise ValidationFailed("owner is required when a run is created", field="owner")
@@ -174,16 +177,13 @@ class Runbell:
             updated = self._update_run(tx, who, run, owner_id, body, access)
             return updated, False
 
-    def _access_users(self, tx: Tx, tenant_id: str, authority: Any) -> set[str]:
-        users = set()
-        for ref in (authority or {}).get("users", []) or []:
-            try:
-                users.add(accounts.find_user(tx.conn, tenant_id, ref))
-            except NotFound as exc:
-                raise ValidationFailed(
-                    f"authority names {ref!r}, who is not a member", field="authority.users"
-                ) from exc
-        return users
+    def _member(self, tx: Tx, tenant_id: str, ref: str, field: str) -> str:
+        try:
+            return accounts.find_user(tx.conn, tenant_id, ref)
+        except NotFound as exc:
+            raise ValidationFailed(
+                f"{field}: {ref!r} is not a member of this tenant", field=field
+            ) from exc
 
     def _create_run(
         self,
@@ -253,6 +253,12 @@ class Runbell:
             changes["owner_user_id"] = owner_id
         if not changes:
             return run
+        if is_terminal(run["state"]):
+            raise Conflict(
+                f"run {run['run_id']!r} is {run['state']}; a finished run is not edited "
+                "(report final details on the signal that finishes it)",
+                current=views.run_view(run),
+            )
         version = run["version"] + 1
         changes.update(version=version, updated_at=tx.now)
         runs.update_run(tx.conn, who.tenant_id, run["run_id"], changes)
@@ -364,7 +370,7 @@ class Runbell:
         with self.db.read() as conn:
             seen = runs.find_inbound(conn, tenant_id, source["id"], signal.event_id)
         if seen is not None:
-            return self._duplicate(tenant_id, seen)
+            return self._duplicate(tenant_id, seen, run_id)
 
         observed: Observed | None = None
         reader_error: str | None = None
@@ -381,7 +387,7 @@ class Runbell:
                 seen = runs.find_inbound(conn, tenant_id, source["id"], signal.event_id)
             if seen is None:
                 raise
-            return self._duplicate(tenant_id, seen)
+            return self._duplicate(tenant_id, seen, run_id)
 
     def _observe(self, source: dict[str, Any], run_id: str) -> tuple[Observed | None, str | None]:
         reader = self.reader_for(source)
@@ -395,7 +401,15 @@ class Runbell:
             )
             return None, exc.detail
 
-    def _duplicate(self, tenant_id: str, seen: dict[str, Any]) -> SignalResult:
+    def _duplicate(self, tenant_id: str, seen: dict[str, Any], run_id: str) -> SignalResult:
+        if seen["run_id"] != run_id:
+            # Not a retry: the runtime reused an event id. Dropping it as a duplicate would
+            # lose this run's signal silently.
+            raise Conflict(
+                f"event_id {seen['event_id']!r} was already used by another run of this "
+                "source; event ids must be unique per source",
+                field="event_id",
+            )
         with self.db.read() as conn:
             run = runs.get_run(conn, tenant_id, seen["run_id"])
             found = notes.get_many(conn, tenant_id, list(seen.get("notification_ids") or []))

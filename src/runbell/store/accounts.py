@@ -42,6 +42,11 @@ class Principal:
 
 
 def create_tenant(conn: Connection, name: str, now: datetime) -> str:
+    name = name.strip()
+    if not name or len(name) > 200:
+        raise ValidationFailed("a tenant name is 1 to 200 characters", field="name")
+    if conn.execute(sa.select(t.tenants.c.id).where(t.tenants.c.name == name)).first():
+        raise ValidationFailed(f"a tenant named {name!r} exists already", field="name")
     tenant_id = new_id("ten")
     conn.execute(t.tenants.insert().values(id=tenant_id, name=name, created_at=now))
     # Every tenant has one authoritative API source: signals sent with a runtime key.

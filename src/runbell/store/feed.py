@@ -35,8 +35,20 @@ def _visible(who: Principal) -> sa.ColumnElement[bool]:
     return sa.or_(fe.c.user_id == who.user_id, run_events)
 
 
-def read(conn: Connection, who: Principal, after: int, limit: int) -> list[dict[str, Any]]:
+def read(
+    conn: Connection, who: Principal, after: int, limit: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Visible events after ``after`` and the position to resume from.
+
+    When the page is not full, the position moves on to the head as it was *before* the
+    query, skipping events this principal may not see (so an idle reader's cursor does
+    not age out of retention). Events up to that head are all committed — they commit
+    together with the counter — so nothing visible can be skipped.
+    """
     fe = t.feed_events
+    head = conn.execute(
+        sa.select(t.tenants.c.feed_seq).where(t.tenants.c.id == who.tenant_id)
+    ).scalar_one()
     rows = conn.execute(
         sa.select(
             fe.c.seq, fe.c.type, fe.c.run_id, fe.c.notification_id, fe.c.data, fe.c.created_at
@@ -45,7 +57,11 @@ def read(conn: Connection, who: Principal, after: int, limit: int) -> list[dict[
         .order_by(fe.c.seq)
         .limit(limit)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    events = [dict(r._mapping) for r in rows]
+    position = events[-1]["seq"] if events else after
+    if len(events) < limit:
+        position = max(position, int(head))
+    return events, position
 
 
 def for_notification(

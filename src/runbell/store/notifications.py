@@ -26,8 +26,9 @@ def insert_once(conn: Connection, values: dict[str, Any]) -> tuple[str, bool]:
     ins = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(
         t.notifications
     )
-    res = conn.execute(
-        ins.values(**values).on_conflict_do_nothing(
+    inserted = conn.execute(
+        ins.values(**values)
+        .on_conflict_do_nothing(
             index_elements=[
                 "tenant_id",
                 "recipient_user_id",
@@ -36,8 +37,10 @@ def insert_once(conn: Connection, values: dict[str, Any]) -> tuple[str, bool]:
                 "attention_type",
             ]
         )
-    )
-    if res.rowcount == 1:
+        .returning(t.notifications.c.id)
+    ).first()
+    # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
+    if inserted is not None:
         return values["id"], True
     existing = conn.execute(
         sa.select(t.notifications.c.id).where(

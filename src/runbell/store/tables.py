@@ -65,6 +65,7 @@ tenants = sa.Table(
     sa.Column("feed_pruned_through", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("policy", JSON, nullable=True),
 )
+sa.Index("ix_tenants_name", tenants.c.name, unique=True)  # the CLI addresses tenants by name
 
 users = sa.Table(
     "users",

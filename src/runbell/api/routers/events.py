@@ -39,7 +39,7 @@ def _event_view(e: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def resolve_cursor(core: Runbell, who: Principal, after: str | None) -> int:
+def resolve_cursor(core: Runbell, who: Principal, after: str | None, field: str = "after") -> int:
     """The numeric position to read after; 410 if it fell out of retention."""
     with core.db.read() as conn:
         head, pruned = feed.bounds(conn, who.tenant_id)
@@ -48,11 +48,11 @@ def resolve_cursor(core: Runbell, who: Principal, after: str | None) -> int:
     if after == "latest":
         return head
     if not after.isdigit() or len(after) > 19:
-        raise ValidationFailed("after must be a cursor, 'earliest' or 'latest'", field="after")
+        raise ValidationFailed(f"{field} must be a cursor, 'earliest' or 'latest'", field=field)
     cursor = int(after)
     if cursor > head:
         raise ValidationFailed(
-            "cursor is ahead of this feed's head; it is not from this feed", field="after"
+            "cursor is ahead of this feed's head; it is not from this feed", field=field
         )
     if cursor < pruned:
         raise Gone(
@@ -65,22 +65,26 @@ def resolve_cursor(core: Runbell, who: Principal, after: str | None) -> int:
     return cursor
 
 
-def _read(core: Runbell, who: Principal, after: int, limit: int) -> list[dict[str, Any]]:
+def _read(
+    core: Runbell, who: Principal, after: int, limit: int
+) -> tuple[list[dict[str, Any]], int]:
     with core.db.read() as conn:
         return feed.read(conn, who, after, limit)
 
 
 async def wait_for_events(
     core: Runbell, who: Principal, after: int, limit: int, wait: float
-) -> list[dict[str, Any]]:
-    """Events after ``after``; if none, sleep until a commit wakes us or ``wait`` passes."""
+) -> tuple[list[dict[str, Any]], int]:
+    """Events after ``after`` and the resume position; if there are none, sleep until a
+    commit wakes us or ``wait`` passes."""
     deadline = time.monotonic() + wait
     with core.db.hub.listen(who.tenant_id) as listener:
         while True:
-            events = await run_in_threadpool(_read, core, who, after, limit)
+            events, position = await run_in_threadpool(_read, core, who, after, limit)
             remaining = deadline - time.monotonic()
             if events or remaining <= 0:
-                return events
+                return events, position
+            after = position
             # Woken by the commit itself; the timeout only covers a lost wake-up.
             await listener.wait(min(remaining, core.settings.feed_fallback_poll_s))
 
@@ -95,10 +99,9 @@ async def list_events(
 ) -> dict[str, Any]:
     """A page of events after ``after``; with ``wait`` a long-poll of up to 30 s."""
     cursor = await run_in_threadpool(resolve_cursor, core, who, after)
-    events = await wait_for_events(
+    events, next_cursor = await wait_for_events(
         core, who, cursor, limit, min(wait, core.settings.longpoll_max_s)
     )
-    next_cursor = events[-1]["seq"] if events else cursor
     return {"events": [_event_view(e) for e in events], "next_cursor": str(next_cursor)}
 
 
@@ -138,8 +141,9 @@ async def stream(
 ) -> EventSourceResponse:
     """The feed as Server-Sent Events. ``Last-Event-ID`` wins over ``?after=``."""
     requested = last_event_id or after or "latest"
+    field = "Last-Event-ID" if last_event_id else "after"
     try:
-        cursor: int | None = await run_in_threadpool(resolve_cursor, core, who, requested)
+        cursor: int | None = await run_in_threadpool(resolve_cursor, core, who, requested, field)
         expired: Gone | None = None
     except Gone as exc:
         cursor, expired = None, exc
@@ -160,16 +164,21 @@ async def stream(
         try:
             with core.db.hub.listen(who.tenant_id) as listener:
                 while True:
-                    batch = await run_in_threadpool(_read, core, who, position, PAGE_MAX)
+                    batch, moved_to = await run_in_threadpool(_read, core, who, position, PAGE_MAX)
                     for e in batch:
-                        position = e["seq"]
                         yield ServerSentEvent(
-                            id=str(position),
+                            id=str(e["seq"]),
                             event=e["type"],
                             data=json.dumps(_event_view(e), separators=(",", ":")),
                         )
                     if len(batch) == PAGE_MAX:
+                        position = moved_to
                         continue
+                    if moved_to != position and (not batch or batch[-1]["seq"] != moved_to):
+                        # Only events this viewer may not see: move its Last-Event-ID on
+                        # too, so a reconnect does not start from an aging cursor.
+                        yield ServerSentEvent(id=str(moved_to))
+                    position = moved_to
                     if await request.is_disconnected():
                         return
                     # Woken by the commit itself; the timeout only covers a lost wake-up.

@@ -20,6 +20,8 @@ depends_on = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("tenants", schema=None) as batch_op:
+        batch_op.create_index("ix_tenants_name", ["name"], unique=True)
     op.create_table(
         "operator_events",
         sa.Column("id", sa.String(length=64), nullable=False),
@@ -122,6 +124,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("tenants", schema=None) as batch_op:
+        batch_op.drop_index("ix_tenants_name")
     with op.batch_alter_table("deliveries", schema=None) as batch_op:
         batch_op.drop_constraint("uq_delivery_event_once", type_="unique")
         batch_op.alter_column(
