@@ -494,6 +494,7 @@ class Runbell:
             reason=signal.reason,
             error=signal.error,
             effects_verified=signal.effects_verified,
+            reported_at=signal.at,
         )
         finish("applied", verdict.reason, ids)
         return SignalResult(
@@ -515,6 +516,7 @@ class Runbell:
         reason: str | None,
         error: dict[str, Any] | None,
         effects_verified: bool | None,
+        reported_at: datetime | None = None,
     ) -> tuple[dict[str, Any], list[str]]:
         """Apply one judged transition: run row, history, attention, feed. Inside ``tx``."""
         tenant_id, run_id = run["tenant_id"], run["run_id"]
@@ -577,6 +579,7 @@ class Runbell:
                 "reason": reason,
                 "decision": decision,
                 "at": tx.now,
+                "reported_at": reported_at,
             },
         )
         log.info(
@@ -863,6 +866,7 @@ class Runbell:
                 "event_id": transition.event_id,
                 "reason": transition.reason,
                 "at": views.iso(transition.at),
+                "reported_at": views.iso(transition.reported_at),
             }
         )
         out["deliveries"] = [
@@ -889,7 +893,7 @@ class Runbell:
         ]
         out["lifecycle"] = [
             {
-                "seq": e["seq"],
+                "cursor": str(e["seq"]),
                 "type": e["type"],
                 "at": views.iso(e["created_at"]),
                 "data": e["data"],

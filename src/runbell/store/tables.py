@@ -190,6 +190,7 @@ transitions = sa.Table(
     sa.Column("reason", sa.String(500), nullable=True),
     sa.Column("decision", JSON, nullable=True),  # the policy decision, even when suppressed
     sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("reported_at", UTCDateTime, nullable=True),  # the runtime's own clock, as sent
     sa.PrimaryKeyConstraint("tenant_id", "run_id", "version"),
 )
 

@@ -26,6 +26,7 @@ from runbell.store.accounts import Principal
 router = APIRouter(prefix="/v1/events", tags=["events"])
 SNAPSHOT_URL = "/v1/events/snapshot"
 PAGE_MAX = 500
+SNAPSHOT_MAX = 200
 
 
 def _event_view(e: dict[str, Any]) -> dict[str, Any]:
@@ -115,19 +116,26 @@ def snapshot(who: Who, core: Core) -> dict[str, Any]:
             who,
             states=["queued", "working", "input_required", "stopping"],
             after=None,
-            limit=200,
+            limit=SNAPSHOT_MAX + 1,
         )
         open_notes = (
             notes.list_for_recipient(
-                conn, who.tenant_id, who.user_id, states=["open"], before=None, limit=200
+                conn,
+                who.tenant_id,
+                who.user_id,
+                states=["open"],
+                before=None,
+                limit=SNAPSHOT_MAX + 1,
             )
             if who.user_id
             else []
         )
     return {
         "head_cursor": str(head),
-        "runs": [views.run_view(r) for r in active],
-        "notifications": [views.notification_view(n) for n in open_notes],
+        "runs": [views.run_view(r) for r in active[:SNAPSHOT_MAX]],
+        "notifications": [views.notification_view(n) for n in open_notes[:SNAPSHOT_MAX]],
+        # More than fit: page on with GET /v1/runs?state=… and GET /v1/notifications.
+        "truncated": len(active) > SNAPSHOT_MAX or len(open_notes) > SNAPSHOT_MAX,
     }
 
 

@@ -144,14 +144,9 @@ async def provider_webhook(source_id: str, request: Request, core: Core) -> dict
                     error=m.error,
                 ),
             )
-            results.append(
-                {
-                    "run_id": m.run_id,
-                    "event_id": m.event_id,
-                    "outcome": res.outcome,
-                    "reason": res.reason,
-                }
-            )
+            # No reason text here: it can name the state reader's URL, which the
+            # provider has no business seeing.
+            results.append({"run_id": m.run_id, "event_id": m.event_id, "outcome": res.outcome})
         return {"accepted": len(results), "results": results}
 
     return await run_in_threadpool(handle)

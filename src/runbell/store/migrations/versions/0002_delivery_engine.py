@@ -20,6 +20,10 @@ depends_on = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("transitions", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column("reported_at", runbell.store.tables.UTCDateTime(), nullable=True)
+        )
     with op.batch_alter_table("tenants", schema=None) as batch_op:
         batch_op.create_index("ix_tenants_name", ["name"], unique=True)
     op.create_table(
@@ -124,6 +128,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("transitions", schema=None) as batch_op:
+        batch_op.drop_column("reported_at")
     with op.batch_alter_table("tenants", schema=None) as batch_op:
         batch_op.drop_index("ix_tenants_name")
     with op.batch_alter_table("deliveries", schema=None) as batch_op:
