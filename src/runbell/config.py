@@ -39,6 +39,34 @@ class Settings(BaseSettings):
         "private addresses. Empty in production; tests list 127.0.0.1.",
     )
     first_user_email: str = "you@example.com"
+
+    # --- delivery ---------------------------------------------------------------------
+    worker_concurrency: int = Field(default=16, ge=1, le=256)
+    worker_batch: int = Field(default=50, ge=1, le=1000)
+    worker_lease_s: float = Field(
+        default=60.0,
+        ge=1,
+        description="A claimed delivery whose worker died is re-claimed "
+        "after this long (keep it above the slowest channel's timeout).",
+    )
+    worker_poll_s: float = Field(default=2.0, gt=0, description="Fallback if a wake-up is lost.")
+    outbound_timeout_s: float = Field(default=10.0, gt=0, le=60)
+    webhook_rate_per_s: float = Field(default=50.0, gt=0, description="Per tenant, per worker.")
+    webhook_disable_after_dead: int = Field(
+        default=5, ge=1, description="Consecutive dead letters that disable an endpoint."
+    )
+    smtp_host: str | None = None
+    smtp_port: int = 25
+    smtp_starttls: bool = False
+    smtp_tls: bool = False
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_from: str = "Runbell <runbell@localhost>"
+    smtp_validate_certs: bool = True
+    vapid_subject: str = "mailto:admin@localhost"
+    metrics_token: str | None = Field(
+        default=None, description="If set, /metrics requires Authorization: Bearer <token>."
+    )
     log_json: bool = False
 
     def resolved_database_url(self) -> str:

@@ -23,7 +23,7 @@ from runbell import views
 from runbell.attention import close_notification, raise_attention, supersede_actionable
 from runbell.config import Settings
 from runbell.crypto import SecretBox
-from runbell.domain.errors import Conflict, NotFound, ReaderError, ValidationFailed
+from runbell.domain.errors import Conflict, NotFound, RunbellError, ValidationFailed
 from runbell.domain.policy import Policy
 from runbell.domain.runs import RunState, attention_for, is_terminal, judge
 from runbell.ingress.readers import Observed, StateReader, reader_from_config
@@ -390,12 +390,12 @@ class Runbell:
             return self._duplicate(tenant_id, seen, run_id)
 
     def _observe(self, source: dict[str, Any], run_id: str) -> tuple[Observed | None, str | None]:
-        reader = self.reader_for(source)
-        if reader is None:
-            return None, "advisory source has no state reader"
         try:
+            reader = self.reader_for(source)
+            if reader is None:
+                return None, "advisory source has no state reader"
             return reader.read(run_id), None
-        except ReaderError as exc:
+        except RunbellError as exc:  # ReaderError, or a stored config that no longer builds
             log.warning(
                 "reconcile.reader_failed", run_id=run_id, source_id=source["id"], error=exc.detail
             )

@@ -27,10 +27,10 @@ STATES = ("queued", "working", "input_required", "stopping", "completed", "faile
 TERMINAL = {"completed", "failed", "cancelled"}
 # DESIGN §3, written out independently of runbell.domain.runs.
 ALLOWED = {
-    "queued": {"working", "stopping", *TERMINAL},
+    "queued": {"working", *TERMINAL},
     "working": {"input_required", "stopping", *TERMINAL},
     "input_required": {"working", "stopping", *TERMINAL},
-    "stopping": {"completed", "failed"},
+    "stopping": set(TERMINAL),
 }
 EVENT_IDS = tuple(f"e{i}" for i in range(20))
 _tenants = itertools.count()

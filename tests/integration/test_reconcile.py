@@ -408,11 +408,6 @@ def test_private_reader_url_is_refused_at_registration(
     assert "sneaky" not in [s["name"] for s in listed]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: sources.create_source stores reader configs HttpJsonReader refuses; "
-    "every advisory signal then fails with 422 instead of registration failing",
-)
 @pytest.mark.parametrize(
     ("reader", "field"),
     [

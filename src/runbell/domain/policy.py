@@ -188,12 +188,17 @@ def _match(value: Any, cond: Any) -> bool:
 class Policy:
     """An ordered rule list. Construct once, call :meth:`decide` per transition."""
 
-    def __init__(self, rules: Sequence[Rule]) -> None:
+    def __init__(
+        self, rules: Sequence[Rule], *, quiet_bypass: frozenset[str] = frozenset()
+    ) -> None:
         ids = [r.id for r in rules]
         dupes = {i for i in ids if ids.count(i) > 1}
         if dupes:
             raise ValidationFailed(f"duplicate rule ids: {', '.join(sorted(dupes))}", field="id")
         self.rules: tuple[Rule, ...] = tuple(rules)
+        # Urgencies a tenant explicitly lets through quiet hours (invariant 7): only ever
+        # from the tenant's own policy document, never from a runtime or a model.
+        self.quiet_bypass = quiet_bypass
 
     def decide(self, facts: Facts) -> Decision:
         seen = facts.as_dict()
@@ -223,7 +228,13 @@ class Policy:
         if base is not None and not doc.get("replace_defaults", False):
             own = {r.id for r in rules}
             rules += [r for r in base.rules if r.id not in own]
-        return cls(rules)
+        bypass = doc.get("quiet_hours_bypass", [])
+        if not isinstance(bypass, list) or any(u not in URGENCIES for u in bypass):
+            raise ValidationFailed(
+                f"quiet_hours_bypass must list urgencies from {', '.join(URGENCIES)}",
+                field="quiet_hours_bypass",
+            )
+        return cls(rules, quiet_bypass=frozenset(bypass))
 
     @classmethod
     def from_toml(cls, text: str, *, base: Policy | None = None) -> Policy:

@@ -152,6 +152,9 @@ runs = sa.Table(
     sa.Column("metadata", JSON, nullable=True),
     sa.Column("details", JSON, nullable=True),  # sensitive: never in feed, logs or channels
     sa.Column("progress", JSON, nullable=True),
+    # What the runtime reported about the outcome: iterations, spend, summary, trace_id,
+    # links. Not sensitive by contract (it goes into tenant webhooks), unlike details.
+    sa.Column("report", JSON, nullable=True),
     sa.Column("stop_reason", sa.String(500), nullable=True),
     sa.Column("error", JSON, nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),

@@ -19,6 +19,9 @@ class PolicyDoc(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rules: list[dict[str, Any]] = Field(default_factory=list, max_length=200)
     replace_defaults: bool = False
+    quiet_hours_bypass: list[str] = Field(
+        default_factory=list, description="urgencies that may be sent during quiet hours"
+    )
 
 
 @router.get("")
@@ -30,6 +33,7 @@ def get_policy(who: Admin, core: Core) -> dict[str, Any]:
             sa.select(t.tenants.c.policy).where(t.tenants.c.id == who.tenant_id)
         ).scalar()
     return {
+        "quiet_hours_bypass": sorted(policy.quiet_bypass),
         "tenant_rules": own or {"rules": []},
         "effective": [dataclasses.asdict(r) for r in policy.rules],
     }
@@ -40,6 +44,7 @@ def put_policy(body: PolicyDoc, who: Admin, core: Core) -> dict[str, Any]:
     """Replace the tenant's rules; they are validated whole before anything is stored."""
     policy = core.set_policy(who.tenant_id, body.model_dump())
     return {
+        "quiet_hours_bypass": sorted(policy.quiet_bypass),
         "tenant_rules": body.model_dump(),
         "effective": [dataclasses.asdict(r) for r in policy.rules],
     }

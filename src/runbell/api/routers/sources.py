@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
@@ -13,6 +14,7 @@ from runbell.api.schemas import SourceCreate
 from runbell.core import Runbell, Signal
 from runbell.domain.errors import NotFound, ValidationFailed
 from runbell.ingress.mappers import MAPPERS
+from runbell.ingress.readers import reader_from_config
 from runbell.ingress.signatures import HEADER_ID, new_secret, verify_signed
 from runbell.store import accounts
 
@@ -61,6 +63,10 @@ def create_source(core: Runbell, tenant_id: str, body: SourceCreate) -> dict[str
     reader = None
     if body.reader is not None:
         reader = body.reader.model_dump()
+        # Build it once now: a config that cannot work is refused here, naming the field,
+        # instead of failing every later signal of this source.
+        with httpx.Client() as throwaway:
+            reader_from_config(reader, throwaway)
         check_destination(core, reader["url_template"].replace("{run_id}", "probe"))
         reader["headers"] = {k: core.box.seal(v) for k, v in reader["headers"].items()}
     secret = new_secret() if body.kind == "webhook" else None

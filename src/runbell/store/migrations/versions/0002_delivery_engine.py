@@ -20,6 +20,12 @@ depends_on = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column(
+                "report", sa.JSON().with_variant(postgresql.JSONB(), "postgresql"), nullable=True
+            )
+        )
     with op.batch_alter_table("transitions", schema=None) as batch_op:
         batch_op.add_column(
             sa.Column("reported_at", runbell.store.tables.UTCDateTime(), nullable=True)
@@ -128,6 +134,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("runs", schema=None) as batch_op:
+        batch_op.drop_column("report")
     with op.batch_alter_table("transitions", schema=None) as batch_op:
         batch_op.drop_column("reported_at")
     with op.batch_alter_table("tenants", schema=None) as batch_op:

@@ -1,0 +1,157 @@
+"""The outbox: claiming due deliveries, recording attempts, replaying dead letters.
+
+Claiming is one statement. On PostgreSQL the candidate rows are locked with
+``FOR UPDATE SKIP LOCKED``, so several workers never claim the same row; on SQLite the
+write lock taken by ``BEGIN IMMEDIATE`` serializes claimers. A claim sets a lease: a
+delivery whose worker died is claimable again once ``lease_until`` has passed, and goes
+out under the same identity (its id).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from runbell.domain.errors import Conflict, NotFound
+from runbell.ids import new_id
+from runbell.store import tables as t
+
+DUE = ("queued", "retry_scheduled", "deferred", "delivery_unknown")
+REPLAYABLE = ("dead", "failed", "delivery_unknown", "cancelled", "skipped", "retry_scheduled")
+STATUSES = (
+    "queued",
+    "sending",
+    "accepted",
+    "retry_scheduled",
+    "deferred",
+    "failed",
+    "dead",
+    "delivery_unknown",
+    "cancelled",
+    "skipped",
+)
+
+
+def claim(
+    conn: Connection, *, now: datetime, worker_id: str, lease_s: float, limit: int
+) -> list[dict[str, Any]]:
+    d = t.deliveries
+    due = sa.or_(
+        sa.and_(d.c.status.in_(DUE), d.c.next_attempt_at <= now),
+        sa.and_(d.c.status == "sending", d.c.lease_until < now),
+    )
+    candidates = sa.select(d.c.id).where(due).order_by(d.c.next_attempt_at).limit(limit)
+    if conn.dialect.name == "postgresql":
+        candidates = candidates.with_for_update(skip_locked=True)
+    rows = conn.execute(
+        sa.update(d)
+        .where(d.c.id.in_(candidates.scalar_subquery()))
+        .values(
+            status="sending",
+            claimed_by=worker_id,
+            lease_until=now + timedelta(seconds=lease_s),
+            attempt_count=d.c.attempt_count + 1,
+            updated_at=now,
+        )
+        .returning(*d.c)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def lock_claimed(conn: Connection, delivery_id: str) -> dict[str, Any] | None:
+    q = sa.select(t.deliveries).where(t.deliveries.c.id == delivery_id)
+    if conn.dialect.name == "postgresql":
+        q = q.with_for_update()
+    row = conn.execute(q).first()
+    return None if row is None else dict(row._mapping)
+
+
+def settle(conn: Connection, delivery_id: str, now: datetime, **values: Any) -> None:
+    """Move a delivery to its next state and release its lease."""
+    conn.execute(
+        sa.update(t.deliveries)
+        .where(t.deliveries.c.id == delivery_id)
+        .values(lease_until=None, claimed_by=None, updated_at=now, **values)
+    )
+
+
+def add_attempt(conn: Connection, delivery: dict[str, Any], **values: Any) -> None:
+    conn.execute(
+        t.delivery_attempts.insert().values(
+            id=new_id("att"),
+            tenant_id=delivery["tenant_id"],
+            delivery_id=delivery["id"],
+            attempt_no=delivery["attempt_count"],
+            **values,
+        )
+    )
+
+
+def get(conn: Connection, tenant_id: str, delivery_id: str) -> dict[str, Any]:
+    row = conn.execute(
+        sa.select(t.deliveries).where(
+            t.deliveries.c.tenant_id == tenant_id, t.deliveries.c.id == delivery_id
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"no delivery {delivery_id!r}")
+    return dict(row._mapping)
+
+
+def list_for_tenant(
+    conn: Connection,
+    tenant_id: str,
+    *,
+    statuses: list[str] | None,
+    channel: str | None,
+    endpoint_id: str | None,
+    before: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    d = t.deliveries
+    q = sa.select(d).where(d.c.tenant_id == tenant_id)
+    if statuses:
+        q = q.where(d.c.status.in_(statuses))
+    if channel:
+        q = q.where(d.c.channel == channel)
+    if endpoint_id:
+        q = q.where(d.c.channel == "webhook", d.c.destination == endpoint_id)
+    if before:
+        q = q.where(d.c.id < before)
+    return [dict(r._mapping) for r in conn.execute(q.order_by(d.c.id.desc()).limit(limit))]
+
+
+def replay(conn: Connection, tenant_id: str, delivery_id: str, now: datetime) -> dict[str, Any]:
+    """Queue a finished delivery again, under the same identity. The dispatch-time checks
+    still apply: replaying an acknowledged person's alert sends nothing."""
+    d = t.deliveries
+    row = get(conn, tenant_id, delivery_id)
+    if row["status"] not in REPLAYABLE:
+        raise Conflict(
+            f"delivery is {row['status']}; only {', '.join(REPLAYABLE)} can be replayed",
+            current={"id": row["id"], "status": row["status"]},
+        )
+    conn.execute(
+        sa.update(d)
+        .where(d.c.id == delivery_id)
+        .values(
+            status="queued",
+            next_attempt_at=now,
+            lease_until=None,
+            claimed_by=None,
+            updated_at=now,
+            last_error=None,
+        )
+    )
+    return get(conn, tenant_id, delivery_id)
+
+
+def counts_by_status(conn: Connection) -> list[tuple[str, str, int]]:
+    d = t.deliveries
+    rows = conn.execute(
+        sa.select(d.c.channel, d.c.status, sa.func.count()).group_by(d.c.channel, d.c.status)
+    ).all()
+    return [(r[0], r[1], int(r[2])) for r in rows]
