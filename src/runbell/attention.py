@@ -16,6 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 import structlog
 
+from runbell import metrics
+from runbell.domain.dispatch import DEFAULT_CONSENT
 from runbell.domain.policy import Decision, Facts, Policy
 from runbell.ids import new_id
 from runbell.store import accounts
@@ -24,6 +26,18 @@ from runbell.store import tables as t
 from runbell.store.db import PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
+
+# Lock-screen safe texts (invariant 11): no titles, no arguments, no run details.
+NEUTRAL_BODY = {
+    "input_required": "A run is waiting for your decision. Open Runbell to see the request.",
+    "failed": "A run stopped with an error. Open Runbell for details.",
+    "completed": "A run finished. Open Runbell for the result.",
+    "needs_review": "A run finished, but its effects need a check. Open Runbell to review.",
+    "stalled": "A run has not reported progress for a while. Open Runbell to check on it.",
+    "cancelled": "A run was cancelled. Open Runbell for what was kept.",
+    "mismatch": "What a run reported and its actual state disagree. Open Runbell to check.",
+    "digest": "Several runs finished. Open Runbell to see them.",
+}
 
 NEUTRAL_SUMMARY = {
     "input_required": "A run needs your input",
@@ -123,6 +137,7 @@ def raise_attention(
         )
     )
     if not decision.notifies:
+        tx.after_commit.append(lambda: metrics.SUPPRESSED.labels(attention, decision.kind).inc())
         log.info(
             "attention.no_notification",
             run_id=run_id,
@@ -165,7 +180,9 @@ def raise_attention(
     }
     note_id, created = notes.insert_once(tx.conn, values)
     if not created:
+        tx.after_commit.append(lambda: metrics.DUPLICATES.labels("notification").inc())
         return Raised(decision, note_id, False)
+    tx.after_commit.append(lambda: metrics.NOTIFICATIONS.labels(attention, decision.kind).inc())
 
     rows = [notes.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
     if decision.kind == "push":
@@ -197,20 +214,59 @@ def _push_deliveries(
 ) -> list[dict[str, Any]]:
     """Outbox rows for every channel the recipient consented to at this urgency.
 
-    Consent is checked again at dispatch (it may be withdrawn meanwhile); this only
-    decides which rows exist, so that a crash after commit loses none of them.
+    Consent, access and quiet hours are checked again at dispatch (they may change
+    meanwhile); this only decides which rows exist, so a crash after commit loses none.
     """
-    prefs = tx.conn.execute(
-        sa.select(t.preferences.c.consent).where(
-            t.preferences.c.tenant_id == tenant_id, t.preferences.c.user_id == user_id
-        )
-    ).scalar()
-    consent = prefs or {}
+    consent = (
+        tx.conn.execute(
+            sa.select(t.preferences.c.consent).where(
+                t.preferences.c.tenant_id == tenant_id, t.preferences.c.user_id == user_id
+            )
+        ).scalar()
+        or {}
+    )
+
+    def wants(channel: str) -> bool:
+        return urgency in consented_urgencies(consent, channel)
+
     rows = []
-    email_consent = consent.get("email") or {}
-    if urgency in email_consent.get("urgencies", []):
+    if wants("email"):
         email = tx.conn.execute(
             sa.select(t.users.c.email).where(t.users.c.id == user_id)
         ).scalar_one()
         rows.append(notes.delivery_row(tenant_id, note_id, "email", email, "queued", tx.now))
+    if wants("webpush"):
+        subs = tx.conn.execute(
+            sa.select(t.push_subscriptions.c.id).where(
+                t.push_subscriptions.c.tenant_id == tenant_id,
+                t.push_subscriptions.c.user_id == user_id,
+            )
+        ).scalars()
+        rows += [
+            notes.delivery_row(tenant_id, note_id, "webpush", s, "queued", tx.now) for s in subs
+        ]
+    if wants("chat"):
+        # The person's own chat destinations, and the tenant's shared ones (a team room).
+        dests = tx.conn.execute(
+            sa.select(t.chat_destinations.c.id).where(
+                t.chat_destinations.c.tenant_id == tenant_id,
+                sa.or_(
+                    t.chat_destinations.c.user_id == user_id,
+                    t.chat_destinations.c.user_id.is_(None),
+                ),
+            )
+        ).scalars()
+        rows += [notes.delivery_row(tenant_id, note_id, "chat", d, "queued", tx.now) for d in dests]
+    if rows:
+        tx.wake_outbox = True
+    for row in rows:
+        row["urgency"] = urgency
     return rows
+
+
+def consented_urgencies(consent: dict[str, Any], channel: str) -> tuple[str, ...]:
+    """The urgencies a person accepts on ``channel``: what they said, else the default."""
+    given = (consent or {}).get(channel)
+    if isinstance(given, dict) and isinstance(given.get("urgencies"), list):
+        return tuple(given["urgencies"])
+    return DEFAULT_CONSENT.get(channel, ())

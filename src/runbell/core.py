@@ -19,10 +19,11 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.exc import IntegrityError
 
-from runbell import views
+from runbell import metrics, views
 from runbell.attention import close_notification, raise_attention, supersede_actionable
 from runbell.config import Settings
 from runbell.crypto import SecretBox
+from runbell.dispatch.fanout import make_hook
 from runbell.domain.errors import Conflict, NotFound, RunbellError, ValidationFailed
 from runbell.domain.policy import Policy
 from runbell.domain.runs import RunState, attention_for, is_terminal, judge
@@ -59,6 +60,7 @@ class Signal:
     reason: str | None = None
     error: dict[str, Any] | None = None
     effects_verified: bool | None = None
+    report: dict[str, Any] | None = None
 
 
 @dataclass
@@ -108,6 +110,8 @@ class Runbell:
         # Tests and embedders may pin a reader per source id (e.g. a StaticReader).
         self.reader_overrides: dict[str, StateReader] = {}
         self._policies: dict[tuple[str, str], Policy] = {}
+        # Tenant-webhook messages are written in the same transaction as their events.
+        db.before_flush.append(make_hook(settings.public_url.rstrip("/")))
 
     # --- configuration -------------------------------------------------------------
 
@@ -402,6 +406,7 @@ class Runbell:
             return None, exc.detail
 
     def _duplicate(self, tenant_id: str, seen: dict[str, Any], run_id: str) -> SignalResult:
+        metrics.DUPLICATES.labels("signal").inc()
         if seen["run_id"] != run_id:
             # Not a retry: the runtime reused an event id. Dropping it as a duplicate would
             # lose this run's signal silently.
@@ -495,6 +500,7 @@ class Runbell:
             error=signal.error,
             effects_verified=signal.effects_verified,
             reported_at=signal.at,
+            report=signal.report,
         )
         finish("applied", verdict.reason, ids)
         return SignalResult(
@@ -517,6 +523,7 @@ class Runbell:
         error: dict[str, Any] | None,
         effects_verified: bool | None,
         reported_at: datetime | None = None,
+        report: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], list[str]]:
         """Apply one judged transition: run row, history, attention, feed. Inside ``tx``."""
         tenant_id, run_id = run["tenant_id"], run["run_id"]
@@ -524,6 +531,8 @@ class Runbell:
         changes: dict[str, Any] = {"state": state, "version": version, "updated_at": tx.now}
         if sequence is not None:
             changes["sequence"] = sequence
+        if report:
+            changes["report"] = {**(run.get("report") or {}), **report}
         if state == "working" and run.get("started_at") is None:
             changes["started_at"] = tx.now
         if is_terminal(state):
@@ -820,6 +829,8 @@ class Runbell:
         ok, why = views.actionable(note, run, self.db.clock())
         if not can_see:
             ok, why = False, "access lost"
+        if note["attention_type"] == "input_required" and not ok:
+            metrics.STALE_OPENS.labels(note["attention_type"]).inc()
         out = views.notification_view(note)
         out.update(
             actionable=ok, actionable_reason=why, run=views.run_view(run, include_details=can_see)
@@ -833,6 +844,9 @@ class Runbell:
                 tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"
             ):
                 notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
+                waited = (tx.now - note["created_at"]).total_seconds()
+                kind = note["attention_type"]
+                tx.after_commit.append(lambda: metrics.ACK_SECONDS.labels(kind).observe(waited))
                 note = notes.get(tx.conn, who.tenant_id, notification_id)
             return views.notification_view(note)
 

@@ -11,6 +11,9 @@ import structlog
 def configure(*, json: bool = False, level: str = "INFO") -> None:
     logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # Their DEBUG lines carry request paths: push endpoints and chat URLs are capabilities.
+    for noisy in ("urllib3", "httpx", "httpcore", "apprise"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )

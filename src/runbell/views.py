@@ -33,6 +33,7 @@ def run_view(run: dict[str, Any], *, include_details: bool = False) -> dict[str,
         "notify_on_complete": bool(run.get("notify_on_complete")),
         "metadata": run.get("metadata") or {},
         "progress": run.get("progress"),
+        "report": run.get("report"),
         "stop_reason": run.get("stop_reason"),
         "error": run.get("error"),
         "created_at": iso(run.get("created_at")),
@@ -55,6 +56,7 @@ def run_event(run: dict[str, Any]) -> dict[str, Any]:
         "kind": run.get("kind"),
         "terminal": is_terminal(run["state"]),
         "stop_reason": run.get("stop_reason"),
+        "report": run.get("report"),
     }
 
 

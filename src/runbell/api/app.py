@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,29 +11,41 @@ from fastapi import FastAPI
 from runbell import __version__
 from runbell.api import problems
 from runbell.api.limits import BodyLimit
-from runbell.api.routers import events, health, notifications, policy, runs, sources
+from runbell.api.routers import (
+    deliveries,
+    events,
+    health,
+    me,
+    notifications,
+    policy,
+    runs,
+    sources,
+    webhook_endpoints,
+)
 from runbell.core import Runbell
-from runbell.store.wakeup import PgBridge
+from runbell.dispatch.worker import Worker
+from runbell.store.wakeup import start_bridge
 
 
-def create_app(core: Runbell, *, bridge: bool = True) -> FastAPI:
-    """The HTTP API around ``core``. With ``bridge`` on PostgreSQL, LISTEN/NOTIFY wakes
-    long-polls and streams in this process for commits made by other processes."""
+def create_app(core: Runbell, *, bridge: bool = True, worker: Worker | None = None) -> FastAPI:
+    """The HTTP API around ``core``.
+
+    With ``bridge`` on PostgreSQL, LISTEN/NOTIFY wakes long-polls, streams and workers in
+    this process for commits made by other processes. With ``worker``, the delivery
+    worker runs on the server's event loop for the app's lifetime (``runbell serve``).
+    """
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        pg = None
-        if bridge and core.db.is_postgres:
-            pg = PgBridge(
-                core.db.engine.url.set(drivername="postgresql").render_as_string(
-                    hide_password=False
-                ),
-                core.db.hub,
-            )
-            pg.start()
+        pg = start_bridge(core.db) if bridge else None
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop)) if worker else None
         try:
             yield
         finally:
+            stop.set()
+            if task:
+                await task
             if pg:
                 pg.stop()
 
@@ -50,6 +63,9 @@ def create_app(core: Runbell, *, bridge: bool = True) -> FastAPI:
         notifications.router,
         events.router,
         policy.router,
+        deliveries.router,
+        webhook_endpoints.router,
+        me.router,
         health.router,
     ):
         app.include_router(router)

@@ -53,6 +53,26 @@ class RunError(BaseModel):
     data_inconsistent: bool = False
 
 
+class Spend(Strict):
+    amount: float = Field(ge=0)
+    currency: str = Field(min_length=1, max_length=8, description="e.g. USD, or 'tokens'")
+
+
+class Link(Strict):
+    label: str = Field(min_length=1, max_length=200)
+    url: str = Field(min_length=1, max_length=2000)
+
+
+class Report(Strict):
+    """What the runtime says about the outcome. Not sensitive: tenant webhooks carry it."""
+
+    iterations: int | None = Field(default=None, ge=0)
+    spend: Spend | None = None
+    summary: str | None = Field(default=None, max_length=500)
+    trace_id: str | None = Field(default=None, max_length=200)
+    links: list[Link] | None = Field(default=None, max_length=20)
+
+
 class SignalIn(Strict):
     event_id: str = Field(min_length=1, max_length=200)
     state: StateName
@@ -61,6 +81,7 @@ class SignalIn(Strict):
     reason: str | None = Field(default=None, max_length=500)
     error: RunError | None = None
     effects_verified: bool | None = None
+    report: Report | None = None
 
     @field_validator("at")
     @classmethod

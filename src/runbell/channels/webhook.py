@@ -28,10 +28,10 @@ token), a secret or the payload; the endpoint's host is named instead.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -106,8 +106,12 @@ class WebhookChannel:
                 rule=exc.extra.get("rule"),
             ) from exc
         except httpx.InvalidURL as exc:
+            # httpx rejects some spellings (e.g. the octal "0177.0.0.1") before the guard
+            # sees them; the message may quote the URL, so it is not passed on.
             raise PermanentDeliveryError(
-                "the endpoint URL is not a valid URL", operator_alert=True
+                "endpoint refused (invalid-url): the URL does not parse",
+                operator_alert=True,
+                rule="invalid-url",
             ) from exc
         except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
             raise PermanentDeliveryError(
@@ -162,7 +166,10 @@ async def _read_excerpt(response: httpx.Response) -> str:
     """
     buffer = bytearray()
     try:
-        async with aclosing(response.aiter_bytes()) as chunks:
+        # aiter_bytes is an async generator; closing it promptly after ``break`` keeps
+        # its cleanup out of the garbage collector.
+        chunks_iter = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+        async with aclosing(chunks_iter) as chunks:
             async for chunk in chunks:
                 buffer += chunk
                 if len(buffer) >= _EXCERPT_READ_BYTES:
@@ -174,7 +181,7 @@ async def _read_excerpt(response: httpx.Response) -> str:
 
 def _outcome(response: httpx.Response, excerpt: str, host: str, now: datetime) -> Sent:
     status = response.status_code
-    common: dict[str, Any] = {"status_code": status, "response_excerpt": excerpt}
+    common: dict[str, Any] = {"status_code": status, "response_excerpt": excerpt or None}
     if 200 <= status < 300:
         return Sent(**common)
     if 300 <= status < 400:
@@ -184,7 +191,9 @@ def _outcome(response: httpx.Response, excerpt: str, host: str, now: datetime) -
             f"{host} answered {status}: redirects are not followed", **common
         )
     if status == 410:
-        raise PermanentDeliveryError(f"{host} answered 410: the endpoint is gone", gone=True, **common)
+        raise PermanentDeliveryError(
+            f"{host} answered 410: the endpoint is gone", gone=True, **common
+        )
     retry_after = None
     if status in _RETRY_AFTER_STATUSES:
         retry_after = parse_retry_after(response.headers.get("retry-after"), now)

@@ -10,6 +10,7 @@ After a successful commit, the process-local :class:`runbell.store.wakeup.Hub` i
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ class Tx:
     events: dict[str, list[PendingEvent]] = field(default_factory=dict)
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     dialect: str = "sqlite"
+    wake_outbox: bool = False  # set when deliveries became due: wake the workers
 
     def emit(self, tenant_id: str, ev: PendingEvent) -> None:
         self.events.setdefault(tenant_id, []).append(ev)
@@ -111,6 +113,9 @@ class Tx:
         return heads
 
 
+OUTBOX_KEY = "*outbox"  # a hub channel no tenant id can collide with
+
+
 class Database:
     """The engine, the clock and the wake-up hub, shared by API, worker and scheduler."""
 
@@ -120,7 +125,10 @@ class Database:
         self.dialect = self.engine.dialect.name
         self.clock = clock
         self.hub = hub or Hub()
-        self.commit_hooks: list[Callable[[dict[str, int]], None]] = []
+        # Run inside the transaction just before feed events are written, e.g. to turn
+        # events into tenant-webhook deliveries in the same commit.
+        self.before_flush: list[Callable[[Tx], None]] = []
+        self._outbox_ticks = itertools.count(1)
 
     @property
     def is_postgres(self) -> bool:
@@ -133,11 +141,13 @@ class Database:
             tx = Tx(conn=conn, now=now or self.clock(), dialect=self.dialect)
             with conn.begin():
                 yield tx
+                for before in self.before_flush:
+                    before(tx)
                 heads = tx.flush_events()
         for tenant_id, head in heads.items():
             self.hub.publish(tenant_id, head)
-        for hook in self.commit_hooks:
-            hook(heads)
+        if tx.wake_outbox:
+            self.hub.publish(OUTBOX_KEY, next(self._outbox_ticks))
         for fn in tx.after_commit:
             fn()
 

@@ -61,7 +61,7 @@ def add_deliveries(conn: Connection, rows: list[dict[str, Any]]) -> None:
 
 def delivery_row(
     tenant_id: str,
-    notification_id: str,
+    notification_id: str | None,
     channel: str,
     destination: str,
     status: str,
@@ -199,6 +199,15 @@ def deliveries_for(conn: Connection, tenant_id: str, notification_id: str) -> li
         for d in out:
             d["attempts"] = by.get(d["id"], [])
     return out
+
+
+def attempts_for(conn: Connection, delivery_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(t.delivery_attempts)
+        .where(t.delivery_attempts.c.delivery_id == delivery_id)
+        .order_by(t.delivery_attempts.c.attempt_no, t.delivery_attempts.c.started_at)
+    ).all()
+    return [dict(r._mapping) for r in rows]
 
 
 def count_recent(

@@ -15,8 +15,12 @@ import contextlib
 import queue
 import threading
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 import structlog
+
+if TYPE_CHECKING:
+    from runbell.store.db import Database
 
 log = structlog.get_logger(__name__)
 
@@ -149,3 +153,13 @@ class PgBridge:
                 peer_tenant, _, peer_seq = note.payload.rpartition(":")
                 with contextlib.suppress(ValueError):
                     self.hub.publish(peer_tenant, int(peer_seq), local=False)
+
+
+def start_bridge(db: Database) -> PgBridge | None:
+    """Start the LISTEN/NOTIFY bridge for ``db`` when it is PostgreSQL."""
+    if not db.is_postgres:
+        return None
+    dsn = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    bridge = PgBridge(dsn, db.hub)
+    bridge.start()
+    return bridge

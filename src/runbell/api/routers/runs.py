@@ -57,6 +57,7 @@ def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict
         reason=body.reason,
         error=body.error.model_dump() if body.error else None,
         effects_verified=body.effects_verified,
+        report=body.report.model_dump(exclude_none=True) if body.report else None,
     )
     return core.accept_signal(who.tenant_id, source, run_id, signal).as_dict()
 

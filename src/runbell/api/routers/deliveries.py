@@ -1,0 +1,104 @@
+"""The operator's view of the outbox: what failed, why, and replay."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+
+from runbell.api.deps import Admin, Core
+from runbell.store import notifications as notes
+from runbell.store import outbox
+from runbell.views import iso
+
+router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"])
+Status = Literal[
+    "queued",
+    "sending",
+    "accepted",
+    "retry_scheduled",
+    "deferred",
+    "failed",
+    "dead",
+    "delivery_unknown",
+    "cancelled",
+    "skipped",
+]
+
+
+def delivery_view(
+    d: dict[str, Any], attempts: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    out = {
+        "id": d["id"],
+        "channel": d["channel"],
+        "destination": d["destination"],
+        "status": d["status"],
+        "notification_id": d["notification_id"],
+        "run_id": d["run_id"],
+        "event_type": d["event_type"],
+        "attempt_count": d["attempt_count"],
+        "next_attempt_at": iso(d["next_attempt_at"]),
+        "last_error": d["last_error"],
+        "created_at": iso(d["created_at"]),
+        "updated_at": iso(d["updated_at"]),
+    }
+    if attempts is not None:
+        out["attempts"] = [
+            {
+                k: (iso(v) if isinstance(v, datetime) else v)
+                for k, v in a.items()
+                if k not in ("tenant_id", "delivery_id")
+            }
+            for a in attempts
+        ]
+    return out
+
+
+@router.get("")
+def list_deliveries(
+    who: Admin,
+    core: Core,
+    status: Annotated[list[Status] | None, Query()] = None,
+    channel: Annotated[
+        Literal["inbox", "email", "webpush", "chat", "webhook"] | None, Query()
+    ] = None,
+    endpoint_id: Annotated[str | None, Query(max_length=64)] = None,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> dict[str, Any]:
+    """Deliveries newest first, e.g. ``?status=dead&status=delivery_unknown``."""
+    with core.db.read() as conn:
+        rows = outbox.list_for_tenant(
+            conn,
+            who.tenant_id,
+            statuses=list(status) if status else None,
+            channel=channel,
+            endpoint_id=endpoint_id,
+            before=cursor,
+            limit=limit + 1,
+        )
+    page = rows[:limit]
+    return {
+        "deliveries": [delivery_view(d) for d in page],
+        "next_cursor": page[-1]["id"] if len(rows) > limit else None,
+    }
+
+
+@router.get("/{delivery_id}")
+def get_delivery(delivery_id: str, who: Admin, core: Core) -> dict[str, Any]:
+    with core.db.read() as conn:
+        d = outbox.get(conn, who.tenant_id, delivery_id)
+        attempts = notes.attempts_for(conn, delivery_id)
+    return delivery_view(d, attempts)
+
+
+@router.post("/{delivery_id}/replay")
+def replay(delivery_id: str, who: Admin, core: Core) -> dict[str, Any]:
+    """Send it again under the same identity (same webhook-id). Checks at dispatch still
+    apply: a person's acknowledged alert is not re-sent."""
+    with core.db.transaction() as tx:
+        d = outbox.replay(tx.conn, who.tenant_id, delivery_id, tx.now)
+        tx.wake_outbox = True
+    return delivery_view(d)

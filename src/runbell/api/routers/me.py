@@ -1,0 +1,308 @@
+"""A person's own settings: consent per channel and urgency, quiet hours, destinations."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from runbell import metrics
+from runbell.api.deps import Admin, Core, User
+from runbell.attention import consented_urgencies
+from runbell.channels.chat import check_destination as check_chat
+from runbell.channels.chat import redact
+from runbell.core import Runbell
+from runbell.domain.dispatch import ALL_URGENCIES
+from runbell.domain.errors import NotFound
+from runbell.domain.quiet_hours import QuietWindow, zone
+from runbell.domain.ssrf import check_url
+from runbell.ids import new_id
+from runbell.outbound import make_resolver
+from runbell.store import tables as t
+from runbell.store.accounts import Principal
+from runbell.views import iso
+
+router = APIRouter(tags=["me"])
+Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
+CHANNELS = ("email", "webpush", "chat")
+
+
+class PreferencesIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    consent: dict[Literal["email", "webpush", "chat"], list[Urgency]] | None = Field(
+        default=None, description="urgencies each channel may interrupt you for"
+    )
+    quiet_hours: list[dict[str, Any]] | None = Field(default=None, max_length=14)
+    timezone: str | None = Field(default=None, max_length=64)
+    locale: str | None = Field(default=None, max_length=32)
+
+
+class PushKeys(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    p256dh: str = Field(min_length=40, max_length=200)
+    auth: str = Field(min_length=16, max_length=100)
+
+
+class PushSubscriptionIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # browsers add expirationTime
+    endpoint: str = Field(min_length=10, max_length=2000)
+    keys: PushKeys
+    user_agent: str | None = Field(default=None, max_length=300)
+
+
+class ChatIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(min_length=6, max_length=2000, description="an Apprise URL")
+    label: str | None = Field(default=None, max_length=200)
+
+
+def _prefs(core: Runbell, who: Principal) -> dict[str, Any]:
+    with core.db.read() as conn:
+        row = conn.execute(
+            sa.select(t.preferences).where(
+                t.preferences.c.tenant_id == who.tenant_id, t.preferences.c.user_id == who.user_id
+            )
+        ).first()
+        email = conn.execute(sa.select(t.users.c.email).where(t.users.c.id == who.user_id)).scalar()
+    consent = (row.consent if row else None) or {}
+    return {
+        "user_id": who.user_id,
+        "email": email,
+        "consent": {c: list(consented_urgencies(consent, c)) for c in CHANNELS},
+        "consent_record": consent,
+        "quiet_hours": (row.quiet_hours if row else None) or [],
+        "timezone": (row.timezone if row else None) or "UTC",
+        "locale": (row.locale if row else None) or "en",
+    }
+
+
+@router.get("/v1/me")
+def me(who: User, core: Core) -> dict[str, Any]:
+    out = _prefs(core, who)
+    return {
+        "user_id": who.user_id,
+        "tenant_id": who.tenant_id,
+        "role": who.role,
+        "email": out["email"],
+    }
+
+
+@router.get("/v1/me/preferences")
+def get_preferences(who: User, core: Core) -> dict[str, Any]:
+    """Consent per channel and urgency (with when and how it was given), quiet hours."""
+    return _prefs(core, who)
+
+
+@router.put("/v1/me/preferences")
+def put_preferences(body: PreferencesIn, who: User, core: Core) -> dict[str, Any]:
+    """Change what may interrupt you. Validated whole; nothing is stored on error."""
+    if body.timezone is not None:
+        zone(body.timezone)
+    windows = [QuietWindow.parse(w).as_dict() for w in body.quiet_hours or []]
+    current = _prefs(core, who)
+    record = dict(current["consent_record"])
+    with core.db.transaction() as tx:
+        now = tx.now
+        for channel, urgencies in (body.consent or {}).items():
+            before = set(current["consent"][channel])
+            after = {u for u in urgencies if u in ALL_URGENCIES}
+            record[channel] = {
+                "urgencies": sorted(after, key=ALL_URGENCIES.index),
+                "given_at": now.isoformat(),
+                "how": "user",
+            }
+            for u in before - after:
+                tx.after_commit.append(metrics.OPT_OUTS.labels(channel, u).inc)
+        values: dict[str, Any] = {"consent": record, "updated_at": now}
+        if body.quiet_hours is not None:
+            values["quiet_hours"] = windows
+        if body.timezone is not None:
+            values["timezone"] = body.timezone
+        if body.locale is not None:
+            values["locale"] = body.locale
+        p = t.preferences
+        done = tx.conn.execute(
+            sa.update(p)
+            .where(p.c.tenant_id == who.tenant_id, p.c.user_id == who.user_id)
+            .values(**values)
+        ).rowcount
+        if not done:
+            tx.conn.execute(
+                p.insert().values(
+                    tenant_id=who.tenant_id, user_id=who.user_id, **{"consent": {}, **values}
+                )
+            )
+    return _prefs(core, who)
+
+
+# --- web push subscriptions ----------------------------------------------------------
+
+
+@router.get("/v1/push/vapid-public-key")
+def vapid_public_key(core: Core) -> dict[str, str]:
+    """The applicationServerKey for ``pushManager.subscribe`` (public by design)."""
+    from runbell.dispatch.wiring import vapid_keys
+
+    return {"public_key": vapid_keys(core).public_key}
+
+
+def _subscription_view(row: Any) -> dict[str, Any]:
+    host = row.endpoint.split("/")[2] if row.endpoint.count("/") >= 2 else "?"
+    return {
+        "id": row.id,
+        "endpoint_host": host,
+        "user_agent": row.user_agent,
+        "created_at": iso(row.created_at),
+        "last_success_at": iso(row.last_success_at),
+    }
+
+
+@router.post("/v1/me/push-subscriptions", status_code=201)
+def add_subscription(
+    body: PushSubscriptionIn, who: User, core: Core, response: Response
+) -> dict[str, Any]:
+    """Register this browser's push subscription (the subscription is the consent)."""
+    # A name that does not resolve right now passes; every send checks it again.
+    with contextlib.suppress(OSError):
+        check_url(
+            body.endpoint, allow_hosts=core.settings.outbound_allow_hosts, resolve=make_resolver()
+        )
+    p = t.push_subscriptions
+    with core.db.transaction() as tx:
+        existing = tx.conn.execute(
+            sa.select(p.c.id).where(p.c.tenant_id == who.tenant_id, p.c.endpoint == body.endpoint)
+        ).scalar()
+        if existing:
+            tx.conn.execute(
+                sa.update(p)
+                .where(p.c.id == existing)
+                .values(
+                    user_id=who.user_id,
+                    p256dh=body.keys.p256dh,
+                    auth=body.keys.auth,
+                    user_agent=body.user_agent,
+                )
+            )
+            sub_id = existing
+            response.status_code = 200
+        else:
+            sub_id = new_id("sub")
+            tx.conn.execute(
+                p.insert().values(
+                    id=sub_id,
+                    tenant_id=who.tenant_id,
+                    user_id=who.user_id,
+                    endpoint=body.endpoint,
+                    p256dh=body.keys.p256dh,
+                    auth=body.keys.auth,
+                    user_agent=body.user_agent,
+                    created_at=tx.now,
+                )
+            )
+        row = tx.conn.execute(sa.select(p).where(p.c.id == sub_id)).one()
+    return _subscription_view(row)
+
+
+@router.get("/v1/me/push-subscriptions")
+def list_subscriptions(who: User, core: Core) -> dict[str, Any]:
+    p = t.push_subscriptions
+    with core.db.read() as conn:
+        rows = conn.execute(
+            sa.select(p)
+            .where(p.c.tenant_id == who.tenant_id, p.c.user_id == who.user_id)
+            .order_by(p.c.id)
+        ).all()
+    return {"subscriptions": [_subscription_view(r) for r in rows]}
+
+
+@router.delete("/v1/me/push-subscriptions/{subscription_id}", status_code=204)
+def delete_subscription(subscription_id: str, who: User, core: Core) -> Response:
+    p = t.push_subscriptions
+    with core.db.transaction() as tx:
+        gone = tx.conn.execute(
+            sa.delete(p).where(
+                p.c.tenant_id == who.tenant_id,
+                p.c.user_id == who.user_id,
+                p.c.id == subscription_id,
+            )
+        ).rowcount
+        if not gone:
+            raise NotFound(f"no push subscription {subscription_id!r}")
+    return Response(status_code=204)
+
+
+# --- chat destinations ---------------------------------------------------------------
+
+
+def _add_chat(core: Runbell, who: Principal, body: ChatIn, user_id: str | None) -> dict[str, Any]:
+    # A name that does not resolve right now passes; every send checks it again.
+    with contextlib.suppress(OSError):
+        check_chat(body.url, allow_hosts=core.settings.outbound_allow_hosts)
+    c = t.chat_destinations
+    with core.db.transaction() as tx:
+        dest_id = new_id("chat")
+        tx.conn.execute(
+            c.insert().values(
+                id=dest_id,
+                tenant_id=who.tenant_id,
+                user_id=user_id,
+                url_sealed=core.box.seal(body.url),
+                url_hint=redact(body.url)[:200],
+                label=body.label,
+                created_at=tx.now,
+            )
+        )
+        row = tx.conn.execute(sa.select(c).where(c.c.id == dest_id)).one()
+    return _chat_view(row)
+
+
+def _chat_view(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "url": row.url_hint,
+        "label": row.label,
+        "shared": row.user_id is None,
+        "created_at": iso(row.created_at),
+    }
+
+
+@router.post("/v1/me/chat-destinations", status_code=201)
+def add_my_chat(body: ChatIn, who: User, core: Core) -> dict[str, Any]:
+    """An Apprise URL for your own alerts (Slack, Telegram, Discord, Matrix, ntfy, …)."""
+    return _add_chat(core, who, body, who.user_id)
+
+
+@router.post("/v1/chat-destinations", status_code=201)
+def add_shared_chat(body: ChatIn, who: Admin, core: Core) -> dict[str, Any]:
+    """A tenant-wide room that receives every member's pushed alerts (neutral texts)."""
+    return _add_chat(core, who, body, None)
+
+
+@router.get("/v1/me/chat-destinations")
+def list_my_chat(who: User, core: Core) -> dict[str, Any]:
+    c = t.chat_destinations
+    with core.db.read() as conn:
+        rows = conn.execute(
+            sa.select(c)
+            .where(
+                c.c.tenant_id == who.tenant_id,
+                sa.or_(c.c.user_id == who.user_id, c.c.user_id.is_(None)),
+            )
+            .order_by(c.c.id)
+        ).all()
+    return {"destinations": [_chat_view(r) for r in rows]}
+
+
+@router.delete("/v1/me/chat-destinations/{destination_id}", status_code=204)
+def delete_my_chat(destination_id: str, who: User, core: Core) -> Response:
+    c = t.chat_destinations
+    cond = [c.c.tenant_id == who.tenant_id, c.c.id == destination_id]
+    if not who.is_admin:
+        cond.append(c.c.user_id == who.user_id)
+    with core.db.transaction() as tx:
+        if not tx.conn.execute(sa.delete(c).where(*cond)).rowcount:
+            raise NotFound(f"no chat destination {destination_id!r}")
+    return Response(status_code=204)

@@ -1,0 +1,95 @@
+"""Feed events → tenant-webhook deliveries, in the transaction that made the events.
+
+Runs as a ``Database.before_flush`` hook, so a webhook message exists if and only if
+its event committed (no flush-after-commit gap, no message for a rolled-back change).
+Each message is deduped in the database by (tenant, channel, endpoint, event key) and
+its payload is fixed now, so retries and replays send identical bytes under one id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runbell.ids import new_id
+from runbell.store import endpoints
+from runbell.store import notifications as notes
+from runbell.store.db import PendingEvent, Tx
+from runbell.views import iso
+
+# Feed events that become webhook messages. Progress stays live-only (invariant 5).
+FORWARDED = {
+    "run.created",
+    "run.transitioned",
+    "run.mismatch",
+    "run.mismatch_closed",
+    "notification.created",
+    "notification.closed",
+}
+
+
+def messages(ev: PendingEvent, public_url: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(event type, event key, data) for each webhook message one feed event makes."""
+    if ev.type not in FORWARDED:
+        return []
+    data = dict(ev.data)
+    if ev.notification_id:
+        key = f"{ev.type}:{ev.notification_id}"
+    else:
+        key = f"{ev.type}:{ev.run_id}:{data.get('version')}:{data.get('mismatch_id', '')}"
+    out = [(ev.type, key, data)]
+    if ev.type == "run.transitioned" and data.get("terminal"):
+        report = data.get("report") or {}
+        out.append(
+            (
+                "run.finished",
+                f"run.finished:{ev.run_id}:{data.get('version')}",
+                {
+                    "run_id": ev.run_id,
+                    "kind": data.get("kind"),
+                    "status": data.get("state"),
+                    "stop_reason": data.get("stop_reason"),
+                    "version": data.get("version"),
+                    "iterations": report.get("iterations"),
+                    "spend": report.get("spend"),
+                    "summary": report.get("summary"),
+                    "trace_id": report.get("trace_id"),
+                    "links": report.get("links"),
+                    "deep_link": f"{public_url}/runs/{ev.run_id}",
+                },
+            )
+        )
+    return out
+
+
+def make_hook(public_url: str) -> Callable[[Tx], None]:
+    def fanout(tx: Tx) -> None:
+        rows = []
+        for tenant_id, events in tx.events.items():
+            cache: dict[str, list[dict[str, Any]]] = {}
+            for ev in events:
+                for event_type, key, data in messages(ev, public_url):
+                    if event_type not in cache:
+                        cache[event_type] = endpoints.subscribed(tx.conn, tenant_id, event_type)
+                    for ep in cache[event_type]:
+                        row = notes.delivery_row(
+                            tenant_id,
+                            None,
+                            "webhook",
+                            ep["id"],
+                            "queued",
+                            tx.now,
+                        )
+                        row.update(
+                            id=new_id("msg"),
+                            run_id=ev.run_id,
+                            event_type=event_type,
+                            event_key=key,
+                            payload={"type": event_type, "timestamp": iso(tx.now), "data": data},
+                        )
+                        rows.append(row)
+        if rows:
+            notes.add_deliveries(tx.conn, rows)
+            tx.wake_outbox = True
+
+    return fanout

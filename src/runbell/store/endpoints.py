@@ -1,0 +1,122 @@
+"""Tenant webhook endpoints: URL, event-type filter, signing secrets with rotation."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from runbell.domain.errors import NotFound
+from runbell.ids import new_id
+from runbell.store import tables as t
+
+WEBHOOK_EVENT_TYPES = (
+    "run.created",
+    "run.transitioned",
+    "run.finished",
+    "run.mismatch",
+    "run.mismatch_closed",
+    "notification.created",
+    "notification.closed",
+)
+
+
+def create(
+    conn: Connection,
+    tenant_id: str,
+    now: datetime,
+    *,
+    url: str,
+    description: str | None,
+    event_types: list[str],
+    sealed_secret: str,
+    rate_limit_per_s: float | None,
+) -> str:
+    endpoint_id = new_id("ep")
+    conn.execute(
+        t.webhook_endpoints.insert().values(
+            id=endpoint_id,
+            tenant_id=tenant_id,
+            url=url,
+            description=description,
+            event_types=event_types,
+            secrets=[{"sealed": sealed_secret, "created_at": now.isoformat(), "expires_at": None}],
+            status="enabled",
+            dead_streak=0,
+            rate_limit_per_s=rate_limit_per_s,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return endpoint_id
+
+
+def get(
+    conn: Connection, tenant_id: str, endpoint_id: str, *, for_update: bool = False
+) -> dict[str, Any]:
+    q = sa.select(t.webhook_endpoints).where(
+        t.webhook_endpoints.c.tenant_id == tenant_id, t.webhook_endpoints.c.id == endpoint_id
+    )
+    if for_update and conn.dialect.name == "postgresql":
+        q = q.with_for_update()
+    row = conn.execute(q).first()
+    if row is None:
+        raise NotFound(f"no webhook endpoint {endpoint_id!r}")
+    return dict(row._mapping)
+
+
+def list_all(conn: Connection, tenant_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(t.webhook_endpoints)
+        .where(t.webhook_endpoints.c.tenant_id == tenant_id)
+        .order_by(t.webhook_endpoints.c.id)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def update(
+    conn: Connection, tenant_id: str, endpoint_id: str, now: datetime, **values: Any
+) -> None:
+    conn.execute(
+        sa.update(t.webhook_endpoints)
+        .where(
+            t.webhook_endpoints.c.tenant_id == tenant_id, t.webhook_endpoints.c.id == endpoint_id
+        )
+        .values(updated_at=now, **values)
+    )
+
+
+def rotate(
+    conn: Connection, tenant_id: str, endpoint_id: str, now: datetime, sealed: str, overlap_s: float
+) -> None:
+    """A new secret first; the previous ones stay valid for ``overlap_s`` (both signatures
+    are sent meanwhile, so receivers can switch without a gap)."""
+    ep = get(conn, tenant_id, endpoint_id, for_update=True)
+    until = (now + timedelta(seconds=overlap_s)).isoformat()
+    kept = [
+        {**s, "expires_at": s.get("expires_at") or until} for s in ep["secrets"] if live(s, now)
+    ]
+    update(
+        conn,
+        tenant_id,
+        endpoint_id,
+        now,
+        secrets=[{"sealed": sealed, "created_at": now.isoformat(), "expires_at": None}, *kept],
+    )
+
+
+def live(secret: dict[str, Any], now: datetime) -> bool:
+    expires = secret.get("expires_at")
+    return expires is None or datetime.fromisoformat(expires) > now
+
+
+def subscribed(conn: Connection, tenant_id: str, event_type: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(t.webhook_endpoints.c.id, t.webhook_endpoints.c.event_types).where(
+            t.webhook_endpoints.c.tenant_id == tenant_id,
+            t.webhook_endpoints.c.status == "enabled",
+        )
+    ).all()
+    return [dict(r._mapping) for r in rows if not r.event_types or event_type in r.event_types]
