@@ -187,6 +187,8 @@ def raise_attention(
     rows = [notes.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
     if decision.kind == "push":
         rows += _push_deliveries(tx, tenant_id, recipient, note_id, decision.urgency or "low")
+    for row in rows:
+        row.update(run_id=run_id, urgency=values["urgency"])
     notes.add_deliveries(tx.conn, rows)
     tx.emit(
         tenant_id,
@@ -259,8 +261,6 @@ def _push_deliveries(
         rows += [notes.delivery_row(tenant_id, note_id, "chat", d, "queued", tx.now) for d in dests]
     if rows:
         tx.wake_outbox = True
-    for row in rows:
-        row["urgency"] = urgency
     return rows
 
 

@@ -28,6 +28,8 @@ app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(user_app, name="user")
 app.add_typer(source_app, name="source")
+deliveries_app = typer.Typer(help="The outbox: dead letters and replay.", no_args_is_help=True)
+app.add_typer(deliveries_app, name="deliveries")
 out = Console()
 err = Console(stderr=True)
 
@@ -81,11 +83,14 @@ def serve(
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
     scheduler: Annotated[bool, typer.Option(help="run the scheduler in this process")] = True,
+    deliver: Annotated[bool, typer.Option(help="run a delivery worker in this process")] = True,
 ) -> None:
-    """Run the API and the scheduler in one process (SQLite file by default)."""
+    """Run the API, a delivery worker and the scheduler in one process (SQLite by default)."""
     from runbell.api.app import create_app
     from runbell.bootstrap import bootstrap_if_empty, welcome_text
     from runbell.dispatch.scheduler import Scheduler
+    from runbell.dispatch.wiring import build_channels
+    from runbell.dispatch.worker import Worker
     from runbell.logging import configure
 
     settings = Settings()
@@ -102,12 +107,57 @@ def serve(
     sched = Scheduler(core)
     if scheduler:
         sched.start()
+    worker = Worker(core, build_channels(core)) if deliver else None
     out.print(f"Runbell listening on {base}  (database: {core.db.dialect})", highlight=False)
     try:
         _serve(
-            create_app(core), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
+            create_app(core, worker=worker),
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=5,
         )
     finally:
+        sched.stop()
+        core.db.dispose()
+
+
+@app.command()
+def worker(
+    scheduler: Annotated[bool, typer.Option(help="also run the scheduler sweeps")] = False,
+) -> None:
+    """Run a delivery worker alone. Several may share one PostgreSQL; each delivery goes
+    out once. Stops cleanly on SIGTERM/SIGINT (in-flight sends finish first)."""
+    import asyncio
+    import signal
+
+    from runbell.dispatch.scheduler import Scheduler
+    from runbell.dispatch.wiring import build_channels
+    from runbell.dispatch.worker import Worker
+    from runbell.logging import configure
+    from runbell.store.wakeup import start_bridge
+
+    settings = Settings()
+    configure(json=settings.log_json)
+    core = _core()
+    sched = Scheduler(core)
+    if scheduler:
+        sched.start()
+    bridge = start_bridge(core.db)
+    the_worker = Worker(core, build_channels(core))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await the_worker.run(stop)
+
+    try:
+        asyncio.run(main())
+    finally:
+        if bridge:
+            bridge.stop()
         sched.stop()
         core.db.dispose()
 
@@ -267,6 +317,101 @@ def source_create(
         _fail(exc)
     json.dump(res, sys.stdout, indent=2)
     sys.stdout.write("\n")
+
+
+@deliveries_app.command("list")
+def deliveries_list(
+    tenant: Annotated[str, typer.Option(help="tenant id or name")],
+    status: Annotated[list[str] | None, typer.Option(help="e.g. dead, delivery_unknown")] = None,
+    channel: Annotated[str | None, typer.Option()] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+) -> None:
+    """Deliveries newest first, as a table."""
+    from rich.table import Table
+
+    from runbell.store import accounts, outbox
+
+    core = _core()
+    try:
+        with core.db.read() as conn:
+            tenant_id = accounts.resolve_tenant(conn, tenant)
+            rows = outbox.list_for_tenant(
+                conn,
+                tenant_id,
+                statuses=status,
+                channel=channel,
+                endpoint_id=None,
+                before=None,
+                limit=limit,
+            )
+    except RunbellError as exc:
+        _fail(exc)
+    table = Table("id", "channel", "status", "attempts", "event / notification", "last error")
+    for d in rows:
+        table.add_row(
+            d["id"],
+            d["channel"],
+            d["status"],
+            str(d["attempt_count"]),
+            d["event_type"] or d["notification_id"] or "",
+            (d["last_error"] or "")[:60],
+        )
+    out.print(table)
+
+
+@deliveries_app.command("replay")
+def deliveries_replay(
+    tenant: Annotated[str, typer.Option(help="tenant id or name")],
+    ids: Annotated[list[str] | None, typer.Argument(help="delivery ids")] = None,
+    status: Annotated[
+        list[str] | None, typer.Option(help="replay every delivery in these statuses, e.g. dead")
+    ] = None,
+    channel: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """Queue deliveries again under the same identity, with a progress bar."""
+    from rich.progress import Progress
+
+    from runbell.store import accounts, outbox
+
+    if not ids and not status:
+        err.print("[red]error:[/red] name delivery ids or --status")
+        raise typer.Exit(2)
+    core = _core()
+    try:
+        with core.db.read() as conn:
+            tenant_id = accounts.resolve_tenant(conn, tenant)
+            todo = list(ids or [])
+            if status:
+                todo += [
+                    d["id"]
+                    for d in outbox.list_for_tenant(
+                        conn,
+                        tenant_id,
+                        statuses=status,
+                        channel=channel,
+                        endpoint_id=None,
+                        before=None,
+                        limit=100_000,
+                    )
+                ]
+    except RunbellError as exc:
+        _fail(exc)
+    done, refused = 0, 0
+    with Progress(console=err) as progress:
+        task = progress.add_task("replaying", total=len(todo))
+        for delivery_id in todo:
+            try:
+                with core.db.transaction() as tx:
+                    outbox.replay(tx.conn, tenant_id, delivery_id, tx.now)
+                    tx.wake_outbox = True
+                done += 1
+            except RunbellError as exc:
+                refused += 1
+                err.print(f"{delivery_id}: {exc.detail}")
+            progress.advance(task)
+    out.print(f"queued {done} again, {refused} refused")
+    if refused and not done:
+        raise typer.Exit(2)
 
 
 if __name__ == "__main__":

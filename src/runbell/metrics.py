@@ -77,9 +77,6 @@ STALE_OPENS = Counter(
     ["attention_type"],
     registry=REGISTRY,
 )
-FALLBACKS = Counter(
-    "runbell_fallbacks_total", "Sends routed to a fallback channel", ["channel"], registry=REGISTRY
-)
 OPT_OUTS = Counter(
     "runbell_opt_outs_total",
     "Consent withdrawn for a channel and urgency",

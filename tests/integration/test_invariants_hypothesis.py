@@ -13,11 +13,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from runbell.core import Runbell, Signal
+from runbell.domain.errors import Conflict
 from runbell.store import accounts
 from runbell.store import tables as t
 from runbell.testing import make_tenant
@@ -27,7 +29,7 @@ STATES = ("queued", "working", "input_required", "stopping", "completed", "faile
 TERMINAL = {"completed", "failed", "cancelled"}
 # DESIGN §3, written out independently of runbell.domain.runs.
 ALLOWED = {
-    "queued": {"working", *TERMINAL},
+    "queued": {"working", "stopping", *TERMINAL},
     "working": {"input_required", "stopping", *TERMINAL},
     "input_required": {"working", "stopping", *TERMINAL},
     "stopping": set(TERMINAL),
@@ -142,10 +144,18 @@ def send(
     core: Runbell, tenant_id: str, source: dict[str, Any], run_id: str, sig: Signal, model: Model
 ) -> None:
     before = load(core, tenant_id)
+    model.sent.append((run_id, sig))
+    if sig.event_id in model.first and model.first[sig.event_id][0] != run_id:
+        # An event id reused for another run is a runtime bug: refused, nothing changes.
+        with pytest.raises(Conflict) as refused:
+            core.accept_signal(tenant_id, source, run_id, sig)
+        assert refused.value.extra.get("field") == "event_id"
+        assert load(core, tenant_id) == before
+        event("conflict")
+        return
     result = core.accept_signal(tenant_id, source, run_id, sig)
     event(result.outcome)
     after = load(core, tenant_id)
-    model.sent.append((run_id, sig))
     ids = [n["id"] for n in result.notifications]
     versions_before = {r: before["runs"][r]["version"] for r in RUNS}
     versions_after = {r: after["runs"][r]["version"] for r in RUNS}
@@ -154,7 +164,7 @@ def send(
         first_run, first_outcome, first_ids = model.first[sig.event_id]
         assert result.outcome == "duplicate", (sig, result.outcome)
         assert result.original_outcome == first_outcome
-        assert result.run["run_id"] == first_run
+        assert result.run["run_id"] == run_id == first_run
         assert sorted(ids) == sorted(first_ids)
         assert versions_after == versions_before
         assert len(after["notifications"]) == len(before["notifications"])
@@ -236,9 +246,15 @@ def test_generated_scripts_keep_the_invariants(
         else:
             _, run_id, title = op
             before = load(core, tenant_id)
+            changed = before["runs"][run_id]["title"] != title
+            if changed and before["runs"][run_id]["state"] in TERMINAL:
+                # A finished run is not edited: refused, nothing changes.
+                with pytest.raises(Conflict):
+                    core.put_run(who, run_id, {"title": title})
+                assert load(core, tenant_id) == before
+                continue
             core.put_run(who, run_id, {"title": title})
             after = load(core, tenant_id)
-            changed = before["runs"][run_id]["title"] != title
             assert after["runs"][run_id]["version"] == before["runs"][run_id]["version"] + changed
             assert after["runs"][run_id]["state"] == before["runs"][run_id]["state"]
             assert after["runs"][run_id]["title"] == title
