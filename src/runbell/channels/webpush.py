@@ -202,7 +202,7 @@ class _NoRedirectSession(requests.Session):
     """A push service never redirects; following one would re-send an encrypted
     message to a URL nobody subscribed, so a 3xx is reported as it is."""
 
-    def request(self, method: str, url: Any, *args: Any, **kwargs: Any) -> requests.Response:
+    def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> requests.Response:
         kwargs["allow_redirects"] = False
         return super().request(method, url, *args, **kwargs)
 
