@@ -123,8 +123,20 @@ def serve(
 
 
 @app.command()
+def api(
+    host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
+) -> None:
+    """Run the API only (scale-out: N api replicas and M `runbell worker` processes)."""
+    serve(host=host, port=port, scheduler=False, deliver=False)
+
+
+@app.command()
 def worker(
     scheduler: Annotated[bool, typer.Option(help="also run the scheduler sweeps")] = False,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve this worker's /metrics on 127.0.0.1:PORT")
+    ] = None,
 ) -> None:
     """Run a delivery worker alone. Several may share one PostgreSQL; each delivery goes
     out once. Stops cleanly on SIGTERM/SIGINT (in-flight sends finish first)."""
@@ -145,6 +157,12 @@ def worker(
         sched.start()
     bridge = start_bridge(core.db)
     the_worker = Worker(core, build_channels(core))
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        from runbell import metrics
+
+        start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.REGISTRY)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -916,6 +916,24 @@ class Runbell:
         ]
         return out
 
+    def expire_notifications(self, now: datetime, limit: int = 500) -> int:
+        """Close open notifications past their expiry (and cancel what they had queued)."""
+        n = t.notifications
+        with self.db.read() as conn:
+            due = [
+                dict(r._mapping)
+                for r in conn.execute(
+                    sa.select(n)
+                    .where(n.c.state == "open", n.c.expires_at <= now)
+                    .order_by(n.c.expires_at)
+                    .limit(limit)
+                ).all()
+            ]
+        for note in due:
+            with self.db.transaction(now=now) as tx:
+                close_notification(tx, note, "expired", "expired before anyone acted")
+        return len(due)
+
     # --- retention -----------------------------------------------------------------
 
     def prune(self, now: datetime) -> int:

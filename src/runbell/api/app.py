@@ -64,6 +64,7 @@ def create_app(core: Runbell, *, bridge: bool = True, worker: Worker | None = No
         events.router,
         policy.router,
         deliveries.router,
+        deliveries.operator_router,
         webhook_endpoints.router,
         me.router,
         health.router,

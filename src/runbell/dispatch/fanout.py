@@ -80,6 +80,12 @@ def make_hook(public_url: str) -> Callable[[Tx], None]:
                             "queued",
                             tx.now,
                         )
+                        if ep["status"] != "enabled":
+                            row.update(
+                                status="cancelled",
+                                next_attempt_at=None,
+                                last_error="endpoint disabled",
+                            )
                         row.update(
                             id=new_id("msg"),
                             run_id=ev.run_id,

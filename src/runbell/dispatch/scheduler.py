@@ -1,4 +1,4 @@
-"""Time-driven sweeps: reconciliation re-checks and retention.
+"""Time-driven sweeps: reconciliation re-checks, notification expiry, retention.
 
 Each sweep is a plain method taking ``now`` (tests drive them with a fixed clock). With
 several processes on PostgreSQL, a transaction-scoped advisory lock elects one runner per
@@ -18,7 +18,7 @@ from runbell.core import Runbell
 
 log = structlog.get_logger(__name__)
 
-LOCK_IDS = {"mismatch": 72_101, "retention": 72_102}
+LOCK_IDS = {"mismatch": 72_101, "retention": 72_102, "expiry": 72_103}
 
 
 class Scheduler:
@@ -47,7 +47,10 @@ class Scheduler:
 
     def tick(self, now: datetime | None = None) -> dict[str, int]:
         now = now or self.core.db.clock()
-        done = {"mismatch": self._leader("mismatch", lambda: self.core.recheck_mismatches(now))}
+        done = {
+            "mismatch": self._leader("mismatch", lambda: self.core.recheck_mismatches(now)),
+            "expiry": self._leader("expiry", lambda: self.core.expire_notifications(now)),
+        }
         if self._last_retention is None or (now - self._last_retention).total_seconds() > 60:
             self._last_retention = now
             done["retention"] = self._leader("retention", lambda: self.core.prune(now))

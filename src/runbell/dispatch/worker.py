@@ -168,15 +168,20 @@ class Worker:
             )
             return
         if row["channel"] == "webhook":
-            await self._bucket(row["tenant_id"]).take()
+            await self._bucket(row["tenant_id"], self.settings.webhook_rate_per_s).take()
+            own_rate = prepared.message.target.get("rate_limit_per_s")
+            if own_rate:
+                await self._bucket(f"endpoint:{row['destination']}", own_rate).take()
         result = await self._send(channel, prepared.message)
         await asyncio.to_thread(self._record, row, prepared, result)
 
-    def _bucket(self, tenant_id: str) -> TokenBucket:
-        if tenant_id not in self._buckets:
-            rate = self.settings.webhook_rate_per_s
-            self._buckets[tenant_id] = TokenBucket(rate, burst=max(1.0, rate))
-        return self._buckets[tenant_id]
+    def _bucket(self, key: str, rate: float) -> TokenBucket:
+        """Outbound rate per tenant (a webhook is an amplifier a compromised account could
+        aim at a third party), and per endpoint when the endpoint sets its own."""
+        bucket = self._buckets.get(key)
+        if bucket is None or bucket.rate != rate:
+            bucket = self._buckets[key] = TokenBucket(rate, burst=max(1.0, rate))
+        return bucket
 
     async def _send(self, channel: Channel, msg: Outbound) -> Result:
         started = self.clock()
@@ -237,7 +242,11 @@ class Worker:
             run_id=row["run_id"],
             event_type=row["event_type"],
             payload=row["payload"],
-            target={"url": ep["url"], "secrets": secrets},
+            target={
+                "url": ep["url"],
+                "secrets": secrets,
+                "rate_limit_per_s": ep["rate_limit_per_s"],
+            },
         )
         return Prepared(decided, msg, created_at=row["created_at"])
 
@@ -561,6 +570,9 @@ class Worker:
                 self._disable_endpoint(tx, row, f"{streak} deliveries in a row ended dead")
 
     def _disable_endpoint(self, tx: Any, row: dict[str, Any], reason: str) -> None:
+        ep = endpoints.get(tx.conn, row["tenant_id"], row["destination"], for_update=True)
+        if ep["status"] != "enabled":
+            return  # several in-flight messages saw the same 410: disable (and alert) once
         endpoints.update(
             tx.conn,
             row["tenant_id"],

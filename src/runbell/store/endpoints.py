@@ -113,10 +113,13 @@ def live(secret: dict[str, Any], now: datetime) -> bool:
 
 
 def subscribed(conn: Connection, tenant_id: str, event_type: str) -> list[dict[str, Any]]:
+    """Endpoints that want ``event_type``, enabled or not (a disabled endpoint's messages
+    are kept as ``cancelled`` so that recover can send them once it is fixed)."""
     rows = conn.execute(
-        sa.select(t.webhook_endpoints.c.id, t.webhook_endpoints.c.event_types).where(
-            t.webhook_endpoints.c.tenant_id == tenant_id,
-            t.webhook_endpoints.c.status == "enabled",
-        )
+        sa.select(
+            t.webhook_endpoints.c.id,
+            t.webhook_endpoints.c.event_types,
+            t.webhook_endpoints.c.status,
+        ).where(t.webhook_endpoints.c.tenant_id == tenant_id)
     ).all()
     return [dict(r._mapping) for r in rows if not r.event_types or event_type in r.event_types]

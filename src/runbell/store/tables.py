@@ -278,6 +278,7 @@ sa.Index(
     notifications.c.recipient_user_id,
     notifications.c.id,
 )
+sa.Index("ix_notifications_expiry", notifications.c.state, notifications.c.expires_at)
 sa.Index(
     "ix_notifications_run_state",
     notifications.c.tenant_id,

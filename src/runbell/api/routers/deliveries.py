@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+import sqlalchemy as sa
 from fastapi import APIRouter, Query
 
 from runbell.api.deps import Admin, Core
 from runbell.store import notifications as notes
 from runbell.store import outbox
+from runbell.store import tables as t
 from runbell.views import iso
 
 router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"])
@@ -102,3 +104,27 @@ def replay(delivery_id: str, who: Admin, core: Core) -> dict[str, Any]:
         d = outbox.replay(tx.conn, who.tenant_id, delivery_id, tx.now)
         tx.wake_outbox = True
     return delivery_view(d)
+
+
+operator_router = APIRouter(prefix="/v1/operator-events", tags=["deliveries"])
+
+
+@operator_router.get("")
+def operator_events(
+    who: Admin, core: Core, limit: Annotated[int, Query(ge=1, le=500)] = 100
+) -> dict[str, Any]:
+    """Problems an operator must fix, newest first: disabled endpoints, misconfigured
+    destinations (push 403, SMTP auth, refused URLs)."""
+    oe = t.operator_events
+    with core.db.read() as conn:
+        rows = conn.execute(
+            sa.select(oe)
+            .where(oe.c.tenant_id == who.tenant_id)
+            .order_by(oe.c.created_at.desc(), oe.c.id.desc())
+            .limit(limit)
+        ).all()
+    return {
+        "events": [
+            {"id": r.id, "kind": r.kind, "detail": r.detail, "at": iso(r.created_at)} for r in rows
+        ]
+    }

@@ -153,7 +153,9 @@ def recover(
     since: Annotated[datetime, Query(description="ISO 8601 with offset")],
     until: Annotated[datetime | None, Query()] = None,
 ) -> dict[str, Any]:
-    """Re-queue every failed or dead message of this endpoint created in [since, until)."""
+    """Re-queue every message of this endpoint created in [since, until) that did not get
+    through: failed, dead, or cancelled while the endpoint was disabled. Each gets one
+    more try under its original webhook-id (then the normal dead-letter rules apply)."""
     for name, value in (("since", since), ("until", until)):
         if value is not None and value.tzinfo is None:
             raise ValidationFailed(f"{name} needs a timezone offset", field=name)

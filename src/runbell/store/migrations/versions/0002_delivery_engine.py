@@ -20,6 +20,8 @@ depends_on = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("notifications", schema=None) as batch_op:
+        batch_op.create_index("ix_notifications_expiry", ["state", "expires_at"], unique=False)
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.add_column(
             sa.Column(
@@ -134,6 +136,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("notifications", schema=None) as batch_op:
+        batch_op.drop_index("ix_notifications_expiry")
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.drop_column("report")
     with op.batch_alter_table("transitions", schema=None) as batch_op:
