@@ -161,7 +161,19 @@ class Runbell:
     def put_run(
         self, who: Principal, run_id: str, body: dict[str, Any]
     ) -> tuple[dict[str, Any], bool]:
-        """Create a run, or update its descriptive fields. State changes go through signals."""
+        """Create a run, or update its descriptive fields. State changes go through signals.
+
+        Two creating PUTs may race (``FOR UPDATE`` locks nothing that does not exist yet):
+        the loser's insert hits the primary key, and it is retried once as an update.
+        """
+        try:
+            return self._put_run(who, run_id, body)
+        except IntegrityError:
+            return self._put_run(who, run_id, body)
+
+    def _put_run(
+        self, who: Principal, run_id: str, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], bool]:
         with self.db.transaction() as tx:
             run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
             owner_id = (

@@ -1,4 +1,9 @@
-"""structlog set-up: dotted event names, bound context, never secrets."""
+"""structlog set-up: dotted event names, bound context, never secrets.
+
+Tracebacks are rendered plain, without frame locals: structlog's default pretty
+tracebacks print every local variable, which would put request headers (bearer
+tokens) and sealed-secret plaintext into the log on the first unhandled error.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +13,47 @@ import sys
 import structlog
 
 
+def _processors(json: bool) -> list[structlog.types.Processor]:
+    renderer: structlog.types.Processor
+    if json:
+        renderer = structlog.processors.JSONRenderer()
+        return [
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,  # plain text, no locals
+            renderer,
+        ]
+    renderer = structlog.dev.ConsoleRenderer(
+        colors=False, exception_formatter=structlog.dev.plain_traceback
+    )
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        renderer,
+    ]
+
+
 def configure(*, json: bool = False, level: str = "INFO") -> None:
     logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     # Their DEBUG lines carry request paths: push endpoints and chat URLs are capabilities.
     for noisy in ("urllib3", "httpx", "httpcore", "apprise"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
-    )
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
+        processors=_processors(json),
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def ensure_safe_defaults() -> None:
+    """If nobody configured structlog, use plain tracebacks instead of its default
+    locals-dumping ones (embedders and tests get the same safety as the CLI)."""
+    if not structlog.is_configured():
+        structlog.configure(
+            processors=_processors(json=False),
+            logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        )

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from runbell.core import Runbell, Signal
 from runbell.store import accounts
+from runbell.store import db as store_db
 from runbell.store import tables as t
 from runbell.testing import TenantCreds
 from tests.conftest import LiveServer, bearer
@@ -193,15 +194,6 @@ def test_concurrent_creates_of_one_run_all_succeed_once(
 ) -> None:
     """§6 PUT is create-or-update: a runtime's concurrent retries of the creating PUT all
     succeed, exactly one of them creates the run, and the history holds one creation."""
-    if core.db.is_postgres:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="BUG: Runbell.put_run reads the run FOR UPDATE (locks nothing when absent) "
-                "then inserts; concurrent creating PUTs on PostgreSQL raise IntegrityError "
-                "on pk_runs (HTTP 500) instead of the loser updating",
-            )
-        )
     who = accounts.Principal(tenant_id=creds.tenant_id, kind="key", role="runtime")
 
     def create() -> bool | str:
@@ -215,3 +207,57 @@ def test_concurrent_creates_of_one_run_all_succeed_once(
     row = run_row(core, creds.tenant_id, "r1")
     assert (row["version"], row["title"]) == (1, "same")
     assert len(select_all(core, t.transitions, creds.tenant_id)) == 1
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+def test_commits_failing_among_concurrent_ones_leave_no_gap(
+    monkeypatch: pytest.MonkeyPatch, core: Runbell, creds: TenantCreds
+) -> None:
+    """Inv. 12 + 17 under load: signals whose commit fails after taking feed numbers roll
+    them back, so readers see no gap; their retries then apply exactly once."""
+    run_ids = [f"run-{i:02d}" for i in range(30)]
+    doomed = set(run_ids[::3])
+    create_runs(core, creds, run_ids, notify_on_complete=True)
+    source = api_source(core, creds.tenant_id)
+    real_flush = store_db.Tx.flush_events
+
+    def flaky_flush(self: store_db.Tx) -> dict[str, int]:
+        touched = {ev.run_id for evs in self.events.values() for ev in evs}
+        heads = real_flush(self)  # takes the feed numbers and writes the rows ...
+        if touched & doomed:
+            raise InjectedFault("commit failed")  # ... then the transaction rolls back
+        return heads
+
+    def complete(run_id: str) -> Callable[[], Any]:
+        def job() -> str:
+            try:
+                sig = Signal(event_id=f"done-{run_id}", state="completed")
+                return core.accept_signal(creds.tenant_id, source, run_id, sig).outcome
+            except InjectedFault:
+                return "crashed"
+
+        return job
+
+    monkeypatch.setattr(store_db.Tx, "flush_events", flaky_flush)
+    first = dict(zip(run_ids, race(16, [complete(r) for r in run_ids]), strict=True))
+    monkeypatch.undo()
+    assert {r for r, outcome in first.items() if outcome == "crashed"} == doomed
+    assert {o for r, o in first.items() if r not in doomed} == {"applied"}
+    for run_id in sorted(doomed):
+        assert run_row(core, creds.tenant_id, run_id)["version"] == 1
+
+    events = sorted(select_all(core, t.feed_events, creds.tenant_id), key=lambda e: e["seq"])
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert not {e["run_id"] for e in events if e["type"] != "run.created"} & doomed
+
+    retried = race(8, [complete(r) for r in sorted(doomed)])
+    assert retried == ["applied"] * len(doomed)
+    notes = select_all(core, t.notifications, creds.tenant_id)
+    assert sorted(n["run_id"] for n in notes) == run_ids
+    events = sorted(select_all(core, t.feed_events, creds.tenant_id), key=lambda e: e["seq"])
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    transitioned = [e["run_id"] for e in events if e["type"] == "run.transitioned"]
+    assert sorted(transitioned) == run_ids

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.core import Runbell
 from runbell.store import accounts
 from runbell.store import tables as t
-from runbell.testing import TenantCreds, add_user
+from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import bearer
 
 # --- helpers -------------------------------------------------------------------------
@@ -219,17 +218,6 @@ def test_progress_on_a_terminal_run_is_not_accepted(
 
 # --- policy decisions ----------------------------------------------------------------
 
-PG_ROWCOUNT_BUG = (
-    "BUG: store.notifications.insert_once trusts rowcount, which psycopg reports as -1 for "
-    "INSERT .. ON CONFLICT DO NOTHING: on PostgreSQL a new notification is taken for an "
-    "existing one, so it gets no deliveries (not even inbox) and no notification.created event"
-)
-
-
-def xfail_on_postgres(request: pytest.FixtureRequest, core: Runbell) -> None:
-    if core.db.is_postgres:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=PG_ROWCOUNT_BUG))
-
 
 def test_requested_completion_is_a_normal_push(client: TestClient, creds: TenantCreds) -> None:
     """§7 completed.requested: a run that asked to be told pushes at normal urgency."""
@@ -244,10 +232,9 @@ def test_requested_completion_is_a_normal_push(client: TestClient, creds: Tenant
 
 
 def test_push_queues_email_under_default_consent_and_an_inbox_row(
-    request: pytest.FixtureRequest, client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Runbell, creds: TenantCreds
 ) -> None:
     """Inv. 12: a push commits with its outbox: an accepted inbox row and a queued email."""
-    xfail_on_postgres(request, core)
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
     (note,) = signal(client, creds, "r1", "e1", "completed")["notifications"]
     by_channel = {d["channel"]: d for d in deliveries(core, creds, note["id"])}
@@ -259,10 +246,9 @@ def test_push_queues_email_under_default_consent_and_an_inbox_row(
 
 
 def test_new_notification_is_announced_on_the_feed(
-    request: pytest.FixtureRequest, client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Runbell, creds: TenantCreds
 ) -> None:
     """§6 feed: every created notification appears as notification.created after its cause."""
-    xfail_on_postgres(request, core)
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
     (note,) = signal(client, creds, "r1", "e1", "completed")["notifications"]
     events = feed(core, creds, "r1")
@@ -288,10 +274,9 @@ def test_plain_completion_goes_to_the_inbox(client: TestClient, creds: TenantCre
 
 
 def test_inbox_decision_queues_no_email(
-    request: pytest.FixtureRequest, client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Runbell, creds: TenantCreds
 ) -> None:
     """§7 / inv. 5: an inbox-only decision creates the inbox row and nothing outbound."""
-    xfail_on_postgres(request, core)
     put_run(client, creds, "r1", state="working")
     (note,) = signal(client, creds, "r1", "e1", "completed")["notifications"]
     assert [(d["channel"], d["status"]) for d in deliveries(core, creds, note["id"])] == [
@@ -403,10 +388,9 @@ def test_newer_transition_supersedes_open_input_request_alert(
 
 
 def test_superseded_alert_cancels_its_pending_deliveries(
-    request: pytest.FixtureRequest, client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Runbell, creds: TenantCreds
 ) -> None:
     """Inv. 6 / §7: superseding stops pending sends; the delivered inbox row stays."""
-    xfail_on_postgres(request, core)
     put_run(client, creds, "r1", state="working")
     (n1,) = signal(client, creds, "r1", "e1", "input_required")["notifications"]
     pending = deliveries(core, creds, n1["id"])
@@ -462,10 +446,6 @@ def test_put_cannot_change_state(client: TestClient, creds: TenantCreds) -> None
     assert (run["state"], run["version"]) == ("queued", 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: PUT /v1/runs with a non-member owner answers 404 (NotFound), not 422 on owner",
-)
 def test_put_with_non_member_owner_is_422_naming_owner(
     client: TestClient, core: Runbell, creds: TenantCreds
 ) -> None:
@@ -490,3 +470,108 @@ def test_put_with_non_member_owner_creates_nothing(
         assert r.headers["content-type"].startswith("application/problem+json")
     assert rows(core, t.runs, creds.tenant_id) == []
     assert client.get("/v1/runs/r1", headers=bearer(creds.runtime_key)).status_code == 404
+
+
+def test_finished_run_is_not_edited(client: TestClient, creds: TenantCreds) -> None:
+    """Inv. 2: a finished run's record is final; an edit answers 409 with the run as it is."""
+    put_run(client, creds, "r1", state="working", title="t")
+    signal(client, creds, "r1", "e1", "completed")
+    r = client.put(
+        "/v1/runs/r1",
+        json={"owner": creds.owner_email, "title": "renamed"},
+        headers=bearer(creds.runtime_key),
+    )
+    assert r.status_code == 409, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert (r.json()["current"]["state"], r.json()["current"]["version"]) == ("completed", 2)
+    # Repeating the descriptive fields unchanged stays harmless.
+    same = put_run(client, creds, "r1", title="t")
+    assert (same["state"], same["version"], same["title"]) == ("completed", 2, "t")
+
+
+# --- ids and scope -------------------------------------------------------------------
+
+
+def test_event_id_reused_by_another_run_is_refused(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """Inv. 1 dedupe is per source: a reused event id is a 409 naming it, never a silent
+    duplicate that drops the second run's signal."""
+    put_run(client, creds, "r1", state="working")
+    put_run(client, creds, "r2", state="working")
+    assert signal(client, creds, "r1", "e1", "completed")["outcome"] == "applied"
+    r = client.post(
+        "/v1/runs/r2/signals",
+        json={"event_id": "e1", "state": "completed"},
+        headers=bearer(creds.runtime_key),
+    )
+    assert r.status_code == 409, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert r.json()["field"] == "event_id"
+    run = get_run(client, creds, "r2")
+    assert (run["state"], run["version"]) == ("working", 1)
+    assert notifications(core, creds, "r2") == []
+
+
+def test_signal_for_unknown_run_is_404_and_leaves_no_dedupe_record(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """§6: unknown run -> 404; the event id stays usable once the run exists."""
+    r = client.post(
+        "/v1/runs/later/signals",
+        json={"event_id": "e1", "state": "working"},
+        headers=bearer(creds.runtime_key),
+    )
+    assert r.status_code == 404, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert rows(core, t.inbound_events, creds.tenant_id) == []
+    put_run(client, creds, "later")
+    assert signal(client, creds, "later", "e1", "working")["outcome"] == "applied"
+
+
+def test_another_tenants_run_is_not_found(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """§3: nothing crosses tenants; another tenant's run id answers 404, never 403."""
+    put_run(client, creds, "r1", state="working")
+    other = make_tenant(core, name="globex")
+    r = client.post(
+        "/v1/runs/r1/signals",
+        json={"event_id": "e1", "state": "completed"},
+        headers=bearer(other.runtime_key),
+    )
+    assert r.status_code == 404, r.text
+    assert get_run(client, creds, "r1")["state"] == "working"
+    assert client.get("/v1/runs/r1", headers=bearer(other.runtime_key)).status_code == 404
+
+
+# --- time and presence in the policy ------------------------------------------------
+
+
+def test_long_running_completion_pushes(
+    client: TestClient, clock: Clock, creds: TenantCreds
+) -> None:
+    """§7: a run that took longer than the threshold pushes even without asking."""
+    clock.freeze()
+    put_run(client, creds, "quick", state="working")
+    put_run(client, creds, "slow", state="working")
+    clock.advance(60)
+    (quick,) = signal(client, creds, "quick", "e1", "completed")["notifications"]
+    assert quick["rule_id"] == "completed.default"
+    clock.advance(16 * 60)
+    (slow,) = signal(client, creds, "slow", "e2", "completed")["notifications"]
+    assert (slow["decision"], slow["rule_id"]) == ("push", "completed.long_running")
+
+
+def test_present_owner_gets_inbox_not_push(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """§7 completed.owner_present: someone watching the live UI is not pushed."""
+    put_run(client, creds, "r1", state="working", notify_on_complete=True)
+    core.presence.enter(creds.tenant_id, creds.owner_id)
+    try:
+        (note,) = signal(client, creds, "r1", "e1", "completed")["notifications"]
+    finally:
+        core.presence.leave(creds.tenant_id, creds.owner_id)
+    assert (note["decision"], note["rule_id"]) == ("inbox", "completed.owner_present")
+    assert [d["channel"] for d in deliveries(core, creds, note["id"])] == ["inbox"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,7 +85,12 @@ def install(app: FastAPI) -> None:
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         import structlog
 
-        structlog.get_logger(__name__).exception("api.unhandled", error=type(exc).__name__)
+        # A plain traceback without locals: request headers must not reach the log.
+        structlog.get_logger(__name__).error(
+            "api.unhandled",
+            error=type(exc).__name__,
+            traceback="".join(traceback.format_exception(exc)),
+        )
         return problem(
             500, "Internal error", "the server failed; nothing was committed", "internal"
         )

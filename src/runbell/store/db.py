@@ -29,6 +29,7 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = sa.create_engine(
             url,
+            hide_parameters=True,  # errors never echo bound values (tokens, details)
             connect_args={"check_same_thread": False, "timeout": 30},
             pool_size=16,
             max_overflow=16,
@@ -55,7 +56,9 @@ def make_engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return sa.create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True)
+    return sa.create_engine(
+        url, pool_size=16, max_overflow=16, pool_pre_ping=True, hide_parameters=True
+    )
 
 
 @dataclass
