@@ -429,6 +429,107 @@ operator_events = sa.Table(
 )
 sa.Index("ix_operator_events_created", operator_events.c.created_at)
 
+# --- people act: input requests, responses, receipts, web sessions (issue 4) --------
+
+input_requests = sa.Table(
+    "input_requests",
+    metadata,
+    _tenant(),
+    sa.Column("id", sa.String(200), nullable=False),  # the runtime's input_request_id
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),  # approval | choice | text
+    sa.Column("summary", sa.String(300), nullable=False),  # safe to show after sign-in
+    sa.Column("details", JSON, nullable=True),  # sensitive: arguments, evidence, risk
+    sa.Column("options", JSON, nullable=True),  # [{"id", "label"}] for choice
+    sa.Column("blocks_work", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("expires_at", UTCDateTime, nullable=True),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("run_version", sa.Integer, nullable=False),  # the run version it opened at
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("request_hash", sa.String(64), nullable=False),  # idempotent re-open
+    sa.Column("superseded_by", sa.String(200), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("closed_at", UTCDateTime, nullable=True),
+    sa.PrimaryKeyConstraint("tenant_id", "id"),
+    sa.CheckConstraint(
+        "state in ('pending','answered','expired','cancelled','superseded')", name="state"
+    ),
+)
+sa.Index("ix_input_requests_run", input_requests.c.tenant_id, input_requests.c.run_id,
+         input_requests.c.state)
+sa.Index("ix_input_requests_expiry", input_requests.c.state, input_requests.c.expires_at)
+
+# The one committed answer per request: the primary key is the request.
+responses = sa.Table(
+    "responses",
+    metadata,
+    _tenant(),
+    sa.Column("input_request_id", sa.String(200), nullable=False),
+    sa.Column("id", Id, nullable=False, unique=True),
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("decision", sa.String(16), nullable=False),  # approve | reject | answer
+    sa.Column("value", JSON, nullable=True),
+    sa.Column("expected_run_version", sa.Integer, nullable=False),
+    sa.Column("expected_request_version", sa.Integer, nullable=False),
+    sa.Column("idempotency_key", sa.String(200), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "input_request_id"),
+)
+
+# Idempotency-Key records: the same key and body replay the original answer.
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    _tenant(),
+    sa.Column("principal", sa.String(100), nullable=False),  # user or key id
+    sa.Column("key", sa.String(200), nullable=False),
+    sa.Column("request_hash", sa.String(64), nullable=False),
+    sa.Column("status_code", sa.Integer, nullable=False),
+    sa.Column("response", JSON, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "principal", "key"),
+)
+sa.Index("ix_idempotency_keys_created", idempotency_keys.c.created_at)
+
+# Channel telemetry, kept apart from decisions (invariant 10).
+receipts = sa.Table(
+    "receipts",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("notification_id", Id, nullable=False),
+    sa.Column("user_id", Id, nullable=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # displayed | opened | dismissed | clicked
+    sa.Column("channel", sa.String(16), nullable=True),
+    sa.Column("at", UTCDateTime, nullable=False),
+)
+sa.Index("ix_receipts_notification", receipts.c.notification_id)
+
+login_links = sa.Table(
+    "login_links",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+    sa.Column("used_at", UTCDateTime, nullable=True),
+)
+
+web_sessions = sa.Table(
+    "web_sessions",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("csrf_token", sa.String(64), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+    sa.Column("revoked_at", UTCDateTime, nullable=True),
+)
+
 kv = sa.Table(
     "kv",
     metadata,
