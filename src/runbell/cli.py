@@ -101,6 +101,8 @@ def serve(
         if settings.public_url != "http://127.0.0.1:8080"
         else (f"http://{host}:{port}")
     )
+    # Links in alerts and the welcome text point at where this server really listens.
+    core.settings.public_url = base
     first = bootstrap_if_empty(core, settings.first_user_email)
     if first is not None:
         out.print(welcome_text(first, base), highlight=False, soft_wrap=True)

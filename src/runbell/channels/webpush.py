@@ -297,7 +297,11 @@ class WebPushChannel:
                     raise PermanentDeliveryError(
                         f"web push to {target.host} refused before sending"
                     ) from None
-                raise _status_error(exc.response, target, msg) from None
+                if 200 <= int(exc.response.status_code) < 300:
+                    # pywebpush raises for any status above 202; a 2xx is still success.
+                    response = exc.response
+                else:
+                    raise _status_error(exc.response, target, msg) from None
             except requests.RequestException as exc:
                 raise _transport_error(exc, target) from None
             except VapidException:

@@ -87,7 +87,7 @@ def make_hook(public_url: str) -> Callable[[Tx], None]:
                                 last_error="endpoint disabled",
                             )
                         row.update(
-                            id=new_id("msg"),
+                            id=new_id("dlv"),
                             run_id=ev.run_id,
                             event_type=event_type,
                             event_key=key,

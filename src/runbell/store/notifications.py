@@ -78,6 +78,14 @@ def delivery_row(
         "next_attempt_at": now if status == "queued" else None,
         "created_at": now,
         "updated_at": now,
+        # Every row carries every key: a multi-row INSERT takes its columns from the
+        # first row, so a key missing from one row would fail the whole transaction.
+        "run_id": None,
+        "event_type": None,
+        "event_key": None,
+        "payload": None,
+        "urgency": None,
+        "last_error": None,
     }
 
 

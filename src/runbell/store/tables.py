@@ -455,8 +455,12 @@ input_requests = sa.Table(
         "state in ('pending','answered','expired','cancelled','superseded')", name="state"
     ),
 )
-sa.Index("ix_input_requests_run", input_requests.c.tenant_id, input_requests.c.run_id,
-         input_requests.c.state)
+sa.Index(
+    "ix_input_requests_run",
+    input_requests.c.tenant_id,
+    input_requests.c.run_id,
+    input_requests.c.state,
+)
 sa.Index("ix_input_requests_expiry", input_requests.c.state, input_requests.c.expires_at)
 
 # The one committed answer per request: the primary key is the request.

@@ -113,9 +113,10 @@ def get_endpoint(endpoint_id: str, who: Admin, core: Core) -> dict[str, Any]:
 def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: Core) -> dict[str, Any]:
     """Change the URL or filter, or enable/disable. Re-enabling resets the dead streak."""
     values = body.model_dump(exclude_unset=True)
+    for name in ("url", "event_types", "status"):
+        if name in values and values[name] is None:
+            raise ValidationFailed(f"{name} cannot be null", field=name)
     if "url" in values:
-        if values["url"] is None:
-            raise ValidationFailed("url cannot be null", field="url")
         check_destination(core, values["url"])
     if values.get("status") == "enabled":
         values.update(dead_streak=0, disabled_reason=None)
@@ -144,7 +145,7 @@ def rotate(
     return {**endpoint_view(ep, core.db.clock()), "secret": secret}
 
 
-@router.post("/{endpoint_id}/recover")
+@router.post("/{endpoint_id}/recover", status_code=202)
 def recover(
     endpoint_id: str,
     who: Admin,
