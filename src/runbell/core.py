@@ -111,7 +111,7 @@ class Runbell:
         self.reader_overrides: dict[str, StateReader] = {}
         self._policies: dict[tuple[str, str], Policy] = {}
         # Tenant-webhook messages are written in the same transaction as their events.
-        db.before_flush.append(make_hook(settings.public_url.rstrip("/")))
+        db.before_flush.append(make_hook(lambda: self.settings.public_url.rstrip("/")))
 
     # --- configuration -------------------------------------------------------------
 

@@ -62,13 +62,13 @@ def messages(ev: PendingEvent, public_url: str) -> list[tuple[str, str, dict[str
     return out
 
 
-def make_hook(public_url: str) -> Callable[[Tx], None]:
+def make_hook(public_url: Callable[[], str]) -> Callable[[Tx], None]:
     def fanout(tx: Tx) -> None:
         rows = []
         for tenant_id, events in tx.events.items():
             cache: dict[str, list[dict[str, Any]]] = {}
             for ev in events:
-                for event_type, key, data in messages(ev, public_url):
+                for event_type, key, data in messages(ev, public_url()):
                     if event_type not in cache:
                         cache[event_type] = endpoints.subscribed(tx.conn, tenant_id, event_type)
                     for ep in cache[event_type]:

@@ -167,7 +167,7 @@ def recover(
             d.c.tenant_id == who.tenant_id,
             d.c.channel == "webhook",
             d.c.destination == endpoint_id,
-            d.c.status.in_(("dead", "failed")),
+            d.c.status.in_(("dead", "failed", "cancelled")),
             d.c.created_at >= since,
         ]
         if until is not None:
