@@ -10,6 +10,7 @@ forgets the address, alerts the operator or treats the outcome as unknown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import email
@@ -17,7 +18,8 @@ import email.policy
 import ipaddress
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterator
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -51,13 +53,59 @@ NOW = dt.datetime(2025, 3, 4, 5, 6, 7, tzinfo=dt.UTC)
 
 
 class _EphemeralController(Controller):
-    """A Controller bound to port 0; learns the port the OS picked before its self-test,
-    so no test ever races another process for a "free" port."""
+    """A Controller bound to port 0 that can wait until its sessions are over.
+
+    It learns the port the OS picked before its self-test, so no test races another
+    process for a "free" port. ``stop_when_idle`` lets every server-side session finish
+    (a failed STARTTLS handshake, for one, is noticed by the server only after the client
+    has already given up) before the server's loop is torn down; stopping mid-session
+    would leave that session's socket unclosed, which ``filterwarnings=error`` reports.
+    """
+
+    def __init__(self, handler: Any, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self._sessions = 0
+        self._idle = threading.Condition()
 
     def _trigger_server(self) -> None:
         assert isinstance(self.server, asyncio.Server)
         self.port = self.server.sockets[0].getsockname()[1]
         super()._trigger_server()  # type: ignore[no-untyped-call]
+
+    def factory(self) -> SMTPServer:
+        controller = self
+
+        class _TrackedSMTP(SMTPServer):
+            async def _handle_client(self) -> None:
+                controller._session_started()
+                try:
+                    await super()._handle_client()
+                finally:
+                    controller._session_ended()
+
+        return _TrackedSMTP(self.handler, **self.SMTP_kwargs)
+
+    def _session_started(self) -> None:
+        with self._idle:
+            self._sessions += 1
+
+    def _session_ended(self) -> None:
+        with self._idle:
+            self._sessions -= 1
+            self._idle.notify_all()
+
+    def stop_when_idle(self) -> None:
+        with self._idle:
+            # An event wait, not a delay: returns as soon as the last session ends.
+            self._idle.wait_for(lambda: self._sessions == 0, timeout=30)
+
+        async def settle() -> None:
+            # Closing a transport finishes in callbacks a few loop turns later.
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+        asyncio.run_coroutine_threadsafe(settle(), self.loop).result(timeout=30)
+        self.stop()
 
 
 @dataclasses.dataclass
@@ -137,7 +185,7 @@ class Recorder:
 
 @pytest.fixture
 def start_smtp() -> Iterator[Callable[..., tuple[Recorder, int]]]:
-    controllers: list[Controller] = []
+    controllers: list[_EphemeralController] = []
 
     def start(recorder: Recorder | None = None, **kwargs: Any) -> tuple[Recorder, int]:
         recorder = recorder or Recorder()
@@ -148,7 +196,7 @@ def start_smtp() -> Iterator[Callable[..., tuple[Recorder, int]]]:
 
     yield start
     for controller in controllers:
-        controller.stop()
+        controller.stop_when_idle()
 
 
 @pytest.fixture(scope="module")
@@ -186,19 +234,31 @@ def server_tls(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
 
 
 @pytest.fixture
-async def silent_server() -> AsyncIterator[int]:
-    """Accepts TCP connections and never says a word (no SMTP greeting)."""
+async def raw_server() -> AsyncIterator[Callable[[bytes], Awaitable[int]]]:
+    """Starts a TCP server that sends ``greeting`` (possibly nothing) and then stays
+    silent: for a refusing or mute SMTP greeting, which aiosmtpd cannot be told to do."""
+    servers: list[asyncio.Server] = []
     writers: list[asyncio.StreamWriter] = []
 
-    async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.append(writer)
+    async def start(greeting: bytes) -> int:
+        async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writers.append(writer)
+            writer.write(greeting)
+            await writer.drain()
 
-    server = await asyncio.start_server(accept, "127.0.0.1", 0)
-    yield server.sockets[0].getsockname()[1]
+        server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        servers.append(server)
+        port: int = server.sockets[0].getsockname()[1]
+        return port
+
+    yield start
     for writer in writers:
         writer.close()
-    server.close()
-    await server.wait_closed()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    for server in servers:
+        server.close()
+        await server.wait_closed()
 
 
 def _config(port: int, **overrides: Any) -> SmtpConfig:
@@ -368,12 +428,16 @@ async def test_starttls_delivers_over_tls(
     assert [r.over_tls for r in recorder.received] == [True]
 
 
-async def test_starttls_checks_the_certificate_by_default(
-    start_smtp: Callable[..., tuple[Recorder, int]], server_tls: ssl.SSLContext
+@pytest.mark.parametrize("mode", ["starttls", "use_tls"])
+async def test_the_certificate_is_checked_by_default(
+    start_smtp: Callable[..., tuple[Recorder, int]], server_tls: ssl.SSLContext, mode: str
 ) -> None:
-    recorder, port = start_smtp(tls_context=server_tls, require_starttls=True)
+    if mode == "starttls":
+        recorder, port = start_smtp(tls_context=server_tls, require_starttls=True)
+    else:
+        recorder, port = start_smtp(ssl_context=server_tls)
     with pytest.raises(PermanentDeliveryError) as caught:
-        await EmailChannel(_config(port, starttls=True)).send(_outbound())
+        await EmailChannel(_config(port, **{mode: True})).send(_outbound())
     assert caught.value.operator_alert and not caught.value.gone
     assert "certificate" in caught.value.detail  # tells the operator what to fix
     assert recorder.received == []
@@ -521,9 +585,36 @@ async def test_closed_port_is_transient() -> None:
     assert caught.value.response_excerpt
 
 
-async def test_no_greeting_within_the_timeout_is_transient(silent_server: int) -> None:
-    with pytest.raises(TransientDeliveryError):
-        await EmailChannel(_config(silent_server, timeout=0.5)).send(_outbound())
+async def test_no_greeting_within_the_timeout_is_transient(
+    raw_server: Callable[[bytes], Awaitable[int]],
+) -> None:
+    port = await raw_server(b"")
+    with pytest.raises(TransientDeliveryError) as caught:
+        await EmailChannel(_config(port, timeout=0.5)).send(_outbound())
+    assert caught.value.status_code is None
+
+
+@pytest.mark.parametrize(
+    ("greeting", "error", "operator_alert"),
+    [
+        (b"421 4.3.2 service not available, try later\r\n", TransientDeliveryError, None),
+        (b"554 5.7.1 your address is blocked here\r\n", PermanentDeliveryError, True),
+    ],
+)
+async def test_refusing_greeting(
+    raw_server: Callable[[bytes], Awaitable[int]],
+    greeting: bytes,
+    error: type[Exception],
+    operator_alert: bool | None,
+) -> None:
+    port = await raw_server(greeting)
+    with pytest.raises(error) as caught:
+        await EmailChannel(_config(port)).send(_outbound())
+    exc = caught.value
+    assert isinstance(exc, TransientDeliveryError | PermanentDeliveryError)
+    assert exc.status_code == int(greeting[:3])
+    if operator_alert is not None:
+        assert isinstance(exc, PermanentDeliveryError) and exc.operator_alert
 
 
 async def test_connection_dropped_after_data_is_unknown(

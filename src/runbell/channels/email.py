@@ -15,7 +15,7 @@ The SMTP conversation is driven step by step (connect, STARTTLS and AUTH; MAIL a
 RCPT; DATA) so a failure is classified by *where* it happened, not only by its code:
 
 =======================================  ===============================================
-accepted after DATA (2xx)                ``Sent(status_code, provider_message_id=Message-ID)``
+250 after DATA                           ``Sent``; ``provider_message_id`` = Message-ID
 connect refused / timeout / greeting 4xx transient: nothing was sent
 connection lost before DATA              transient: nothing was sent
 AUTH 5xx (e.g. 535)                      permanent, ``operator_alert``
@@ -25,13 +25,15 @@ greeting / EHLO / STARTTLS / MAIL 5xx    permanent, ``operator_alert`` (our rela
 TLS certificate verification failed      permanent, ``operator_alert``
 RCPT 550/551/553, no enhanced code or    permanent, ``gone`` (the mailbox does not exist)
 an addressing one (5.1.x)
-RCPT 552                                 transient (RFC 5321 §4.5.3.1.10: mailbox full)
+RCPT 552                                 transient (mailbox full; RFC 5321 4.5.3.1.10
+                                         asks clients to treat it like 452)
 other 5xx on RCPT or DATA                permanent (e.g. ``550 5.7.1`` policy refusal:
                                          the address may be fine, so it is not ``gone``)
 4xx on MAIL, RCPT or DATA                transient
 connection lost / read timeout in DATA   ``DeliveryUnknown``: the message may have been
                                          accepted; retry only under the same identity
-bad or missing ``target["to"]``          permanent (``operator_alert`` when missing)
+missing ``target["to"]``, bad deep link  permanent, ``operator_alert`` (a dispatcher bug)
+unusable ``target["to"]`` address        permanent (not ``gone``: nothing was refused)
 =======================================  ===============================================
 
 A disconnect after the ``DATA`` command but before the server's ``354`` also counts as
@@ -44,6 +46,7 @@ with the configured password (and its base64 forms) removed; never the message b
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import email.policy
@@ -269,8 +272,10 @@ class EmailChannel:
             local_hostname=cfg.local_hostname,
         )
         phase = "connect"
+        transport: asyncio.BaseTransport | None = None
         try:
             await smtp.connect()  # greeting, EHLO, STARTTLS and AUTH as configured
+            transport = smtp.transport  # after STARTTLS: the TLS transport
             phase = "envelope"
             await smtp.mail(cfg.envelope_sender)
             await smtp.rcpt(to)
@@ -278,11 +283,7 @@ class EmailChannel:
                 raise aiosmtplib.SMTPServerDisconnected("Connection lost before DATA")
             phase = "data"
             response = await smtp.data(raw)
-        except aiosmtplib.SMTPException as exc:
-            raise self._classify(exc, phase) from exc
-        except ssl.SSLError as exc:
-            raise self._classify(exc, phase) from exc
-        except (OSError, TimeoutError) as exc:
+        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:  # OSError: ssl too
             raise self._classify(exc, phase) from exc
         else:
             await self._quit(smtp)
@@ -293,6 +294,11 @@ class EmailChannel:
             )
         finally:
             smtp.close()
+            if isinstance(transport, asyncio.WriteTransport):
+                # The SMTP conversation is over (QUIT answered, or failed). A graceful TLS
+                # close would keep the socket until the server's close_notify arrives (up
+                # to 30 s in asyncio); like smtplib, hang up now instead.
+                transport.abort()
 
     def _recipient(self, msg: Outbound) -> str:
         to = msg.target.get("to")
