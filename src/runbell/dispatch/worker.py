@@ -139,9 +139,12 @@ class Worker:
             async with limit:
                 try:
                     await self.process(row)
-                except Exception:
-                    # The lease runs out and another try picks it up: nothing is lost.
+                except Exception as exc:
+                    # Our own failure (a secret that will not open, a database hiccup):
+                    # recorded as a failed attempt, so it follows the retry schedule and
+                    # ends dead instead of being re-claimed forever without a trace.
                     log.exception("delivery.process_failed", delivery_id=row["id"])
+                    await self._record_internal_failure(row, exc)
 
         await asyncio.gather(*(one(r) for r in rows))
         return len(rows)
@@ -172,8 +175,31 @@ class Worker:
             own_rate = prepared.message.target.get("rate_limit_per_s")
             if own_rate:
                 await self._bucket(f"endpoint:{row['destination']}", own_rate).take()
+        # Waiting for a concurrency slot or the rate limit may have eaten the lease: renew
+        # it, and if another worker took the row meanwhile, leave the send to it.
+        if not await asyncio.to_thread(self._renew_lease, row["id"]):
+            log.info("delivery.lease_lost", delivery_id=row["id"])
+            return
         result = await self._send(channel, prepared.message)
         await asyncio.to_thread(self._record, row, prepared, result)
+
+    def _renew_lease(self, delivery_id: str) -> bool:
+        with self.core.db.transaction(now=self.clock()) as tx:
+            return outbox.renew_lease(
+                tx.conn, delivery_id, self.worker_id, tx.now, self.settings.worker_lease_s
+            )
+
+    async def _record_internal_failure(self, row: dict[str, Any], exc: Exception) -> None:
+        error = TransientDeliveryError(f"internal error before sending: {type(exc).__name__}")
+        try:
+            await asyncio.to_thread(
+                self._record,
+                row,
+                Prepared(Gate("send", "internal failure")),
+                Result("transient", None, error, 0, self.clock()),
+            )
+        except Exception:
+            log.exception("delivery.record_failed", delivery_id=row["id"])
 
     def _bucket(self, key: str, rate: float) -> TokenBucket:
         """Outbound rate per tenant (a webhook is an amplifier a compromised account could
@@ -362,7 +388,7 @@ class Worker:
 
     def _settle_gate(self, row: dict[str, Any], decided: Gate) -> None:
         with self.core.db.transaction(now=self.clock()) as tx:
-            cur = outbox.lock_claimed(tx.conn, row["id"])
+            cur = outbox.lock_claimed(tx.conn, row["id"], row["notification_id"])
             if cur is None or cur["status"] != "sending" or cur["claimed_by"] != self.worker_id:
                 return  # someone else moved it meanwhile (ack, replay, a later claim)
             # Not an attempt: nothing was sent.
@@ -416,7 +442,7 @@ class Worker:
         err = result.error
         channel = row["channel"]
         with self.core.db.transaction(now=self.clock()) as tx:
-            cur = outbox.lock_claimed(tx.conn, row["id"])
+            cur = outbox.lock_claimed(tx.conn, row["id"], row["notification_id"])
             if cur is None:
                 return
             outbox.add_attempt(

@@ -61,9 +61,37 @@ def claim(
     return [dict(r._mapping) for r in rows]
 
 
-def lock_claimed(conn: Connection, delivery_id: str) -> dict[str, Any] | None:
+def renew_lease(
+    conn: Connection, delivery_id: str, worker_id: str, now: datetime, lease_s: float
+) -> bool:
+    """Extend our claim just before sending; False if it is no longer ours."""
+    d = t.deliveries
+    return bool(
+        conn.execute(
+            sa.update(d)
+            .where(d.c.id == delivery_id, d.c.claimed_by == worker_id, d.c.status == "sending")
+            .values(lease_until=now + timedelta(seconds=lease_s))
+        ).rowcount
+    )
+
+
+def lock_claimed(
+    conn: Connection, delivery_id: str, notification_id: str | None = None
+) -> dict[str, Any] | None:
+    """Lock a delivery to settle it — its notification first, when it has one.
+
+    Every path that touches both takes the notification before its deliveries (an ack
+    closes the notification, then cancels the deliveries); settling in the same order
+    keeps concurrent settles and acks of one notification from deadlocking.
+    """
     q = sa.select(t.deliveries).where(t.deliveries.c.id == delivery_id)
     if conn.dialect.name == "postgresql":
+        if notification_id is not None:
+            conn.execute(
+                sa.select(t.notifications.c.id)
+                .where(t.notifications.c.id == notification_id)
+                .with_for_update()
+            )
         q = q.with_for_update()
     row = conn.execute(q).first()
     return None if row is None else dict(row._mapping)
