@@ -10,7 +10,7 @@ outbox commit together or not at all (invariant 12).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -49,6 +49,20 @@ NEUTRAL_SUMMARY = {
     "mismatch": "A run's reported state could not be confirmed",
     "digest": "Several runs finished",
 }
+
+
+@dataclass(frozen=True)
+class RequestLink:
+    """The input request an ``input_required`` notification points at.
+
+    It gives the notification its ``input_request_id`` and expiry, and the policy its
+    ``blocks_work`` and ``has_expiry`` facts (DESIGN §7: time-sensitive when it blocks
+    work and expires).
+    """
+
+    id: str
+    expires_at: datetime | None
+    blocks_work: bool = True
 
 
 @dataclass(frozen=True)
@@ -115,8 +129,15 @@ def raise_attention(
     facts: dict[str, Any],
     reason: str | None,
     owner_present: bool,
+    request: RequestLink | None = None,
 ) -> Raised:
     tenant_id, run_id = run["tenant_id"], run["run_id"]
+    if request is not None:
+        facts = {
+            **facts,
+            "blocks_work": request.blocks_work,
+            "has_expiry": request.expires_at is not None,
+        }
     recipient = run["owner_user_id"]
     recent = 0
     if attention == "completed":
@@ -155,6 +176,8 @@ def raise_attention(
     expires_at = None
     if decision.expires_after_s is not None:
         expires_at = tx.now + timedelta(seconds=decision.expires_after_s)
+    if request is not None and request.expires_at is not None:
+        expires_at = request.expires_at  # the alert expires with the request it points at
     subject = run.get("subject") or {}
     subject_version = None
     if subject.get("type") and subject.get("id"):
@@ -172,7 +195,7 @@ def raise_attention(
         "inputs": decision.inputs,
         "summary": NEUTRAL_SUMMARY.get(attention, "A run changed"),
         "subject_version": subject_version,
-        "input_request_id": None,
+        "input_request_id": request.id if request is not None else None,
         "reason": (reason or "")[:500] or None,
         "expires_at": expires_at,
         "state": "open",

@@ -19,8 +19,13 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.exc import IntegrityError
 
-from runbell import metrics, views
-from runbell.attention import close_notification, raise_attention, supersede_actionable
+from runbell import actions, metrics, views
+from runbell.attention import (
+    RequestLink,
+    close_notification,
+    raise_attention,
+    supersede_actionable,
+)
 from runbell.config import Settings
 from runbell.crypto import SecretBox
 from runbell.dispatch.fanout import make_hook
@@ -30,6 +35,7 @@ from runbell.domain.runs import RunState, attention_for, is_terminal, judge
 from runbell.ingress.readers import Observed, StateReader, reader_from_config
 from runbell.presence import Presence
 from runbell.store import accounts, feed, runs
+from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 from runbell.store import tables as t
 from runbell.store.accounts import Principal
@@ -314,6 +320,9 @@ class Runbell:
             if run is None or not runs.can_see_run(conn, who, run_id):
                 raise NotFound(f"no run {run_id!r}")
             out = views.run_view(run, include_details=True)
+            out["pending_input_request"] = actions.pending_view(
+                conn, who.tenant_id, run_id, include_details=True
+            )
             out["open_notifications"] = [
                 views.notification_view(n)
                 for n in notes.open_for_run(conn, who.tenant_id, run_id)
@@ -536,8 +545,15 @@ class Runbell:
         effects_verified: bool | None,
         reported_at: datetime | None = None,
         report: dict[str, Any] | None = None,
+        kind: str = "state",
+        request: RequestLink | None = None,
     ) -> tuple[dict[str, Any], list[str]]:
-        """Apply one judged transition: run row, history, attention, feed. Inside ``tx``."""
+        """Apply one judged transition: run row, history, attention, feed. Inside ``tx``.
+
+        ``request`` links the ``input_required`` notification to the input request that
+        caused it; ``kind`` is ``request`` when a new request replaces a pending one
+        without a change of state (still a new version, so older approvals are stale).
+        """
         tenant_id, run_id = run["tenant_id"], run["run_id"]
         version = run["version"] + 1
         changes: dict[str, Any] = {"state": state, "version": version, "updated_at": tx.now}
@@ -564,6 +580,8 @@ class Runbell:
             ),
         )
         supersede_actionable(tx, tenant_id, run_id, version)
+        if before == RunState.INPUT_REQUIRED and state != RunState.INPUT_REQUIRED:
+            actions.cancel_pending(tx, run)  # nobody can answer those any more
         decision = None
         attention = attention_for(state, effects_verified)
         if attention is not None:
@@ -576,6 +594,7 @@ class Runbell:
                 facts={"effects_verified": effects_verified, **error_facts(error)},
                 reason=reason,
                 owner_present=self.presence.is_present(tenant_id, run["owner_user_id"]),
+                request=request,
             )
             decision = raised.decision.as_dict()
             if raised.notification_id:
@@ -591,7 +610,7 @@ class Runbell:
                 "tenant_id": tenant_id,
                 "run_id": run_id,
                 "version": version,
-                "kind": "state",
+                "kind": kind,
                 "from_state": before,
                 "to_state": state,
                 "source_id": source_id,
@@ -838,7 +857,8 @@ class Runbell:
             note = self._own_note(conn, who, notification_id)
             run = runs.require_run(conn, who.tenant_id, note["run_id"])
             can_see = runs.can_see_run(conn, who, note["run_id"])
-        ok, why = views.actionable(note, run, self.db.clock())
+            request = actions.get_for_notification(conn, note)
+        ok, why = views.actionable(note, run, self.db.clock(), request)
         if not can_see:
             ok, why = False, "access lost"
         if note["attention_type"] == "input_required" and not ok:
@@ -847,6 +867,8 @@ class Runbell:
         out.update(
             actionable=ok, actionable_reason=why, run=views.run_view(run, include_details=can_see)
         )
+        if request is not None:
+            out["input_request"] = views.input_request_view(request, include_details=can_see)
         return out
 
     def acknowledge(self, who: Principal, notification_id: str) -> dict[str, Any]:
@@ -862,6 +884,23 @@ class Runbell:
                 note = notes.get(tx.conn, who.tenant_id, notification_id)
             return views.notification_view(note)
 
+    def revoke_member(self, tenant_id: str, user_id: str) -> int:
+        """Revoke a membership and all its tokens, and withdraw what was sent to them.
+
+        In the same transaction, every open notification of theirs closes as ``revoked``
+        with its stored previews redacted, which cancels its queued deliveries on every
+        channel (invariant 8). Returns how many notifications were withdrawn.
+        """
+        with self.db.transaction() as tx:
+            accounts.revoke_member(tx.conn, tenant_id, user_id, tx.now)
+            withdrawn = 0
+            for note in notes.open_for_recipient(tx.conn, tenant_id, user_id):
+                notes.redact(tx.conn, tenant_id, note["id"])
+                redacted = {**note, "summary": notes.WITHDRAWN_SUMMARY, "reason": None}
+                withdrawn += close_notification(tx, redacted, "revoked", "recipient lost access")
+        log.info("member.revoked", tenant_id=tenant_id, user_id=user_id, withdrawn=withdrawn)
+        return withdrawn
+
     def trail(self, who: Principal, notification_id: str) -> dict[str, Any]:
         with self.db.read() as conn:
             note = notes.get(conn, who.tenant_id, notification_id)
@@ -874,6 +913,7 @@ class Runbell:
             ).first()
             deliveries = notes.deliveries_for(conn, who.tenant_id, notification_id)
             lifecycle = feed.for_notification(conn, who.tenant_id, notification_id)
+            receipts = requests.receipts_for(conn, who.tenant_id, notification_id)
         out = views.notification_view(note)
         out["why"] = {
             "rule_id": note["rule_id"],
@@ -926,6 +966,7 @@ class Runbell:
             }
             for e in lifecycle
         ]
+        out["receipts"] = [{**views.receipt_view(r), "user_id": r["user_id"]} for r in receipts]
         return out
 
     def expire_notifications(self, now: datetime, limit: int = 500) -> int:
@@ -957,5 +998,7 @@ class Runbell:
             with self.db.transaction(now=now) as tx:
                 total += feed.prune(tx.conn, tenant_id, cutoff)
         with self.db.transaction(now=now) as tx:
-            runs.prune_inbound(tx.conn, now - timedelta(seconds=self.settings.inbound_retention_s))
+            before = now - timedelta(seconds=self.settings.inbound_retention_s)
+            runs.prune_inbound(tx.conn, before)
+            requests.prune_idempotency(tx.conn, before)  # same retention as signal dedupe
         return total

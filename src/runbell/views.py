@@ -85,8 +85,90 @@ def notification_view(note: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def actionable(note: dict[str, Any], run: dict[str, Any], now: datetime) -> tuple[bool, str]:
-    """Whether the notification's action can still run, and why (not)."""
+def input_request_view(req: dict[str, Any], *, include_details: bool = False) -> dict[str, Any]:
+    """An input request as the API shows it. ``details`` (arguments, evidence, risk) only
+    when asked for, for a caller who may see the run."""
+    answered = req.get("answered_by_id")
+    out = {
+        "id": req["id"],
+        "run_id": req["run_id"],
+        "kind": req["kind"],
+        "summary": req["summary"],
+        "options": req.get("options") or [],
+        "blocks_work": bool(req.get("blocks_work", True)),
+        "expires_at": iso(req.get("expires_at")),
+        "version": req["version"],
+        "run_version": req["run_version"],
+        "state": req["state"],
+        "created_at": iso(req.get("created_at")),
+        "closed_at": iso(req.get("closed_at")),
+        "answered_by": (
+            {"id": answered, "email": req.get("answered_by_email")} if answered else None
+        ),
+        "answered_at": iso(req.get("answered_at")),
+        "decision": req.get("decision"),
+        "value": req.get("value"),
+        "expired_at": iso(req.get("expires_at")) if req["state"] == "expired" else None,
+        "superseded_by": req.get("superseded_by"),
+    }
+    if include_details:
+        out["details"] = req.get("details")
+    return out
+
+
+def receipt_view(receipt: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": receipt["id"],
+        "notification_id": receipt["notification_id"],
+        "kind": receipt["kind"],
+        "channel": receipt.get("channel"),
+        "at": iso(receipt["at"]),
+    }
+
+
+def request_blocked(req: dict[str, Any], now: datetime) -> str | None:
+    """Why an input request can no longer be answered, in a few words; None if it can."""
+    state = req["state"]
+    if state == "answered":
+        return f"answered by {req.get('answered_by_email') or req.get('answered_by_id')}"
+    if state == "superseded":
+        return "superseded by a newer request"
+    if state == "cancelled":
+        return "request cancelled"
+    if state == "expired":
+        return "expired"
+    if req.get("expires_at") is not None and req["expires_at"] <= now:
+        return "expired"
+    return None
+
+
+def actionable(
+    note: dict[str, Any],
+    run: dict[str, Any],
+    now: datetime,
+    request: dict[str, Any] | None = None,
+) -> tuple[bool, str]:
+    """Whether the notification's action can still run, and why (not).
+
+    For an ``input_required`` notification that points at an input request (``request``,
+    the stored row with its answer), the request's own fate comes first: ``answered by
+    <email>``, ``superseded by a newer request``, ``request cancelled``, ``expired``.
+    """
+    if note["attention_type"] == "input_required" and request is not None:
+        blocked = request_blocked(request, now)
+        if blocked is not None:
+            return False, blocked
+        if note["state"] == "revoked":
+            return False, "access lost"
+        if run["state"] != "input_required":
+            return False, f"run is now {run['state']}"
+        if run["version"] != note["transition_version"]:
+            return (
+                False,
+                f"run changed since (version {note['transition_version']} -> {run['version']})",
+            )
+        # Acknowledging says "I saw it", not "I decided": the request still waits.
+        return True, "awaiting your input"
     if note["state"] != "open":
         return False, note["state"]
     if note.get("expires_at") is not None and note["expires_at"] <= now:

@@ -116,3 +116,45 @@ class SourceCreate(Strict):
     mapper: Literal["generic", "openai"] | None = None
     trust: Literal["authoritative", "advisory"] = "advisory"
     reader: ReaderConfig | None = None
+
+
+class OptionIn(Strict):
+    id: str = Field(min_length=1, max_length=100)
+    label: str = Field(min_length=1, max_length=200)
+
+
+class InputRequestIn(Strict):
+    input_request_id: str = Field(
+        pattern=RUN_ID_PATTERN, description="runtime-chosen, unique per tenant; reuse to retry"
+    )
+    kind: Literal["approval", "choice", "text"]
+    summary: str = Field(
+        min_length=1, max_length=300, description="safe to show a signed-in person"
+    )
+    details: dict[str, Any] | None = Field(
+        default=None, description="sensitive: arguments, evidence, risk"
+    )
+    options: list[OptionIn] | None = Field(default=None, max_length=50, description="choice")
+    expires_at: datetime | None = None
+    blocks_work: bool = True
+
+    @field_validator("expires_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("expires_at must carry a timezone offset (e.g. Z)")
+        return value
+
+
+class ResponseIn(Strict):
+    decision: Literal["approve", "reject", "answer"]
+    value: str | None = Field(
+        default=None, max_length=10_000, description="choice: an option id; text: the answer"
+    )
+    expected_run_version: int = Field(ge=1)
+    expected_request_version: int = Field(ge=1)
+
+
+class ReceiptIn(Strict):
+    kind: Literal["displayed", "opened", "dismissed", "clicked"]
+    channel: Literal["inbox", "email", "webpush", "chat"] | None = None

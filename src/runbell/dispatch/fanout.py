@@ -25,6 +25,12 @@ FORWARDED = {
     "run.mismatch_closed",
     "notification.created",
     "notification.closed",
+    # A person answered (or the request ended): how the runtime learns the answer.
+    "input_request.opened",
+    "input_request.answered",
+    "input_request.expired",
+    "input_request.superseded",
+    "input_request.cancelled",
 }
 
 
@@ -36,7 +42,9 @@ def messages(ev: PendingEvent, public_url: str) -> list[tuple[str, str, dict[str
     if ev.notification_id:
         key = f"{ev.type}:{ev.notification_id}"
     else:
-        key = f"{ev.type}:{ev.run_id}:{data.get('version')}:{data.get('mismatch_id', '')}"
+        # Several requests can end at one run version (expiry does not bump it).
+        which = data.get("mismatch_id") or data.get("input_request_id") or ""
+        key = f"{ev.type}:{ev.run_id}:{data.get('version')}:{which}"
     out = [(ev.type, key, data)]
     if ev.type == "run.transitioned" and data.get("terminal"):
         report = data.get("report") or {}

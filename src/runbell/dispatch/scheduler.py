@@ -14,11 +14,12 @@ from datetime import datetime
 import sqlalchemy as sa
 import structlog
 
+from runbell.actions import expire_requests
 from runbell.core import Runbell
 
 log = structlog.get_logger(__name__)
 
-LOCK_IDS = {"mismatch": 72_101, "retention": 72_102, "expiry": 72_103}
+LOCK_IDS = {"mismatch": 72_101, "retention": 72_102, "expiry": 72_103, "input_requests": 72_104}
 
 
 class Scheduler:
@@ -49,6 +50,10 @@ class Scheduler:
         now = now or self.core.db.clock()
         done = {
             "mismatch": self._leader("mismatch", lambda: self.core.recheck_mismatches(now)),
+            # Before notification expiry, so a request's alerts close saying the request expired.
+            "input_requests": self._leader(
+                "input_requests", lambda: expire_requests(self.core, now)
+            ),
             "expiry": self._leader("expiry", lambda: self.core.expire_notifications(now)),
         }
         if self._last_retention is None or (now - self._last_retention).total_seconds() > 60:

@@ -20,6 +20,11 @@ WEBHOOK_EVENT_TYPES = (
     "run.mismatch_closed",
     "notification.created",
     "notification.closed",
+    "input_request.opened",
+    "input_request.answered",
+    "input_request.expired",
+    "input_request.superseded",
+    "input_request.cancelled",
 )
 
 

@@ -245,3 +245,36 @@ def mark_seen(conn: Connection, tenant_id: str, notification_id: str, now: datet
         )
         .values(first_seen_at=now)
     )
+
+
+WITHDRAWN_SUMMARY = "Notification withdrawn"
+
+
+def open_for_recipient(conn: Connection, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(t.notifications)
+        .where(
+            t.notifications.c.tenant_id == tenant_id,
+            t.notifications.c.recipient_user_id == user_id,
+            t.notifications.c.state == "open",
+        )
+        .order_by(t.notifications.c.id)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def redact(conn: Connection, tenant_id: str, notification_id: str) -> None:
+    """Scrub a notification's stored previews: its recipient may no longer see them."""
+    conn.execute(
+        sa.update(t.notifications)
+        .where(t.notifications.c.tenant_id == tenant_id, t.notifications.c.id == notification_id)
+        .values(reason=None, summary=WITHDRAWN_SUMMARY)
+    )
+    conn.execute(
+        sa.update(t.deliveries)
+        .where(
+            t.deliveries.c.tenant_id == tenant_id,
+            t.deliveries.c.notification_id == notification_id,
+        )
+        .values(payload=None)
+    )

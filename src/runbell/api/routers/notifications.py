@@ -6,7 +6,9 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 
+from runbell import actions
 from runbell.api.deps import Admin, Core, User
+from runbell.api.schemas import ReceiptIn
 
 router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
 NoteState = Literal["open", "acknowledged", "resolved", "expired", "superseded", "revoked"]
@@ -36,6 +38,13 @@ def get_notification(notification_id: str, who: User, core: Core) -> dict[str, A
 def acknowledge(notification_id: str, who: User, core: Core) -> dict[str, Any]:
     """Close it as acknowledged and cancel everything still queued for it. Idempotent."""
     return core.acknowledge(who, notification_id)
+
+
+@router.post("/{notification_id}/receipts", status_code=201)
+def receipt(notification_id: str, body: ReceiptIn, who: User, core: Core) -> dict[str, Any]:
+    """Device telemetry (displayed, opened, dismissed, clicked). Never a decision:
+    opening is not approval, dismissing is not rejection."""
+    return actions.record_receipt(core, who, notification_id, body.kind, body.channel)
 
 
 @router.get("/{notification_id}/trail")

@@ -27,6 +27,11 @@ EventType = Literal[
     "run.mismatch_closed",
     "notification.created",
     "notification.closed",
+    "input_request.opened",
+    "input_request.answered",
+    "input_request.expired",
+    "input_request.superseded",
+    "input_request.cancelled",
 ]
 assert set(EventType.__args__) == set(WEBHOOK_EVENT_TYPES)  # type: ignore[attr-defined]
 

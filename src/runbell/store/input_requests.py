@@ -1,0 +1,152 @@
+"""Input requests, their one committed response, Idempotency-Key records and receipts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from runbell.store import tables as t
+
+ir = t.input_requests
+
+
+def get(
+    conn: Connection, tenant_id: str, request_id: str, *, for_update: bool = False
+) -> dict[str, Any] | None:
+    """The request with its answer (``answered_by_id``, ``answered_by_email``,
+    ``answered_at``, ``decision``, ``value``; all None while unanswered)."""
+    q = sa.select(ir).where(ir.c.tenant_id == tenant_id, ir.c.id == request_id)
+    if for_update:
+        q = q.with_for_update()
+    row = conn.execute(q).first()
+    if row is None:
+        return None
+    return _with_answer(conn, dict(row._mapping))
+
+
+def _with_answer(conn: Connection, req: dict[str, Any]) -> dict[str, Any]:
+    r = t.responses
+    answer = conn.execute(
+        sa.select(r.c.user_id, r.c.created_at, r.c.decision, r.c.value, t.users.c.email)
+        .join(t.users, t.users.c.id == r.c.user_id)
+        .where(r.c.tenant_id == req["tenant_id"], r.c.input_request_id == req["id"])
+    ).first()
+    req.update(
+        answered_by_id=answer.user_id if answer else None,
+        answered_by_email=answer.email if answer else None,
+        answered_at=answer.created_at if answer else None,
+        decision=answer.decision if answer else None,
+        value=answer.value if answer else None,
+    )
+    return req
+
+
+def pending_for_run(
+    conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False
+) -> list[dict[str, Any]]:
+    q = (
+        sa.select(ir)
+        .where(ir.c.tenant_id == tenant_id, ir.c.run_id == run_id, ir.c.state == "pending")
+        .order_by(ir.c.created_at)
+    )
+    if for_update:
+        q = q.with_for_update()
+    return [_with_answer(conn, dict(r._mapping)) for r in conn.execute(q).all()]
+
+
+def insert(conn: Connection, values: dict[str, Any]) -> None:
+    conn.execute(ir.insert().values(**values))
+
+
+def close(
+    conn: Connection,
+    tenant_id: str,
+    request_id: str,
+    state: str,
+    now: datetime,
+    *,
+    superseded_by: str | None = None,
+) -> bool:
+    """Move a pending request to ``state``; False if it was no longer pending."""
+    res = conn.execute(
+        sa.update(ir)
+        .where(ir.c.tenant_id == tenant_id, ir.c.id == request_id, ir.c.state == "pending")
+        .values(state=state, closed_at=now, superseded_by=superseded_by)
+    )
+    return bool(res.rowcount)
+
+
+def due_for_expiry(conn: Connection, now: datetime, limit: int) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(ir.c.tenant_id, ir.c.id, ir.c.run_id)
+        .where(ir.c.state == "pending", ir.c.expires_at <= now)
+        .order_by(ir.c.expires_at)
+        .limit(limit)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def insert_response(conn: Connection, values: dict[str, Any]) -> None:
+    """The one answer: the primary key is the request, so a second insert fails."""
+    conn.execute(t.responses.insert().values(**values))
+
+
+# --- Idempotency-Key records ---------------------------------------------------------
+
+
+def get_idempotency(
+    conn: Connection, tenant_id: str, principal: str, key: str
+) -> dict[str, Any] | None:
+    k = t.idempotency_keys
+    row = conn.execute(
+        sa.select(k).where(k.c.tenant_id == tenant_id, k.c.principal == principal, k.c.key == key)
+    ).first()
+    return None if row is None else dict(row._mapping)
+
+
+def put_idempotency(
+    conn: Connection,
+    tenant_id: str,
+    principal: str,
+    key: str,
+    request_hash: str,
+    status_code: int,
+    response: dict[str, Any],
+    now: datetime,
+) -> None:
+    conn.execute(
+        t.idempotency_keys.insert().values(
+            tenant_id=tenant_id,
+            principal=principal,
+            key=key,
+            request_hash=request_hash,
+            status_code=status_code,
+            response=response,
+            created_at=now,
+        )
+    )
+
+
+def prune_idempotency(conn: Connection, before: datetime) -> int:
+    k = t.idempotency_keys
+    return int(conn.execute(sa.delete(k).where(k.c.created_at < before)).rowcount)
+
+
+# --- receipts (channel telemetry, never a decision) ----------------------------------
+
+
+def add_receipt(conn: Connection, values: dict[str, Any]) -> None:
+    conn.execute(t.receipts.insert().values(**values))
+
+
+def receipts_for(conn: Connection, tenant_id: str, notification_id: str) -> list[dict[str, Any]]:
+    rc = t.receipts
+    rows = conn.execute(
+        sa.select(rc)
+        .where(rc.c.tenant_id == tenant_id, rc.c.notification_id == notification_id)
+        .order_by(rc.c.at, rc.c.id)
+    ).all()
+    return [dict(r._mapping) for r in rows]
