@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     inbound_retention_s: int = Field(default=30 * 24 * 3600, ge=3600)
     longpoll_max_s: float = Field(default=30.0, gt=0, le=30.0)
     sse_keepalive_s: float = Field(default=15.0, gt=0)
+    sse_access_recheck_s: float = Field(
+        default=15.0, gt=0, description="How often an open stream re-checks its credentials."
+    )
     feed_fallback_poll_s: float = Field(
         default=5.0, gt=0, description="Re-check interval if a wake-up was missed."
     )

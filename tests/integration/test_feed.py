@@ -583,3 +583,26 @@ def test_sse_sends_keep_alive_comments_while_idle(db_url: str, tmp_path: Path) -
             assert not any(line.startswith(("event:", "data:")) for line in seen)
     finally:
         core.db.dispose()
+
+
+def test_sse_stream_ends_when_access_is_revoked(db_url: str, tmp_path: Path) -> None:
+    """An open stream does not outlive a revoked membership: it says so and closes."""
+    core = build(
+        make_settings(tmp_path, db_url, sse_access_recheck_s=0.2, feed_fallback_poll_s=0.2),
+        migrate=False,
+    )
+    try:
+        creds = make_tenant(core)
+        with (
+            LiveServer(core) as server,
+            httpx.Client(base_url=server.url, timeout=20) as http,
+            open_stream(http, creds.owner_token, after="latest") as response,
+        ):
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            assert next(lines).startswith("retry:")
+            core.revoke_member(creds.tenant_id, creds.owner_id)
+            rest = list(lines)  # ends when the server closes the stream
+            assert "event: access_ended" in rest
+    finally:
+        core.db.dispose()

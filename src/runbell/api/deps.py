@@ -1,7 +1,16 @@
-"""Authentication and shared request dependencies."""
+"""Authentication and shared request dependencies.
+
+Two ways in: ``Authorization: Bearer <api key | user token>`` (programs), or the
+browser's ``rb_session`` cookie (the web app), used only when no ``Authorization``
+header is sent. A cookie-authenticated unsafe request (POST, PUT, PATCH, DELETE) must
+also carry the session's CSRF token in ``X-CSRF-Token`` — except device receipts
+(``POST /v1/notifications/{id}/receipts``), which the service worker sends without page
+context; they are telemetry and never change a decision (invariant 10).
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -11,6 +20,11 @@ from runbell.core import Runbell
 from runbell.domain.errors import Forbidden, Unauthorized
 from runbell.store import accounts
 from runbell.store.accounts import Principal
+from runbell.web.sessions import SESSION_COOKIE, WebSession, lookup_session
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Telemetry the service worker posts without a page (and so without the CSRF token).
+CSRF_EXEMPT = re.compile(r"^/v1/notifications/[^/]+/receipts$")
 
 
 def get_core(request: Request) -> Runbell:
@@ -29,7 +43,32 @@ def _bearer(request: Request) -> str:
     return token.strip()
 
 
+async def web_session(request: Request) -> WebSession | None:
+    """The browser session named by the ``rb_session`` cookie, if it is live."""
+    token = request.cookies.get(SESSION_COOKIE)
+    if not token:
+        return None
+    core: Runbell = request.app.state.core
+
+    def lookup() -> WebSession | None:
+        with core.db.read() as conn:
+            return lookup_session(conn, token, core.db.clock())
+
+    return await run_in_threadpool(lookup)
+
+
 async def principal(request: Request) -> Principal:
+    if "authorization" not in request.headers and SESSION_COOKIE in request.cookies:
+        session = await web_session(request)
+        if session is None:
+            raise Unauthorized("your session has ended or your access changed; sign in again")
+        if (
+            request.method not in SAFE_METHODS
+            and not CSRF_EXEMPT.match(request.url.path)
+            and not session.csrf_ok(request.headers.get("x-csrf-token"))
+        ):
+            raise Forbidden("a browser session must send its CSRF token in the X-CSRF-Token header")
+        return session.principal
     token = _bearer(request)
     core: Runbell = request.app.state.core
 

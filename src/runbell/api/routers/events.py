@@ -16,9 +16,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from runbell import views
-from runbell.api.deps import Core, Who
+from runbell.api.deps import Core, Who, principal
 from runbell.core import Runbell
-from runbell.domain.errors import Gone, ValidationFailed
+from runbell.domain.errors import Gone, RunbellError, ValidationFailed
 from runbell.store import feed, runs
 from runbell.store import notifications as notes
 from runbell.store.accounts import Principal
@@ -166,6 +166,7 @@ async def stream(
             return
         assert cursor is not None
         position = cursor
+        recheck_at = time.monotonic() + core.settings.sse_access_recheck_s
         yield ServerSentEvent(id=str(position))  # priming id: resume point even if idle
         if who.user_id:
             core.presence.enter(who.tenant_id, who.user_id)
@@ -189,6 +190,15 @@ async def stream(
                     position = moved_to
                     if await request.is_disconnected():
                         return
+                    if time.monotonic() >= recheck_at:
+                        # A long-lived stream must not outlive revoked access: check the
+                        # credentials again now and then, and end the stream if they died.
+                        recheck_at = time.monotonic() + core.settings.sse_access_recheck_s
+                        try:
+                            await principal(request)
+                        except RunbellError:
+                            yield ServerSentEvent(event="access_ended", data="{}")
+                            return
                     # Woken by the commit itself; the timeout only covers a lost wake-up.
                     await listener.wait(core.settings.feed_fallback_poll_s)
         finally:

@@ -59,7 +59,8 @@ class ChatIn(BaseModel):
     label: str | None = Field(default=None, max_length=200)
 
 
-def _prefs(core: Runbell, who: Principal) -> dict[str, Any]:
+def preferences_of(core: Runbell, who: Principal) -> dict[str, Any]:
+    """A person's preferences as ``GET /v1/me/preferences`` shows them (also the web app)."""
     with core.db.read() as conn:
         row = conn.execute(
             sa.select(t.preferences).where(
@@ -81,7 +82,7 @@ def _prefs(core: Runbell, who: Principal) -> dict[str, Any]:
 
 @router.get("/v1/me")
 def me(who: User, core: Core) -> dict[str, Any]:
-    out = _prefs(core, who)
+    out = preferences_of(core, who)
     return {
         "user_id": who.user_id,
         "tenant_id": who.tenant_id,
@@ -93,16 +94,23 @@ def me(who: User, core: Core) -> dict[str, Any]:
 @router.get("/v1/me/preferences")
 def get_preferences(who: User, core: Core) -> dict[str, Any]:
     """Consent per channel and urgency (with when and how it was given), quiet hours."""
-    return _prefs(core, who)
+    return preferences_of(core, who)
 
 
 @router.put("/v1/me/preferences")
 def put_preferences(body: PreferencesIn, who: User, core: Core) -> dict[str, Any]:
     """Change what may interrupt you. Validated whole; nothing is stored on error."""
+    return save_preferences(core, who, body)
+
+
+def save_preferences(core: Runbell, who: Principal, body: PreferencesIn) -> dict[str, Any]:
+    """Validate and store a preferences change (the API and the settings page share it).
+
+    Raises ``ValidationFailed`` before anything is written."""
     if body.timezone is not None:
         zone(body.timezone)
     windows = [QuietWindow.parse(w).as_dict() for w in body.quiet_hours or []]
-    current = _prefs(core, who)
+    current = preferences_of(core, who)
     record = dict(current["consent_record"])
     with core.db.transaction() as tx:
         now = tx.now
@@ -135,7 +143,7 @@ def put_preferences(body: PreferencesIn, who: User, core: Core) -> dict[str, Any
                     tenant_id=who.tenant_id, user_id=who.user_id, **{"consent": {}, **values}
                 )
             )
-    return _prefs(core, who)
+    return preferences_of(core, who)
 
 
 # --- web push subscriptions ----------------------------------------------------------
@@ -237,7 +245,10 @@ def delete_subscription(subscription_id: str, who: User, core: Core) -> Response
 # --- chat destinations ---------------------------------------------------------------
 
 
-def _add_chat(core: Runbell, who: Principal, body: ChatIn, user_id: str | None) -> dict[str, Any]:
+def add_chat_destination(
+    core: Runbell, who: Principal, body: ChatIn, user_id: str | None
+) -> dict[str, Any]:
+    """Check and store an Apprise URL (sealed); ``user_id`` None makes it tenant-wide."""
     # A name that does not resolve right now passes; every send checks it again.
     with contextlib.suppress(OSError):
         check_chat(body.url, allow_hosts=core.settings.outbound_allow_hosts)
@@ -272,13 +283,13 @@ def _chat_view(row: Any) -> dict[str, Any]:
 @router.post("/v1/me/chat-destinations", status_code=201)
 def add_my_chat(body: ChatIn, who: User, core: Core) -> dict[str, Any]:
     """An Apprise URL for your own alerts (Slack, Telegram, Discord, Matrix, ntfy, …)."""
-    return _add_chat(core, who, body, who.user_id)
+    return add_chat_destination(core, who, body, who.user_id)
 
 
 @router.post("/v1/chat-destinations", status_code=201)
 def add_shared_chat(body: ChatIn, who: Admin, core: Core) -> dict[str, Any]:
     """A tenant-wide room that receives every member's pushed alerts (neutral texts)."""
-    return _add_chat(core, who, body, None)
+    return add_chat_destination(core, who, body, None)
 
 
 @router.get("/v1/me/chat-destinations")

@@ -1,0 +1,62 @@
+"""Jinja2 for the pages: autoescaped, strict, compiled once; and the headers every page
+carries (CSP without inline script or style, no framing, same-origin referrers, no store).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jinja2
+from fastapi.responses import HTMLResponse
+
+from runbell import __version__
+from runbell.web import wording
+
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+    # Pages hold CSRF tokens and private data: never kept by a cache or the back button.
+    "Cache-Control": "no-store",
+}
+
+env = jinja2.Environment(
+    loader=jinja2.PackageLoader("runbell.web", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+env.globals.update(
+    asset_version=__version__,
+    urgency_label=wording.URGENCY_LABEL,
+    state_label=wording.STATE_LABEL,
+    attention_label=wording.ATTENTION_LABEL,
+    note_state_label=wording.NOTE_STATE_LABEL,
+    delivery_label=wording.DELIVERY_STATUS_LABEL,
+    channel_label=wording.CHANNEL_LABEL,
+)
+
+
+def render(
+    name: str,
+    context: dict[str, Any],
+    *,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> HTMLResponse:
+    """A page with the security headers. ``context`` must give every template variable
+    (undefined ones raise, so a typo fails a test instead of rendering blank)."""
+    defaults: dict[str, Any] = {
+        "signed_in": False,
+        "csrf_token": "",
+        "me_email": "",
+        "page": "message",
+        "body_data": {},
+    }
+    html = env.get_template(name).render({**defaults, **context})
+    return HTMLResponse(html, status_code=status, headers={**PAGE_HEADERS, **(headers or {})})
