@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine with Python 3.11+:
-#   make run   — virtualenv, install, migrate, start Runbell on SQLite (prints a first user)
+#   make run   — virtualenv, install, migrate, start Runbell on SQLite with a demo agent
+#                that asks for approval (prints a first user and a sign-in link)
 #   make test  — dev dependencies, then the whole suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -25,12 +26,12 @@ $(DEVSTAMP): pyproject.toml | $(BIN)/python
 
 run: $(STAMP)
 	$(BIN)/runbell migrate
-	$(BIN)/runbell serve --host $(HOST) --port $(PORT)
+	$(BIN)/runbell serve --host $(HOST) --port $(PORT) --demo
 
 test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n 4 --dist loadfile $(PYTEST_ARGS)
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check src tests

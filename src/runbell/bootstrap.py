@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from runbell.core import Runbell
 from runbell.store import accounts
+from runbell.web.sessions import create_login_link
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,7 @@ class FirstRun:
     runtime_key: str
     user_email: str
     user_token: str
+    login_token: str  # a one-time browser sign-in link for the first user
 
 
 def bootstrap_if_empty(core: Runbell, email: str) -> FirstRun | None:
@@ -28,10 +30,15 @@ def bootstrap_if_empty(core: Runbell, email: str) -> FirstRun | None:
         user_id = accounts.ensure_user(tx.conn, email, tx.now)
         accounts.add_member(tx.conn, tenant_id, user_id, "owner", tx.now)
         token = accounts.create_user_token(tx.conn, tenant_id, user_id, tx.now)
-    return FirstRun(tenant_id, admin, runtime, accounts.normalize_email(email), token)
+        login = create_login_link(tx.conn, tenant_id, user_id, tx.now)
+    return FirstRun(tenant_id, admin, runtime, accounts.normalize_email(email), token, login)
 
 
 def welcome_text(first: FirstRun, base_url: str) -> str:
+    run_body = (
+        f'{{"owner": "{first.user_email}", "title": "Demo run", "state": "working", '
+        '"notify_on_complete": true}'
+    )
     return f"""
 Runbell is set up. These secrets are shown ONCE — store them now.
 
@@ -41,13 +48,18 @@ Runbell is set up. These secrets are shown ONCE — store them now.
   first user    {first.user_email}
   user token    {first.user_token}
 
+Open Runbell in your browser (this sign-in link works once, for 15 minutes):
+
+  {base_url.rstrip("/")}/auth/{first.login_token}
+
+  Another one later: runbell user login-link {first.user_email} --tenant default
+
 Try it (a run that finishes and lands in the inbox):
 
   export RB={base_url} RUNTIME={first.runtime_key} ME={first.user_token}
   curl -sS -X PUT $RB/v1/runs/demo-1 -H "Authorization: Bearer $RUNTIME" \\
        -H 'Content-Type: application/json' \\
-       -d '{{"owner": "{first.user_email}", "title": "Demo run", "state": "working", \
-             "notify_on_complete": true}}'
+       -d '{run_body}'
   curl -sS -X POST $RB/v1/runs/demo-1/signals -H "Authorization: Bearer $RUNTIME" \\
        -H 'Content-Type: application/json' -d '{{"event_id": "evt-1", "state": "completed"}}'
   curl -sS $RB/v1/notifications -H "Authorization: Bearer $ME"

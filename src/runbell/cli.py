@@ -58,6 +58,47 @@ def _serve(asgi: Any, **config: Any) -> None:
     Server(uvicorn.Config(asgi, **config)).run()
 
 
+def _demo(core: Any, base: str) -> tuple[list[Any], list[Any]]:
+    """Wire the demo: a local mail sink (unless SMTP is set), a webhook endpoint on this
+    server, and the simulated agent. See runbell.demo."""
+    from urllib.parse import urlsplit
+
+    from runbell import demo
+
+    state = demo.DemoState()
+    if not core.settings.smtp_host:
+        host, port = demo.start_mail_sink(state)
+        core.settings.smtp_host, core.settings.smtp_port = host, port
+        out.print(f"Demo mail sink: {base}/demo/mailbox", highlight=False)
+    netloc = urlsplit(base).netloc
+    core.settings.outbound_allow_hosts = frozenset({*core.settings.outbound_allow_hosts, netloc})
+    who = demo.setup(core, base)
+    if who is None:
+        return [], []
+    tenant_id, owner_id = who
+
+    async def run_agent(stop: Any) -> None:
+        await demo.agent(core, tenant_id, owner_id, stop)
+
+    out.print(
+        "Demo: a run will ask for your approval in a few seconds. Sign in with the "
+        "link above (or `runbell user login-link`), then open the inbox.",
+        highlight=False,
+    )
+    return [run_agent], [demo.sink_router(core, state)]
+
+
+def _check_statuses(statuses: list[str] | None) -> None:
+    from runbell.store.outbox import STATUSES
+
+    wrong = sorted(set(statuses or []) - set(STATUSES))
+    if wrong:
+        err.print(
+            f"[red]error:[/red] unknown status {', '.join(wrong)}; one of {', '.join(STATUSES)}"
+        )
+        raise typer.Exit(2)
+
+
 def _fail(exc: RunbellError) -> None:
     err.print(f"[red]error:[/red] {exc.detail}")
     raise typer.Exit(2)
@@ -84,6 +125,9 @@ def serve(
     port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
     scheduler: Annotated[bool, typer.Option(help="run the scheduler in this process")] = True,
     deliver: Annotated[bool, typer.Option(help="run a delivery worker in this process")] = True,
+    demo: Annotated[
+        bool, typer.Option(help="a simulated agent run that asks you for approval")
+    ] = False,
 ) -> None:
     """Run the API, a delivery worker and the scheduler in one process (SQLite by default)."""
     from runbell.api.app import create_app
@@ -109,11 +153,15 @@ def serve(
     sched = Scheduler(core)
     if scheduler:
         sched.start()
+    background: list[Any] = []
+    routers: list[Any] = []
+    if demo:
+        background, routers = _demo(core, base)
     worker = Worker(core, build_channels(core)) if deliver else None
     out.print(f"Runbell listening on {base}  (database: {core.db.dialect})", highlight=False)
     try:
         _serve(
-            create_app(core, worker=worker),
+            create_app(core, worker=worker, background=background, routers=routers),
             host=host,
             port=port,
             log_level="warning",
@@ -286,18 +334,43 @@ def user_add(
 
 @user_app.command("revoke")
 def user_revoke(email: str, tenant: Annotated[str, typer.Option(help="tenant id or name")]) -> None:
-    """Revoke a membership and all its tokens. Effective on the next request."""
+    """Revoke a membership and all its tokens, and withdraw their open notifications
+    (queued deliveries cancelled, previews redacted). Effective on the next request."""
     from runbell.store import accounts
+
+    core = _core()
+    try:
+        with core.db.read() as conn:
+            tenant_id = accounts.resolve_tenant(conn, tenant)
+            user_id = accounts.find_user(conn, tenant_id, email)
+        withdrawn = core.revoke_member(tenant_id, user_id)
+    except RunbellError as exc:
+        _fail(exc)
+    out.print(f"revoked {email}; withdrew {withdrawn} open notification(s)")
+
+
+@user_app.command("login-link")
+def user_login_link(
+    email: str,
+    tenant: Annotated[str, typer.Option(help="tenant id or name")],
+) -> None:
+    """Print a one-time browser sign-in link for a member (works once, for 15 minutes)."""
+    from runbell.store import accounts
+    from runbell.web.routes import sign_in_url
+    from runbell.web.sessions import create_login_link
 
     core = _core()
     try:
         with core.db.transaction() as tx:
             tenant_id = accounts.resolve_tenant(tx.conn, tenant)
             user_id = accounts.find_user(tx.conn, tenant_id, email)
-            accounts.revoke_member(tx.conn, tenant_id, user_id, tx.now)
+            token = create_login_link(tx.conn, tenant_id, user_id, tx.now)
     except RunbellError as exc:
         _fail(exc)
-    out.print(f"revoked {email}")
+    finally:
+        core.db.dispose()
+    out.print(sign_in_url(core, token), highlight=False, soft_wrap=True)
+    err.print("One use, valid for 15 minutes. Anyone holding it can sign in as this member.")
 
 
 @source_app.command("create")
@@ -347,6 +420,7 @@ def deliveries_list(
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
 ) -> None:
     """Deliveries newest first, as a table."""
+    _check_statuses(status)
     from rich.table import Table
 
     from runbell.store import accounts, outbox
@@ -366,7 +440,11 @@ def deliveries_list(
             )
     except RunbellError as exc:
         _fail(exc)
-    table = Table("id", "channel", "status", "attempts", "event / notification", "last error")
+    table = Table()
+    # Whole ids, never cut: an operator copies them into `deliveries replay`.
+    table.add_column("id", no_wrap=True, min_width=30)
+    for title in ("channel", "status", "attempts", "event / notification", "last error"):
+        table.add_column(title)
     for d in rows:
         table.add_row(
             d["id"],
@@ -389,6 +467,7 @@ def deliveries_replay(
     channel: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Queue deliveries again under the same identity, with a progress bar."""
+    _check_statuses(status)
     from rich.progress import Progress
 
     from runbell.store import accounts, outbox

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
 from runbell import __version__
 from runbell.api import problems
@@ -15,6 +16,7 @@ from runbell.api.routers import (
     deliveries,
     events,
     health,
+    input_requests,
     me,
     notifications,
     policy,
@@ -25,27 +27,38 @@ from runbell.api.routers import (
 from runbell.core import Runbell
 from runbell.dispatch.worker import Worker
 from runbell.store.wakeup import start_bridge
+from runbell.web.routes import install as install_web
+
+Background = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
 
-def create_app(core: Runbell, *, bridge: bool = True, worker: Worker | None = None) -> FastAPI:
+def create_app(
+    core: Runbell,
+    *,
+    bridge: bool = True,
+    worker: Worker | None = None,
+    background: Sequence[Background] = (),
+    routers: Sequence[APIRouter] = (),
+) -> FastAPI:
     """The HTTP API around ``core``.
 
     With ``bridge`` on PostgreSQL, LISTEN/NOTIFY wakes long-polls, streams and workers in
     this process for commits made by other processes. With ``worker``, the delivery
-    worker runs on the server's event loop for the app's lifetime (``runbell serve``).
+    worker runs on the server's event loop for the app's lifetime (``runbell serve``);
+    ``background`` tasks (the demo agent) run alongside and get the same stop event.
     """
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         pg = start_bridge(core.db) if bridge else None
         stop = asyncio.Event()
-        task = asyncio.create_task(worker.run(stop)) if worker else None
+        jobs = [*([worker.run] if worker else []), *background]
+        tasks = [asyncio.create_task(job(stop)) for job in jobs]
         try:
             yield
         finally:
             stop.set()
-            if task:
-                await task
+            await asyncio.gather(*tasks, return_exceptions=True)
             if pg:
                 pg.stop()
 
@@ -59,6 +72,7 @@ def create_app(core: Runbell, *, bridge: bool = True, worker: Worker | None = No
     problems.install(app)
     for router in (
         runs.router,
+        input_requests.router,
         sources.router,
         notifications.router,
         events.router,
@@ -68,7 +82,9 @@ def create_app(core: Runbell, *, bridge: bool = True, worker: Worker | None = No
         webhook_endpoints.router,
         me.router,
         health.router,
+        *routers,
     ):
         app.include_router(router)
+    install_web(app)
     app.add_middleware(BodyLimit, max_bytes=core.settings.max_body_bytes)
     return app

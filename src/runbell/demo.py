@@ -1,0 +1,269 @@
+"""``runbell serve --demo``: a simulated agent that asks for approval, so a newcomer can
+approve it in the browser and watch the run finish — with every delivery in the trail.
+
+What it sets up (once per database, on the first tenant):
+
+- a tenant webhook endpoint pointing at this server's own ``/demo/webhook-sink``, which
+  verifies the Standard Webhooks signature like any receiver would;
+- a local SMTP sink (aiosmtpd) when no SMTP server is configured, whose mails are listed
+  at ``/demo/mailbox``;
+- a run that works for a few seconds, asks "Deploy the demo app to staging?", waits for
+  the answer, and then completes (approved) or stops (rejected).
+
+Nothing here is used outside demo mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from runbell.core import Runbell, Signal
+from runbell.ingress.signatures import verify_signed
+from runbell.store import accounts, endpoints
+from runbell.store import tables as t
+from runbell.store.accounts import Principal
+
+log = structlog.get_logger(__name__)
+
+RUN_ID = "demo-deploy"
+REQUEST_ID = "demo-approve-deploy"
+
+
+@dataclass
+class DemoState:
+    received_webhooks: list[dict[str, Any]] = field(default_factory=list)
+    mails: list[dict[str, str]] = field(default_factory=list)
+    smtp: Any = None
+
+
+def start_mail_sink(state: DemoState) -> tuple[str, int]:
+    """A local SMTP server that keeps what it receives (shown at /demo/mailbox)."""
+    from aiosmtpd.controller import Controller
+
+    class Keep:
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+            msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
+            body = msg.get_body(preferencelist=("plain",))
+            state.mails.append(
+                {
+                    "to": ", ".join(envelope.rcpt_tos),
+                    "subject": str(msg["subject"]),
+                    "message_id": str(msg["message-id"]),
+                    "text": body.get_content() if body is not None else "",
+                }
+            )
+            return "250 kept"
+
+    import socket
+
+    with socket.socket() as probe:  # a free port: aiosmtpd's own port 0 is not exposed
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    controller = Controller(Keep(), hostname="127.0.0.1", port=port)
+    controller.start()
+    state.smtp = controller
+    return "127.0.0.1", port
+
+
+def sink_router(core: Runbell, state: DemoState) -> APIRouter:
+    router = APIRouter(prefix="/demo", include_in_schema=False)
+
+    @router.post("/webhook-sink")
+    async def webhook_sink(request: Request) -> dict[str, str]:
+        body = await request.body()
+        with core.db.read() as conn:
+            eps = [e for e in _all_endpoints(conn) if e["url"].endswith("/demo/webhook-sink")]
+        secrets = [
+            core.box.open(s["sealed"])
+            for e in eps
+            for s in e["secrets"]
+            if endpoints.live(s, core.db.clock())
+        ]
+        verify_signed(body, request.headers, secrets, now=core.db.clock())
+        state.received_webhooks.append(
+            {"id": request.headers.get("webhook-id", ""), "body": body.decode()[:2000]}
+        )
+        return {"ok": "verified"}
+
+    @router.get("/mailbox", response_class=HTMLResponse)
+    def mailbox() -> str:
+        import html
+
+        items = (
+            "".join(
+                f"<article><h2>{html.escape(m['subject'])}</h2><p>to {html.escape(m['to'])} · "
+                f"{html.escape(m['message_id'])}</p><pre>{html.escape(m['text'])}</pre></article>"
+                for m in reversed(state.mails)
+            )
+            or "<p>No mail yet.</p>"
+        )
+        return (
+            "<!doctype html><meta charset=utf-8><meta name=viewport "
+            "content='width=device-width, initial-scale=1'><title>Demo mailbox</title>"
+            f"<main><h1>Demo mailbox</h1>{items}</main>"
+        )
+
+    return router
+
+
+def _all_endpoints(conn: Any) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in conn.execute(sa.select(t.webhook_endpoints)).all()]
+
+
+def setup(core: Runbell, base_url: str) -> tuple[str, str] | None:
+    """Register the demo webhook endpoint on the first tenant; (tenant id, owner id)."""
+    from runbell.ingress.signatures import new_secret
+
+    with core.db.transaction() as tx:
+        tenant = tx.conn.execute(
+            sa.select(t.tenants.c.id).order_by(t.tenants.c.created_at).limit(1)
+        ).scalar()
+        if tenant is None:
+            return None
+        owner = tx.conn.execute(
+            sa.select(t.memberships.c.user_id)
+            .where(
+                t.memberships.c.tenant_id == tenant,
+                t.memberships.c.role == "owner",
+                t.memberships.c.revoked_at.is_(None),
+            )
+            .order_by(t.memberships.c.created_at)
+            .limit(1)
+        ).scalar()
+        if owner is None:
+            return None
+        url = f"{base_url}/demo/webhook-sink"
+        if not any(e["url"] == url for e in endpoints.list_all(tx.conn, tenant)):
+            endpoints.create(
+                tx.conn,
+                tenant,
+                tx.now,
+                url=url,
+                description="demo sink (this server)",
+                event_types=[],
+                sealed_secret=core.box.seal(new_secret()),
+                rate_limit_per_s=None,
+            )
+    return str(tenant), str(owner)
+
+
+async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
+    """The simulated agent run: work, ask, wait, finish. Idempotent across restarts."""
+    from runbell import actions
+
+    who = Principal(tenant_id=tenant_id, kind="key", role="runtime")
+    with core.db.read() as conn:
+        source = accounts.get_source(conn, tenant_id, accounts.api_source_id(conn, tenant_id))
+        existing = conn.execute(
+            sa.select(t.runs.c.state).where(
+                t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == RUN_ID
+            )
+        ).scalar()
+    if existing is None:
+        await asyncio.to_thread(
+            core.put_run,
+            who,
+            RUN_ID,
+            {
+                "owner": owner_id,
+                "title": "Deploy the demo app to staging",
+                "kind": "pipeline",
+                "objective": "Build, test and deploy v2 of the demo app to staging.",
+                "notify_on_complete": True,
+                "state": "working",
+                "details": {
+                    "command": "deploy --env staging --version v2",
+                    "changes": ["api: new /health endpoint", "web: dark mode"],
+                },
+            },
+        )
+        for step, message in enumerate(("building", "running tests", "preparing deploy")):
+            await asyncio.to_thread(
+                core.record_progress,
+                who,
+                RUN_ID,
+                message,
+                {"done": step + 1, "total": 3, "unit": "steps"},
+            )
+            if await _wait(stop, 1.5):
+                return
+        await asyncio.to_thread(
+            actions.open_request,
+            core,
+            who,
+            RUN_ID,
+            {
+                "input_request_id": REQUEST_ID,
+                "kind": "approval",
+                "summary": "Deploy v2 of the demo app to staging?",
+                "details": {
+                    "command": "deploy --env staging --version v2",
+                    "risk": "staging only; rollback takes one minute",
+                },
+                "expires_at": (core.db.clock() + timedelta(hours=1)).isoformat(),
+            },
+        )
+        log.info("demo.waiting_for_approval", run_id=RUN_ID)
+    # Wait for the answer (the run moves back to working when someone answers).
+    while not stop.is_set():
+        with core.db.read() as conn:
+            req = conn.execute(
+                sa.select(t.input_requests.c.state).where(
+                    t.input_requests.c.tenant_id == tenant_id, t.input_requests.c.id == REQUEST_ID
+                )
+            ).scalar()
+            answer = conn.execute(
+                sa.select(t.responses.c.decision).where(
+                    t.responses.c.tenant_id == tenant_id,
+                    t.responses.c.input_request_id == REQUEST_ID,
+                )
+            ).scalar()
+            state = conn.execute(
+                sa.select(t.runs.c.state).where(
+                    t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == RUN_ID
+                )
+            ).scalar()
+        if state in ("completed", "failed", "cancelled"):
+            return
+        if req in ("answered", "expired", "cancelled"):
+            break
+        if await _wait(stop, 1.0):
+            return
+    if await _wait(stop, 2.0):
+        return
+    approved = answer == "approve"
+    await asyncio.to_thread(
+        core.accept_signal,
+        tenant_id,
+        source,
+        RUN_ID,
+        Signal(
+            event_id="demo-finished",
+            state="completed" if approved else "cancelled",
+            reason="deployed to staging" if approved else "deploy rejected by the reviewer",
+            report={
+                "iterations": 3,
+                "summary": "v2 is live on staging" if approved else "nothing was deployed",
+                "trace_id": "demo-trace-1",
+            },
+        ),
+    )
+    log.info("demo.finished", run_id=RUN_ID, approved=approved)
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> bool:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+        return True
+    except TimeoutError:
+        return False

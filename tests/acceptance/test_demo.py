@@ -1,0 +1,125 @@
+"""`runbell serve --demo` (what `make run` starts): a simulated agent asks for approval,
+a person approves, the run finishes — with webhook, email and inbox deliveries in the
+trail. Real process, real HTTP, real local mail sink."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+
+TOKEN = re.compile(r"\b(rbu_[A-Za-z0-9_-]{20,})")
+ADMIN = re.compile(r"admin key\s+(rbk_[A-Za-z0-9_-]{20,})")
+RUNBELL = str(Path(sys.executable).with_name("runbell"))
+
+
+def until(what: Callable[[], Any], seconds: float = 60.0) -> Any:
+    """Poll ``what`` until it returns something truthy (bounded)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            value = what()
+        except httpx.TransportError:  # the server is still starting
+            value = None
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"gave up after {seconds} s")
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[str, str, str, Path]]:
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBELL_")}
+    env.update(RUNBELL_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1")
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [RUNBELL, "serve", "--port", str(port), "--demo"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        until(lambda: TOKEN.search(log.read_text()) and ADMIN.search(log.read_text()))
+        text = log.read_text()
+        yield base, TOKEN.search(text).group(1), ADMIN.search(text).group(1), log  # type: ignore[union-attr]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_demo_run_asks_for_approval_and_finishes_with_every_delivery_in_the_trail(
+    demo: tuple[str, str, str, Path],
+) -> None:
+    """The newcomer's minute: approve the demo request, the run completes, and the trail
+    shows the inbox, email and webhook deliveries."""
+    base, token, admin, log = demo
+    me = {"Authorization": f"Bearer {token}"}
+    ops = {"Authorization": f"Bearer {admin}"}
+    with httpx.Client(base_url=base, timeout=10, trust_env=False) as http:
+
+        def pending() -> dict[str, Any] | None:
+            r = http.get("/v1/input-requests/demo-approve-deploy", headers=me)
+            return r.json() if r.status_code == 200 else None
+
+        request = until(pending)["input_request"]
+        assert request["state"] == "pending" and request["kind"] == "approval"
+        answer = http.post(
+            "/v1/input-requests/demo-approve-deploy/responses",
+            headers={**me, "Idempotency-Key": "demo-test-1"},
+            json={
+                "decision": "approve",
+                "expected_run_version": request["run_version"],
+                "expected_request_version": request["version"],
+            },
+        )
+        assert answer.status_code == 200, answer.text
+
+        def finished() -> dict[str, Any] | None:
+            run = http.get("/v1/runs/demo-deploy", headers=me).json()
+            return run if run["state"] == "completed" else None
+
+        run = until(finished)
+        assert run["report"]["summary"] == "v2 is live on staging"
+
+        inbox = http.get("/v1/notifications", headers=me).json()["notifications"]
+        asked = next(n for n in inbox if n["attention_type"] == "input_required")
+        assert asked["state"] == "resolved"
+
+        def delivered() -> dict[str, Any] | None:
+            trail = http.get(f"/v1/notifications/{asked['id']}/trail", headers=ops).json()
+            channels = {d["channel"]: d["status"] for d in trail["deliveries"]}
+            return trail if channels.get("email") == "accepted" else None
+
+        trail = until(delivered)
+        channels = {d["channel"]: d["status"] for d in trail["deliveries"]}
+        assert channels["inbox"] == "accepted"
+        assert trail["why"]["rule_id"] == "input_required.blocking_expiring"
+
+        def webhooks() -> list[dict[str, Any]] | None:
+            rows = http.get("/v1/deliveries?channel=webhook&limit=200", headers=ops).json()
+            done = [d for d in rows["deliveries"] if d["status"] == "accepted"]
+            types = {d["event_type"] for d in done}
+            return done if {"run.finished", "input_request.answered"} <= types else None
+
+        assert until(webhooks)
+        mailbox = http.get("/demo/mailbox").text
+        assert "A run needs your input" in mailbox and "/n/" in mailbox
+    assert "Traceback" not in log.read_text()
