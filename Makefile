@@ -10,7 +10,7 @@ DEVSTAMP := $(VENV)/.installed-dev
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: run test lint typecheck bench clean
+.PHONY: run test lint typecheck clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,9 +38,6 @@ lint: $(DEVSTAMP)
 
 typecheck: $(DEVSTAMP)
 	$(BIN)/mypy
-
-bench: $(DEVSTAMP)
-	$(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -15,23 +15,12 @@ from runbell.ids import new_id
 from runbell.store import endpoints
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx
+from runbell.store.endpoints import WEBHOOK_EVENT_TYPES
 from runbell.views import iso
 
-# Feed events that become webhook messages. Progress stays live-only (invariant 5).
-FORWARDED = {
-    "run.created",
-    "run.transitioned",
-    "run.mismatch",
-    "run.mismatch_closed",
-    "notification.created",
-    "notification.closed",
-    # A person answered (or the request ended): how the runtime learns the answer.
-    "input_request.opened",
-    "input_request.answered",
-    "input_request.expired",
-    "input_request.superseded",
-    "input_request.cancelled",
-}
+# Feed events that become webhook messages: every webhook event type but run.finished,
+# which is derived from a terminal run.transitioned. Progress stays live-only (inv. 5).
+FORWARDED = frozenset(WEBHOOK_EVENT_TYPES) - {"run.finished"}
 
 
 def messages(ev: PendingEvent, public_url: str) -> list[tuple[str, str, dict[str, Any]]]:

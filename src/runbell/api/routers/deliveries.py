@@ -29,6 +29,9 @@ Status = Literal[
 ]
 
 
+assert set(Status.__args__) == set(outbox.STATUSES)  # type: ignore[attr-defined]
+
+
 def delivery_view(
     d: dict[str, Any], attempts: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
