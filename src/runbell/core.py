@@ -940,6 +940,7 @@ class Runbell:
                 "id": d["id"],
                 "channel": d["channel"],
                 "destination": d["destination"],
+                "event_type": d["event_type"],
                 "status": d["status"],
                 "attempt_count": d["attempt_count"],
                 "next_attempt_at": views.iso(d["next_attempt_at"]),

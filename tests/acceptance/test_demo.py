@@ -106,7 +106,8 @@ def test_demo_run_asks_for_approval_and_finishes_with_every_delivery_in_the_trai
         def delivered() -> dict[str, Any] | None:
             trail = http.get(f"/v1/notifications/{asked['id']}/trail", headers=ops).json()
             channels = {d["channel"]: d["status"] for d in trail["deliveries"]}
-            return trail if channels.get("email") == "accepted" else None
+            sent = channels.get("email") == channels.get("webhook") == "accepted"
+            return trail if sent else None
 
         trail = until(delivered)
         channels = {d["channel"]: d["status"] for d in trail["deliveries"]}

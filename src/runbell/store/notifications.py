@@ -187,12 +187,20 @@ def cancel_pending_deliveries(
 
 
 def deliveries_for(conn: Connection, tenant_id: str, notification_id: str) -> list[dict[str, Any]]:
+    """The notification's own deliveries, and the tenant-webhook messages that announced
+    it (``notification.created`` / ``.closed``), each with its attempts."""
+    dl = t.deliveries
+    about_it = [f"notification.created:{notification_id}", f"notification.closed:{notification_id}"]
     rows = conn.execute(
-        sa.select(t.deliveries)
+        sa.select(dl)
         .where(
-            t.deliveries.c.tenant_id == tenant_id, t.deliveries.c.notification_id == notification_id
+            dl.c.tenant_id == tenant_id,
+            sa.or_(
+                dl.c.notification_id == notification_id,
+                sa.and_(dl.c.channel == "webhook", dl.c.event_key.in_(about_it)),
+            ),
         )
-        .order_by(t.deliveries.c.id)
+        .order_by(dl.c.id)
     ).all()
     out = [dict(r._mapping) for r in rows]
     if out:
