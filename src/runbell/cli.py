@@ -143,7 +143,8 @@ def serve(
     base = (
         settings.public_url
         if settings.public_url != "http://127.0.0.1:8080"
-        else (f"http://{host}:{port}")
+        # Listening everywhere: links still need a host a browser can open.
+        else f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
     )
     # Links in alerts and the welcome text point at where this server really listens.
     core.settings.public_url = base

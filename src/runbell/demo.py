@@ -28,6 +28,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from runbell.core import Runbell, Signal
+from runbell.domain.errors import NotFound
 from runbell.ingress.signatures import verify_signed
 from runbell.store import accounts, endpoints
 from runbell.store import tables as t
@@ -96,8 +97,13 @@ def sink_router(core: Runbell, state: DemoState) -> APIRouter:
         return {"ok": "verified"}
 
     @router.get("/mailbox", response_class=HTMLResponse)
-    def mailbox() -> str:
+    def mailbox(request: Request) -> str:
         import html
+
+        # The mailbox can hold sign-in links: only this machine may read it, even when
+        # the demo server listens on every interface.
+        if request.client is None or request.client.host not in ("127.0.0.1", "::1"):
+            raise NotFound("no such page")
 
         items = (
             "".join(
