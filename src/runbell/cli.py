@@ -144,7 +144,7 @@ def serve(
         settings.public_url
         if settings.public_url != "http://127.0.0.1:8080"
         # Listening everywhere: links still need a host a browser can open.
-        else f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+        else f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"  # noqa: S104 (we detect it, not bind)
     )
     # Links in alerts and the welcome text point at where this server really listens.
     core.settings.public_url = base
