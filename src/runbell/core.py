@@ -864,11 +864,21 @@ class Runbell:
         if note["attention_type"] == "input_required" and not ok:
             metrics.STALE_OPENS.labels(note["attention_type"]).inc()
         out = views.notification_view(note)
+        if not can_see:
+            # The pointer stays; what it pointed at does not (invariant 8): only the run's
+            # id, state and version, no reason, no request.
+            out.update(
+                actionable=False,
+                actionable_reason=why,
+                reason=None,
+                run={"run_id": run["run_id"], "state": run["state"], "version": run["version"]},
+            )
+            return out
         out.update(
-            actionable=ok, actionable_reason=why, run=views.run_view(run, include_details=can_see)
+            actionable=ok, actionable_reason=why, run=views.run_view(run, include_details=True)
         )
         if request is not None:
-            out["input_request"] = views.input_request_view(request, include_details=can_see)
+            out["input_request"] = views.input_request_view(request, include_details=True)
         return out
 
     def acknowledge(self, who: Principal, notification_id: str) -> dict[str, Any]:

@@ -532,3 +532,30 @@ def test_chat_destination_is_only_ever_shown_redacted(
         for part in ("tok-user-7c", "tok-pass-9d", "secret-path-5e"):
             assert part not in r.text
     assert [d["url"] for d in ok(listed)["destinations"]] == ["json://127.0.0.1:1/…"]
+
+
+def test_push_subscription_cannot_be_taken_over_by_knowing_its_endpoint(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """Another member posting someone's endpoint with other keys gets 409; the owner's
+    subscription (and their pushes) stay theirs."""
+
+    endpoint = "http://127.0.0.1:9/push/abc"
+    keys = {"p256dh": "B" + "A" * 86, "auth": "C" * 22}
+    mine = client.post(
+        "/v1/me/push-subscriptions",
+        json={"endpoint": endpoint, "keys": keys},
+        headers={"Authorization": f"Bearer {creds.owner_token}"},
+    )
+    assert mine.status_code == 201, mine.text
+    _, other = add_user(core, creds.tenant_id, "mallory@acme.test")
+    stolen = client.post(
+        "/v1/me/push-subscriptions",
+        json={"endpoint": endpoint, "keys": {"p256dh": "B" + "Z" * 86, "auth": "D" * 22}},
+        headers={"Authorization": f"Bearer {other}"},
+    )
+    assert stolen.status_code == 409
+    listed = client.get(
+        "/v1/me/push-subscriptions", headers={"Authorization": f"Bearer {creds.owner_token}"}
+    ).json()
+    assert [s["id"] for s in listed["subscriptions"]] == [mine.json()["id"]]

@@ -199,7 +199,16 @@ def test_previous_owner_loses_access_to_the_run_details(
     """After a run changes owner, the old owner's alert is not actionable and hides details."""
     _, first_token = add_user(core, creds.tenant_id, "first@acme.test")
     new_owner, _ = add_user(core, creds.tenant_id, "next@acme.test")
-    make_run(client, creds, "ask-3", owner="first@acme.test", details={"k": PLANTED})
+    make_run(
+        client,
+        creds,
+        "ask-3",
+        owner="first@acme.test",
+        details={"k": PLANTED},
+        title="Refund order 991",
+        objective="refund",
+        metadata={"customer": "c-17"},
+    )
     [note] = signal(client, creds, "ask-3", "e1", "input_required")["notifications"]
     r = client.get(f"/v1/notifications/{note['id']}", headers=bearer(first_token))
     assert r.json()["actionable"] is True
@@ -211,7 +220,11 @@ def test_previous_owner_loses_access_to_the_run_details(
     r = client.get(f"/v1/notifications/{note['id']}", headers=bearer(first_token))
     assert r.status_code == 200, r.text
     assert r.json()["actionable"] is False
+    assert r.json()["actionable_reason"] == "access lost"
     assert PLANTED not in r.text
+    # Only the pointer stays: no title, objective, metadata or reason of a run they lost.
+    assert set(r.json()["run"]) == {"run_id", "state", "version"}
+    assert "Refund order 991" not in r.text and "c-17" not in r.text
     assert client.get("/v1/runs/ask-3", headers=bearer(first_token)).status_code == 404
 
 

@@ -925,3 +925,19 @@ def test_service_worker_and_assets_are_served(client: TestClient) -> None:
     js = client.get("/static/app.js")
     assert js.status_code == 200 and "javascript" in js.headers["content-type"]
     assert client.get("/static/app.css").headers["content-type"].startswith("text/css")
+
+
+def test_readding_a_revoked_member_does_not_revive_old_sessions(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """Revocation ends browser sessions for good: re-adding the person later does not
+    bring a (possibly copied) old cookie back to life."""
+    from runbell.store import accounts
+
+    sign_in(client, core, creds.tenant_id, creds.owner_id)
+    assert client.get("/", follow_redirects=False).status_code == 200
+    core.revoke_member(creds.tenant_id, creds.owner_id)
+    with core.db.transaction() as tx:
+        accounts.add_member(tx.conn, creds.tenant_id, creds.owner_id, "owner", tx.now)
+    r = client.get("/", follow_redirects=False)
+    assert r.status_code in (302, 303) and "/login" in r.headers["location"]

@@ -239,6 +239,26 @@ def revoke_member(conn: Connection, tenant_id: str, user_id: str, now: datetime)
         )
         .values(revoked_at=now)
     )
+    # Browser sessions and unused sign-in links end too: re-adding the member later must
+    # not revive an old (possibly copied) session cookie.
+    conn.execute(
+        sa.update(t.web_sessions)
+        .where(
+            t.web_sessions.c.tenant_id == tenant_id,
+            t.web_sessions.c.user_id == user_id,
+            t.web_sessions.c.revoked_at.is_(None),
+        )
+        .values(revoked_at=now)
+    )
+    conn.execute(
+        sa.update(t.login_links)
+        .where(
+            t.login_links.c.tenant_id == tenant_id,
+            t.login_links.c.user_id == user_id,
+            t.login_links.c.used_at.is_(None),
+        )
+        .values(used_at=now)
+    )
 
 
 def find_user(conn: Connection, tenant_id: str, ref: str) -> str:

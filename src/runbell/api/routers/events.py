@@ -191,12 +191,15 @@ async def stream(
                     if await request.is_disconnected():
                         return
                     if time.monotonic() >= recheck_at:
-                        # A long-lived stream must not outlive revoked access: check the
-                        # credentials again now and then, and end the stream if they died.
+                        # A long-lived stream must not outlive revoked or reduced access:
+                        # check the credentials again now and then; end the stream if the
+                        # caller is gone or no longer the same principal (e.g. demoted).
                         recheck_at = time.monotonic() + core.settings.sse_access_recheck_s
                         try:
-                            await principal(request)
+                            still = await principal(request)
                         except RunbellError:
+                            still = None
+                        if still != who:  # revoked, or the role changed: start over
                             yield ServerSentEvent(event="access_ended", data="{}")
                             return
                     # Woken by the commit itself; the timeout only covers a lost wake-up.

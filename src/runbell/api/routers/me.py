@@ -16,7 +16,7 @@ from runbell.channels.chat import check_destination as check_chat
 from runbell.channels.chat import redact
 from runbell.core import Runbell
 from runbell.domain.dispatch import ALL_URGENCIES
-from runbell.domain.errors import NotFound
+from runbell.domain.errors import Conflict, NotFound
 from runbell.domain.quiet_hours import QuietWindow, zone
 from runbell.domain.ssrf import check_url
 from runbell.ids import new_id
@@ -180,9 +180,24 @@ def add_subscription(
         )
     p = t.push_subscriptions
     with core.db.transaction() as tx:
-        existing = tx.conn.execute(
-            sa.select(p.c.id).where(p.c.tenant_id == who.tenant_id, p.c.endpoint == body.endpoint)
-        ).scalar()
+        found = tx.conn.execute(
+            sa.select(p.c.id, p.c.user_id, p.c.p256dh, p.c.auth).where(
+                p.c.tenant_id == who.tenant_id, p.c.endpoint == body.endpoint
+            )
+        ).first()
+        existing = found.id if found else None
+        if (
+            found
+            and found.user_id != who.user_id
+            and (found.p256dh, found.auth)
+            != (
+                body.keys.p256dh,
+                body.keys.auth,
+            )
+        ):
+            # Moving a subscription to another person needs the browser's own keys too
+            # (a shared browser re-subscribing); knowing the endpoint alone is not enough.
+            raise Conflict("this push subscription belongs to another member of the tenant")
         if existing:
             tx.conn.execute(
                 sa.update(p)
