@@ -550,3 +550,32 @@ def test_openapi_lists_every_v1_path(client: TestClient) -> None:
     for path, methods in served.items():
         assert path in paths, f"served route {path} is not in /openapi.json"
         assert methods - {"head"} <= set(paths[path])
+
+
+def test_lone_surrogates_are_refused_before_anything_is_written(
+    client: TestClient, creds: TenantCreds
+) -> None:
+    """A lone UTF-16 surrogate would be stored and then break every read of the run:
+    it is a 422 naming the body, nothing is committed; a real emoji pair is fine."""
+    rt = {**bearer(creds.runtime_key), "Content-Type": "application/json"}
+    body = b'{"owner": "%s", "metadata": {"a": "\\ud800"}}' % creds.owner_email.encode()
+    r = client.put("/v1/runs/sur-1", content=body, headers=rt)
+    assert_problem(r, 422, field="body")
+    assert client.get("/v1/runs/sur-1", headers=bearer(creds.runtime_key)).status_code == 404
+    assert client.get("/v1/runs", headers=bearer(creds.runtime_key)).status_code == 200
+    ok = b'{"owner": "%s", "metadata": {"a": "\\ud83d\\ude00"}}' % creds.owner_email.encode()
+    r = client.put("/v1/runs/sur-2", content=ok, headers=rt)
+    assert r.status_code == 201, r.text
+    assert r.json()["metadata"] == {"a": "\U0001f600"}
+
+
+def test_absurdly_nested_json_is_a_422_not_a_vague_400(
+    client: TestClient, creds: TenantCreds
+) -> None:
+    """A body nested thousands of levels deep is reported as malformed JSON."""
+    r = client.put(
+        "/v1/runs/deep",
+        content=b"[" * 100_000,
+        headers={**bearer(creds.runtime_key), "Content-Type": "application/json"},
+    )
+    assert_problem(r, 422, field="body")

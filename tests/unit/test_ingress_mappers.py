@@ -228,3 +228,13 @@ def test_generic_sequence_beyond_64_bits_names_the_field() -> None:
     with pytest.raises(ValidationFailed) as err:
         map_generic({"run_id": "r", "state": "working", "sequence": 2**63}, "msg_1")
     assert err.value.extra["field"] == "sequence"
+
+
+def test_generic_ids_and_texts_keep_the_api_limits() -> None:
+    """A provider cannot store what the API would refuse: long ids and reasons are 422."""
+    with pytest.raises(ValidationFailed) as err:
+        map_generic({"run_id": "r", "state": "working", "event_id": "e" * 201}, "msg_1")
+    assert err.value.extra["field"] == "event_id"
+    with pytest.raises(ValidationFailed) as err:
+        map_generic({"run_id": "r", "state": "failed", "reason": "x" * 501}, "msg_1")
+    assert err.value.extra["field"] == "reason"

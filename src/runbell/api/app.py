@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 
 from runbell import __version__
 from runbell.api import problems
-from runbell.api.limits import BodyLimit
+from runbell.api.limits import BodyLimit, reject_lone_surrogates
 from runbell.api.routers import (
     deliveries,
     events,
@@ -63,6 +63,7 @@ def create_app(
                 pg.stop()
 
     app = FastAPI(
+        dependencies=[Depends(reject_lone_surrogates)],
         title="Runbell",
         version=__version__,
         lifespan=lifespan,

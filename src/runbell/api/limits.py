@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runbell.domain.errors import ValidationFailed
 
 
 class BodyTooLarge(HTTPException):
@@ -73,3 +77,32 @@ class BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+async def reject_lone_surrogates(request: Request) -> None:
+    """Refuse JSON that decodes to a lone UTF-16 surrogate (``"\\ud800"``).
+
+    Python accepts it, the database stores it, and then every response that includes
+    it fails to encode — a 500 on a write that already committed, and a read that stays
+    broken. Checked once per request, only when the raw body has such an escape.
+    """
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    body = await request.body()  # cached: the route reads the same bytes
+    if not _SURROGATE_ESCAPE.search(body):
+        return
+    try:
+        decoded = json.loads(body)
+    except (ValueError, RecursionError):
+        return  # not JSON: the route answers that itself
+    try:
+        json.dumps(decoded, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationFailed(
+            "the body contains a lone UTF-16 surrogate escape (\\ud800-\\udfff); "
+            "send valid Unicode text",
+            field="body",
+        ) from exc

@@ -78,6 +78,16 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and "parsing the body" in str(exc.detail):
+            # FastAPI's own parse failure (e.g. absurdly deep nesting): a malformed body.
+            return problem(
+                422,
+                "Invalid request",
+                "body: the body could not be parsed as JSON",
+                "validation",
+                field="body",
+                errors=[{"field": "body", "message": "could not be parsed"}],
+            )
         title, slug = _HTTP.get(exc.status_code, ("Error", f"http-{exc.status_code}"))
         return problem(exc.status_code, title, str(exc.detail), slug, headers=exc.headers)
 
@@ -92,5 +102,9 @@ def install(app: FastAPI) -> None:
             traceback="".join(traceback.format_exception(exc)),
         )
         return problem(
-            500, "Internal error", "the server failed; nothing was committed", "internal"
+            500,
+            "Internal error",
+            "the server failed; the error is logged. Retrying with the same event id or "
+            "Idempotency-Key is safe",
+            "internal",
         )

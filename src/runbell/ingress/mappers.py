@@ -35,6 +35,10 @@ __all__ = [
     "map_openai",
 ]
 
+# The API's limits for the same fields (ids are stored in 200-character columns).
+MAX_ID = 200
+MAX_TEXT = 500
+
 #: Every run state (DESIGN §3), from the domain state machine.
 RUN_STATES: frozenset[str] = frozenset(STATE_NAMES)
 
@@ -170,6 +174,8 @@ def _require_text(obj: dict[str, Any], name: str, *, prefix: str = "") -> str:
         raise ValidationFailed(f"{field} must be a string", field=field)
     if not value.strip():
         raise ValidationFailed(f"{field} must not be empty", field=field)
+    if len(value) > MAX_ID:
+        raise ValidationFailed(f"{field} is at most {MAX_ID} characters", field=field)
     return value
 
 
@@ -183,6 +189,8 @@ def _optional_str(obj: dict[str, Any], name: str) -> str | None:
     value = obj.get(name)
     if value is not None and not isinstance(value, str):
         raise ValidationFailed(f"{name} must be a string", field=name)
+    if value is not None and len(value) > MAX_TEXT:
+        raise ValidationFailed(f"{name} is at most {MAX_TEXT} characters", field=name)
     return value
 
 
@@ -233,6 +241,8 @@ def _webhook_id(webhook_id: str) -> str:
     # present, but a caller bug passing "" must not create an undeduplicable event.
     if not isinstance(webhook_id, str) or not webhook_id.strip():
         raise ValidationFailed("webhook-id header is required", field="webhook-id")
+    if len(webhook_id) > MAX_ID:
+        raise ValidationFailed(f"webhook-id is at most {MAX_ID} characters", field="webhook-id")
     return webhook_id
 
 

@@ -132,7 +132,7 @@ async def provider_webhook(source_id: str, request: Request, core: Core) -> dict
         verify_signed(body, request.headers, secrets, now=core.db.clock())
         try:
             payload = json.loads(body)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurd nesting
             raise ValidationFailed("body is not JSON", field="body") from exc
         mapped = MAPPERS[src["mapper"] or "generic"](payload, request.headers[HEADER_ID])
         results = []
