@@ -422,7 +422,12 @@ class Runbell:
             return reader.read(run_id), None
         except RunbellError as exc:  # ReaderError, or a stored config that no longer builds
             log.warning(
-                "reconcile.reader_failed", run_id=run_id, source_id=source["id"], error=exc.detail
+                # The class only: a reader URL's path may carry a tenant's token. The
+                # detail is kept on the mismatch row, visible to the tenant alone.
+                "reconcile.reader_failed",
+                run_id=run_id,
+                source_id=source["id"],
+                error=type(exc).__name__,
             )
             return None, exc.detail
 

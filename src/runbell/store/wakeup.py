@@ -55,11 +55,6 @@ class Hub:
         still wakes us (no lost wake-up window)."""
         return Listener(self, tenant_id)
 
-    async def wait(self, tenant_id: str, timeout: float) -> bool:
-        """Wait until something commits for ``tenant_id`` or ``timeout`` passes."""
-        with self.listen(tenant_id) as listener:
-            return await listener.wait(timeout)
-
     def _add(self, tenant_id: str, key: tuple[asyncio.AbstractEventLoop, asyncio.Event]) -> None:
         with self._lock:
             self._waiters[tenant_id].add(key)
