@@ -27,6 +27,7 @@ from runbell.api.routers import (
 from runbell.core import Runbell
 from runbell.dispatch.worker import Worker
 from runbell.store.wakeup import start_bridge
+from runbell.web import apidocs
 from runbell.web.routes import install as install_web
 
 Background = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
@@ -68,6 +69,9 @@ def create_app(
         version=__version__,
         lifespan=lifespan,
         description="Trustworthy attention for background AI-agent work.",
+        # /docs and /redoc are ours (runbell.web.apidocs): FastAPI's load from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.core = core
     problems.install(app)
@@ -87,5 +91,6 @@ def create_app(
     ):
         app.include_router(router)
     install_web(app)
+    apidocs.install(app)
     app.add_middleware(BodyLimit, max_bytes=core.settings.max_body_bytes)
     return app

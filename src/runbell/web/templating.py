@@ -23,6 +23,19 @@ PAGE_HEADERS = {
     # Pages hold CSRF tokens and private data: never kept by a cache or the back button.
     "Cache-Control": "no-store",
 }
+# The API reference pages (/docs, /redoc) hold no private data, only the public OpenAPI
+# document. Their bundles set styles at run time (ReDoc writes <style> elements) and
+# ReDoc searches in a worker it makes from a blob: so those two are allowed here, and
+# nothing else is loosened (still no inline or outside script, nothing from another site).
+DOCS_HEADERS = {
+    **PAGE_HEADERS,
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; "
+        "worker-src 'self' blob:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "Cache-Control": "no-cache",
+}
 
 env = jinja2.Environment(
     loader=jinja2.PackageLoader("runbell.web", "templates"),
