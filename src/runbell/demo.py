@@ -6,7 +6,8 @@ What it sets up (once per database, on the first tenant):
 - a tenant webhook endpoint pointing at this server's own ``/demo/webhook-sink``, which
   verifies the Standard Webhooks signature like any receiver would;
 - a local SMTP sink (aiosmtpd) when no SMTP server is configured, whose mails are listed
-  at ``/demo/mailbox``;
+  at ``/demo/mailbox`` (styled like the app, links clickable; the sign-in page points
+  there);
 - a run that works for a few seconds, asks "Deploy the demo app to staging?", waits for
   the answer, and then completes (approved) or stops (rejected).
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -25,7 +27,8 @@ from typing import Any
 import sqlalchemy as sa
 import structlog
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import Response
+from starlette.routing import NoMatchFound
 
 from runbell.core import Runbell, Signal
 from runbell.domain.errors import NotFound
@@ -33,11 +36,13 @@ from runbell.ingress.signatures import verify_signed
 from runbell.store import accounts, endpoints
 from runbell.store import tables as t
 from runbell.store.accounts import Principal
+from runbell.web.templating import render
 
 log = structlog.get_logger(__name__)
 
 RUN_ID = "demo-deploy"
 REQUEST_ID = "demo-approve-deploy"
+MAILBOX_ROUTE = "demo_mailbox"
 
 
 @dataclass
@@ -96,30 +101,54 @@ def sink_router(core: Runbell, state: DemoState) -> APIRouter:
         )
         return {"ok": "verified"}
 
-    @router.get("/mailbox", response_class=HTMLResponse)
-    def mailbox(request: Request) -> str:
-        import html
+    if state.smtp is not None:  # with a real SMTP server configured, mail goes there
 
-        # The mailbox can hold sign-in links: only this machine may read it, even when
-        # the demo server listens on every interface.
-        if request.client is None or request.client.host not in ("127.0.0.1", "::1"):
-            raise NotFound("no such page")
-
-        items = (
-            "".join(
-                f"<article><h2>{html.escape(m['subject'])}</h2><p>to {html.escape(m['to'])} · "
-                f"{html.escape(m['message_id'])}</p><pre>{html.escape(m['text'])}</pre></article>"
-                for m in reversed(state.mails)
+        @router.get("/mailbox", name=MAILBOX_ROUTE)
+        def mailbox(request: Request) -> Response:
+            # The mailbox can hold sign-in links: only this machine may read it, even when
+            # the demo server listens on every interface.
+            if not _from_this_machine(request):
+                raise NotFound("no such page")
+            return render(
+                "mailbox.html.j2",
+                {
+                    "title": "Demo mailbox",
+                    "page": "mailbox",
+                    "mails": [{**m, "parts": _linked(m["text"])} for m in reversed(state.mails)],
+                },
             )
-            or "<p>No mail yet.</p>"
-        )
-        return (
-            "<!doctype html><meta charset=utf-8><meta name=viewport "
-            "content='width=device-width, initial-scale=1'><title>Demo mailbox</title>"
-            f"<main><h1>Demo mailbox</h1>{items}</main>"
-        )
 
     return router
+
+
+def _from_this_machine(request: Request) -> bool:
+    return request.client is not None and request.client.host in ("127.0.0.1", "::1")
+
+
+_URL = re.compile(r"https?://[^\s<>\"']+")
+
+
+def _linked(text: str) -> list[tuple[str, str | None]]:
+    """``text`` cut into (text, link) parts, so the links in a mail can be clicked."""
+    parts: list[tuple[str, str | None]] = []
+    at = 0
+    for m in _URL.finditer(text):
+        url = m.group(0).rstrip(".,;:!?)")
+        parts.append((text[at : m.start()], None))
+        parts.append((url, url))
+        at = m.start() + len(url)
+    parts.append((text[at:], None))
+    return [p for p in parts if p[0]]
+
+
+def mailbox_path(request: Request) -> str | None:
+    """Where this server's demo mailbox is, for pages that say where mail lands: ``None``
+    unless ``runbell serve --demo`` runs its own mail sink and this person may open it."""
+    try:
+        path = str(request.app.url_path_for(MAILBOX_ROUTE))
+    except NoMatchFound:
+        return None
+    return path if _from_this_machine(request) else None
 
 
 def _all_endpoints(conn: Any) -> list[dict[str, Any]]:

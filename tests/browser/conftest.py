@@ -17,12 +17,13 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import APIRouter
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from runbell.api.app import create_app
@@ -81,14 +82,14 @@ class BrowserServer(LiveServer):
     """:class:`tests.conftest.LiveServer` with the delivery worker on the server's loop,
     as `runbell serve` runs it, so a subscription made in the browser gets real pushes."""
 
-    def __init__(self, core: Runbell, port: int) -> None:
+    def __init__(self, core: Runbell, port: int, routers: Sequence[APIRouter] = ()) -> None:
         import uvicorn
 
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         worker = Worker(core, build_channels(core))
         config = uvicorn.Config(
-            create_app(core, bridge=False, worker=worker),
+            create_app(core, bridge=False, worker=worker, routers=routers),
             host="127.0.0.1",
             port=port,
             log_level="warning",

@@ -941,3 +941,61 @@ def test_readding_a_revoked_member_does_not_revive_old_sessions(
         accounts.add_member(tx.conn, creds.tenant_id, creds.owner_id, "owner", tx.now)
     r = client.get("/", follow_redirects=False)
     assert r.status_code in (302, 303) and "/login" in r.headers["location"]
+
+
+# --- the icon and the API reference ---------------------------------------------------
+
+
+def test_favicon_is_an_icon(client: TestClient) -> None:
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 200
+    assert icon.headers["content-type"] == "image/x-icon"
+    assert icon.content[:4] == b"\x00\x00\x01\x00"
+    svg = client.get("/static/favicon.svg")
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    assert 'href="/favicon.ico"' in client.get("/login").text
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc"])
+def test_api_reference_loads_nothing_from_another_site(client: TestClient, path: str) -> None:
+    """The offline rendering itself is in tests/browser/test_api_docs.py; here: every
+    script and stylesheet the page names is a path on this server, and is served."""
+    page = client.get(path)
+    assert page.status_code == 200
+    assert page.headers["content-security-policy"].startswith(
+        "default-src 'self'; script-src 'self';"
+    )
+    urls = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assets = [u for u in urls if u.endswith((".js", ".css")) or ".js?" in u or ".css?" in u]
+    assert len(assets) >= 2, urls
+    for url in urls:
+        assert url.startswith("/") and not url.startswith("//"), url
+    for url in assets:
+        r = client.get(url)
+        assert r.status_code == 200, url
+        assert len(r.content) > 100, url
+    assert "<script>" not in page.text  # nothing inline for the CSP to refuse
+
+
+# --- why the sign-in page is shown ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("next_path", "why"),
+    [
+        ("/n/ntf_123", "Sign in to see the run this link points at."),
+        ("/runs/deploy-1", "Sign in to see the run this link points at."),
+        ("/settings", "Sign in to change your notification settings."),
+        ("/", None),
+    ],
+)
+def test_sign_in_page_says_why_it_is_shown(
+    client: TestClient, next_path: str, why: str | None
+) -> None:
+    page = client.get("/login", params={"next": next_path}).text
+    if why is None:
+        assert 'id="sign-in-why"' not in page
+    else:
+        assert why in page.split('id="sign-in-why"')[1].split("</p>")[0]
+    # Not a demo server: nothing about a demo mailbox.
+    assert "demo-mailbox-hint" not in page

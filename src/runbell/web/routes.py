@@ -21,6 +21,7 @@ Routes (no ``/v1`` prefix, not in the OpenAPI document):
 ``POST /settings/chat``, ``…/chat/{id}/delete``             chat destinations
 ``POST /settings/push/{id}/delete``                         forget a browser
 ``GET  /sw.js``                                             the service worker (root scope)
+``GET  /favicon.ico``                                       the icon
 =========================================================  =================================
 """
 
@@ -46,6 +47,7 @@ from runbell import actions, views
 from runbell.api.deps import get_core, web_session
 from runbell.api.routers import me
 from runbell.core import Runbell
+from runbell.demo import mailbox_path
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
 from runbell.domain.quiet_hours import zone
 from runbell.store import feed, runs
@@ -309,6 +311,7 @@ def _login_form(
     from runbell.dispatch.wiring import smtp_config
 
     login_csrf = request.cookies.get(LOGIN_CSRF_COOKIE) or secrets.token_urlsafe(32)
+    email_enabled = smtp_config(core) is not None
     response = render(
         "login.html.j2",
         {
@@ -316,10 +319,13 @@ def _login_form(
             "page": "login",
             "next": target,
             "login_csrf": login_csrf,
-            "email_enabled": smtp_config(core) is not None,
+            "email_enabled": email_enabled,
             "stale": stale,
             "signed_out": request.query_params.get("signed_out") == "1",
             "notice": notice,
+            "why": wording.why_sign_in(target),
+            "mailbox": mailbox_path(request) if email_enabled else None,
+            "demo_email": core.settings.first_user_email,
         },
         status=status,
     )
@@ -380,14 +386,16 @@ def login_submit(
     if links:
         background.add_task(send_sign_in, config, address, links)
     # The same answer whether or not the address belongs to anyone.
-    return message(
-        "Check your email",
-        [
-            "If that address belongs to a member, a sign-in link is on its way. "
-            "It works once, for 15 minutes.",
-        ],
-        link=("/login", "Back to sign-in"),
-    )
+    paragraphs = [
+        "If that address belongs to a member, a sign-in link is on its way. "
+        "It works once, for 15 minutes.",
+    ]
+    link = ("/login", "Back to sign-in")
+    mailbox = mailbox_path(request)
+    if mailbox:
+        paragraphs.append("This is the demo: the mail lands in the demo mailbox, not a real one.")
+        link = (mailbox, "Open the demo mailbox")
+    return message("Check your email", paragraphs, link=link)
 
 
 def sign_in_url(core: Runbell, token: str, next_path: str = "/") -> str:
@@ -989,7 +997,18 @@ def settings_delete_push(subscription_id: str, signed: Checked, core: Core) -> R
     return RedirectResponse("/settings?saved=device-removed", status_code=303)
 
 
-# --- the service worker ----------------------------------------------------------------
+# --- the service worker and the icon ---------------------------------------------------
+
+
+@router.get("/favicon.ico")
+def favicon() -> Response:
+    """Browsers ask for it on every site, whatever the page links: the same bell as
+    ``/static/favicon.svg``, as an ICO (16, 32 and 48 px)."""
+    return FileResponse(
+        STATIC_DIR / "favicon.ico",
+        media_type="image/x-icon",
+        headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"},
+    )
 
 
 @router.get("/sw.js")

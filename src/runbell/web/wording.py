@@ -110,6 +110,18 @@ def why_not_actionable(reason: str, closed_reason: str | None = None) -> str:
     return closed_reason or reason
 
 
+def why_sign_in(next_path: str) -> str | None:
+    """Why the sign-in page is shown, for a person sent there from a link (``next``)."""
+    path = next_path.split("?", 1)[0]
+    if path.startswith(("/n/", "/runs/")):
+        return "Sign in to see the run this link points at. You will land on it right after."
+    if path == "/settings":
+        return "Sign in to change your notification settings."
+    if path == "/":
+        return None
+    return "Sign in to open the page this link points at."
+
+
 def conflict_text(detail: str) -> str:
     """The server's explanation of a refused answer, as a full sentence for the page."""
     text = detail.strip()
