@@ -230,6 +230,17 @@ class Runtime:
         assert r.status_code == 200, r.text
         return dict(r.json())
 
+    def signal(self, run_id: str, event_id: str, state: str, **fields: Any) -> dict[str, Any]:
+        body = {"event_id": event_id, "state": state, **fields}
+        r = self.http.post(f"/v1/runs/{run_id}/signals", json=body)
+        assert r.status_code == 200 and r.json()["outcome"] == "applied", r.text
+        return dict(r.json())
+
+    def progress(self, run_id: str, message: str, **counts: Any) -> None:
+        body = {"message": message, "counts": counts or None}
+        r = self.http.post(f"/v1/runs/{run_id}/progress", json=body)
+        assert r.status_code == 202 and r.json()["accepted"], r.text
+
     def open_request(self, run_id: str, request_id: str, **fields: Any) -> dict[str, Any]:
         body = {
             "input_request_id": request_id,

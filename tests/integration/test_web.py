@@ -999,3 +999,52 @@ def test_sign_in_page_says_why_it_is_shown(
         assert why in page.split('id="sign-in-why"')[1].split("</p>")[0]
     # Not a demo server: nothing about a demo mailbox.
     assert "demo-mailbox-hint" not in page
+
+
+# --- the run page's deliveries and progress ---------------------------------------------
+
+
+def test_inbox_row_says_it_is_the_notification_itself(
+    client: TestClient, creds: TenantCreds, owner_browser: str
+) -> None:
+    """The inbox "delivery" is the record itself, made with the run's change: the page says
+    so instead of "Delivered · 0 attempts"; other channels count their attempts."""
+    note_id = open_ask(client, creds, "rows-1", "req-rows")
+    page = client.get(f"/n/{note_id}").text
+    table = page.split('class="deliveries"')[1].split("</table>")[0]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)
+    cells = [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S) for row in rows]
+    assert cells[0] == ["Channel", "Status", "Attempts"]
+    inbox = [c for c in cells if c[0] == "Inbox"]
+    assert inbox == [
+        ["Inbox", "In your Runbell inbox: this is the notification itself, so nothing is sent"]
+    ]
+    assert 'colspan="2"' in table
+    others = [c for c in cells[1:] if c[0] != "Inbox"]
+    assert others, "email at least (no SMTP here: skipped)"
+    for channel, _status, attempts in others:
+        assert attempts == "none" or (attempts.isdigit() and int(attempts) > 0), (channel, attempts)
+
+
+def test_progress_note_shows_while_running_only(
+    client: TestClient, creds: TenantCreds, owner_browser: str
+) -> None:
+    make_run(client, creds, "prog-1")
+    r = client.post(
+        "/v1/runs/prog-1/progress",
+        json={"message": "running tests", "counts": {"done": 2, "total": 5, "unit": "files"}},
+        headers=bearer(creds.runtime_key),
+    )
+    assert r.status_code == 202, r.text
+    page = client.get("/runs/prog-1").text
+    assert "Last progress note" in page
+    assert "running tests (2 of 5 files)" in page
+    assert '<time datetime="' in page.split('id="run-progress"')[1].split("</dd>")[0]
+    done = client.post(
+        "/v1/runs/prog-1/signals",
+        json={"event_id": "prog-1-done", "state": "completed"},
+        headers=bearer(creds.runtime_key),
+    )
+    assert done.status_code == 200, done.text
+    page = client.get("/runs/prog-1").text
+    assert "Last progress note" not in page and "running tests" not in page

@@ -573,6 +573,20 @@ def _safe_link(url: Any) -> str | None:
     return url if urlsplit(url).scheme in ("http", "https") else None
 
 
+def _progress_view(v: Viewer, progress: Any) -> dict[str, Any] | None:
+    """The run's last progress note (message, what its counts count) and when it came."""
+    if not isinstance(progress, dict):
+        return None
+    text = wording.progress_text(progress.get("message"), progress.get("counts"))
+    if not text:
+        return None
+    try:
+        at = datetime.fromisoformat(str(progress.get("at")))
+    except ValueError:
+        at = None
+    return {"text": text, "at": v.time(at), "at_iso": views.iso(at)}
+
+
 def _option_label(req: dict[str, Any], value: Any) -> Any:
     for option in req.get("options") or []:
         if isinstance(option, dict) and option.get("id") == value:
@@ -647,7 +661,7 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
             "version": run["version"],
             "subject": run.get("subject"),
             "details": _details_text(snapshot.get("details")),
-            "progress": run.get("progress"),
+            "progress": None if snapshot["terminal"] else _progress_view(v, run.get("progress")),
             "error": run.get("error"),
             "report": report,
             "links": links,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 URGENCY_LABEL = {
@@ -108,6 +109,22 @@ def why_not_actionable(reason: str, closed_reason: str | None = None) -> str:
     if reason == "informational":
         return "This notification is for your information; there is nothing to answer."
     return closed_reason or reason
+
+
+def progress_text(message: Any, counts: Any) -> str:
+    """A progress note in words: ``running tests (2 of 5 test files)``. Counts say what
+    they count: ``done`` of ``total`` in ``unit`` when given, else each name and value."""
+    text = str(message).strip() if message else ""
+    counted = ""
+    if isinstance(counts, dict) and counts:
+        done, total, unit = counts.get("done"), counts.get("total"), counts.get("unit")
+        if done is not None and total is not None:
+            counted = f"{done} of {total}" + (f" {unit}" if unit else "")
+        else:
+            counted = ", ".join(f"{k}: {v}" for k, v in counts.items())
+    if text and counted:
+        return f"{text} ({counted})"
+    return text or counted
 
 
 def why_sign_in(next_path: str) -> str | None:
