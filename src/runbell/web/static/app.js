@@ -41,7 +41,8 @@
     });
   }
 
-  if (document.querySelector("[data-countdown]")) {
+  // The run page can gain a countdown live (a new request), so it always ticks.
+  if (document.querySelector("[data-countdown]") || page === "run") {
     tickCountdowns();
     window.setInterval(tickCountdowns, 15000);
   }
@@ -135,65 +136,185 @@
   }
 
   // --- run page -----------------------------------------------------------------------
+  //
+  // When the feed says this run moved on (the runtime finished it, someone answered, a
+  // new request opened), the page fetches itself again and swaps in the parts marked
+  // data-live: state, decision, outcome, facts, details, timeline, notifications. The
+  // notice it shows is news, not an error (red is for a refused answer only). A form the
+  // person may have used is protected: if it no longer applies it is disabled, never
+  // cleared, and it is replaced only when nothing was typed or chosen in it, never when
+  // the same request is still open against an older run version (that needs a reload,
+  // so nobody answers what they have not read).
 
   if (page === "run") {
     const runId = body.dataset.runId;
-    const renderedVersion = Number(body.dataset.runVersion);
-    const requestId = body.dataset.requestId;
-    const warning = document.getElementById("run-changed");
-    let stale = false;
-
+    const notice = document.getElementById("run-changed");
+    const LIVE = ["state", "outcome", "facts", "details", "timeline", "notes"];
     const WHY = {
       answered: "This request was answered, here or on another device.",
       expired: "This request expired.",
       superseded: "A newer request replaced this one.",
       cancelled: "The run stopped waiting for this request.",
     };
+    let why = ""; // what happened to the request this page's form is for
+    let timer = null;
+    let busy = false;
+    let again = false;
 
-    function markStale(version, what) {
-      // A later, more specific event (answered, expired…) may still refine the message.
-      if (stale && !what) return;
-      stale = true;
-      const form = document.getElementById("respond-form");
-      if (form) {
-        // Disable, never clear: what the person typed stays where it is.
-        form.querySelectorAll("button, input[type=radio]").forEach(function (el) {
-          el.disabled = true;
-        });
-        const text = form.querySelector("textarea");
-        if (text) text.readOnly = true;
-        form.setAttribute("aria-disabled", "true");
+    function formRequest(root) {
+      const form = root.querySelector("#respond-form");
+      if (!form) return null;
+      const value = function (name) {
+        const input = form.querySelector('input[name="' + name + '"]');
+        return input ? input.value : "";
+      };
+      return {
+        form: form,
+        action: form.getAttribute("action"),
+        runVersion: value("expected_run_version"),
+        requestVersion: value("expected_request_version"),
+      };
+    }
+
+    function touched(form) {
+      if (form.querySelector("input[type=radio]:checked")) return true;
+      const text = form.querySelector("textarea");
+      return Boolean(text && text.value.trim());
+    }
+
+    function closeForm(form) {
+      // Disable, never clear: what the person typed stays where it is.
+      form.querySelectorAll("button, input[type=radio]").forEach(function (el) {
+        el.disabled = true;
+      });
+      const text = form.querySelector("textarea");
+      if (text) text.readOnly = true;
+      form.setAttribute("aria-disabled", "true");
+    }
+
+    function swap(mine, theirs) {
+      if (!mine || !theirs) return;
+      const hadFocus = mine.contains(document.activeElement);
+      const fresh = document.adoptNode(theirs);
+      mine.replaceWith(fresh);
+      if (hadFocus) {
+        const heading = fresh.querySelector("[tabindex='-1']") || document.getElementById("run-title");
+        if (heading) heading.focus();
       }
-      warning.textContent =
-        (what && WHY[what] ? WHY[what] + " " : "This run changed while you were looking" +
-          (version ? " (now version " + version + "). " : ". ")) +
-        "Reload to see the current state.";
-      warning.hidden = false;
+    }
+
+    function live(root, name) {
+      return root.querySelector('[data-live="' + name + '"]');
+    }
+
+    function apply(fresh) {
+      const before = Number(body.dataset.runVersion);
+      const now = Number(fresh.body.dataset.runVersion);
+      const highlighted = document.querySelector(".notes > li.highlight");
+      LIVE.forEach(function (name) {
+        swap(live(document, name), live(fresh, name));
+      });
+      if (highlighted) {
+        // The notification this page was opened from stays marked (/runs/… does not know it).
+        const note = document.getElementById(highlighted.id);
+        if (note) {
+          note.classList.add("highlight");
+          note.setAttribute("aria-current", "true");
+        }
+      }
+
+      const mine = formRequest(document);
+      const theirs = formRequest(fresh);
+      let closed = "";
+      if (!mine) {
+        swap(live(document, "decision"), live(fresh, "decision"));
+      } else if (
+        theirs &&
+        theirs.action === mine.action &&
+        theirs.requestVersion === mine.requestVersion &&
+        theirs.runVersion === mine.runVersion
+      ) {
+        // Nothing changed for the decision on this page.
+      } else if (theirs && theirs.action === mine.action) {
+        // The same request is still open, but the run changed under it.
+        closeForm(mine.form);
+        closed = "The run changed after this form was shown, so the form is closed: read the run again, then reload the page to answer.";
+      } else if (!touched(mine.form)) {
+        swap(live(document, "decision"), live(fresh, "decision"));
+      } else {
+        closeForm(mine.form);
+        closed = "The form is closed; what you entered is still in it, and nothing was sent.";
+      }
+      body.dataset.runVersion = String(now);
+
+      if (now === before && !why && !closed) return;
+      const state = document.getElementById("run-state");
+      const parts = [];
+      if (why) parts.push(WHY[why]);
+      parts.push(
+        "Updated: the run is now " + (state ? state.textContent.trim().toLowerCase() : "changed") +
+          " (version " + now + ")."
+      );
+      if (closed) parts.push(closed);
+      notice.textContent = parts.join(" ");
+      notice.hidden = false;
+      why = "";
+    }
+
+    async function refresh() {
+      if (busy) {
+        again = true;
+        return;
+      }
+      busy = true;
+      try {
+        do {
+          again = false;
+          const response = await fetch("/runs/" + encodeURIComponent(runId), {
+            credentials: "same-origin",
+            cache: "no-store",
+            headers: { Accept: "text/html" },
+          });
+          if (!response.ok || response.redirected) {
+            // Signed out, or no longer allowed to see the run: stop, and say so.
+            if (runSource) runSource.close();
+            stopped();
+            return;
+          }
+          const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+          if (fresh.body && fresh.body.dataset.page === "run") apply(fresh);
+        } while (again);
+      } catch (e) {
+        // A network blip: the next event from the feed tries again.
+      } finally {
+        busy = false;
+      }
     }
 
     function onRunEvent(ev) {
       if (ev.run_id !== runId) return;
-      const data = ev.data || {};
-      const version = data.run_version !== undefined ? data.run_version : data.version;
-      const rid = data.input_request_id || data.request_id;
-      if (requestId && rid === requestId && /answered|expired|superseded|cancelled/.test(ev.type)) {
-        // Say what happened to *this* request, not just that the run moved.
-        markStale(version, ev.type.replace("input_request.", ""));
-        return;
+      const rid = (ev.data || {}).input_request_id;
+      const mine = formRequest(document);
+      if (mine && rid && mine.action.endsWith("/input-requests/" + rid + "/respond")) {
+        const what = ev.type.replace("input_request.", "");
+        if (WHY[what]) why = what;
       }
-      if (version !== undefined && version !== null && Number(version) !== renderedVersion) {
-        markStale(version);
-      }
+      // Events of one change arrive together: one fetch for the lot.
+      if (timer) window.clearTimeout(timer);
+      timer = window.setTimeout(refresh, 100);
     }
 
     const types = [
       "run.transitioned",
       "run.updated",
+      "run.progress",
       "input_request.opened",
       "input_request.answered",
       "input_request.expired",
       "input_request.superseded",
       "input_request.cancelled",
+      "notification.created",
+      "notification.closed",
     ];
     const handlers = {};
     types.forEach(function (t) {
