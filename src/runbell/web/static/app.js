@@ -198,7 +198,8 @@
       const fresh = document.adoptNode(theirs);
       mine.replaceWith(fresh);
       if (hadFocus) {
-        const heading = fresh.querySelector("[tabindex='-1']") || document.getElementById("run-title");
+        const heading =
+          fresh.querySelector("[tabindex='-1']") || document.getElementById("run-title");
         if (heading) heading.focus();
       }
     }
