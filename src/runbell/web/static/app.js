@@ -158,6 +158,7 @@
     };
     let why = ""; // what happened to the request this page's form is for
     let timer = null;
+    let due = 0;
     let busy = false;
     let again = false;
 
@@ -300,9 +301,20 @@
         const what = ev.type.replace("input_request.", "");
         if (WHY[what]) why = what;
       }
-      // Events of one change arrive together: one fetch for the lot.
+      // Events of one change arrive together: one fetch for the lot. Progress is only a
+      // heartbeat, so a chatty runtime costs at most one fetch a second.
+      schedule(ev.type === "run.progress" ? 1000 : 100);
+    }
+
+    function schedule(delay) {
+      const at = Date.now() + delay;
+      if (timer && due <= at) return; // a fetch is already due sooner
       if (timer) window.clearTimeout(timer);
-      timer = window.setTimeout(refresh, 100);
+      due = at;
+      timer = window.setTimeout(function () {
+        timer = null;
+        refresh();
+      }, delay);
     }
 
     const types = [
