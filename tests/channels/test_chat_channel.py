@@ -426,6 +426,9 @@ def test_parse_destination_names_service_and_contacted_host(
         "slack://",  # a supported service, but not a valid URL for it
         "json://127.0.0.1/x?verify=no",  # TLS verification stays on
         "ntfys://ntfy.example.com/one/two",  # one chat per destination
+        "json://127.0.0.1/x,json://10.0.0.1/y",  # two URLs to Apprise.add
+        "json://127.0.0.1/x;json://10.0.0.1/y",
+        "tgram://123456:abc/789,790",  # a target list
         "not a url",
         "",
     ],

@@ -69,6 +69,8 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31})://", re.ASCII)
 # five-digit error code there, whose first three digits are the HTTP status).
 _HTTP_ERROR = re.compile(r"\berror=([1-5][0-9]{2})[0-9]*\b", re.ASCII)
 _CONNECTION_ERROR = "connection error"
+# Apprise's list separators (between URLs, and between targets inside one URL).
+_LIST_SEPARATORS = frozenset(",;")
 # Characters that would change how a host is read once it is put back into a URL.
 _HOST_BREAKERS = frozenset("/\\?#@ \t\r\n")
 
@@ -249,6 +251,14 @@ def _load(url: str, asset: apprise.AppriseAsset) -> tuple[Any, ChatTarget]:
         raise _invalid(f"the chat URL is longer than {_MAX_URL_LENGTH} characters")
     if any(ch.isspace() or not ch.isprintable() for ch in text):
         raise _invalid("the chat URL contains spaces or control characters")
+    if any(ch in _LIST_SEPARATORS for ch in text):
+        # Apprise reads "a,b" and "a;b" as lists: of URLs ("json://a/x,json://b/y" is two
+        # services to ``Apprise.add``) and of targets (channels, chat ids, topics), and
+        # which parts it splits differs per plugin. One destination is one target.
+        raise _invalid(
+            "the chat URL contains ',' or ';', which Apprise reads as a list of URLs or "
+            "targets; register one chat per destination (write a literal comma as %2C)"
+        )
     scheme = _scheme_of(text)
     if scheme is None:
         raise _invalid("not an Apprise URL (expected service://…)")
