@@ -39,6 +39,7 @@ def create_app(
     worker: Worker | None = None,
     background: Sequence[Background] = (),
     routers: Sequence[APIRouter] = (),
+    listen_host: str | None = None,
 ) -> FastAPI:
     """The HTTP API around ``core``.
 
@@ -46,6 +47,8 @@ def create_app(
     this process for commits made by other processes. With ``worker``, the delivery
     worker runs on the server's event loop for the app's lifetime (``runbell serve``);
     ``background`` tasks (the demo agent) run alongside and get the same stop event.
+    ``listen_host`` is the interface the server binds (None: in-process); beyond loopback,
+    ``/metrics`` needs ``RUNBELL_METRICS_TOKEN`` to answer at all.
     """
 
     @asynccontextmanager
@@ -70,6 +73,7 @@ def create_app(
         description="Trustworthy attention for background AI-agent work.",
     )
     app.state.core = core
+    app.state.metrics_refusal = health.metrics_refusal(listen_host, core.settings.metrics_token)
     problems.install(app)
     for router in (
         runs.router,
