@@ -27,6 +27,7 @@ from runbell.channels.base import (
     TransientDeliveryError,
 )
 from runbell.channels.chat import (
+    SUPPORTED_SCHEMES,
     ChatChannel,
     ChatEndpoint,
     check_destination,
@@ -404,6 +405,30 @@ async def test_two_faced_dns_would_catch_an_unguarded_apprise_call(
     notifier.notify(body="b", title="t")
     assert trap.settle() == 1
     assert rx.requests == []
+
+
+def test_every_supported_plugin_dials_through_urllib3() -> None:
+    """guarded_dials pins urllib3's connections; a supported plugin on another HTTP stack
+    (or raw sockets) would escape it, so an Apprise upgrade that does that must fail here
+    and be documented as unpinned in docs/channels/chat.md."""
+    import ast
+    import inspect
+
+    import apprise
+
+    other_stacks = {"httpx", "aiohttp", "http.client", "urllib.request", "socket", "pycurl"}
+    manager: Any = apprise.plugins.N_MGR
+    for scheme in sorted(SUPPORTED_SCHEMES):
+        module = inspect.getmodule(manager[scheme])
+        assert module is not None
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module)
+        assert "requests" in imported, scheme
+        assert not imported & other_stacks, (scheme, imported & other_stacks)
 
 
 def test_check_destination_refuses_names_resolving_to_private_addresses() -> None:
