@@ -131,6 +131,7 @@ def serve(
 ) -> None:
     """Run the API, a delivery worker and the scheduler in one process (SQLite by default)."""
     from runbell.api.app import create_app
+    from runbell.api.routers.health import metrics_refusal
     from runbell.bootstrap import bootstrap_if_empty, welcome_text
     from runbell.dispatch.scheduler import Scheduler
     from runbell.dispatch.wiring import build_channels
@@ -160,9 +161,18 @@ def serve(
         background, routers = _demo(core, base)
     worker = Worker(core, build_channels(core)) if deliver else None
     out.print(f"Runbell listening on {base}  (database: {core.db.dialect})", highlight=False)
+    if metrics_refusal(host, core.settings.metrics_token):
+        out.print(
+            f"/metrics is off: listening on {host or '*'} without RUNBELL_METRICS_TOKEN "
+            "(set it to scrape with a bearer token)",
+            highlight=False,
+            soft_wrap=True,
+        )
     try:
         _serve(
-            create_app(core, worker=worker, background=background, routers=routers),
+            create_app(
+                core, worker=worker, background=background, routers=routers, listen_host=host
+            ),
             host=host,
             port=port,
             log_level="warning",

@@ -16,22 +16,49 @@ elsewhere.
 
 A failed DNS lookup surfaces as ``httpx.ConnectError`` (a transient network
 error, retried as such); a refused destination raises ``UnsafeDestination``.
+
+Libraries built on ``requests`` get the same guarantee two ways:
+
+* ``PinnedAdapter(target)``, a ``requests`` transport adapter for one checked
+  :class:`~runbell.domain.ssrf.Target` (web push hands pywebpush a session with it
+  mounted): the urllib3 pool dials the checked address, TLS SNI and certificate
+  verification use the name, and the ``Host`` header keeps it.
+* ``guarded_dials(targets, ...)``, for libraries that call ``requests.post`` with no
+  session to inject (Apprise's plugins): while the context is active (in this thread,
+  and in threads that copy its ``contextvars``, as ``asyncio.to_thread`` and Apprise's
+  executor do), every TCP connection urllib3 opens dials a checked address: a pinned
+  ``(host, port)`` its checked address, any other host is resolved once, checked with
+  the same rules and dialled at the checked answer. Nothing outside the context is
+  affected.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import socket
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio.to_thread
 import httpx
+import requests
+import requests.adapters
+import urllib3.util.connection
 
+from runbell.domain.errors import UnsafeDestination
 from runbell.domain.ssrf import Resolver, Target, check_url, parse_host
 
 __all__ = [
     "AsyncSafeTransport",
+    "DialGuard",
+    "PinnedAdapter",
     "SafeTransport",
+    "guarded_dials",
     "make_resolver",
     "safe_async_client",
     "safe_client",
@@ -143,3 +170,190 @@ def safe_async_client(
         trust_env=False,
         timeout=timeout,
     )
+
+
+# --- requests / urllib3 ----------------------------------------------------------------
+
+
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _host_key(host: str) -> str:
+    """A host as urllib3 and ``check_url`` may spell it, reduced to one form."""
+    host = host.strip().lower().rstrip(".")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host.isascii():
+        # Not a valid name: it matches no pin, and check_url refuses it.
+        with contextlib.suppress(UnicodeError):
+            host = host.encode("idna").decode("ascii")
+    return host
+
+
+class PinnedAdapter(requests.adapters.HTTPAdapter):
+    """A ``requests`` adapter that sends to one checked :class:`Target` and nowhere else.
+
+    The urllib3 connection pool is keyed on (and dials) ``target.addresses[0]``; for https
+    the TLS ``server_hostname`` (SNI) and the certificate's hostname check use
+    ``target.host``; the ``Host`` header names ``target.host`` too. A request for any
+    other origin raises ``requests.exceptions.InvalidURL`` before connecting. Proxies are
+    never used. No retries (the dispatcher owns them). Mount it on a fresh session::
+
+        session = requests.Session()
+        session.trust_env = False
+        pinned = PinnedAdapter(check_url(url, allow_hosts=..., resolve=...))
+        session.mount("https://", pinned)
+        session.mount("http://", pinned)
+    """
+
+    def __init__(self, target: Target) -> None:
+        super().__init__(max_retries=0)
+        self.target = target
+
+    def _same_origin(self, url: str) -> bool:
+        try:
+            parts = urlsplit(url)
+            port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        except ValueError:
+            return False
+        return (parts.scheme.lower(), _host_key(parts.hostname or ""), port) == (
+            self.target.scheme,
+            _host_key(self.target.host),
+            self.target.port,
+        )
+
+    def build_connection_pool_key_attributes(
+        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
+    ) -> Any:  # (host params, pool kwargs); requests' stubs type them as closed TypedDicts
+        params, kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        host_params: dict[str, Any] = dict(params)
+        pool_kwargs: dict[str, Any] = dict(kwargs)
+        host_params["host"] = self.target.addresses[0]
+        if self.target.scheme == "https" and parse_host(self.target.host) is None:
+            pool_kwargs["server_hostname"] = self.target.host
+            pool_kwargs["assert_hostname"] = self.target.host
+        return host_params, pool_kwargs
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: Any = True,
+        cert: Any = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        if not self._same_origin(str(request.url)):
+            # Details name the host only: push endpoints carry a capability in their path.
+            raise requests.exceptions.InvalidURL(
+                f"request is not for the checked destination {self.target.host!r}",
+                request=request,
+            )
+        default = 443 if self.target.scheme == "https" else 80
+        host = f"[{self.target.host}]" if ":" in self.target.host else self.target.host
+        request.headers["Host"] = (
+            host if self.target.port == default else _netloc(self.target.host, self.target.port)
+        )
+        return super().send(request, stream=stream, timeout=timeout, verify=verify, cert=cert)
+
+
+@dataclass
+class DialGuard:
+    """What :func:`guarded_dials` enforces for one send; see there.
+
+    ``refused`` collects the destinations the guard refused during the send (a plugin
+    contacting a host we did not expect, which resolves into our network), so the caller
+    can report a refusal instead of the library's generic connection error.
+    """
+
+    allow_hosts: frozenset[str]
+    resolve: Resolver
+    pins: dict[tuple[str, int], str] = field(default_factory=dict)
+    refused: list[UnsafeDestination] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pin(self, target: Target) -> None:
+        with self.lock:
+            self.pins[(_host_key(target.host), target.port)] = target.addresses[0]
+
+    def address_for(self, host: str, port: int) -> str:
+        """The address to dial for ``host:port``: its pin, or a freshly checked answer."""
+        key = (_host_key(host), port)
+        with self.lock:
+            pinned = self.pins.get(key)
+        if pinned is not None:
+            return pinned
+        # Not a host the caller checked: check it now, dial exactly what was checked.
+        # (The scheme is unknown down here; the rules for addresses do not depend on it.)
+        try:
+            target = check_url(
+                f"https://{_netloc(key[0], port)}/",
+                allow_hosts=self.allow_hosts,
+                resolve=self.resolve,
+            )
+        except UnsafeDestination as exc:
+            with self.lock:
+                self.refused.append(exc)
+            # An OSError is what urllib3 expects from a failed connect: the library reports
+            # a connection error, and the caller reads ``refused`` for the real reason.
+            raise ConnectionRefusedError(f"refused by the SSRF guard: {exc.detail}") from None
+        self.pin(target)
+        return target.addresses[0]
+
+
+_DIAL_GUARD: contextvars.ContextVar[DialGuard | None] = contextvars.ContextVar(
+    "runbell_dial_guard", default=None
+)
+_hook_lock = threading.Lock()
+
+
+def _install_dial_hook() -> None:
+    """Route urllib3's connects through the active :class:`DialGuard` (once per process).
+
+    urllib3 opens every TCP connection with ``urllib3.util.connection.create_connection``;
+    the wrapper changes only the address dialled, and only while a guard is active in the
+    calling context, so the name still drives SNI, certificate checks and ``Host``.
+    """
+    with _hook_lock:
+        current = urllib3.util.connection.create_connection
+        if getattr(current, "runbell_dial_guard", False):
+            return
+
+        def create_connection(address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+            guard = _DIAL_GUARD.get()
+            if guard is not None:
+                host, port = address
+                address = (guard.address_for(host, port), port)
+            return current(address, *args, **kwargs)
+
+        create_connection.runbell_dial_guard = True  # type: ignore[attr-defined]
+        urllib3.util.connection.create_connection = create_connection
+
+
+@contextmanager
+def guarded_dials(
+    targets: Iterable[Target],
+    *,
+    allow_hosts: frozenset[str],
+    resolve: Resolver | None = None,
+) -> Iterator[DialGuard]:
+    """Make every urllib3 connection opened in this context dial a checked address.
+
+    ``targets`` are the destinations the caller already checked (``check_url``): their
+    ``(host, port)`` dial their first checked address without a second lookup. Any other
+    host is resolved once with ``resolve``, checked with ``allow_hosts`` and dialled at
+    the checked answer; a refused one fails to connect and lands in ``guard.refused``.
+    """
+    _install_dial_hook()
+    guard = DialGuard(
+        allow_hosts=frozenset(allow_hosts),
+        resolve=resolve if resolve is not None else make_resolver(),
+    )
+    for target in targets:
+        guard.pin(target)
+    token = _DIAL_GUARD.set(guard)
+    try:
+        yield guard
+    finally:
+        _DIAL_GUARD.reset(token)

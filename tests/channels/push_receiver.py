@@ -137,7 +137,8 @@ class _Reject(Exception):
 
 
 class PushReceiver:
-    """A threaded push service on 127.0.0.1 (an ephemeral port).
+    """A threaded push service on 127.0.0.1 (an ephemeral port; ``bind`` another 127.0.0.x,
+    and ``name`` the host its endpoints use instead of the address).
 
     ``expected_vapid_key`` (base64url uncompressed point) makes every push signed with
     another key fail with 403, like a service whose subscriptions were made with a
@@ -145,8 +146,16 @@ class PushReceiver:
     does the same for one subscription.
     """
 
-    def __init__(self, *, expected_vapid_key: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        expected_vapid_key: str | None = None,
+        bind: str = "127.0.0.1",
+        name: str | None = None,
+    ) -> None:
         self.expected_vapid_key = expected_vapid_key
+        self.bind = bind
+        self.name = name  # the host endpoints name (a DNS name in rebinding tests)
         self.received: list[Received] = []
         self.rejected: list[Rejected] = []
         self._browsers: dict[str, Browser] = {}
@@ -165,7 +174,7 @@ class PushReceiver:
         class Handler(_Handler):
             owner = receiver
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server = ThreadingHTTPServer((self.bind, 0), Handler)
         server.daemon_threads = True
         self._server = server
         # A short poll interval: shutdown() waits for the next poll, at every teardown.
@@ -194,7 +203,12 @@ class PushReceiver:
     @property
     def origin(self) -> str:
         assert self._server is not None, "start() the receiver first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://{self.name or self.bind}:{self.port}"
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() the receiver first"
+        return int(self._server.server_address[1])
 
     # --- subscriptions -----------------------------------------------------------------
 

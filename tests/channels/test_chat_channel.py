@@ -27,6 +27,7 @@ from runbell.channels.base import (
     TransientDeliveryError,
 )
 from runbell.channels.chat import (
+    SUPPORTED_SCHEMES,
     ChatChannel,
     ChatEndpoint,
     check_destination,
@@ -34,6 +35,7 @@ from runbell.channels.chat import (
     redact,
 )
 from runbell.domain.errors import UnsafeDestination, ValidationFailed
+from tests.channels.rebinding import Trap, TwoFacedDNS
 
 LOCAL = frozenset({"127.0.0.1"})
 SECRET = "planted-secret-7f3a9c"
@@ -93,8 +95,12 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
+    yield from _serve("127.0.0.1")
+
+
+def _serve(bind: str) -> Iterator[Receiver]:
     state = Receiver()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server = ThreadingHTTPServer((bind, 0), _handler(state))
     server.daemon_threads = True
     state.port = server.server_address[1]
     thread = threading.Thread(
@@ -352,6 +358,79 @@ async def test_unsafe_destinations_are_refused_before_connecting(
     assert receiver.requests == []
 
 
+# --- DNS rebinding -----------------------------------------------------------------------
+
+REBIND_NAME = "chat.rebind.test"
+
+
+@pytest.fixture
+def rebinding_chat(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Receiver, Trap, TwoFacedDNS]]:
+    """A ``json://`` receiver on 127.0.0.2 reached as ``chat.rebind.test``, whose name
+    answers 127.0.0.2 once and 127.0.0.3 (a trap on the same port) on every later lookup."""
+    for rx in _serve("127.0.0.2"):
+        dns = TwoFacedDNS(REBIND_NAME, "127.0.0.2", "127.0.0.3").install(monkeypatch)
+        with Trap("127.0.0.3", rx.port) as trap:
+            yield rx, trap, dns
+
+
+async def test_chat_dials_the_checked_address_when_dns_answers_differently_later(
+    rebinding_chat: tuple[Receiver, Trap, TwoFacedDNS],
+) -> None:
+    """The name is resolved once, by the SSRF check; Apprise's own connection goes to the
+    checked address with the name in Host; the second answer is never contacted."""
+    rx, trap, dns = rebinding_chat
+    channel = ChatChannel(allow_hosts=frozenset({REBIND_NAME}), timeout=5.0)
+
+    sent = await channel.send(outbound(f"json://{REBIND_NAME}:{rx.port}/hook"))
+
+    assert sent == Sent()
+    (got,) = rx.requests
+    assert got.path == "/hook"
+    assert got.headers["Host"] == f"{REBIND_NAME}:{rx.port}"
+    assert dns.lookups == 1
+    assert trap.settle() == 0
+
+
+async def test_two_faced_dns_would_catch_an_unguarded_apprise_call(
+    rebinding_chat: tuple[Receiver, Trap, TwoFacedDNS],
+) -> None:
+    """Calibration of the rig above: Apprise on its own resolves the name again, gets the
+    second answer and connects to the trap."""
+    import apprise
+
+    rx, trap, dns = rebinding_chat
+    dns.lookups = 1  # as if the SSRF check had just used the first answer
+    notifier = apprise.Apprise()
+    notifier.add(f"json://{REBIND_NAME}:{rx.port}/hook?retry=0")
+    notifier.notify(body="b", title="t")
+    assert trap.settle() == 1
+    assert rx.requests == []
+
+
+def test_every_supported_plugin_dials_through_urllib3() -> None:
+    """guarded_dials pins urllib3's connections; a supported plugin on another HTTP stack
+    (or raw sockets) would escape it, so an Apprise upgrade that does that must fail here
+    and be documented as unpinned in docs/channels/chat.md."""
+    import ast
+    import inspect
+
+    import apprise
+
+    other_stacks = {"httpx", "aiohttp", "http.client", "urllib.request", "socket", "pycurl"}
+    manager: Any = apprise.plugins.N_MGR
+    for scheme in sorted(SUPPORTED_SCHEMES):
+        module = inspect.getmodule(manager[scheme])
+        assert module is not None
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module)
+        assert "requests" in imported, scheme
+        assert not imported & other_stacks, (scheme, imported & other_stacks)
+
+
 def test_check_destination_refuses_names_resolving_to_private_addresses() -> None:
     with pytest.raises(UnsafeDestination):
         check_destination(
@@ -426,6 +505,9 @@ def test_parse_destination_names_service_and_contacted_host(
         "slack://",  # a supported service, but not a valid URL for it
         "json://127.0.0.1/x?verify=no",  # TLS verification stays on
         "ntfys://ntfy.example.com/one/two",  # one chat per destination
+        "json://127.0.0.1/x,json://10.0.0.1/y",  # two URLs to Apprise.add
+        "json://127.0.0.1/x;json://10.0.0.1/y",
+        "tgram://123456:abc/789,790",  # a target list
         "not a url",
         "",
     ],

@@ -33,7 +33,9 @@ from runbell.channels.webpush import (
     encode_payload,
     push_payload,
 )
+from runbell.dispatch.wiring import GuardedWebPush
 from tests.channels.push_receiver import PushReceiver, flat_target, refused_endpoint
+from tests.channels.rebinding import Trap, TwoFacedDNS
 
 NOW = datetime(2030, 5, 6, 7, 8, 9, tzinfo=UTC)
 SUBJECT = "mailto:ops@runbell.example"
@@ -549,3 +551,54 @@ def _any_subscription() -> dict[str, Any]:
     """Valid browser keys for an endpoint nobody serves."""
     with PushReceiver() as push:
         return push.new_subscription()
+
+
+# --- DNS rebinding -----------------------------------------------------------------------
+
+REBIND_NAME = "push.rebind.test"
+
+
+@pytest.fixture
+def rebinding_push(
+    keys: VapidKeys, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[PushReceiver, Trap, TwoFacedDNS]]:
+    """A push service on 127.0.0.2 reached as ``push.rebind.test``, whose name answers
+    127.0.0.2 once and 127.0.0.3 (a trap on the same port) on every later lookup."""
+    with PushReceiver(expected_vapid_key=keys.public_key, bind="127.0.0.2", name=REBIND_NAME) as rx:
+        dns = TwoFacedDNS(REBIND_NAME, "127.0.0.2", "127.0.0.3").install(monkeypatch)
+        with Trap("127.0.0.3", rx.port) as trap:
+            yield rx, trap, dns
+
+
+async def test_push_dials_the_checked_address_when_dns_answers_differently_later(
+    channel: WebPushChannel, rebinding_push: tuple[PushReceiver, Trap, TwoFacedDNS]
+) -> None:
+    """The guarded channel resolves the endpoint's name once, checks that answer, and the
+    push reaches exactly that address, with the name in Host and in the VAPID audience;
+    the address a second lookup would give is never contacted."""
+    rx, trap, dns = rebinding_push
+    guarded = GuardedWebPush(channel, frozenset({REBIND_NAME}))
+    sub = rx.new_subscription()
+    assert urlsplit(sub["endpoint"]).hostname == REBIND_NAME
+
+    sent = await guarded.send(outbound(flat_target(sub)))
+
+    assert sent.status_code == 201
+    (got,) = rx.received
+    assert got.headers["host"] == f"{REBIND_NAME}:{rx.port}"
+    assert got.vapid_claims["aud"] == f"http://{REBIND_NAME}:{rx.port}"
+    assert dns.lookups == 1  # the check's lookup, and no other
+    assert trap.settle() == 0
+
+
+async def test_two_faced_dns_would_catch_a_send_that_resolves_again(
+    channel: WebPushChannel, rebinding_push: tuple[PushReceiver, Trap, TwoFacedDNS]
+) -> None:
+    """Calibration of the rig above: a push that is not pinned resolves the name itself,
+    gets the second answer and connects to the trap."""
+    rx, trap, dns = rebinding_push
+    dns.lookups = 1  # as if the SSRF check had just used the first answer
+    with pytest.raises(DeliveryError):
+        await channel.send(outbound(flat_target(rx.new_subscription())))
+    assert trap.settle() == 1
+    assert rx.received == []

@@ -498,6 +498,34 @@ def test_chat_destination_inside_our_network_is_refused(
     assert ok(client.get("/v1/me/chat-destinations", headers=owner))["destinations"] == []
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "json://127.0.0.1:9/hook,json://10.0.0.1/x",  # Apprise.add: two services
+        "json://127.0.0.1:9/hook;json://10.0.0.1/x",
+        "json://127.0.0.1:9/a,b",
+        "slack://T000/B000/XXXX/#ops,#all",
+        "discord://1234/abcd,efg",
+        "json://127.0.0.1:9/hook?-X-Extra=a,b",
+    ],
+)
+def test_chat_url_with_a_list_separator_is_refused(
+    client: TestClient, creds: TenantCreds, url: str
+) -> None:
+    """A comma or semicolon is a list to Apprise (of URLs or of targets): refused as one
+    destination, naming the field, and nothing is stored."""
+    for path, who in (
+        ("/v1/me/chat-destinations", creds.owner_token),
+        ("/v1/chat-destinations", creds.admin_key),
+    ):
+        body = problem(client.post(path, json={"url": url}, headers=bearer(who)), 422)
+        assert body["field"] == "url"
+        assert "',' or ';'" in body["detail"]
+        assert "127.0.0.1" not in body["detail"] and "XXXX" not in body["detail"]
+    listed = client.get("/v1/me/chat-destinations", headers=bearer(creds.owner_token))
+    assert ok(listed)["destinations"] == []
+
+
 def test_chat_destination_spelling_our_own_address_never_reaches_it(
     client: TestClient, creds: TenantCreds, peer: HttpPeer
 ) -> None:

@@ -311,6 +311,10 @@ def test_reader_from_config(client, peer):
         ({"type": "http_json", "url_template": "ftp://h/{run_id}"}, "url_template"),
         ({"type": "http_json", "url_template": "/runs/{run_id}"}, "url_template"),
         ({"type": "http_json", "url_template": "http://u:p@h/{run_id}"}, "url_template"),
+        ({"type": "http_json", "url_template": "https://{run_id}.h.example/"}, "url_template"),
+        ({"type": "http_json", "url_template": "https://h.example:{run_id}/"}, "url_template"),
+        ({"type": "http_json", "url_template": "https://{run_id}@h.example/"}, "url_template"),
+        ({"type": "http_json", "url_template": "https://h.example/#{run_id}"}, "url_template"),
         (
             {"type": "http_json", "url_template": "http://h/{run_id}", "state_feild": "x"},
             "state_feild",

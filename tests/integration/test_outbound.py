@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import socket
 import ssl
@@ -13,13 +14,23 @@ from pathlib import Path
 
 import httpx
 import pytest
+import requests
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from runbell.domain.errors import UnsafeDestination
-from runbell.outbound import SafeTransport, make_resolver, safe_async_client, safe_client
+from runbell.domain.ssrf import Target, check_url
+from runbell.outbound import (
+    PinnedAdapter,
+    SafeTransport,
+    guarded_dials,
+    make_resolver,
+    safe_async_client,
+    safe_client,
+)
+from tests.channels.rebinding import TwoFacedDNS
 
 
 @dataclass
@@ -255,3 +266,105 @@ def test_https_dials_the_checked_address_with_the_name_for_sni_and_certificate(
             client.get(f"https://{other}/tls")
     assert rx.seen.sni == ["receiver.test", "other.test"]
     assert rx.seen.requests == [("/tls", good)]
+
+
+# --- requests: PinnedAdapter and guarded_dials ---------------------------------------------
+
+
+def pinned_session(target: Target, verify: str | bool = True) -> requests.Session:
+    session = requests.Session()
+    session.trust_env = False
+    session.verify = verify
+    adapter = PinnedAdapter(target)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return session
+
+
+def test_pinned_adapter_dials_the_checked_address_with_the_name_for_sni_and_certificate(
+    tls_receiver: tuple[Receiver, ssl.SSLContext], tmp_path: Path
+) -> None:
+    """requests through PinnedAdapter: the TLS handshake names receiver.test (SNI), the
+    certificate (valid for receiver.test only, never for 127.0.0.1) verifies, and Host
+    keeps the name, while the socket goes to the checked address without a lookup."""
+    rx, _ = tls_receiver
+    name = f"receiver.test:{rx.port}"
+    target = check_url(
+        f"https://{name}/push", allow_hosts=frozenset({name}), resolve=resolver_to("127.0.0.1")
+    )
+    with pinned_session(target, verify=str(tmp_path / "cert.pem")) as session:
+        response = session.post(f"https://{name}/push", data=b"x", timeout=5)
+        assert response.status_code == 501  # the receiver only does GET: it was reached
+        with pytest.raises(requests.exceptions.InvalidURL, match=r"receiver\.test"):
+            session.get(f"https://other.test:{rx.port}/push", timeout=5)
+    assert rx.seen.sni == ["receiver.test"]
+
+
+def test_pinned_adapter_keeps_host_and_refuses_other_origins(receiver: Receiver) -> None:
+    name = f"push.example.com:{receiver.port}"
+    target = check_url(
+        f"http://{name}/a", allow_hosts=frozenset({name}), resolve=resolver_to("127.0.0.1")
+    )
+    with pinned_session(target) as session:
+        assert session.get(f"http://{name}/a?b=1", timeout=5).text == "ok"
+        for other in (
+            f"http://push.example.com:{receiver.port + 1}/a",  # another port
+            f"https://{name}/a",  # another scheme
+            f"http://127.0.0.1:{receiver.port}/a",  # the address itself, by its own name
+        ):
+            with pytest.raises(requests.exceptions.InvalidURL):
+                session.get(other, timeout=5)
+    receiver.settle()
+    assert receiver.seen.requests[0] == ("/a?b=1", name)
+    assert receiver.seen.connections == 2  # the pinned request and the settle request
+
+
+def test_guarded_dials_pins_checked_hosts_and_checks_the_others_when_they_connect(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside guarded_dials, requests (with no session we control) dials a pinned host at
+    its checked address, and an unexpected host only if it passes the guard when it
+    connects; outside the context nothing changes."""
+    dns = TwoFacedDNS("hook.rebind.test", "127.0.0.1", "127.0.0.3").install(monkeypatch)
+    pinned = check_url(
+        f"http://hook.rebind.test:{receiver.port}/",
+        allow_hosts=frozenset({"hook.rebind.test"}),
+        resolve=make_resolver(),
+    )
+    assert dns.lookups == 1
+    with guarded_dials([pinned], allow_hosts=frozenset()) as guard:
+        ok = requests.get(f"http://hook.rebind.test:{receiver.port}/pinned", timeout=5)
+        # Not pinned, and resolving to loopback without an allow-list entry: refused at
+        # connect time, reported on the guard.
+        with pytest.raises(requests.exceptions.ConnectionError):
+            requests.get(f"http://localhost:{receiver.port}/sneaky", timeout=5)
+        # Threads that copy the context are guarded too (asyncio.to_thread, Apprise).
+        ctx = contextvars.copy_context()
+        with pytest.raises(requests.exceptions.ConnectionError):
+            threading_run(
+                lambda: ctx.run(requests.get, f"http://127.1:{receiver.port}/", timeout=5)
+            )
+    assert ok.text == "ok"
+    assert dns.lookups == 1  # requests never looked the pinned name up again
+    assert [exc.extra["rule"] for exc in guard.refused] == ["local-name", "loopback"]
+    receiver.settle()
+    assert [path for path, _ in receiver.seen.requests] == ["/pinned", "/settle"]
+    # Outside the context, urllib3 dials as usual again.
+    assert requests.get(f"http://127.0.0.1:{receiver.port}/after", timeout=5).text == "ok"
+
+
+def threading_run(fn: Callable[[], object]) -> None:
+    """Run ``fn`` in another thread and re-raise what it raised."""
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=main)
+    thread.start()
+    thread.join(timeout=30)
+    if errors:
+        raise errors[0]

@@ -412,7 +412,7 @@ def test_private_reader_url_is_refused_at_registration(
     ("reader", "field"),
     [
         ({"url_template": "http://127.0.0.1:9/runs/"}, "url_template"),
-        ({"state_map": {"done": "finished"}}, "state_map"),
+        ({"state_map": {"done": "finished"}}, "state_map.done"),
         ({"state_field": ""}, "state_field"),
     ],
 )
@@ -427,7 +427,65 @@ def test_unusable_reader_config_is_refused_at_registration(
         headers=bearer(creds.admin_key),
     )
     assert r.status_code == 422, r.text
-    assert field in r.json()["field"]  # e.g. "url_template" or "reader.url_template"
+    assert r.json()["field"] == f"reader.{field}"
+
+
+@pytest.mark.parametrize(
+    "url_template",
+    [
+        "https://{run_id}.agents.example.com/status",
+        "https://agents{run_id}.example.com/status",
+        "https://agents.example.com:{run_id}/status",
+        "https://{run_id}@agents.example.com/status",
+        "https://user:{run_id}@agents.example.com/status",
+        "http{run_id}://agents.example.com/status",
+        "https://agents.example.com/status#{run_id}",
+    ],
+)
+def test_run_id_outside_path_and_query_is_refused_at_registration(
+    client: TestClient, creds: TenantCreds, url_template: str
+) -> None:
+    """A run id is the runtime's input: it may fill the path or the query, never choose
+    the scheme, credentials, host or port of the server asked (nor hide in a fragment)."""
+    r = client.post(
+        "/v1/sources",
+        json={
+            "name": "hostile",
+            "kind": "api",
+            "trust": "advisory",
+            "reader": {"type": "http_json", "url_template": url_template},
+        },
+        headers=bearer(creds.admin_key),
+    )
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    body = r.json()
+    assert body["field"] == "reader.url_template"
+    assert body["errors"] == [{"field": "reader.url_template", "message": body["detail"]}]
+    assert "only in the path or the query" in body["detail"]
+    listed = client.get("/v1/sources", headers=bearer(creds.admin_key)).json()["sources"]
+    assert "hostile" not in [s["name"] for s in listed]
+
+
+@pytest.mark.parametrize(
+    "url_template",
+    ["http://127.0.0.1:9/runs/{run_id}", "http://127.0.0.1:9/status?run={run_id}&v=1"],
+)
+def test_run_id_in_path_or_query_is_accepted(
+    client: TestClient, creds: TenantCreds, url_template: str
+) -> None:
+    r = client.post(
+        "/v1/sources",
+        json={
+            "name": "fine",
+            "kind": "api",
+            "trust": "advisory",
+            "reader": {"type": "http_json", "url_template": url_template},
+        },
+        headers=bearer(creds.admin_key),
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["reader"]["url_template"] == url_template
 
 
 def test_advisory_source_without_reader_is_refused(client: TestClient, creds: TenantCreds) -> None:

@@ -40,6 +40,7 @@ def create_app(
     worker: Worker | None = None,
     background: Sequence[Background] = (),
     routers: Sequence[APIRouter] = (),
+    listen_host: str | None = None,
 ) -> FastAPI:
     """The HTTP API around ``core``.
 
@@ -47,6 +48,8 @@ def create_app(
     this process for commits made by other processes. With ``worker``, the delivery
     worker runs on the server's event loop for the app's lifetime (``runbell serve``);
     ``background`` tasks (the demo agent) run alongside and get the same stop event.
+    ``listen_host`` is the interface the server binds (None: in-process); beyond loopback,
+    ``/metrics`` needs ``RUNBELL_METRICS_TOKEN`` to answer at all.
     """
 
     @asynccontextmanager
@@ -74,6 +77,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.core = core
+    app.state.metrics_refusal = health.metrics_refusal(listen_host, core.settings.metrics_token)
     problems.install(app)
     for router in (
         runs.router,

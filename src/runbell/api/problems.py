@@ -93,18 +93,54 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        import structlog
+        return _internal(exc)
 
-        # A plain traceback without locals: request headers must not reach the log.
-        structlog.get_logger(__name__).error(
-            "api.unhandled",
-            error=type(exc).__name__,
-            traceback="".join(traceback.format_exception(exc)),
-        )
+    install_database_unavailable(app)
+
+
+def _internal(exc: Exception) -> JSONResponse:
+    import structlog
+
+    # A plain traceback without locals: request headers must not reach the log.
+    structlog.get_logger(__name__).error(
+        "api.unhandled",
+        error=type(exc).__name__,
+        traceback="".join(traceback.format_exception(exc)),
+    )
+    return problem(
+        500,
+        "Internal error",
+        "the server failed; the error is logged. Retrying with the same event id or "
+        "Idempotency-Key is safe",
+        "internal",
+    )
+
+
+def install_database_unavailable(app: FastAPI) -> None:
+    """Database outages answer 503 ``database-unavailable`` with ``Retry-After``.
+
+    Connection-level errors (``runbell.store.db.unavailable_reason``) are the database's
+    state, not a bug: no traceback, and the process logs one warning per outage
+    (``Availability``). Other database errors are still 500s with a traceback.
+    """
+    import sqlalchemy as sa
+
+    from runbell.store.db import RETRY_AFTER_S
+
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        core = getattr(request.app.state, "core", None)
+        reason = core.db.availability.observe(exc) if core is not None else None
+        if reason is None:
+            return _internal(exc)
         return problem(
-            500,
-            "Internal error",
-            "the server failed; the error is logged. Retrying with the same event id or "
-            "Idempotency-Key is safe",
-            "internal",
+            503,
+            "Service unavailable",
+            "the database is unavailable (restarting, unreachable or busy); nothing "
+            "failed on your side. Retry after the Retry-After delay with the same event "
+            "id or Idempotency-Key: a request that did commit is answered as a duplicate",
+            "database-unavailable",
+            retry_after=RETRY_AFTER_S[reason],
         )
+
+    app.add_exception_handler(sa.exc.DBAPIError, _database)
+    app.add_exception_handler(sa.exc.TimeoutError, _database)

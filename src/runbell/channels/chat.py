@@ -20,13 +20,18 @@ wraps it the way the other channels are built:
   ``?optional=yes`` (which would report a failure as success) and reads the HTTP status
   from Apprise's per-call log capture to raise typed errors instead of returning False.
 * ``redact`` is the only form of a chat URL that may appear in errors or logs.
+* The Apprise call runs inside ``runbell.outbound.guarded_dials``: every connection its
+  plugin opens (all supported plugins use ``requests``, hence urllib3) dials the address
+  checked a moment before, with the name kept for SNI, certificates and ``Host``. A host
+  the plugin contacts that was not predicted above is checked when it connects, and a
+  refusal is reported as such. So no DNS answer given after the check is ever used.
 
-Known limits, by design of Apprise rather than of this module: Apprise resolves the host
-again when it connects (``requests``), so unlike ``runbell.outbound`` there is a small
-DNS-rebinding window between the check and the connect; ``Retry-After`` is not visible;
-a few plugins obey a 429 by waiting and retrying once *inside* the plugin (Discord,
-Matrix), and some need a set-up request first (Telegram owner detection, Matrix login),
-all bounded by the channel timeout.
+Known limits, by design of Apprise rather than of this module: ``Retry-After`` is not
+visible; a few plugins obey a 429 by waiting and retrying once *inside* the plugin
+(Discord, Matrix), and some need a set-up request first (Telegram owner detection, Matrix
+login), all bounded by the channel timeout. A proxy from the environment (``HTTPS_PROXY``)
+is dialled like any other host, so a private proxy must be allow-listed, and the proxy
+then resolves the destination itself.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ from runbell.channels.base import (
     TransientDeliveryError,
 )
 from runbell.domain.errors import UnsafeDestination, ValidationFailed
-from runbell.domain.ssrf import Resolver, check_url
-from runbell.outbound import make_resolver
+from runbell.domain.ssrf import Resolver, Target, check_url
+from runbell.outbound import guarded_dials, make_resolver
 
 __all__ = [
     "SUPPORTED_SCHEMES",
@@ -69,6 +74,8 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31})://", re.ASCII)
 # five-digit error code there, whose first three digits are the HTTP status).
 _HTTP_ERROR = re.compile(r"\berror=([1-5][0-9]{2})[0-9]*\b", re.ASCII)
 _CONNECTION_ERROR = "connection error"
+# Apprise's list separators (between URLs, and between targets inside one URL).
+_LIST_SEPARATORS = frozenset(",;")
 # Characters that would change how a host is read once it is put back into a URL.
 _HOST_BREAKERS = frozenset("/\\?#@ \t\r\n")
 
@@ -249,6 +256,14 @@ def _load(url: str, asset: apprise.AppriseAsset) -> tuple[Any, ChatTarget]:
         raise _invalid(f"the chat URL is longer than {_MAX_URL_LENGTH} characters")
     if any(ch.isspace() or not ch.isprintable() for ch in text):
         raise _invalid("the chat URL contains spaces or control characters")
+    if any(ch in _LIST_SEPARATORS for ch in text):
+        # Apprise reads "a,b" and "a;b" as lists: of URLs ("json://a/x,json://b/y" is two
+        # services to ``Apprise.add``) and of targets (channels, chat ids, topics), and
+        # which parts it splits differs per plugin. One destination is one target.
+        raise _invalid(
+            "the chat URL contains ',' or ';', which Apprise reads as a list of URLs or "
+            "targets; register one chat per destination (write a literal comma as %2C)"
+        )
     scheme = _scheme_of(text)
     if scheme is None:
         raise _invalid("not an Apprise URL (expected service://…)")
@@ -295,9 +310,11 @@ def parse_destination(url: str) -> ChatTarget:
     return _load(url, _PARSE_ASSET)[1]
 
 
-def _check(target: ChatTarget, allow_hosts: frozenset[str], resolve: Resolver) -> None:
-    for endpoint in target.endpoints:
+def _check(target: ChatTarget, allow_hosts: frozenset[str], resolve: Resolver) -> list[Target]:
+    return [
         check_url(endpoint.origin, allow_hosts=allow_hosts, resolve=resolve)
+        for endpoint in target.endpoints
+    ]
 
 
 def check_destination(
@@ -431,11 +448,21 @@ class ChatChannel:
             http_redirects=False,
         )
 
-    def _checked_plugin(self, url: str) -> Any:
+    def _checked_plugin(self, url: str) -> tuple[Any, list[Target]]:
         plugin, target = _load(url, self._asset)
-        _check(target, self._allow_hosts, self._resolve)
+        checked = _check(target, self._allow_hosts, self._resolve)
         _harden(plugin, self._timeout)
-        return plugin
+        return plugin, checked
+
+    def _notify(
+        self, notifier: apprise.Apprise, checked: list[Target], **kwargs: Any
+    ) -> tuple[apprise.AppriseResult, list[UnsafeDestination]]:
+        """Apprise's call, with every connection its plugin opens dialling a checked
+        address: the endpoints checked a moment ago at the address checked, anything else
+        checked when it connects (``runbell.outbound.guarded_dials``)."""
+        with guarded_dials(checked, allow_hosts=self._allow_hosts, resolve=self._resolve) as guard:
+            result = notifier.notify(**kwargs)
+        return result, list(guard.refused)
 
     async def send(self, msg: Outbound) -> Sent:
         url = msg.target.get("url")
@@ -444,7 +471,7 @@ class ChatChannel:
         shown = redact(url)
 
         try:
-            plugin = await asyncio.wait_for(
+            plugin, checked = await asyncio.wait_for(
                 asyncio.to_thread(self._checked_plugin, url), self._timeout
             )
         except ValidationFailed as exc:
@@ -468,9 +495,11 @@ class ChatChannel:
         try:
             # Apprise enforces the deadline itself (TIMEOUT status); the outer wait is a
             # guard against a call that never returns at all.
-            result = await asyncio.wait_for(
+            result, refused = await asyncio.wait_for(
                 asyncio.to_thread(
-                    notifier.notify,
+                    self._notify,
+                    notifier,
+                    checked,
                     body=body,
                     title=msg.title,
                     notify_type=apprise.NotifyType.INFO,
@@ -485,6 +514,12 @@ class ChatChannel:
         try:
             if result.status == apprise.AppriseResultStatus.SUCCESS:
                 return Sent()
+            if refused:
+                raise PermanentDeliveryError(
+                    f"chat destination {shown} refused: {refused[0].detail}",
+                    operator_alert=True,
+                    rule=refused[0].extra.get("rule"),
+                )
             raise _failure(result, shown)
         finally:
             result.close()

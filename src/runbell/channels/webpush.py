@@ -24,6 +24,12 @@ anything was sent transient; a timeout or reset after sending :class:`DeliveryUn
 The endpoint URL is a capability (whoever has it can push to that browser), so it never
 appears in errors, excerpts or logs; only its host does.
 
+The endpoint comes from a browser, so the wiring (``runbell.dispatch.wiring``) checks it
+with the SSRF guard before every send and passes the verdict as ``dial``: pywebpush then
+gets a ``requests`` session whose :class:`~runbell.outbound.PinnedAdapter` dials the
+checked address (SNI, certificate check and ``Host`` on the name), so a DNS answer that
+changes after the check (rebinding) is never used.
+
 Example::
 
     keys = VapidKeys.generate()            # once; stored sealed by the wiring
@@ -59,6 +65,8 @@ from runbell.channels.base import (
     TransientDeliveryError,
 )
 from runbell.domain.retry import parse_retry_after
+from runbell.domain.ssrf import Target
+from runbell.outbound import PinnedAdapter
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
@@ -254,7 +262,9 @@ class WebPushChannel:
         self.timeout = timeout
         self.default_ttl_s = default_ttl_s
 
-    async def send(self, msg: Outbound) -> Sent:
+    async def send(self, msg: Outbound, *, dial: Target | None = None) -> Sent:
+        """Push ``msg``; with ``dial`` (the SSRF guard's verdict on the endpoint), the
+        connection goes to ``dial``'s checked address and nowhere else."""
         target = _parse_target(msg.target)
         urgency = URGENCY_HEADER.get(msg.urgency)
         if urgency is None:
@@ -269,14 +279,26 @@ class WebPushChannel:
             )
         headers = {"Urgency": urgency, "Topic": collapse_topic(_topic_source(msg))}
         ttl = ttl_seconds(msg, self.default_ttl_s)
-        return await asyncio.to_thread(self._send_sync, target, data, headers, ttl, msg)
+        return await asyncio.to_thread(self._send_sync, target, data, headers, ttl, msg, dial)
 
     def _send_sync(
-        self, target: _Target, data: str, headers: dict[str, str], ttl: int, msg: Outbound
+        self,
+        target: _Target,
+        data: str,
+        headers: dict[str, str],
+        ttl: int,
+        msg: Outbound,
+        dial: Target | None,
     ) -> Sent:
         with _NoRedirectSession() as session:
             # Proxy variables must not route pushes (nor 127.0.0.1 in tests) elsewhere.
             session.trust_env = False
+            if dial is not None:
+                # Dial the address the SSRF guard checked: requests would resolve the name
+                # again, and an answer that changed since (DNS rebinding) would be used.
+                pinned = PinnedAdapter(dial)
+                session.mount("https://", pinned)
+                session.mount("http://", pinned)
             try:
                 response = webpush(
                     target.subscription,

@@ -74,6 +74,8 @@ class Scheduler:
         while not self._stop.is_set():
             try:
                 self.tick()
-            except Exception:
-                log.exception("scheduler.tick_failed")
+            except Exception as exc:
+                # A database outage is logged once by Availability; the next tick retries.
+                if self.core.db.availability.observe(exc) is None:
+                    log.exception("scheduler.tick_failed")
             self._stop.wait(self.interval_s)

@@ -78,12 +78,8 @@ def smtp_config(core: Runbell) -> SmtpConfig | None:
 
 class GuardedWebPush:
     """Web push with the SSRF guard in front: a subscription endpoint comes from a
-    browser, so it is checked before every send like any user-supplied URL.
-
-    pywebpush dials through ``requests``, which resolves the name again after our check;
-    the window is the DNS TTL. Webhooks (httpx) have no such window: they dial the
-    checked address.
-    """
+    browser, so it is checked before every send like any user-supplied URL, and the push
+    dials the checked address (no second lookup for DNS rebinding to answer)."""
 
     name = "webpush"
 
@@ -94,7 +90,7 @@ class GuardedWebPush:
 
     async def send(self, msg: Outbound) -> Sent:
         try:
-            await asyncio.to_thread(
+            checked = await asyncio.to_thread(
                 check_url,
                 msg.target["endpoint"],
                 allow_hosts=self.allow_hosts,
@@ -106,7 +102,7 @@ class GuardedWebPush:
             raise TransientDeliveryError(
                 f"push service name did not resolve: {type(exc).__name__}"
             ) from None
-        return await self.inner.send(msg)
+        return await self.inner.send(msg, dial=checked)
 
 
 def build_channels(core: Runbell, **overrides: Any) -> dict[str, Channel]:

@@ -117,8 +117,10 @@ class Worker:
             while not stop.is_set():
                 try:
                     claimed = await self.run_once()
-                except Exception:
-                    log.exception("worker.tick_failed")
+                except Exception as exc:
+                    # A database outage is logged once by Availability; we poll again.
+                    if self.core.db.availability.observe(exc) is None:
+                        log.exception("worker.tick_failed")
                     claimed = 0
                 if claimed < self.settings.worker_batch:
                     stopper = asyncio.ensure_future(stop.wait())
@@ -140,9 +142,15 @@ class Worker:
                 try:
                     await self.process(row)
                 except Exception as exc:
-                    # Our own failure (a secret that will not open, a database hiccup):
-                    # recorded as a failed attempt, so it follows the retry schedule and
-                    # ends dead instead of being re-claimed forever without a trace.
+                    if self.core.db.availability.observe(exc) is not None:
+                        # The database went away mid-delivery: nothing to record now. The
+                        # row stays claimed; when its lease runs out it is claimed again
+                        # and carried on under the same identity.
+                        log.info("delivery.interrupted", delivery_id=row["id"])
+                        return
+                    # Our own failure (a secret that will not open, a bug): recorded as a
+                    # failed attempt, so it follows the retry schedule and ends dead
+                    # instead of being re-claimed forever without a trace.
                     log.exception("delivery.process_failed", delivery_id=row["id"])
                     await self._record_internal_failure(row, exc)
 
@@ -181,7 +189,25 @@ class Worker:
             log.info("delivery.lease_lost", delivery_id=row["id"])
             return
         result = await self._send(channel, prepared.message)
-        await asyncio.to_thread(self._record, row, prepared, result)
+        await self._record_after_send(row, prepared, result)
+
+    async def _record_after_send(
+        self, row: dict[str, Any], prepared: Prepared, result: Result
+    ) -> None:
+        """Record what the send did, waiting out a database outage (up to the lease): a
+        send that happened must not be repeated because its record could not be written.
+        Recording late is safe: ``_record`` only notes the attempt if the row was re-claimed."""
+        give_up = time.monotonic() + self.settings.worker_lease_s
+        delay = 0.1
+        while True:
+            try:
+                await asyncio.to_thread(self._record, row, prepared, result)
+                return
+            except Exception as exc:
+                if self.core.db.availability.observe(exc) is None or time.monotonic() > give_up:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     def _renew_lease(self, delivery_id: str) -> bool:
         with self.core.db.transaction(now=self.clock()) as tx:

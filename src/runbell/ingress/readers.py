@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -314,10 +314,35 @@ def _dig(document: Any, path: tuple[str, ...]) -> Any:
 def _check_url_template(url_template: str) -> str:
     if not isinstance(url_template, str) or _RUN_ID_PLACEHOLDER not in url_template:
         raise ValidationFailed("url_template must contain {run_id}", field="url_template")
+    # The run id is the caller's input: in the scheme, credentials, host or port it would
+    # choose which server is asked (and the SSRF check at registration saw only "probe").
+    # Only the path and the query are the run's to fill.
+    misplaced = ValidationFailed(
+        "url_template may place {run_id} only in the path or the query, "
+        "never in the scheme, credentials, host, port or fragment",
+        field="url_template",
+    )
+    invalid = ValidationFailed("url_template is not a valid URL", field="url_template")
+    try:
+        parts = urlsplit(url_template)
+    except ValueError as exc:
+        raise invalid from exc
+    if _RUN_ID_PLACEHOLDER in parts.scheme + parts.netloc + parts.fragment:
+        raise misplaced
     try:
         probe = httpx.URL(url_template.replace(_RUN_ID_PLACEHOLDER, "probe"))
+        other = httpx.URL(url_template.replace(_RUN_ID_PLACEHOLDER, "other"))
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
-        raise ValidationFailed("url_template is not a valid URL", field="url_template") from exc
+        raise invalid from exc
+    # Belt and braces against parser differences: whatever the run id is, the URL the
+    # client sends must name the same origin.
+    if (other.scheme, other.userinfo, other.host, other.port) != (
+        probe.scheme,
+        probe.userinfo,
+        probe.host,
+        probe.port,
+    ):
+        raise misplaced
     if probe.scheme not in {"http", "https"} or not probe.host:
         raise ValidationFailed("url_template must be an absolute http(s) URL", field="url_template")
     if probe.userinfo:

@@ -119,13 +119,20 @@ class PgBridge:
     def _run(self) -> None:
         import psycopg
 
+        failing = False
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self.dsn, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    if failing:
+                        log.info("feed.bridge_reconnected")
+                        failing = False
                     self._pump(conn)
             except Exception as exc:  # reconnect after any connection failure
-                log.warning("feed.bridge_reconnect", error=type(exc).__name__)
+                # Once per outage, not once a second while the database is down.
+                if not failing:
+                    log.warning("feed.bridge_reconnect", error=type(exc).__name__)
+                failing = True
                 self._stop.wait(1.0)
 
     def _pump(self, conn: object) -> None:

@@ -173,7 +173,19 @@ async def stream(
         try:
             with core.db.hub.listen(who.tenant_id) as listener:
                 while True:
-                    batch, moved_to = await run_in_threadpool(_read, core, who, position, PAGE_MAX)
+                    try:
+                        batch, moved_to = await run_in_threadpool(
+                            _read, core, who, position, PAGE_MAX
+                        )
+                    except Exception as exc:
+                        if core.db.availability.observe(exc) is None:
+                            raise
+                        # The database is away (logged once per outage): keep the stream
+                        # open, keep-alives flowing, and read again from the same position.
+                        if await request.is_disconnected():
+                            return
+                        await listener.wait(core.settings.feed_fallback_poll_s)
+                        continue
                     for e in batch:
                         yield ServerSentEvent(
                             id=str(e["seq"]),
@@ -199,6 +211,11 @@ async def stream(
                             still = await principal(request)
                         except RunbellError:
                             still = None
+                        except Exception as exc:
+                            if core.db.availability.observe(exc) is None:
+                                raise
+                            still = who  # cannot check now; check again next time
+                            recheck_at = time.monotonic()
                         if still != who:  # revoked, or the role changed: start over
                             yield ServerSentEvent(event="access_ended", data="{}")
                             return

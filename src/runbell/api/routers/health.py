@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,6 +23,37 @@ class NotReady(RunbellError):
     status = 503
     title = "Not ready"
     type_slug = "not-ready"
+
+
+class MetricsDisabled(RunbellError):
+    status = 404
+    title = "Not found"
+    type_slug = "metrics-disabled"
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` (a ``--host`` value) only accepts connections from this machine."""
+    host = host.strip().lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # 0.0.0.0, ::, "" and names: reachable from elsewhere, as far as we know
+
+
+def metrics_refusal(listen_host: str | None, token: str | None) -> str | None:
+    """Why ``/metrics`` stays closed, or None when it may answer.
+
+    Metrics hold every tenant's delivery counts, so without ``RUNBELL_METRICS_TOKEN`` they
+    are served only to this machine: ``listen_host`` None (in-process, tests) or loopback.
+    """
+    if token or listen_host is None or is_loopback(listen_host):
+        return None
+    return (
+        "/metrics is off: this server listens beyond loopback and RUNBELL_METRICS_TOKEN is "
+        "not set. Set RUNBELL_METRICS_TOKEN and scrape with Authorization: Bearer <token>"
+    )
 
 
 @router.get("/healthz")
@@ -45,7 +77,11 @@ def readyz(core: Core) -> dict[str, Any]:
 @router.get("/metrics", include_in_schema=False)
 def metrics_endpoint(core: Core, request: Request) -> Response:
     """Prometheus text format. Counters are this process's; delivery gauges come from the
-    database. Protected by ``RUNBELL_METRICS_TOKEN`` when set."""
+    database. Protected by ``RUNBELL_METRICS_TOKEN`` when set; without one, answered only
+    when the server listens on loopback (``metrics_refusal``)."""
+    refusal = getattr(request.app.state, "metrics_refusal", None)
+    if refusal:
+        raise MetricsDisabled(refusal)
     token = core.settings.metrics_token
     if token and not hmac.compare_digest(
         request.headers.get("authorization", ""), f"Bearer {token}"

@@ -66,7 +66,13 @@ def create_source(core: Runbell, tenant_id: str, body: SourceCreate) -> dict[str
         # Build it once now: a config that cannot work is refused here, naming the field,
         # instead of failing every later signal of this source.
         with httpx.Client() as throwaway:
-            reader_from_config(reader, throwaway)
+            try:
+                reader_from_config(reader, throwaway)
+            except ValidationFailed as exc:
+                # Name the field as the caller wrote it: "reader.url_template".
+                raise ValidationFailed(
+                    exc.detail, field=f"reader.{exc.extra.get('field', 'type')}"
+                ) from exc
         check_destination(core, reader["url_template"].replace("{run_id}", "probe"))
         reader["headers"] = {k: core.box.seal(v) for k, v in reader["headers"].items()}
     secret = new_secret() if body.kind == "webhook" else None

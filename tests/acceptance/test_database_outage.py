@@ -1,0 +1,335 @@
+"""PostgreSQL restarted under load: 503s with Retry-After, never 500, self-recovery, and
+nothing that was answered 2xx is lost (DESIGN §2 invariant 12, §6 errors).
+
+A private cluster (``tests.pgcluster``; the shared one is never touched) backs a real
+``runbell serve`` process (API, delivery worker and scheduler). Four threads send runs and
+signals; the cluster is stopped mid-load, kept down until the API has answered some
+requests with 503, and started again. Runbell is not restarted. Afterwards every run and
+signal that got a 2xx answer is in the database, the worker still delivers, and the log
+has one warning for the outage and one for its end, with no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from runbell.ingress.signatures import new_secret
+from runbell.service import build
+from runbell.store import endpoints
+from runbell.store import tables as t
+from runbell.testing import make_tenant
+from tests.acceptance.receivers import Receiver
+from tests.acceptance.test_worker_processes import RUNBELL, child_env
+from tests.conftest import IN_CI, free_port, make_settings
+from tests.pgcluster import PgCluster, PgUnavailable
+
+pytestmark = pytest.mark.postgres
+
+THREADS = 4
+WAIT_S = 30.0
+
+
+@pytest.fixture
+def cluster() -> Iterator[PgCluster]:
+    try:
+        pg = PgCluster.create()
+    except PgUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"CI requires a PostgreSQL server installation: {exc}")
+        pytest.skip(str(exc))
+    with pg:
+        yield pg
+
+
+@dataclass(frozen=True)
+class Answer:
+    kind: str  # "put" | "signal"
+    run_id: str
+    event_id: str | None
+    status: int
+    headers: httpx.Headers
+    body: Any
+    phase: str  # what the cluster was doing when the answer arrived
+
+
+class Load:
+    """Threads that each create runs and move them to working, recording every answer."""
+
+    def __init__(self, url: str, runtime_key: str, owner: str) -> None:
+        self.url = url
+        self.auth = {"Authorization": f"Bearer {runtime_key}"}
+        self.owner = owner
+        self.phase = "before"
+        self.answers: list[Answer] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(n,)) for n in range(THREADS)]
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    def _record(self, kind: str, run_id: str, event_id: str | None, r: httpx.Response) -> None:
+        try:
+            body = r.json()
+        except ValueError:
+            body = r.text
+        with self._lock:
+            self.answers.append(
+                Answer(kind, run_id, event_id, r.status_code, r.headers, body, self.phase)
+            )
+
+    def _run(self, n: int) -> None:
+        with httpx.Client(base_url=self.url, headers=self.auth, timeout=15) as client:
+            i = 0
+            while not self._stop.is_set():
+                i += 1
+                run_id, event_id = f"load-{n}-{i}", f"ev-{n}-{i}"
+                try:
+                    r = client.put(f"/v1/runs/{run_id}", json={"owner": self.owner})
+                    self._record("put", run_id, None, r)
+                    if r.is_success:
+                        r = client.post(
+                            f"/v1/runs/{run_id}/signals",
+                            json={"event_id": event_id, "state": "working"},
+                        )
+                        self._record("signal", run_id, event_id, r)
+                except httpx.HTTPError as exc:  # the server must always answer
+                    with self._lock:
+                        self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def count(self, status: int | None = None, phase: str | None = None) -> int:
+        with self._lock:
+            return sum(
+                1
+                for a in self.answers
+                if (status is None or a.status == status or (status == 2 and a.status < 300))
+                and (phase is None or a.phase == phase)
+            )
+
+
+class Stream:
+    """One SSE connection to the feed, opened before the outage and read until told to stop.
+
+    ``events`` are (id, type, run_id) in arrival order; ``ended`` says whether the server
+    closed the stream by itself (it should not: an outage is waited out, not hung up on).
+    """
+
+    def __init__(self, url: str, runtime_key: str) -> None:
+        self.url = url
+        self.auth = {"Authorization": f"Bearer {runtime_key}"}
+        self.events: list[tuple[int, str, str | None]] = []
+        self.ended = False
+        self.error: str | None = None
+        self.opened = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> Stream:
+        self._thread.start()
+        assert self.opened.wait(30), self.error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        fields: dict[str, str] = {}
+        try:
+            with (
+                httpx.Client(timeout=httpx.Timeout(10, read=30)) as client,
+                client.stream(
+                    "GET", f"{self.url}/v1/events/stream?after=latest", headers=self.auth
+                ) as r,
+            ):
+                assert r.status_code == 200
+                self.opened.set()
+                for line in r.iter_lines():
+                    if self._stop.is_set():
+                        return
+                    if line:
+                        name, _, value = line.partition(":")
+                        fields[name] = value.strip()
+                        continue
+                    if "event" in fields and "data" in fields:
+                        data = json.loads(fields["data"])
+                        self.events.append((int(fields["id"]), fields["event"], data.get("run_id")))
+                    fields = {}
+                self.ended = True
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.opened.set()
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    what: str,
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    timeout: float = WAIT_S,
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"runbell exited while waiting for {what}:\n{log.read_text()[-4000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f}s: {what}\n{log.read_text()[-4000:]}")
+        time.sleep(0.02)
+
+
+def test_postgres_restart_under_load_answers_503_and_recovers_losing_nothing(
+    tmp_path: Path, cluster: PgCluster
+) -> None:
+    url = cluster.url()
+    core = build(make_settings(tmp_path, url))  # migrates the private cluster
+    creds = make_tenant(core)
+    secret = new_secret()
+    with Receiver(secret) as receiver:
+        with core.db.transaction() as tx:
+            endpoints.create(
+                tx.conn,
+                creds.tenant_id,
+                tx.now,
+                url=receiver.url,
+                description="outage test",
+                event_types=["run.finished"],
+                sealed_secret=core.box.seal(secret),
+                rate_limit_per_s=None,
+            )
+        core.db.dispose()
+
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        log = tmp_path / "serve.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [RUNBELL, "serve", "--host", "127.0.0.1", "--port", str(port)],
+                env=child_env(
+                    tmp_path,
+                    url,
+                    RUNBELL_SCHEDULER_INTERVAL_S="0.2",
+                    RUNBELL_SSE_KEEPALIVE_S="0.5",
+                    RUNBELL_FEED_FALLBACK_POLL_S="0.5",
+                ),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            # Start-up is mostly imports: slow on a loaded machine, hence the longer wait.
+            wait_until(lambda: _ready(base), "serve to be ready", proc, log, timeout=90)
+            pid = proc.pid
+            with (
+                Stream(base, creds.runtime_key) as stream,
+                Load(base, creds.runtime_key, creds.owner_email) as load,
+            ):
+                wait_until(lambda: load.count(2) >= 40, "a warm load", proc, log)
+                cluster.stop("fast")
+                load.phase = "down"
+                wait_until(lambda: load.count(503, "down") >= 6, "503s while down", proc, log)
+                cluster.start()
+                load.phase = "after"
+                wait_until(lambda: load.count(2, "after") >= 40, "successes after", proc, log)
+                # The stream opened before the outage carries on with what committed after.
+                after_runs = {
+                    a.run_id for a in load.answers if a.phase == "after" and a.status < 300
+                }
+                wait_until(
+                    lambda: any(run in after_runs for _, _, run in stream.events),
+                    "the open stream to deliver events committed after the restart",
+                    proc,
+                    log,
+                )
+
+            # The worker and the scheduler survived too: a run finished now is delivered.
+            with httpx.Client(base_url=base, headers=load.auth, timeout=15) as finish:
+                made = finish.put("/v1/runs/final", json={"owner": creds.owner_email})
+                assert made.is_success, made.text
+                done = finish.post(
+                    "/v1/runs/final/signals",
+                    json={"event_id": "final-done", "state": "completed"},
+                )
+                assert done.status_code == 200, done.text
+            wait_until(lambda: len(receiver.processed) == 1, "the run.finished webhook", proc, log)
+            assert proc.poll() is None and proc.pid == pid  # never restarted
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+    output = log.read_text(errors="replace")
+    assert load.errors == [], load.errors[:5]
+    assert (stream.error, stream.ended) == (None, False)
+    ids = [event_id for event_id, _, _ in stream.events]
+    assert ids == sorted(set(ids)), "feed ids strictly increase on one stream"
+    statuses = {a.status for a in load.answers}
+    assert statuses <= {200, 201, 503}, statuses  # in particular, no 500
+    unavailable = [a for a in load.answers if a.status == 503]
+    assert unavailable, "the outage was never seen"
+    for a in unavailable:
+        assert a.headers["content-type"].startswith("application/problem+json")
+        assert int(a.headers["retry-after"]) >= 1
+        assert a.body["type"].endswith("/database-unavailable"), a.body
+    assert load.count(2, "after") >= 40
+
+    # Nothing committed lost: every 2xx run and signal is in the database.
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        stored_runs = set(
+            conn.execute(
+                sa.select(t.runs.c.run_id).where(t.runs.c.tenant_id == creds.tenant_id)
+            ).scalars()
+        )
+        stored_events = set(
+            conn.execute(
+                sa.select(t.inbound_events.c.event_id).where(
+                    t.inbound_events.c.tenant_id == creds.tenant_id
+                )
+            ).scalars()
+        )
+        working = set(
+            conn.execute(
+                sa.select(t.runs.c.run_id).where(
+                    t.runs.c.tenant_id == creds.tenant_id, t.runs.c.state == "working"
+                )
+            ).scalars()
+        )
+    engine.dispose()
+    answered_runs = {a.run_id for a in load.answers if a.kind == "put" and a.status < 300}
+    answered_signals = [a for a in load.answers if a.kind == "signal" and a.status < 300]
+    assert answered_runs <= stored_runs, sorted(answered_runs - stored_runs)[:10]
+    assert {a.event_id for a in answered_signals} <= stored_events
+    assert {a.run_id for a in answered_signals if a.body["outcome"] == "applied"} <= working
+
+    # One warning when the outage started, one when it ended; never a traceback.
+    assert "Traceback" not in output, output[-4000:]
+    assert output.count("database.unavailable") == 1, output[-4000:]
+    assert output.count("database.recovered") == 1, output[-4000:]
+    for noise in ("api.unhandled", "tick_failed", "process_failed"):
+        assert noise not in output, output[-4000:]
+
+
+def _ready(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
