@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from runbell.api.responses import JSON
 from runbell.domain.errors import RunbellError
 
 PROBLEM = "application/problem+json"
@@ -31,7 +32,7 @@ def problem(
     headers = dict(headers or {})
     if "retry_after" in extra:
         headers["Retry-After"] = str(extra["retry_after"])
-    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+    return JSON(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
 _HTTP = {
