@@ -863,9 +863,7 @@ class Runbell:
             run = runs.require_run(conn, who.tenant_id, note["run_id"])
             can_see = runs.can_see_run(conn, who, note["run_id"])
             request = actions.get_for_notification(conn, note)
-        ok, why = views.actionable(note, run, self.db.clock(), request)
-        if not can_see:
-            ok, why = False, "access lost"
+        ok, why = self._actionable(note, run, request, can_see)
         if note["attention_type"] == "input_required" and not ok:
             metrics.STALE_OPENS.labels(note["attention_type"]).inc()
         out = views.notification_view(note)
@@ -885,6 +883,28 @@ class Runbell:
         if request is not None:
             out["input_request"] = views.input_request_view(request, include_details=True)
         return out
+
+    def _actionable(
+        self,
+        note: dict[str, Any],
+        run: dict[str, Any],
+        request: dict[str, Any] | None,
+        recipient_sees_run: bool,
+    ) -> tuple[bool, str]:
+        """Whether the recipient can still act on ``note``, and why (not): the one answer
+        the recipient's own view and the admin's trail both give."""
+        ok, why = views.actionable(note, run, self.db.clock(), request)
+        if not recipient_sees_run:
+            return False, "access lost"
+        return ok, why
+
+    def _recipient_sees_run(self, conn: Any, note: dict[str, Any]) -> bool:
+        """The recipient's access now, as the dispatcher checks it: a current member who
+        may see the run (whoever is asking)."""
+        tenant_id, user_id = note["tenant_id"], note["recipient_user_id"]
+        role = accounts.membership_role(conn, tenant_id, user_id)
+        recipient = Principal(tenant_id=tenant_id, kind="user", role=role or "", user_id=user_id)
+        return role is not None and runs.can_see_run(conn, recipient, note["run_id"])
 
     def acknowledge(self, who: Principal, notification_id: str) -> dict[str, Any]:
         with self.db.transaction() as tx:
@@ -929,7 +949,14 @@ class Runbell:
             deliveries = notes.deliveries_for(conn, who.tenant_id, notification_id)
             lifecycle = feed.for_notification(conn, who.tenant_id, notification_id)
             receipts = requests.receipts_for(conn, who.tenant_id, notification_id)
+            run = runs.require_run(conn, who.tenant_id, note["run_id"])
+            request = actions.get_for_notification(conn, note)
+            recipient_sees_run = self._recipient_sees_run(conn, note)
         out = views.notification_view(note)
+        # "Could the user still act?": the recipient's answer, not the admin asking.
+        out["actionable"], out["actionable_reason"] = self._actionable(
+            note, run, request, recipient_sees_run
+        )
         out["why"] = {
             "rule_id": note["rule_id"],
             "decision": note["decision"],
