@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,7 @@ from runbell.dispatch.fanout import make_hook
 from runbell.domain.errors import Conflict, NotFound, RunbellError, ValidationFailed
 from runbell.domain.policy import Policy
 from runbell.domain.runs import RunState, attention_for, is_terminal, judge
+from runbell.domain.text import REASON_MAX, public_text
 from runbell.ingress.readers import Observed, StateReader, reader_from_config
 from runbell.presence import Presence
 from runbell.store import accounts, feed, runs
@@ -42,6 +43,12 @@ from runbell.store.accounts import Principal
 from runbell.store.db import Database, PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
+
+# The API's own limits for the other public free text (characters).
+SUMMARY_MAX = 500
+TRACE_ID_MAX = 200
+LINK_LABEL_MAX = 200
+PROGRESS_MAX = 500
 
 RUN_FIELDS = (
     "title",
@@ -87,6 +94,24 @@ class SignalResult:
         if self.original_outcome is not None:
             out["original_outcome"] = self.original_outcome
         return out
+
+
+def public_report(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A signal's ``report`` with its free text made safe: it is public like ``reason``."""
+    if not report:
+        return report
+    out = dict(report)
+    for name, limit in (("summary", SUMMARY_MAX), ("trace_id", TRACE_ID_MAX)):
+        if isinstance(out.get(name), str):
+            out[name] = public_text(out[name], limit)
+    if isinstance(out.get("links"), list):
+        out["links"] = [
+            {**link, "label": public_text(link.get("label"), LINK_LABEL_MAX) or "link"}
+            if isinstance(link, dict)
+            else link
+            for link in out["links"]
+        ]
+    return out
 
 
 def error_facts(error: Mapping[str, Any] | None) -> dict[str, bool]:
@@ -364,6 +389,7 @@ class Runbell:
                     "reason": f"run is {run['state']}",
                     "run": views.run_view(run),
                 }
+            message = public_text(message, PROGRESS_MAX)
             progress = {"message": message, "counts": counts, "at": views.iso(tx.now)}
             runs.update_run(
                 tx.conn, who.tenant_id, run_id, {"progress": progress, "last_progress_at": tx.now}
@@ -392,6 +418,12 @@ class Runbell:
         """Dedupe, reconcile, judge, apply, decide and enqueue — one transaction."""
         if signal.state not in RunState.__members__.values():
             raise ValidationFailed(f"unknown state {signal.state!r}", field="state")
+        # Public from here on (notifications, feed, webhooks): one short safe line.
+        signal = replace(
+            signal,
+            reason=public_text(signal.reason, REASON_MAX),
+            report=public_report(signal.report),
+        )
         with self.db.read() as conn:
             seen = runs.find_inbound(conn, tenant_id, source["id"], signal.event_id)
         if seen is not None:

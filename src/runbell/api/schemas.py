@@ -78,8 +78,18 @@ class SignalIn(Strict):
     state: StateName
     sequence: int | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
     at: datetime | None = None
-    reason: str | None = Field(default=None, max_length=500)
-    error: RunError | None = None
+    reason: str | None = Field(
+        default=None,
+        max_length=500,
+        description="PUBLIC: shown in the inbox, the feed and every tenant webhook. Stored as "
+        "one safe line of at most 200 characters (control characters removed, longer text "
+        "cut with …). Put private diagnostics in error",
+    )
+    error: RunError | None = Field(
+        default=None,
+        description="private: kept in authenticated run views, never in webhooks, the feed "
+        "or notifications",
+    )
     effects_verified: bool | None = None
     report: Report | None = None
 
