@@ -35,7 +35,7 @@ from runbell.domain.runs import RunState, attention_for, is_terminal, judge
 from runbell.domain.text import REASON_MAX, public_text
 from runbell.ingress.readers import Observed, StateReader, reader_from_config
 from runbell.presence import Presence
-from runbell.store import accounts, feed, runs
+from runbell.store import accounts, feed, idempotency, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 from runbell.store import tables as t
@@ -940,16 +940,20 @@ class Runbell:
 
     def acknowledge(self, who: Principal, notification_id: str) -> dict[str, Any]:
         with self.db.transaction() as tx:
-            note = self._own_note(tx.conn, who, notification_id)
-            if close_notification(
-                tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"
-            ):
-                notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
-                waited = (tx.now - note["created_at"]).total_seconds()
-                kind = note["attention_type"]
-                tx.after_commit.append(lambda: metrics.ACK_SECONDS.labels(kind).observe(waited))
-                note = notes.get(tx.conn, who.tenant_id, notification_id)
-            return views.notification_view(note)
+            return self.acknowledge_in(tx, who, notification_id)
+
+    def acknowledge_in(self, tx: Tx, who: Principal, notification_id: str) -> dict[str, Any]:
+        """Acknowledge inside ``tx`` (the API's Idempotency-Key record commits with it)."""
+        note = self._own_note(tx.conn, who, notification_id)
+        if close_notification(
+            tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"
+        ):
+            notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
+            waited = (tx.now - note["created_at"]).total_seconds()
+            kind = note["attention_type"]
+            tx.after_commit.append(lambda: metrics.ACK_SECONDS.labels(kind).observe(waited))
+            note = notes.get(tx.conn, who.tenant_id, notification_id)
+        return views.notification_view(note)
 
     def revoke_member(self, tenant_id: str, user_id: str) -> int:
         """Revoke a membership and all its tokens, and withdraw what was sent to them.
@@ -1075,5 +1079,5 @@ class Runbell:
         with self.db.transaction(now=now) as tx:
             before = now - timedelta(seconds=self.settings.inbound_retention_s)
             runs.prune_inbound(tx.conn, before)
-            requests.prune_idempotency(tx.conn, before)  # same retention as signal dedupe
+            idempotency.prune(tx.conn, before)  # same retention as signal dedupe
         return total

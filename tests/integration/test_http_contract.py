@@ -61,7 +61,15 @@ def test_every_json_answer_ends_with_one_newline(client: TestClient, creds: Tena
         "/v1/webhook-endpoints",
         201,
         json={"url": "http://127.0.0.1:9/hook"},
-        headers=admin,
+        headers={**admin, "Idempotency-Key": "nl-ep"},
+    )
+    call(
+        "endpoint-replay",
+        "POST",
+        "/v1/webhook-endpoints",
+        201,
+        json={"url": "http://127.0.0.1:9/hook"},
+        headers={**admin, "Idempotency-Key": "nl-ep"},
     )
     call("prefs", "GET", "/v1/me/preferences", 200, headers=me)
     # problem+json, from each place that writes one
@@ -82,5 +90,7 @@ def test_every_json_answer_ends_with_one_newline(client: TestClient, creds: Tena
         content=b"{" + b" " * (LIMIT + 1) + b"}",
         headers={**rt, "Content-Type": "application/json"},
     )
+    # a stored answer replays byte for byte, newline included
+    assert seen["endpoint-replay"].content == seen["endpoint"].content
     for name in ("schema-422", "runbell-422", "401", "403", "404", "405", "413"):
         assert seen[name].headers["content-type"].startswith("application/problem+json"), name

@@ -7,22 +7,29 @@ their own framing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+from runbell.idempotency import Answer
+from runbell.views import json_body
 
-def dumps(content: Any) -> bytes:
-    """The bytes of one JSON body, as every API answer (and every stored replay) has them."""
-    return (
-        json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-        + b"\n"
-    )
+dumps = json_body
+
+REPLAYED = "Idempotent-Replayed"
 
 
 class JSON(JSONResponse):
     """FastAPI's ``default_response_class`` and the problem+json renderer."""
 
     def render(self, content: Any) -> bytes:
-        return dumps(content)
+        return json_body(content)
+
+
+def answered(answer: Answer) -> Response:
+    """An answer of an Idempotency-Key-aware action: its exact bytes and status. A replay
+    says so in ``Idempotent-Replayed: true`` (the body is the original, byte for byte)."""
+    headers = {REPLAYED: "true"} if answer.replayed else None
+    return Response(
+        answer.body, status_code=answer.status, media_type="application/json", headers=headers
+    )

@@ -6,12 +6,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from runbell.api.deps import Admin, Core
+from runbell.api.idempotent import IdemKey, act_once
 from runbell.store import notifications as notes
 from runbell.store import outbox
 from runbell.store import tables as t
+from runbell.store.db import Tx
 from runbell.views import iso
 
 router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"])
@@ -99,14 +101,17 @@ def get_delivery(delivery_id: str, who: Admin, core: Core) -> dict[str, Any]:
     return delivery_view(d, attempts)
 
 
-@router.post("/{delivery_id}/replay")
-def replay(delivery_id: str, who: Admin, core: Core) -> dict[str, Any]:
+@router.post("/{delivery_id}/replay", response_model=None)
+def replay(delivery_id: str, who: Admin, core: Core, key: IdemKey) -> Response:
     """Send it again under the same identity (same webhook-id). Checks at dispatch still
     apply: a person's acknowledged alert is not re-sent."""
-    with core.db.transaction() as tx:
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
         d = outbox.replay(tx.conn, who.tenant_id, delivery_id, tx.now)
         tx.wake_outbox = True
-    return delivery_view(d)
+        return 200, delivery_view(d)
+
+    return act_once(core, key, lambda: act)
 
 
 operator_router = APIRouter(prefix="/v1/operator-events", tags=["deliveries"])

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from runbell import actions
 from runbell.api.deps import Admin, Core, User
+from runbell.api.idempotent import Act, IdemKey, act_once
 from runbell.api.schemas import ReceiptIn
 
 router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
@@ -34,17 +35,27 @@ def get_notification(notification_id: str, who: User, core: Core) -> dict[str, A
     return core.get_notification(who, notification_id)
 
 
-@router.post("/{notification_id}/ack")
-def acknowledge(notification_id: str, who: User, core: Core) -> dict[str, Any]:
+@router.post("/{notification_id}/ack", response_model=None)
+def acknowledge(notification_id: str, who: User, core: Core, key: IdemKey) -> Response:
     """Close it as acknowledged and cancel everything still queued for it. Idempotent."""
-    return core.acknowledge(who, notification_id)
+    return act_once(
+        core, key, lambda: lambda tx: (200, core.acknowledge_in(tx, who, notification_id))
+    )
 
 
-@router.post("/{notification_id}/receipts", status_code=201)
-def receipt(notification_id: str, body: ReceiptIn, who: User, core: Core) -> dict[str, Any]:
+@router.post("/{notification_id}/receipts", status_code=201, response_model=None)
+def receipt(notification_id: str, body: ReceiptIn, who: User, core: Core, key: IdemKey) -> Response:
     """Device telemetry (displayed, opened, dismissed, clicked). Never a decision:
     opening is not approval, dismissing is not rejection."""
-    return actions.record_receipt(core, who, notification_id, body.kind, body.channel)
+
+    def prepare() -> Act:
+        actions.check_receipt(who, body.kind, body.channel)
+        return lambda tx: (
+            201,
+            actions.receipt_in(tx, who, notification_id, body.kind, body.channel),
+        )
+
+    return act_once(core, key, prepare)
 
 
 @router.get("/{notification_id}/trail")
