@@ -94,3 +94,149 @@ def test_every_json_answer_ends_with_one_newline(client: TestClient, creds: Tena
     assert seen["endpoint-replay"].content == seen["endpoint"].content
     for name in ("schema-422", "runbell-422", "401", "403", "404", "405", "413"):
         assert seen[name].headers["content-type"].startswith("application/problem+json"), name
+
+
+# --- /openapi.json declares the real problem answers ---------------------------------
+
+AUTH = (401, 503)  # any credential: bad credentials, database unreachable
+ROLE = (401, 403, 503)  # a kind or role is required (or a session's CSRF token)
+WRITE = (401, 403, 413, 422, 503)  # an unsafe method: a body can be too large or invalid
+
+# Each operation and the problem statuses it can answer with (besides 2xx).
+CAN_RETURN: dict[tuple[str, str], set[int]] = {
+    ("put", "/v1/runs/{run_id}"): {*WRITE, 409},
+    ("get", "/v1/runs/{run_id}"): {*AUTH, 404, 422},
+    ("get", "/v1/runs"): {*AUTH, 422},
+    ("post", "/v1/runs/{run_id}/signals"): {*WRITE, 404, 409},
+    ("post", "/v1/runs/{run_id}/progress"): {*WRITE, 404},
+    ("post", "/v1/runs/{run_id}/input-requests"): {*WRITE, 404, 409},
+    ("get", "/v1/input-requests/{request_id}"): {*AUTH, 404, 422},
+    ("post", "/v1/input-requests/{request_id}/responses"): {*WRITE, 404, 409},
+    ("post", "/v1/sources"): {*WRITE},
+    ("get", "/v1/sources"): {*ROLE},
+    ("post", "/v1/sources/{source_id}/rotate-secret"): {*WRITE, 404},
+    ("post", "/v1/sources/{source_id}/webhook"): {401, 404, 409, 413, 422, 503},
+    ("get", "/v1/notifications"): {*ROLE, 422},
+    ("get", "/v1/notifications/{notification_id}"): {*ROLE, 404},
+    ("post", "/v1/notifications/{notification_id}/ack"): {*WRITE, 404},
+    ("post", "/v1/notifications/{notification_id}/receipts"): {*WRITE, 404},
+    ("get", "/v1/notifications/{notification_id}/trail"): {*ROLE, 404},
+    ("get", "/v1/events"): {*AUTH, 410, 422},
+    ("get", "/v1/events/snapshot"): {*AUTH},
+    ("get", "/v1/events/stream"): {*AUTH, 422},
+    ("get", "/v1/policy"): {*ROLE},
+    ("put", "/v1/policy"): {*WRITE},
+    ("get", "/v1/deliveries"): {*ROLE, 422},
+    ("get", "/v1/deliveries/{delivery_id}"): {*ROLE, 404},
+    ("post", "/v1/deliveries/{delivery_id}/replay"): {*WRITE, 404, 409},
+    ("get", "/v1/operator-events"): {*ROLE, 422},
+    ("post", "/v1/webhook-endpoints"): {*WRITE},
+    ("get", "/v1/webhook-endpoints"): {*ROLE},
+    ("get", "/v1/webhook-endpoints/{endpoint_id}"): {*ROLE, 404},
+    ("patch", "/v1/webhook-endpoints/{endpoint_id}"): {*WRITE, 404},
+    ("post", "/v1/webhook-endpoints/{endpoint_id}/rotate-secret"): {*WRITE, 404},
+    ("post", "/v1/webhook-endpoints/{endpoint_id}/recover"): {*WRITE, 404},
+    ("get", "/v1/me"): {*ROLE},
+    ("get", "/v1/me/preferences"): {*ROLE},
+    ("put", "/v1/me/preferences"): {*WRITE},
+    ("get", "/v1/push/vapid-public-key"): {503},
+    ("post", "/v1/me/push-subscriptions"): {*WRITE, 409},
+    ("get", "/v1/me/push-subscriptions"): {*ROLE},
+    ("delete", "/v1/me/push-subscriptions/{subscription_id}"): {*ROLE, 404, 413},
+    ("post", "/v1/me/chat-destinations"): {*WRITE},
+    ("post", "/v1/chat-destinations"): {*WRITE},
+    ("get", "/v1/me/chat-destinations"): {*ROLE},
+    ("delete", "/v1/me/chat-destinations/{destination_id}"): {*ROLE, 404, 413},
+    ("get", "/healthz"): set(),
+    ("get", "/readyz"): {503},
+}
+# POSTs that honour Idempotency-Key (docs/api.md 1.4).
+IDEMPOTENT = {
+    "/v1/webhook-endpoints",
+    "/v1/webhook-endpoints/{endpoint_id}/rotate-secret",
+    "/v1/webhook-endpoints/{endpoint_id}/recover",
+    "/v1/sources",
+    "/v1/sources/{source_id}/rotate-secret",
+    "/v1/runs/{run_id}/input-requests",
+    "/v1/input-requests/{request_id}/responses",
+    "/v1/me/push-subscriptions",
+    "/v1/me/chat-destinations",
+    "/v1/chat-destinations",
+    "/v1/deliveries/{delivery_id}/replay",
+    "/v1/notifications/{notification_id}/ack",
+    "/v1/notifications/{notification_id}/receipts",
+}
+
+
+def test_openapi_declares_each_operations_problem_answers(client: TestClient) -> None:
+    """Every operation declares each problem status it can answer with, as
+    application/problem+json with the shared Problem schema, and no FastAPI 422 shape
+    that the server never sends."""
+    doc = client.get("/openapi.json").json()
+    operations = {
+        (method, path): op for path, item in doc["paths"].items() for method, op in item.items()
+    }
+    assert set(operations) == set(CAN_RETURN), set(operations) ^ set(CAN_RETURN)
+    for (method, path), op in operations.items():
+        for code in CAN_RETURN[(method, path)]:
+            declared = op["responses"].get(str(code))
+            assert declared is not None, f"{method} {path} does not declare {code}"
+            content = declared["content"]
+            assert list(content) == ["application/problem+json"], (method, path, code)
+            assert content["application/problem+json"]["schema"] == {
+                "$ref": "#/components/schemas/Problem"
+            }
+        for code in op["responses"]:
+            if not code.startswith("2"):
+                assert int(code) in CAN_RETURN[(method, path)], f"{method} {path}: {code}?"
+        if (method, path) != ("get", "/v1/events/stream"):
+            assert op["responses"].get(str(doc_success(op))) is not None
+        if 503 in CAN_RETURN[(method, path)]:
+            assert "Retry-After" in op["responses"]["503"]["headers"]
+        headers = {p["name"] for p in op.get("parameters", []) if p["in"] == "header"}
+        assert ("Idempotency-Key" in headers) == (method == "post" and path in IDEMPOTENT), (
+            method,
+            path,
+        )
+    problem = doc["components"]["schemas"]["Problem"]
+    assert set(problem["required"]) == {"type", "title", "status", "detail"}
+    assert {"field", "errors", "current"} <= set(problem["properties"])
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
+    stream = operations[("get", "/v1/events/stream")]["responses"]["200"]["content"]
+    assert list(stream) == ["text/event-stream"]
+
+
+def doc_success(op: dict[str, Any]) -> int:
+    return min(int(c) for c in op["responses"] if c.startswith("2"))
+
+
+def test_declared_problems_are_what_the_server_sends(
+    client: TestClient, creds: TenantCreds
+) -> None:
+    """A sample of real answers: each status is declared for its operation, with the
+    media type the server really uses."""
+    doc = client.get("/openapi.json").json()
+    rt, me = bearer(creds.runtime_key), bearer(creds.owner_token)
+    samples = [
+        ("get", "/v1/runs/{run_id}", client.get("/v1/runs/nope", headers=rt)),
+        ("get", "/v1/runs/{run_id}", client.get("/v1/runs/nope")),
+        ("get", "/v1/notifications", client.get("/v1/notifications", headers=rt)),
+        ("get", "/v1/events", client.get("/v1/events?after=x", headers=rt)),
+        (
+            "post",
+            "/v1/me/chat-destinations",
+            client.post("/v1/me/chat-destinations", json={}, headers=me),
+        ),
+        (
+            "put",
+            "/v1/runs/{run_id}",
+            client.put(
+                "/v1/runs/big",
+                content=b"{" + b" " * (LIMIT + 1) + b"}",
+                headers={**rt, "Content-Type": "application/json"},
+            ),
+        ),
+    ]
+    for method, path, r in samples:
+        declared = doc["paths"][path][method]["responses"][str(r.status_code)]
+        assert r.headers["content-type"].split(";")[0] in declared["content"], (path, r.text)

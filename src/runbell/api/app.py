@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from starlette.routing import BaseRoute, Route
 
 from runbell import __version__
-from runbell.api import problems
+from runbell.api import openapi, problems
 from runbell.api.limits import BodyLimit, reject_lone_surrogates
 from runbell.api.responses import JSON
 from runbell.api.routers import (
@@ -74,6 +74,7 @@ def create_app(
     )
     app.state.core = core
     problems.install(app)
+    openapi.install(app)
     _serve_openapi_as_json(app)
     for router in (
         runs.router,

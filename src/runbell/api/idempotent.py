@@ -33,7 +33,9 @@ KEY_DOC = (
 async def idempotency_key(
     request: Request,
     who: Who,
-    value: Annotated[str | None, Header(alias=HEADER, description=KEY_DOC)] = None,
+    value: Annotated[
+        str | None, Header(alias=HEADER, description=KEY_DOC, min_length=1, max_length=200)
+    ] = None,
 ) -> IdempotencyKey | None:
     """The caller's key bound to this request (method, path, query and body), or None."""
     key = idempotency.check_key(value)

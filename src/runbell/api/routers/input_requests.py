@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Path, Response
 from runbell import actions
 from runbell.api.deps import Core, Runtime, User, Who
 from runbell.api.idempotent import IdemKey, act_once
+from runbell.api.openapi import problems
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, InputRequestIn, ResponseIn
 
@@ -17,7 +18,12 @@ RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen r
 RequestId = Annotated[str, Path(max_length=200, description="the runtime's input_request_id")]
 
 
-@router.post("/v1/runs/{run_id}/input-requests", status_code=201, response_model=None)
+@router.post(
+    "/v1/runs/{run_id}/input-requests",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
 def open_request(
     run_id: RunId, body: InputRequestIn, who: Runtime, core: Core, key: IdemKey
 ) -> Response:
@@ -26,13 +32,17 @@ def open_request(
     return act_once(core, key, lambda: actions.opening(core, who, run_id, fields))
 
 
-@router.get("/v1/input-requests/{request_id}")
+@router.get("/v1/input-requests/{request_id}", responses=problems(401, 404, 422, 503))
 def get_request(request_id: RequestId, who: Who, core: Core) -> dict[str, Any]:
     """The request, its run, whether it can still be answered, and whether you may."""
     return actions.get_request(core, who, request_id)
 
 
-@router.post("/v1/input-requests/{request_id}/responses", response_model=None)
+@router.post(
+    "/v1/input-requests/{request_id}/responses",
+    response_model=None,
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
 def respond(
     request_id: RequestId,
     body: ResponseIn,

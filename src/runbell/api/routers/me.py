@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runbell import metrics
 from runbell.api.deps import Admin, Core, User
 from runbell.api.idempotent import Act, IdemKey, act_once
+from runbell.api.openapi import problems
 from runbell.attention import consented_urgencies
 from runbell.channels.chat import check_destination as check_chat
 from runbell.channels.chat import redact
@@ -83,7 +84,7 @@ def preferences_of(core: Runbell, who: Principal) -> dict[str, Any]:
     }
 
 
-@router.get("/v1/me")
+@router.get("/v1/me", responses=problems(401, 403, 503))
 def me(who: User, core: Core) -> dict[str, Any]:
     out = preferences_of(core, who)
     return {
@@ -94,13 +95,13 @@ def me(who: User, core: Core) -> dict[str, Any]:
     }
 
 
-@router.get("/v1/me/preferences")
+@router.get("/v1/me/preferences", responses=problems(401, 403, 503))
 def get_preferences(who: User, core: Core) -> dict[str, Any]:
     """Consent per channel and urgency (with when and how it was given), quiet hours."""
     return preferences_of(core, who)
 
 
-@router.put("/v1/me/preferences")
+@router.put("/v1/me/preferences", responses=problems(401, 403, 413, 422, 503))
 def put_preferences(body: PreferencesIn, who: User, core: Core) -> dict[str, Any]:
     """Change what may interrupt you. Validated whole; nothing is stored on error."""
     return save_preferences(core, who, body)
@@ -152,7 +153,7 @@ def save_preferences(core: Runbell, who: Principal, body: PreferencesIn) -> dict
 # --- web push subscriptions ----------------------------------------------------------
 
 
-@router.get("/v1/push/vapid-public-key")
+@router.get("/v1/push/vapid-public-key", responses=problems(503))
 def vapid_public_key(core: Core) -> dict[str, str]:
     """The applicationServerKey for ``pushManager.subscribe`` (public by design)."""
     from runbell.dispatch.wiring import vapid_keys
@@ -171,7 +172,12 @@ def _subscription_view(row: Any) -> dict[str, Any]:
     }
 
 
-@router.post("/v1/me/push-subscriptions", status_code=201, response_model=None)
+@router.post(
+    "/v1/me/push-subscriptions",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 409, 413, 422, 503),
+)
 def add_subscription(body: PushSubscriptionIn, who: User, core: Core, key: IdemKey) -> Response:
     """Register this browser's push subscription (the subscription is the consent).
     201 when new; 200 when this endpoint was already registered (keys refreshed)."""
@@ -234,7 +240,7 @@ def _subscribe_in(tx: Tx, who: Principal, body: PushSubscriptionIn) -> tuple[int
     return status, _subscription_view(row)
 
 
-@router.get("/v1/me/push-subscriptions")
+@router.get("/v1/me/push-subscriptions", responses=problems(401, 403, 503))
 def list_subscriptions(who: User, core: Core) -> dict[str, Any]:
     p = t.push_subscriptions
     with core.db.read() as conn:
@@ -246,7 +252,11 @@ def list_subscriptions(who: User, core: Core) -> dict[str, Any]:
     return {"subscriptions": [_subscription_view(r) for r in rows]}
 
 
-@router.delete("/v1/me/push-subscriptions/{subscription_id}", status_code=204)
+@router.delete(
+    "/v1/me/push-subscriptions/{subscription_id}",
+    status_code=204,
+    responses=problems(401, 403, 404, 413, 503),
+)
 def delete_subscription(subscription_id: str, who: User, core: Core) -> Response:
     p = t.push_subscriptions
     with core.db.transaction() as tx:
@@ -309,19 +319,29 @@ def _chat_view(row: Any) -> dict[str, Any]:
     }
 
 
-@router.post("/v1/me/chat-destinations", status_code=201, response_model=None)
+@router.post(
+    "/v1/me/chat-destinations",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 413, 422, 503),
+)
 def add_my_chat(body: ChatIn, who: User, core: Core, key: IdemKey) -> Response:
     """An Apprise URL for your own alerts (Slack, Telegram, Discord, Matrix, ntfy, …)."""
     return act_once(core, key, lambda: chat_destination(core, who, body, who.user_id))
 
 
-@router.post("/v1/chat-destinations", status_code=201, response_model=None)
+@router.post(
+    "/v1/chat-destinations",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 413, 422, 503),
+)
 def add_shared_chat(body: ChatIn, who: Admin, core: Core, key: IdemKey) -> Response:
     """A tenant-wide room that receives every member's pushed alerts (neutral texts)."""
     return act_once(core, key, lambda: chat_destination(core, who, body, None))
 
 
-@router.get("/v1/me/chat-destinations")
+@router.get("/v1/me/chat-destinations", responses=problems(401, 403, 503))
 def list_my_chat(who: User, core: Core) -> dict[str, Any]:
     c = t.chat_destinations
     with core.db.read() as conn:
@@ -336,7 +356,11 @@ def list_my_chat(who: User, core: Core) -> dict[str, Any]:
     return {"destinations": [_chat_view(r) for r in rows]}
 
 
-@router.delete("/v1/me/chat-destinations/{destination_id}", status_code=204)
+@router.delete(
+    "/v1/me/chat-destinations/{destination_id}",
+    status_code=204,
+    responses=problems(401, 403, 404, 413, 503),
+)
 def delete_my_chat(destination_id: str, who: User, core: Core) -> Response:
     c = t.chat_destinations
     cond = [c.c.tenant_id == who.tenant_id, c.c.id == destination_id]

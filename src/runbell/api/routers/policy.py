@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from runbell.api.deps import Admin, Core
+from runbell.api.openapi import problems
 from runbell.store import tables as t
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
@@ -24,7 +25,7 @@ class PolicyDoc(BaseModel):
     )
 
 
-@router.get("")
+@router.get("", responses=problems(401, 403, 503))
 def get_policy(who: Admin, core: Core) -> dict[str, Any]:
     """The effective rules in order (tenant rules first), and the tenant's own document."""
     with core.db.read() as conn:
@@ -39,7 +40,7 @@ def get_policy(who: Admin, core: Core) -> dict[str, Any]:
     }
 
 
-@router.put("")
+@router.put("", responses=problems(401, 403, 413, 422, 503))
 def put_policy(body: PolicyDoc, who: Admin, core: Core) -> dict[str, Any]:
     """Replace the tenant's rules; they are validated whole before anything is stored."""
     policy = core.set_policy(who.tenant_id, body.model_dump())

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import IdemKey, act_once
+from runbell.api.openapi import problems
 from runbell.api.schemas import SourceCreate
 from runbell.core import Runbell, Signal
 from runbell.domain.errors import NotFound, ValidationFailed
@@ -104,19 +105,23 @@ def source_creation(
     return act
 
 
-@router.post("", status_code=201, response_model=None)
+@router.post("", status_code=201, response_model=None, responses=problems(401, 403, 413, 422, 503))
 def post_source(body: SourceCreate, who: Admin, core: Core, key: IdemKey) -> Response:
     """Register a source. A webhook source answers with its signing secret, once."""
     return act_once(core, key, lambda: source_creation(core, who.tenant_id, body))
 
 
-@router.get("")
+@router.get("", responses=problems(401, 403, 503))
 def list_sources(who: Admin, core: Core) -> dict[str, Any]:
     with core.db.read() as conn:
         return {"sources": [source_view(s) for s in accounts.list_sources(conn, who.tenant_id)]}
 
 
-@router.post("/{source_id}/rotate-secret", response_model=None)
+@router.post(
+    "/{source_id}/rotate-secret",
+    response_model=None,
+    responses=problems(401, 403, 404, 413, 422, 503),
+)
 def rotate_secret(source_id: str, who: Admin, core: Core, key: IdemKey) -> Response:
     """Add a new signing secret; the previous one stays valid until the next rotation."""
 
@@ -133,7 +138,7 @@ def rotate_secret(source_id: str, who: Admin, core: Core, key: IdemKey) -> Respo
     return act_once(core, key, lambda: act)
 
 
-@router.post("/{source_id}/webhook")
+@router.post("/{source_id}/webhook", responses=problems(401, 404, 409, 413, 422, 503))
 async def provider_webhook(source_id: str, request: Request, core: Core) -> dict[str, Any]:
     """A Standard Webhooks-signed provider event, mapped to signals and accepted."""
     body = await request.body()

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import Act, IdemKey, act_once
+from runbell.api.openapi import problems
 from runbell.api.routers.sources import check_destination
 from runbell.domain.errors import ValidationFailed
 from runbell.ingress.signatures import new_secret
@@ -81,7 +82,7 @@ def endpoint_view(ep: dict[str, Any], now: datetime) -> dict[str, Any]:
     }
 
 
-@router.post("", status_code=201, response_model=None)
+@router.post("", status_code=201, response_model=None, responses=problems(401, 403, 413, 422, 503))
 def create(body: EndpointIn, who: Admin, core: Core, key: IdemKey) -> Response:
     """Register an endpoint; the answer carries its signing secret, once (a retry under
     the same Idempotency-Key replays that answer, secret included)."""
@@ -109,7 +110,7 @@ def create(body: EndpointIn, who: Admin, core: Core, key: IdemKey) -> Response:
     return act_once(core, key, prepare)
 
 
-@router.get("")
+@router.get("", responses=problems(401, 403, 503))
 def list_endpoints(who: Admin, core: Core) -> dict[str, Any]:
     now = core.db.clock()
     with core.db.read() as conn:
@@ -118,13 +119,13 @@ def list_endpoints(who: Admin, core: Core) -> dict[str, Any]:
         }
 
 
-@router.get("/{endpoint_id}")
+@router.get("/{endpoint_id}", responses=problems(401, 403, 404, 503))
 def get_endpoint(endpoint_id: str, who: Admin, core: Core) -> dict[str, Any]:
     with core.db.read() as conn:
         return endpoint_view(endpoints.get(conn, who.tenant_id, endpoint_id), core.db.clock())
 
 
-@router.patch("/{endpoint_id}")
+@router.patch("/{endpoint_id}", responses=problems(401, 403, 404, 413, 422, 503))
 def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: Core) -> dict[str, Any]:
     """Change the URL or filter, or enable/disable. Re-enabling resets the dead streak."""
     values = body.model_dump(exclude_unset=True)
@@ -145,7 +146,11 @@ def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: Core) -> dict
     return endpoint_view(ep, core.db.clock())
 
 
-@router.post("/{endpoint_id}/rotate-secret", response_model=None)
+@router.post(
+    "/{endpoint_id}/rotate-secret",
+    response_model=None,
+    responses=problems(401, 403, 404, 413, 422, 503),
+)
 def rotate(
     endpoint_id: str, who: Admin, core: Core, key: IdemKey, body: RotateIn | None = None
 ) -> Response:
@@ -163,7 +168,12 @@ def rotate(
     return act_once(core, key, lambda: act)
 
 
-@router.post("/{endpoint_id}/recover", status_code=202, response_model=None)
+@router.post(
+    "/{endpoint_id}/recover",
+    status_code=202,
+    response_model=None,
+    responses=problems(401, 403, 404, 413, 422, 503),
+)
 def recover(
     endpoint_id: str,
     who: Admin,
