@@ -240,3 +240,18 @@ def test_declared_problems_are_what_the_server_sends(
     for method, path, r in samples:
         declared = doc["paths"][path][method]["responses"][str(r.status_code)]
         assert r.headers["content-type"].split(";")[0] in declared["content"], (path, r.text)
+
+
+def test_a_405_lists_every_method_of_the_path(client: TestClient, creds: TenantCreds) -> None:
+    """Paths served by several routes answer 405 with all their methods in Allow."""
+    rt = bearer(creds.runtime_key)
+    for path, allow in (
+        ("/v1/runs/r1", "GET, PUT"),
+        ("/v1/webhook-endpoints/ep_1", "GET, PATCH"),
+        ("/v1/sources", "GET, POST"),
+        ("/v1/me/preferences", "GET, PUT"),
+    ):
+        r = client.request("DELETE", path, headers=rt)
+        assert r.status_code == 405, r.text
+        assert r.headers["allow"] == allow, path
+        assert r.headers["content-type"].startswith("application/problem+json")

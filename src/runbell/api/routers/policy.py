@@ -7,7 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from runbell.api.deps import Admin, Core
 from runbell.api.openapi import problems
@@ -19,7 +19,7 @@ router = APIRouter(prefix="/v1/policy", tags=["policy"])
 class PolicyDoc(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rules: list[dict[str, Any]] = Field(default_factory=list, max_length=200)
-    replace_defaults: bool = False
+    replace_defaults: StrictBool = False
     quiet_hours_bypass: list[str] = Field(
         default_factory=list, description="urgencies that may be sent during quiet hours"
     )

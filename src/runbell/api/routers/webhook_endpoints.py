@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import Act, IdemKey, act_once
@@ -57,7 +57,7 @@ class EndpointPatch(BaseModel):
 
 class RotateIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    overlap_s: int = Field(
+    overlap_s: StrictInt = Field(
         default=86400, ge=0, le=7 * 86400, description="how long the previous secrets stay valid"
     )
 
