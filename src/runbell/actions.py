@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from sqlalchemy.exc import IntegrityError
 
-from runbell import views
+from runbell import idempotency, views
 from runbell.attention import RequestLink, close_notification
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.runs import RunState
+from runbell.idempotency import Answer, IdempotencyKey, once
 from runbell.ids import new_id
 from runbell.store import accounts, runs
 from runbell.store import input_requests as requests
@@ -57,7 +59,6 @@ DECISIONS: dict[str, tuple[str, ...]] = {
 RECEIPT_KINDS = ("displayed", "opened", "dismissed", "clicked")
 RECEIPT_CHANNELS = ("inbox", "email", "webpush", "chat")
 MAX_TEXT = 10_000
-MAX_KEY = 200
 MAX_OPTIONS = 50
 NOT_AUTHORIZED = "only the run's owner or the people it names can answer this request"
 
@@ -75,122 +76,130 @@ def open_request(
     request of the same run is superseded. Returns ``{input_request, run, notifications,
     created}``.
     """
+    # Two opens of one new id for different runs may race: the loser's insert fails, and
+    # its second try (once() retries a constraint violation) sees the winner.
+    return once(core.db, core.box, None, opening(core, who, run_id, body)).content()
+
+
+def opening(
+    core: Runbell, who: Principal, run_id: str, body: dict[str, Any]
+) -> Callable[[Tx], tuple[int, dict[str, Any]]]:
+    """Validate an open request's body now; the action to run in the transaction returns
+    (201, the result) or (200, the request as it is) for a retry of the same id."""
     fields = _request_fields(body)
     digest = _digest({"run_id": run_id, **fields, "expires_at": views.iso(fields["expires_at"])})
-    try:
-        return _open(core, who, run_id, fields, digest)
-    except IntegrityError:
-        # Two opens of one new id for different runs raced; the loser now sees the winner.
-        return _open(core, who, run_id, fields, digest)
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+        opened = _open_in(core, tx, who, run_id, fields, digest)
+        return (201 if opened["created"] else 200), opened
+
+    return act
 
 
-def _open(
-    core: Runbell, who: Principal, run_id: str, fields: dict[str, Any], digest: str
+def _open_in(
+    core: Runbell, tx: Tx, who: Principal, run_id: str, fields: dict[str, Any], digest: str
 ) -> dict[str, Any]:
     tenant_id, request_id = who.tenant_id, fields["id"]
-    with core.db.transaction() as tx:
-        conn = tx.conn
-        run = runs.require_run(conn, tenant_id, run_id, for_update=True)
-        existing = requests.get(conn, tenant_id, request_id, for_update=True)
-        if existing is not None:
-            if existing["request_hash"] != digest:
-                raise Conflict(
-                    f"input_request_id {request_id!r} was already used for a different "
-                    "request; open a new request under a new id",
-                    field="input_request_id",
-                    current=_current(run, existing),
-                )
-            return _opened(conn, existing, run, [], created=False)
-        expires_at = fields["expires_at"]
-        if expires_at is not None and expires_at <= tx.now:
-            raise ValidationFailed(
-                f"expires_at {views.iso(expires_at)} is not in the future", field="expires_at"
-            )
-        if run["state"] not in (RunState.WORKING, RunState.INPUT_REQUIRED):
+    conn = tx.conn
+    run = runs.require_run(conn, tenant_id, run_id, for_update=True)
+    existing = requests.get(conn, tenant_id, request_id, for_update=True)
+    if existing is not None:
+        if existing["request_hash"] != digest:
             raise Conflict(
-                f"run {run_id!r} is {run['state']}; only a working run (or one already "
-                "waiting for input) can ask for input",
-                current={"run": views.run_view(run)},
+                f"input_request_id {request_id!r} was already used for a different "
+                "request; open a new request under a new id",
+                field="input_request_id",
+                current=_current(run, existing),
             )
-        replaced = requests.pending_for_run(conn, tenant_id, run_id, for_update=True)
-        version = run["version"] + 1
-        values = {
-            "tenant_id": tenant_id,
-            "id": request_id,
-            "run_id": run_id,
-            "kind": fields["kind"],
-            "summary": fields["summary"],
-            "details": fields["details"],
-            "options": fields["options"],
-            "blocks_work": fields["blocks_work"],
-            "expires_at": expires_at,
-            "version": 1,  # requests are not amended yet; a new request gets a new id
-            "run_version": version,
-            "state": "pending",
-            "request_hash": digest,
-            "created_at": tx.now,
-        }
-        requests.insert(conn, values)
+        return _opened(conn, existing, run, [], created=False)
+    expires_at = fields["expires_at"]
+    if expires_at is not None and expires_at <= tx.now:
+        raise ValidationFailed(
+            f"expires_at {views.iso(expires_at)} is not in the future", field="expires_at"
+        )
+    if run["state"] not in (RunState.WORKING, RunState.INPUT_REQUIRED):
+        raise Conflict(
+            f"run {run_id!r} is {run['state']}; only a working run (or one already "
+            "waiting for input) can ask for input",
+            current={"run": views.run_view(run)},
+        )
+    replaced = requests.pending_for_run(conn, tenant_id, run_id, for_update=True)
+    version = run["version"] + 1
+    values = {
+        "tenant_id": tenant_id,
+        "id": request_id,
+        "run_id": run_id,
+        "kind": fields["kind"],
+        "summary": fields["summary"],
+        "details": fields["details"],
+        "options": fields["options"],
+        "blocks_work": fields["blocks_work"],
+        "expires_at": expires_at,
+        "version": 1,  # requests are not amended yet; a new request gets a new id
+        "run_version": version,
+        "state": "pending",
+        "request_hash": digest,
+        "created_at": tx.now,
+    }
+    requests.insert(conn, values)
+    tx.emit(
+        tenant_id,
+        PendingEvent(
+            "input_request.opened",
+            {
+                "input_request_id": request_id,
+                "run_id": run_id,
+                "kind": fields["kind"],
+                "state": "pending",
+                "version": version,
+                "request_version": 1,
+                "expires_at": views.iso(expires_at),
+                "supersedes": [r["id"] for r in replaced],
+            },
+            run_id=run_id,
+        ),
+    )
+    for old in replaced:
+        requests.close(conn, tenant_id, old["id"], "superseded", tx.now, superseded_by=request_id)
         tx.emit(
             tenant_id,
             PendingEvent(
-                "input_request.opened",
+                "input_request.superseded",
                 {
-                    "input_request_id": request_id,
+                    "input_request_id": old["id"],
                     "run_id": run_id,
-                    "kind": fields["kind"],
-                    "state": "pending",
+                    "state": "superseded",
+                    "superseded_by": request_id,
                     "version": version,
-                    "request_version": 1,
-                    "expires_at": views.iso(expires_at),
-                    "supersedes": [r["id"] for r in replaced],
+                    "request_version": old["version"],
                 },
                 run_id=run_id,
             ),
         )
-        for old in replaced:
-            requests.close(
-                conn, tenant_id, old["id"], "superseded", tx.now, superseded_by=request_id
-            )
-            tx.emit(
-                tenant_id,
-                PendingEvent(
-                    "input_request.superseded",
-                    {
-                        "input_request_id": old["id"],
-                        "run_id": run_id,
-                        "state": "superseded",
-                        "superseded_by": request_id,
-                        "version": version,
-                        "request_version": old["version"],
-                    },
-                    run_id=run_id,
-                ),
-            )
-        # Same state again for a replacing request: still a new version, so anything
-        # bound to the old one (links, open pages, queued alerts) is stale.
-        run, ids = core._apply(
-            tx,
-            run,
-            RunState.INPUT_REQUIRED.value,
-            sequence=None,
-            source_id=who.source_id or accounts.api_source_id(conn, tenant_id),
-            event_id=None,
-            reason=f"input request {request_id}",
-            error=None,
-            effects_verified=None,
-            kind="state" if run["state"] == RunState.WORKING else "request",
-            request=RequestLink(request_id, expires_at, fields["blocks_work"]),
-        )
-        log.info(
-            "input_request.opened",
-            run_id=run_id,
-            input_request_id=request_id,
-            superseded=len(replaced),
-        )
-        req = requests.get(conn, tenant_id, request_id)
-        assert req is not None
-        return _opened(conn, req, run, ids, created=True)
+    # Same state again for a replacing request: still a new version, so anything
+    # bound to the old one (links, open pages, queued alerts) is stale.
+    run, ids = core._apply(
+        tx,
+        run,
+        RunState.INPUT_REQUIRED.value,
+        sequence=None,
+        source_id=who.source_id or accounts.api_source_id(conn, tenant_id),
+        event_id=None,
+        reason=f"input request {request_id}",
+        error=None,
+        effects_verified=None,
+        kind="state" if run["state"] == RunState.WORKING else "request",
+        request=RequestLink(request_id, expires_at, fields["blocks_work"]),
+    )
+    log.info(
+        "input_request.opened",
+        run_id=run_id,
+        input_request_id=request_id,
+        superseded=len(replaced),
+    )
+    req = requests.get(conn, tenant_id, request_id)
+    assert req is not None
+    return _opened(conn, req, run, ids, created=True)
 
 
 def _opened(
@@ -344,7 +353,18 @@ def respond(
     body: dict[str, Any],
     idempotency_key: str | None,
 ) -> dict[str, Any]:
-    """Answer a request once: ``{response, input_request, run}``.
+    """Answer a request once: ``{response, input_request, run}`` (see :func:`answer`)."""
+    return answer(core, who, request_id, body, idempotency_key).content()
+
+
+def answer(
+    core: Runbell,
+    who: Principal,
+    request_id: str,
+    body: dict[str, Any],
+    idempotency_key: str | None,
+) -> Answer:
+    """Answer a request once; the exact answer to send (a replay is the stored one).
 
     Checks, in one transaction with the run and the request locked: the request exists in
     your tenant (404), you may answer it (403), an Idempotency-Key (422), a replay of that
@@ -353,14 +373,14 @@ def respond(
     ``current``), then the decision fits the kind (422). A request found expired is
     marked expired even though the answer is refused.
     """
-    answer = _answer_fields(body)
-    digest = _digest({"input_request_id": request_id, **answer})
+    fields = _answer_fields(body)
+    digest = _digest({"input_request_id": request_id, **fields})
     try:
-        return _respond(core, who, request_id, answer, idempotency_key, digest)
+        return _respond(core, who, request_id, fields, idempotency_key, digest)
     except IntegrityError:
         # A concurrent answer won the insert (one response per request) or stored this
         # Idempotency-Key first: the second pass answers from what it committed.
-        return _respond(core, who, request_id, answer, idempotency_key, digest)
+        return _respond(core, who, request_id, fields, idempotency_key, digest)
 
 
 def _respond(
@@ -370,7 +390,7 @@ def _respond(
     answer: dict[str, Any],
     key: str | None,
     digest: str,
-) -> dict[str, Any]:
+) -> Answer:
     with core.db.transaction() as tx:
         outcome = _respond_in_tx(core, tx, who, request_id, answer, key, digest)
     if isinstance(outcome, Conflict):
@@ -386,7 +406,7 @@ def _respond_in_tx(
     answer: dict[str, Any],
     key: str | None,
     digest: str,
-) -> dict[str, Any] | Conflict:
+) -> Answer | Conflict:
     conn, tenant_id = tx.conn, who.tenant_id
     found = requests.get(conn, tenant_id, request_id)
     if found is None:
@@ -403,26 +423,19 @@ def _respond_in_tx(
             "this same answer)",
             field="Idempotency-Key",
         )
-    if len(key) > MAX_KEY:
-        raise ValidationFailed(
-            f"Idempotency-Key is at most {MAX_KEY} characters", field="Idempotency-Key"
-        )
-    record = requests.get_idempotency(conn, tenant_id, who.user_id, key)
-    if record is not None:
-        if record["request_hash"] == digest:
-            log.info("input_request.replayed", input_request_id=request_id)
-            replay: dict[str, Any] = _canonical(record["response"])
-            return replay
-        raise ValidationFailed(
-            "this Idempotency-Key was already used with a different request; "
-            "use a new key for a new answer",
-            field="Idempotency-Key",
-        )
+    ik = IdempotencyKey(tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
+    # Looked up under the run's lock: a concurrent answer under this key has committed
+    # (and is replayed) or has not started.
+    replay = idempotency.stored(conn, core.box, ik)
+    if replay is not None:
+        log.info("input_request.replayed", input_request_id=request_id)
+        return replay
 
     refused = _check_current(tx, req, run, answer)
     if refused is not None:
         return refused
     _check_decision(req, answer)
+    idempotency.claim(tx, core.box, ik)  # unused so far (looked up above, under the lock)
 
     decision, value = answer["decision"], answer["value"]
     requests.insert_response(
@@ -490,11 +503,9 @@ def _respond_in_tx(
         "input_request": views.input_request_view(req),
         "run": views.run_view(run),
     }
-    # Keys sorted: PostgreSQL's JSONB reorders them, and a replay must be byte-identical.
-    result = _canonical(result)
-    requests.put_idempotency(conn, tenant_id, who.user_id, key, digest, 200, result, tx.now)
     log.info("input_request.answered", input_request_id=request_id, decision=decision)
-    return result
+    # Keys sorted, as documented; the answer is stored byte for byte for replays.
+    return idempotency.settle(tx, core.box, ik, 200, _canonical(result))
 
 
 def _check_current(
@@ -689,6 +700,13 @@ def record_receipt(
     """Store what a device did with a notification. Never a decision (invariant 10):
     opening is not approval, dismissing is not rejection. ``opened`` and ``clicked`` set
     the notification's ``first_seen_at``; nothing else changes."""
+    check_receipt(who, kind, channel)
+    with core.db.transaction() as tx:
+        return receipt_in(tx, who, notification_id, kind, channel)
+
+
+def check_receipt(who: Principal, kind: str, channel: str | None) -> None:
+    """What a receipt must be before anything is written (422, or 403 for an API key)."""
     if kind not in RECEIPT_KINDS:
         raise ValidationFailed(f"kind must be one of {', '.join(RECEIPT_KINDS)}", field="kind")
     if channel is not None and channel not in RECEIPT_CHANNELS:
@@ -697,22 +715,27 @@ def record_receipt(
         )
     if not who.is_user:
         raise Forbidden("receipts come from a person's device: send a user token")
-    with core.db.transaction() as tx:
-        note = notes.get(tx.conn, who.tenant_id, notification_id)
-        if note["recipient_user_id"] != who.user_id:
-            raise NotFound(f"no notification {notification_id!r}")
-        values = {
-            "id": new_id("rct"),
-            "tenant_id": who.tenant_id,
-            "notification_id": notification_id,
-            "user_id": who.user_id,
-            "kind": kind,
-            "channel": channel,
-            "at": tx.now,
-        }
-        requests.add_receipt(tx.conn, values)
-        if kind in ("opened", "clicked"):
-            notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
+
+
+def receipt_in(
+    tx: Tx, who: Principal, notification_id: str, kind: str, channel: str | None
+) -> dict[str, Any]:
+    """Store a checked receipt inside ``tx`` (the API's Idempotency-Key commits with it)."""
+    note = notes.get(tx.conn, who.tenant_id, notification_id)
+    if note["recipient_user_id"] != who.user_id:
+        raise NotFound(f"no notification {notification_id!r}")
+    values = {
+        "id": new_id("rct"),
+        "tenant_id": who.tenant_id,
+        "notification_id": notification_id,
+        "user_id": who.user_id,
+        "kind": kind,
+        "channel": channel,
+        "at": tx.now,
+    }
+    requests.add_receipt(tx.conn, values)
+    if kind in ("opened", "clicked"):
+        notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
     return views.receipt_view(values)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,9 +32,10 @@ from runbell.dispatch.fanout import make_hook
 from runbell.domain.errors import Conflict, NotFound, RunbellError, ValidationFailed
 from runbell.domain.policy import Policy
 from runbell.domain.runs import RunState, attention_for, is_terminal, judge
+from runbell.domain.text import REASON_MAX, public_text
 from runbell.ingress.readers import Observed, StateReader, reader_from_config
 from runbell.presence import Presence
-from runbell.store import accounts, feed, runs
+from runbell.store import accounts, feed, idempotency, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 from runbell.store import tables as t
@@ -42,6 +43,12 @@ from runbell.store.accounts import Principal
 from runbell.store.db import Database, PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
+
+# The API's own limits for the other public free text (characters).
+SUMMARY_MAX = 500
+TRACE_ID_MAX = 200
+LINK_LABEL_MAX = 200
+PROGRESS_MAX = 500
 
 RUN_FIELDS = (
     "title",
@@ -87,6 +94,24 @@ class SignalResult:
         if self.original_outcome is not None:
             out["original_outcome"] = self.original_outcome
         return out
+
+
+def public_report(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A signal's ``report`` with its free text made safe: it is public like ``reason``."""
+    if not report:
+        return report
+    out = dict(report)
+    for name, limit in (("summary", SUMMARY_MAX), ("trace_id", TRACE_ID_MAX)):
+        if isinstance(out.get(name), str):
+            out[name] = public_text(out[name], limit)
+    if isinstance(out.get("links"), list):
+        out["links"] = [
+            {**link, "label": public_text(link.get("label"), LINK_LABEL_MAX) or "link"}
+            if isinstance(link, dict)
+            else link
+            for link in out["links"]
+        ]
+    return out
 
 
 def error_facts(error: Mapping[str, Any] | None) -> dict[str, bool]:
@@ -364,6 +389,7 @@ class Runbell:
                     "reason": f"run is {run['state']}",
                     "run": views.run_view(run),
                 }
+            message = public_text(message, PROGRESS_MAX)
             progress = {"message": message, "counts": counts, "at": views.iso(tx.now)}
             runs.update_run(
                 tx.conn, who.tenant_id, run_id, {"progress": progress, "last_progress_at": tx.now}
@@ -392,6 +418,12 @@ class Runbell:
         """Dedupe, reconcile, judge, apply, decide and enqueue — one transaction."""
         if signal.state not in RunState.__members__.values():
             raise ValidationFailed(f"unknown state {signal.state!r}", field="state")
+        # Public from here on (notifications, feed, webhooks): one short safe line.
+        signal = replace(
+            signal,
+            reason=public_text(signal.reason, REASON_MAX),
+            report=public_report(signal.report),
+        )
         with self.db.read() as conn:
             seen = runs.find_inbound(conn, tenant_id, source["id"], signal.event_id)
         if seen is not None:
@@ -863,9 +895,7 @@ class Runbell:
             run = runs.require_run(conn, who.tenant_id, note["run_id"])
             can_see = runs.can_see_run(conn, who, note["run_id"])
             request = actions.get_for_notification(conn, note)
-        ok, why = views.actionable(note, run, self.db.clock(), request)
-        if not can_see:
-            ok, why = False, "access lost"
+        ok, why = self._actionable(note, run, request, can_see)
         if note["attention_type"] == "input_required" and not ok:
             metrics.STALE_OPENS.labels(note["attention_type"]).inc()
         out = views.notification_view(note)
@@ -886,18 +916,44 @@ class Runbell:
             out["input_request"] = views.input_request_view(request, include_details=True)
         return out
 
+    def _actionable(
+        self,
+        note: dict[str, Any],
+        run: dict[str, Any],
+        request: dict[str, Any] | None,
+        recipient_sees_run: bool,
+    ) -> tuple[bool, str]:
+        """Whether the recipient can still act on ``note``, and why (not): the one answer
+        the recipient's own view and the admin's trail both give."""
+        ok, why = views.actionable(note, run, self.db.clock(), request)
+        if not recipient_sees_run:
+            return False, "access lost"
+        return ok, why
+
+    def _recipient_sees_run(self, conn: Any, note: dict[str, Any]) -> bool:
+        """The recipient's access now, as the dispatcher checks it: a current member who
+        may see the run (whoever is asking)."""
+        tenant_id, user_id = note["tenant_id"], note["recipient_user_id"]
+        role = accounts.membership_role(conn, tenant_id, user_id)
+        recipient = Principal(tenant_id=tenant_id, kind="user", role=role or "", user_id=user_id)
+        return role is not None and runs.can_see_run(conn, recipient, note["run_id"])
+
     def acknowledge(self, who: Principal, notification_id: str) -> dict[str, Any]:
         with self.db.transaction() as tx:
-            note = self._own_note(tx.conn, who, notification_id)
-            if close_notification(
-                tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"
-            ):
-                notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
-                waited = (tx.now - note["created_at"]).total_seconds()
-                kind = note["attention_type"]
-                tx.after_commit.append(lambda: metrics.ACK_SECONDS.labels(kind).observe(waited))
-                note = notes.get(tx.conn, who.tenant_id, notification_id)
-            return views.notification_view(note)
+            return self.acknowledge_in(tx, who, notification_id)
+
+    def acknowledge_in(self, tx: Tx, who: Principal, notification_id: str) -> dict[str, Any]:
+        """Acknowledge inside ``tx`` (the API's Idempotency-Key record commits with it)."""
+        note = self._own_note(tx.conn, who, notification_id)
+        if close_notification(
+            tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"
+        ):
+            notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
+            waited = (tx.now - note["created_at"]).total_seconds()
+            kind = note["attention_type"]
+            tx.after_commit.append(lambda: metrics.ACK_SECONDS.labels(kind).observe(waited))
+            note = notes.get(tx.conn, who.tenant_id, notification_id)
+        return views.notification_view(note)
 
     def revoke_member(self, tenant_id: str, user_id: str) -> int:
         """Revoke a membership and all its tokens, and withdraw what was sent to them.
@@ -929,7 +985,14 @@ class Runbell:
             deliveries = notes.deliveries_for(conn, who.tenant_id, notification_id)
             lifecycle = feed.for_notification(conn, who.tenant_id, notification_id)
             receipts = requests.receipts_for(conn, who.tenant_id, notification_id)
+            run = runs.require_run(conn, who.tenant_id, note["run_id"])
+            request = actions.get_for_notification(conn, note)
+            recipient_sees_run = self._recipient_sees_run(conn, note)
         out = views.notification_view(note)
+        # "Could the user still act?": the recipient's answer, not the admin asking.
+        out["actionable"], out["actionable_reason"] = self._actionable(
+            note, run, request, recipient_sees_run
+        )
         out["why"] = {
             "rule_id": note["rule_id"],
             "decision": note["decision"],
@@ -1016,5 +1079,5 @@ class Runbell:
         with self.db.transaction(now=now) as tx:
             before = now - timedelta(seconds=self.settings.inbound_retention_s)
             runs.prune_inbound(tx.conn, before)
-            requests.prune_idempotency(tx.conn, before)  # same retention as signal dedupe
+            idempotency.prune(tx.conn, before)  # same retention as signal dedupe
         return total

@@ -6,10 +6,20 @@ the neutral views here never include them.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
 from runbell.domain.runs import MCP_STATUS, RunState, is_terminal
+
+
+def json_body(content: Any) -> bytes:
+    """The bytes of one JSON answer: compact UTF-8 ending in one newline (so ``curl``
+    output does not run into the prompt). Every API answer and every stored replay."""
+    return (
+        json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        + b"\n"
+    )
 
 
 def iso(value: datetime | None) -> str | None:

@@ -235,6 +235,8 @@ def test_failing_receiver_recovers_on_schedule_under_one_webhook_id(
             "iterations": 7,
             "summary": "3 files changed",
             "spend": {"amount": 1.25, "currency": "USD"},
+            "trace_id": "tr_7f3a",
+            "links": [{"label": "PR", "url": "https://git.example/acme/web/pull/42"}],
         }
         finish_run(env, "wh-recover", run={"kind": "coding"}, report=report, reason="done")
         (msg,) = webhook_messages(env)
@@ -285,6 +287,10 @@ def test_failing_receiver_recovers_on_schedule_under_one_webhook_id(
     assert data["summary"] == "3 files changed"
     assert data["spend"] == {"amount": 1.25, "currency": "USD"}
     assert data["kind"] == "coding"
+    assert data["tenant_id"] == env.creds.tenant_id  # several tenants, one receiver
+    assert data["trace_id"] == "tr_7f3a"
+    assert data["links"] == [{"label": "PR", "url": "https://git.example/acme/web/pull/42"}]
+    assert data["stop_reason"] == "done"
     assert data["deep_link"] == f"{PUBLIC}/runs/wh-recover"
     # One logical alert: one notification, one run.finished message.
     assert len(run["open_notifications"]) == 1
@@ -546,6 +552,7 @@ def test_endpoint_filter_keeps_unsubscribed_event_types_away(
 
     assert [r.json()["type"] for r in rx.requests] == ["notification.created"]
     assert rx.requests[0].json()["data"]["notification_id"] == notification_id(answer)
+    assert rx.requests[0].json()["data"]["tenant_id"] == env.creds.tenant_id
     assert {x["event_type"] for x in webhook_messages(env)} == {"notification.created"}
 
 

@@ -370,6 +370,67 @@ def test_trail_of_a_superseded_input_request(
     assert tr["lifecycle"][-1]["data"]["state"] == "superseded"
 
 
+def recipient_view(client: TestClient, token: str, note_id: str) -> tuple[bool, str]:
+    r = client.get(f"/v1/notifications/{note_id}", headers=bearer(token))
+    assert r.status_code == 200, r.text
+    return r.json()["actionable"], r.json()["actionable_reason"]
+
+
+def trail_view(client: TestClient, creds: TenantCreds, note_id: str) -> tuple[bool, str]:
+    tr = trail(client, creds, note_id)
+    return tr["actionable"], tr["actionable_reason"]
+
+
+def test_trail_says_whether_the_recipient_could_still_act(
+    client: TestClient, creds: TenantCreds
+) -> None:
+    """Support answers "could the user still act?" from the trail alone: it carries the
+    recipient's own actionable and reason at every step, not the admin's."""
+    make_run(client, creds, "t-act")
+    [note] = signal(client, creds, "t-act", "e1", "input_required")["notifications"]
+    assert trail_view(client, creds, note["id"]) == (True, "awaiting your input")
+    assert trail_view(client, creds, note["id"]) == recipient_view(
+        client, creds.owner_token, note["id"]
+    )
+    signal(client, creds, "t-act", "e2", "working")
+    assert trail_view(client, creds, note["id"]) == (False, "superseded")
+    assert trail_view(client, creds, note["id"]) == recipient_view(
+        client, creds.owner_token, note["id"]
+    )
+    done = completed_note(client, creds, "t-info")
+    assert trail_view(client, creds, done) == (False, "informational")
+
+
+def test_trail_answers_for_the_recipient_not_the_admin_asking(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """The admin reading the trail may see the run; the recipient who lost it may not.
+    The trail says "access lost", as the recipient's own view does."""
+    _, first_token = add_user(core, creds.tenant_id, "first@acme.test")
+    add_user(core, creds.tenant_id, "next@acme.test")
+    make_run(client, creds, "t-lost", owner="first@acme.test")
+    [note] = signal(client, creds, "t-lost", "e1", "input_required")["notifications"]
+    assert trail_view(client, creds, note["id"]) == (True, "awaiting your input")
+    r = client.put(
+        "/v1/runs/t-lost", json={"owner": "next@acme.test"}, headers=bearer(creds.runtime_key)
+    )
+    assert r.status_code == 200, r.text
+    assert recipient_view(client, first_token, note["id"]) == (False, "access lost")
+    assert trail_view(client, creds, note["id"]) == (False, "access lost")
+
+
+def test_trail_of_a_revoked_recipient_says_access_lost(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """A recipient whose membership was revoked can no longer act, whatever the run does."""
+    bob_id, _ = add_user(core, creds.tenant_id, "bob@acme.test", role="admin")
+    make_run(client, creds, "t-rev", owner="bob@acme.test")
+    [note] = signal(client, creds, "t-rev", "e1", "input_required")["notifications"]
+    assert trail_view(client, creds, note["id"]) == (True, "awaiting your input")
+    core.revoke_member(creds.tenant_id, bob_id)
+    assert trail_view(client, creds, note["id"]) == (False, "access lost")
+
+
 # --- sensitive details -----------------------------------------------------------------
 
 

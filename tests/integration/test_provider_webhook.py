@@ -527,3 +527,17 @@ def test_openai_event_types_it_does_not_track_are_ignored(
     assert r.status_code == 200, r.text
     assert r.json() == {"accepted": 0, "results": []}
     assert attention_types(client, creds) == []
+
+
+def test_a_provider_reason_is_cleaned_and_cut_like_an_api_one(
+    client: TestClient, frozen: Clock, creds: TenantCreds
+) -> None:
+    """The generic mapper's reason is public too: one safe line of at most 200 characters."""
+    source = generic_source(client, creds)
+    start_run(client, creds, "r-pub")
+    payload = {"run_id": "r-pub", "state": "failed", "reason": "disk\nfull " + "z" * 400}
+    r = deliver(client, source["id"], payload, source["signing_secret"], "m-pub", frozen())
+    assert r.status_code == 200, r.text
+    run = client.get("/v1/runs/r-pub", headers=bearer(creds.runtime_key)).json()
+    assert run["stop_reason"].startswith("disk full zzz")
+    assert len(run["stop_reason"]) == 200 and run["stop_reason"].endswith("…")

@@ -575,3 +575,101 @@ def test_present_owner_gets_inbox_not_push(
         core.presence.leave(creds.tenant_id, creds.owner_id)
     assert (note["decision"], note["rule_id"]) == ("inbox", "completed.owner_present")
     assert [d["channel"] for d in deliveries(core, creds, note["id"])] == ["inbox"]
+
+
+# --- reason is public, error is private ----------------------------------------------
+
+LONG_REASON = "deploy failed:\r\n\x1b[31mquota\x1b[0m \u202eexceeded\u202c " + "x" * 300
+CLEAN_START = "deploy failed: [31mquota [0m exceeded "
+PRIVATE = "PRIVATE-STACKTRACE-at-db.internal:5432"
+
+
+def webhook_payloads(core: Runbell, creds: TenantCreds) -> dict[str, dict[str, Any]]:
+    """The tenant-webhook messages written so far, by event type (bodies are fixed now)."""
+    return {
+        d["event_type"]: d["payload"]["data"]
+        for d in rows(core, t.deliveries, creds.tenant_id, channel="webhook")
+    }
+
+
+def test_reason_is_public_and_stored_as_one_short_safe_line(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """A reason goes to the inbox, the feed and every webhook endpoint: wherever it goes,
+    it is the same cleaned line of at most 200 characters. error stays private."""
+    r = client.post(
+        "/v1/webhook-endpoints",
+        json={"url": "http://127.0.0.1:9/hook"},
+        headers=bearer(creds.admin_key),
+    )
+    assert r.status_code == 201, r.text
+    put_run(client, creds, "pub-1", state="working")
+    res = signal(
+        client,
+        creds,
+        "pub-1",
+        "e1",
+        "failed",
+        reason=LONG_REASON,
+        error={"message": PRIVATE, "user_action_required": True},
+    )
+    assert res["outcome"] == "applied"
+    [note] = res["notifications"]
+    reason = note["reason"]
+    assert reason.startswith(CLEAN_START) and reason.endswith("…") and len(reason) == 200
+    assert get_run(client, creds, "pub-1")["stop_reason"] == reason
+    assert inbox(client, creds.owner_token)[0]["reason"] == reason
+    events = client.get("/v1/events?after=earliest", headers=bearer(creds.runtime_key)).json()
+    [moved] = [e for e in events["events"] if e["type"] == "run.transitioned"]
+    assert moved["data"]["reason"] == reason
+    hooks = webhook_payloads(core, creds)
+    assert hooks["run.transitioned"]["reason"] == reason
+    assert hooks["run.finished"]["stop_reason"] == reason
+    # error is private: the run view has it, nothing that leaves does.
+    assert get_run(client, creds, "pub-1")["error"]["message"] == PRIVATE
+    assert PRIVATE not in str(hooks) and PRIVATE not in str(events)
+    assert PRIVATE not in str(inbox(client, creds.owner_token))
+
+
+def test_reason_over_500_characters_is_still_refused(
+    client: TestClient, creds: TenantCreds
+) -> None:
+    """The input limit is unchanged: over 500 characters is a 422 naming reason."""
+    put_run(client, creds, "pub-2", state="working")
+    r = client.post(
+        "/v1/runs/pub-2/signals",
+        json={"event_id": "e1", "state": "failed", "reason": "y" * 501},
+        headers=bearer(creds.runtime_key),
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "reason"
+    assert get_run(client, creds, "pub-2")["state"] == "working"
+
+
+def test_report_and_progress_text_are_cleaned_too(client: TestClient, creds: TenantCreds) -> None:
+    """The report's summary, trace id and link labels, and a progress message, are
+    public as well (feed, webhooks): control characters do not survive there either."""
+    put_run(client, creds, "pub-3", state="working")
+    r = client.post(
+        "/v1/runs/pub-3/progress",
+        json={"message": "step 2\n\x07of 5"},
+        headers=bearer(creds.runtime_key),
+    )
+    assert r.status_code == 202, r.text
+    assert r.json()["run"]["progress"]["message"] == "step 2 of 5"
+    signal(
+        client,
+        creds,
+        "pub-3",
+        "e1",
+        "completed",
+        report={
+            "summary": "fixed\r\nit",
+            "trace_id": "tr\t1",
+            "links": [{"label": "P\u202eR", "url": "https://git.example/pr/1"}],
+        },
+    )
+    report = get_run(client, creds, "pub-3")["report"]
+    assert report["summary"] == "fixed it"
+    assert report["trace_id"] == "tr 1"
+    assert report["links"] == [{"label": "PR", "url": "https://git.example/pr/1"}]

@@ -8,10 +8,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI
+from starlette.routing import BaseRoute, Route
 
 from runbell import __version__
-from runbell.api import problems
+from runbell.api import openapi, problems
 from runbell.api.limits import BodyLimit, reject_lone_surrogates
+from runbell.api.responses import JSON
 from runbell.api.routers import (
     deliveries,
     events,
@@ -68,6 +70,7 @@ def create_app(
 
     app = FastAPI(
         dependencies=[Depends(reject_lone_surrogates)],
+        default_response_class=JSON,
         title="Runbell",
         version=__version__,
         lifespan=lifespan,
@@ -79,6 +82,8 @@ def create_app(
     app.state.core = core
     app.state.metrics_refusal = health.metrics_refusal(listen_host, core.settings.metrics_token)
     problems.install(app)
+    openapi.install(app)
+    _serve_openapi_as_json(app)
     for router in (
         runs.router,
         input_requests.router,
@@ -98,3 +103,21 @@ def create_app(
     apidocs.install(app)
     app.add_middleware(BodyLimit, max_bytes=core.settings.max_body_bytes)
     return app
+
+
+def _serve_openapi_as_json(app: FastAPI) -> None:
+    """``/openapi.json`` through the same renderer as every other JSON answer.
+
+    FastAPI's own route builds a plain ``JSONResponse``; it is swapped for one that ends in
+    a newline too (Swagger UI at ``/docs`` and ReDoc keep reading the same path).
+    """
+    path = app.openapi_url
+    if path is None:
+        return
+
+    async def openapi(_: object) -> JSON:
+        return JSON(app.openapi())
+
+    routes: list[BaseRoute] = [r for r in app.router.routes if getattr(r, "path", None) != path]
+    routes.append(Route(path, openapi, include_in_schema=False))
+    app.router.routes = routes

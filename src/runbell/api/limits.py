@@ -9,6 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runbell.api.responses import dumps
 from runbell.domain.errors import ValidationFailed
 
 
@@ -58,14 +59,14 @@ class BodyLimit:
                 await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
-        body = json.dumps(
+        body = dumps(
             {
                 "type": "https://runbell.dev/problems/too-large",
                 "title": "Content too large",
                 "status": 413,
                 "detail": f"request body exceeds {self.max_bytes} bytes",
             }
-        ).encode()
+        )
         await send(
             {
                 "type": "http.response.start",

@@ -10,7 +10,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
+from runbell.api.responses import JSON
 from runbell.domain.errors import RunbellError
 
 PROBLEM = "application/problem+json"
@@ -31,7 +33,7 @@ def problem(
     headers = dict(headers or {})
     if "retry_after" in extra:
         headers["Retry-After"] = str(extra["retry_after"])
-    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+    return JSON(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
 _HTTP = {
@@ -49,6 +51,20 @@ def _field_name(error: dict[str, Any]) -> str:
     loc = tuple(error.get("loc", ()))
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or "body"
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method the path is served with (Starlette's 405 names the first route's only,
+    and several routes share a path, e.g. GET and PUT /v1/runs/{run_id})."""
+    routes = request.app.router.routes
+    return ", ".join(
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in routes)
+    )
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
 def install(app: FastAPI) -> None:
@@ -77,7 +93,7 @@ def install(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400 and "parsing the body" in str(exc.detail):
             # FastAPI's own parse failure (e.g. absurdly deep nesting): a malformed body.
             return problem(
@@ -89,7 +105,10 @@ def install(app: FastAPI) -> None:
                 errors=[{"field": "body", "message": "could not be parsed"}],
             )
         title, slug = _HTTP.get(exc.status_code, ("Error", f"http-{exc.status_code}"))
-        return problem(exc.status_code, title, str(exc.detail), slug, headers=exc.headers)
+        headers = exc.headers
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": _allowed_methods(request)}
+        return problem(exc.status_code, title, str(exc.detail), slug, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

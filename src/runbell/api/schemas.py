@@ -1,11 +1,16 @@
-"""Request bodies. Unknown fields are refused, so a typo is a 422 naming it, not silence."""
+"""Request bodies. Unknown fields are refused, so a typo is a 422 naming it, not silence.
+
+Booleans and integers are strict: ``0`` is not ``false`` and ``"7"`` is not ``7`` (a wrong
+type is a 422 naming the field, as DESIGN §6 says), which is also what the OpenAPI
+document promises a generated client.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from runbell.domain.runs import MAX_SEQUENCE
 
@@ -37,20 +42,20 @@ class RunPut(Strict):
     subject: Subject | None = None
     objective: str | None = Field(default=None, max_length=10_000)
     authority: Authority | None = None
-    notify_on_complete: bool | None = None
+    notify_on_complete: StrictBool | None = None
     metadata: dict[str, Any] | None = None
     details: dict[str, Any] | None = Field(default=None, description="sensitive; never sent out")
     state: Literal["queued", "working"] | None = None
-    sequence: int | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
+    sequence: StrictInt | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
 
 
 class RunError(BaseModel):
     model_config = ConfigDict(extra="allow")
     code: str | None = Field(default=None, max_length=200)
     message: str | None = Field(default=None, max_length=2000)
-    retryable: bool = False
-    user_action_required: bool = False
-    data_inconsistent: bool = False
+    retryable: StrictBool = False
+    user_action_required: StrictBool = False
+    data_inconsistent: StrictBool = False
 
 
 class Spend(Strict):
@@ -66,7 +71,7 @@ class Link(Strict):
 class Report(Strict):
     """What the runtime says about the outcome. Not sensitive: tenant webhooks carry it."""
 
-    iterations: int | None = Field(default=None, ge=0)
+    iterations: StrictInt | None = Field(default=None, ge=0)
     spend: Spend | None = None
     summary: str | None = Field(default=None, max_length=500)
     trace_id: str | None = Field(default=None, max_length=200)
@@ -76,11 +81,21 @@ class Report(Strict):
 class SignalIn(Strict):
     event_id: str = Field(min_length=1, max_length=200)
     state: StateName
-    sequence: int | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
+    sequence: StrictInt | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
     at: datetime | None = None
-    reason: str | None = Field(default=None, max_length=500)
-    error: RunError | None = None
-    effects_verified: bool | None = None
+    reason: str | None = Field(
+        default=None,
+        max_length=500,
+        description="PUBLIC: shown in the inbox, the feed and every tenant webhook. Stored as "
+        "one safe line of at most 200 characters (control characters removed, longer text "
+        "cut with …). Put private diagnostics in error",
+    )
+    error: RunError | None = Field(
+        default=None,
+        description="private: kept in authenticated run views, never in webhooks, the feed "
+        "or notifications",
+    )
+    effects_verified: StrictBool | None = None
     report: Report | None = None
 
     @field_validator("at")
@@ -136,7 +151,7 @@ class InputRequestIn(Strict):
     )
     options: list[OptionIn] | None = Field(default=None, max_length=50, description="choice")
     expires_at: datetime | None = None
-    blocks_work: bool = True
+    blocks_work: StrictBool = True
 
     @field_validator("expires_at")
     @classmethod
@@ -151,8 +166,8 @@ class ResponseIn(Strict):
     value: str | None = Field(
         default=None, max_length=10_000, description="choice: an option id; text: the answer"
     )
-    expected_run_version: int = Field(ge=1)
-    expected_request_version: int = Field(ge=1)
+    expected_run_version: StrictInt = Field(ge=1)
+    expected_request_version: StrictInt = Field(ge=1)
 
 
 class ReceiptIn(Strict):

@@ -23,11 +23,18 @@ from runbell.views import iso
 FORWARDED = frozenset(WEBHOOK_EVENT_TYPES) - {"run.finished"}
 
 
-def messages(ev: PendingEvent, public_url: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """(event type, event key, data) for each webhook message one feed event makes."""
+def messages(
+    tenant_id: str, ev: PendingEvent, public_url: str
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """(event type, event key, data) for each webhook message one feed event makes.
+
+    Every message's data names its ``tenant_id``: an integrator who points several
+    tenants' endpoints at one receiver must be able to tell them apart (the feed needs no
+    such field: a feed reader's credential is already one tenant's).
+    """
     if ev.type not in FORWARDED:
         return []
-    data = dict(ev.data)
+    data = {**ev.data, "tenant_id": tenant_id}
     if ev.notification_id:
         key = f"{ev.type}:{ev.notification_id}"
     else:
@@ -42,6 +49,7 @@ def messages(ev: PendingEvent, public_url: str) -> list[tuple[str, str, dict[str
                 "run.finished",
                 f"run.finished:{ev.run_id}:{data.get('version')}",
                 {
+                    "tenant_id": tenant_id,
                     "run_id": ev.run_id,
                     "kind": data.get("kind"),
                     "status": data.get("state"),
@@ -65,7 +73,7 @@ def make_hook(public_url: Callable[[], str]) -> Callable[[Tx], None]:
         for tenant_id, events in tx.events.items():
             cache: dict[str, list[dict[str, Any]]] = {}
             for ev in events:
-                for event_type, key, data in messages(ev, public_url()):
+                for event_type, key, data in messages(tenant_id, ev, public_url()):
                     if event_type not in cache:
                         cache[event_type] = endpoints.subscribed(tx.conn, tenant_id, event_type)
                     for ep in cache[event_type]:

@@ -1,4 +1,4 @@
-"""Input requests, their one committed response, Idempotency-Key records and receipts."""
+"""Input requests, their one committed response, and receipts."""
 
 from __future__ import annotations
 
@@ -92,47 +92,6 @@ def due_for_expiry(conn: Connection, now: datetime, limit: int) -> list[dict[str
 def insert_response(conn: Connection, values: dict[str, Any]) -> None:
     """The one answer: the primary key is the request, so a second insert fails."""
     conn.execute(t.responses.insert().values(**values))
-
-
-# --- Idempotency-Key records ---------------------------------------------------------
-
-
-def get_idempotency(
-    conn: Connection, tenant_id: str, principal: str, key: str
-) -> dict[str, Any] | None:
-    k = t.idempotency_keys
-    row = conn.execute(
-        sa.select(k).where(k.c.tenant_id == tenant_id, k.c.principal == principal, k.c.key == key)
-    ).first()
-    return None if row is None else dict(row._mapping)
-
-
-def put_idempotency(
-    conn: Connection,
-    tenant_id: str,
-    principal: str,
-    key: str,
-    request_hash: str,
-    status_code: int,
-    response: dict[str, Any],
-    now: datetime,
-) -> None:
-    conn.execute(
-        t.idempotency_keys.insert().values(
-            tenant_id=tenant_id,
-            principal=principal,
-            key=key,
-            request_hash=request_hash,
-            status_code=status_code,
-            response=response,
-            created_at=now,
-        )
-    )
-
-
-def prune_idempotency(conn: Connection, before: datetime) -> int:
-    k = t.idempotency_keys
-    return int(conn.execute(sa.delete(k).where(k.c.created_at < before)).rowcount)
 
 
 # --- receipts (channel telemetry, never a decision) ----------------------------------

@@ -480,7 +480,9 @@ responses = sa.Table(
     sa.PrimaryKeyConstraint("tenant_id", "input_request_id"),
 )
 
-# Idempotency-Key records: the same key and body replay the original answer.
+# Idempotency-Key records: the same key and body replay the original answer. ``response``
+# is ``{"sealed": <Fernet token of the exact body bytes>}`` (answers stored before that
+# were the plain body object); ``status_code`` 0 while its transaction is still open.
 idempotency_keys = sa.Table(
     "idempotency_keys",
     metadata,

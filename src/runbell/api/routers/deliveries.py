@@ -6,12 +6,15 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from runbell.api.deps import Admin, Core
+from runbell.api.idempotent import IdemKey, act_once
+from runbell.api.openapi import problems
 from runbell.store import notifications as notes
 from runbell.store import outbox
 from runbell.store import tables as t
+from runbell.store.db import Tx
 from runbell.views import iso
 
 router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"])
@@ -61,7 +64,7 @@ def delivery_view(
     return out
 
 
-@router.get("")
+@router.get("", responses=problems(401, 403, 422, 503))
 def list_deliveries(
     who: Admin,
     core: Core,
@@ -91,7 +94,7 @@ def list_deliveries(
     }
 
 
-@router.get("/{delivery_id}")
+@router.get("/{delivery_id}", responses=problems(401, 403, 404, 503))
 def get_delivery(delivery_id: str, who: Admin, core: Core) -> dict[str, Any]:
     with core.db.read() as conn:
         d = outbox.get(conn, who.tenant_id, delivery_id)
@@ -99,20 +102,27 @@ def get_delivery(delivery_id: str, who: Admin, core: Core) -> dict[str, Any]:
     return delivery_view(d, attempts)
 
 
-@router.post("/{delivery_id}/replay")
-def replay(delivery_id: str, who: Admin, core: Core) -> dict[str, Any]:
+@router.post(
+    "/{delivery_id}/replay",
+    response_model=None,
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
+def replay(delivery_id: str, who: Admin, core: Core, key: IdemKey) -> Response:
     """Send it again under the same identity (same webhook-id). Checks at dispatch still
     apply: a person's acknowledged alert is not re-sent."""
-    with core.db.transaction() as tx:
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
         d = outbox.replay(tx.conn, who.tenant_id, delivery_id, tx.now)
         tx.wake_outbox = True
-    return delivery_view(d)
+        return 200, delivery_view(d)
+
+    return act_once(core, key, lambda: act)
 
 
 operator_router = APIRouter(prefix="/v1/operator-events", tags=["deliveries"])
 
 
-@operator_router.get("")
+@operator_router.get("", responses=problems(401, 403, 422, 503))
 def operator_events(
     who: Admin, core: Core, limit: Annotated[int, Query(ge=1, le=500)] = 100
 ) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from runbell import views
 from runbell.api.deps import Core, Who, principal
+from runbell.api.openapi import problems
 from runbell.core import Runbell
 from runbell.domain.errors import Gone, RunbellError, ValidationFailed
 from runbell.store import feed, runs
@@ -90,7 +91,7 @@ async def wait_for_events(
             await listener.wait(min(remaining, core.settings.feed_fallback_poll_s))
 
 
-@router.get("")
+@router.get("", responses=problems(401, 410, 422, 503))
 async def list_events(
     who: Who,
     core: Core,
@@ -106,7 +107,7 @@ async def list_events(
     return {"events": [_event_view(e) for e in events], "next_cursor": str(next_cursor)}
 
 
-@router.get("/snapshot")
+@router.get("/snapshot", responses=problems(401, 503))
 def snapshot(who: Who, core: Core) -> dict[str, Any]:
     """Current state to load instead of replaying: active runs, open notifications, head."""
     with core.db.read() as conn:
@@ -139,7 +140,18 @@ def snapshot(who: Who, core: Core) -> dict[str, Any]:
     }
 
 
-@router.get("/stream")
+@router.get(
+    "/stream",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "the feed as Server-Sent Events (an expired cursor is an "
+            "event: cursor_expired, still 200)",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **problems(401, 422, 503),
+    },
+)
 async def stream(
     request: Request,
     who: Who,

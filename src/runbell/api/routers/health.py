@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from runbell import metrics
 from runbell.api.deps import Core
+from runbell.api.openapi import problems
 from runbell.domain.errors import RunbellError, Unauthorized
 from runbell.store import outbox
 from runbell.store.migrate import current_revision
@@ -61,7 +62,7 @@ def healthz() -> dict[str, Any]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=problems(503))
 def readyz(core: Core) -> dict[str, Any]:
     try:
         with core.db.read() as conn:

@@ -8,6 +8,9 @@ from fastapi import APIRouter, Header, Path, Response
 
 from runbell import actions
 from runbell.api.deps import Core, Runtime, User, Who
+from runbell.api.idempotent import IdemKey, act_once
+from runbell.api.openapi import problems
+from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, InputRequestIn, ResponseIn
 
 router = APIRouter(tags=["input requests"])
@@ -15,30 +18,45 @@ RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen r
 RequestId = Annotated[str, Path(max_length=200, description="the runtime's input_request_id")]
 
 
-@router.post("/v1/runs/{run_id}/input-requests", status_code=201)
+@router.post(
+    "/v1/runs/{run_id}/input-requests",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
 def open_request(
-    run_id: RunId, body: InputRequestIn, who: Runtime, core: Core, response: Response
-) -> dict[str, Any]:
+    run_id: RunId, body: InputRequestIn, who: Runtime, core: Core, key: IdemKey
+) -> Response:
     """Open an input request (run → input_required). 201; 200 when it is a retry."""
-    opened = actions.open_request(core, who, run_id, body.model_dump(exclude_unset=False))
-    if not opened["created"]:
-        response.status_code = 200
-    return opened
+    fields = body.model_dump(exclude_unset=False)
+    return act_once(core, key, lambda: actions.opening(core, who, run_id, fields))
 
 
-@router.get("/v1/input-requests/{request_id}")
+@router.get("/v1/input-requests/{request_id}", responses=problems(401, 404, 422, 503))
 def get_request(request_id: RequestId, who: Who, core: Core) -> dict[str, Any]:
     """The request, its run, whether it can still be answered, and whether you may."""
     return actions.get_request(core, who, request_id)
 
 
-@router.post("/v1/input-requests/{request_id}/responses")
+@router.post(
+    "/v1/input-requests/{request_id}/responses",
+    response_model=None,
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
 def respond(
     request_id: RequestId,
     body: ResponseIn,
     who: User,
     core: Core,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-) -> dict[str, Any]:
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="required, 1 to 200 characters, a fresh value per answer: a retry "
+            "with the same key and body returns the stored 200 byte for byte; the same key "
+            "with another body is a 422",
+        ),
+    ] = None,
+) -> Response:
     """Answer once. 409 with ``current`` when the request or run moved on."""
-    return actions.respond(core, who, request_id, body.model_dump(), idempotency_key)
+    return answered(actions.answer(core, who, request_id, body.model_dump(), idempotency_key))

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runbell import metrics
 from runbell.api.deps import Admin, Core, User
+from runbell.api.idempotent import Act, IdemKey, act_once
+from runbell.api.openapi import problems
 from runbell.attention import consented_urgencies
 from runbell.channels.chat import check_destination as check_chat
 from runbell.channels.chat import redact
@@ -19,10 +21,12 @@ from runbell.domain.dispatch import ALL_URGENCIES
 from runbell.domain.errors import Conflict, NotFound
 from runbell.domain.quiet_hours import QuietWindow, zone
 from runbell.domain.ssrf import check_url
+from runbell.idempotency import once
 from runbell.ids import new_id
 from runbell.outbound import make_resolver
 from runbell.store import tables as t
 from runbell.store.accounts import Principal
+from runbell.store.db import Tx
 from runbell.views import iso
 
 router = APIRouter(tags=["me"])
@@ -80,7 +84,7 @@ def preferences_of(core: Runbell, who: Principal) -> dict[str, Any]:
     }
 
 
-@router.get("/v1/me")
+@router.get("/v1/me", responses=problems(401, 403, 503))
 def me(who: User, core: Core) -> dict[str, Any]:
     out = preferences_of(core, who)
     return {
@@ -91,13 +95,13 @@ def me(who: User, core: Core) -> dict[str, Any]:
     }
 
 
-@router.get("/v1/me/preferences")
+@router.get("/v1/me/preferences", responses=problems(401, 403, 503))
 def get_preferences(who: User, core: Core) -> dict[str, Any]:
     """Consent per channel and urgency (with when and how it was given), quiet hours."""
     return preferences_of(core, who)
 
 
-@router.put("/v1/me/preferences")
+@router.put("/v1/me/preferences", responses=problems(401, 403, 413, 422, 503))
 def put_preferences(body: PreferencesIn, who: User, core: Core) -> dict[str, Any]:
     """Change what may interrupt you. Validated whole; nothing is stored on error."""
     return save_preferences(core, who, body)
@@ -149,7 +153,7 @@ def save_preferences(core: Runbell, who: Principal, body: PreferencesIn) -> dict
 # --- web push subscriptions ----------------------------------------------------------
 
 
-@router.get("/v1/push/vapid-public-key")
+@router.get("/v1/push/vapid-public-key", responses=problems(503))
 def vapid_public_key(core: Core) -> dict[str, str]:
     """The applicationServerKey for ``pushManager.subscribe`` (public by design)."""
     from runbell.dispatch.wiring import vapid_keys
@@ -168,68 +172,75 @@ def _subscription_view(row: Any) -> dict[str, Any]:
     }
 
 
-@router.post("/v1/me/push-subscriptions", status_code=201)
-def add_subscription(
-    body: PushSubscriptionIn, who: User, core: Core, response: Response
-) -> dict[str, Any]:
-    """Register this browser's push subscription (the subscription is the consent)."""
-    # A name that does not resolve right now passes; every send checks it again.
-    with contextlib.suppress(OSError):
-        check_url(
-            body.endpoint, allow_hosts=core.settings.outbound_allow_hosts, resolve=make_resolver()
-        )
+@router.post(
+    "/v1/me/push-subscriptions",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 409, 413, 422, 503),
+)
+def add_subscription(body: PushSubscriptionIn, who: User, core: Core, key: IdemKey) -> Response:
+    """Register this browser's push subscription (the subscription is the consent).
+    201 when new; 200 when this endpoint was already registered (keys refreshed)."""
+
+    def prepare() -> Act:
+        # A name that does not resolve right now passes; every send checks it again.
+        with contextlib.suppress(OSError):
+            check_url(
+                body.endpoint,
+                allow_hosts=core.settings.outbound_allow_hosts,
+                resolve=make_resolver(),
+            )
+        return lambda tx: _subscribe_in(tx, who, body)
+
+    return act_once(core, key, prepare)
+
+
+def _subscribe_in(tx: Tx, who: Principal, body: PushSubscriptionIn) -> tuple[int, dict[str, Any]]:
     p = t.push_subscriptions
-    with core.db.transaction() as tx:
-        found = tx.conn.execute(
-            sa.select(p.c.id, p.c.user_id, p.c.p256dh, p.c.auth).where(
-                p.c.tenant_id == who.tenant_id, p.c.endpoint == body.endpoint
+    found = tx.conn.execute(
+        sa.select(p.c.id, p.c.user_id, p.c.p256dh, p.c.auth).where(
+            p.c.tenant_id == who.tenant_id, p.c.endpoint == body.endpoint
+        )
+    ).first()
+    if (
+        found
+        and found.user_id != who.user_id
+        and (found.p256dh, found.auth) != (body.keys.p256dh, body.keys.auth)
+    ):
+        # Moving a subscription to another person needs the browser's own keys too
+        # (a shared browser re-subscribing); knowing the endpoint alone is not enough.
+        raise Conflict("this push subscription belongs to another member of the tenant")
+    if found:
+        tx.conn.execute(
+            sa.update(p)
+            .where(p.c.id == found.id)
+            .values(
+                user_id=who.user_id,
+                p256dh=body.keys.p256dh,
+                auth=body.keys.auth,
+                user_agent=body.user_agent,
             )
-        ).first()
-        existing = found.id if found else None
-        if (
-            found
-            and found.user_id != who.user_id
-            and (found.p256dh, found.auth)
-            != (
-                body.keys.p256dh,
-                body.keys.auth,
+        )
+        sub_id, status = found.id, 200
+    else:
+        sub_id, status = new_id("sub"), 201
+        tx.conn.execute(
+            p.insert().values(
+                id=sub_id,
+                tenant_id=who.tenant_id,
+                user_id=who.user_id,
+                endpoint=body.endpoint,
+                p256dh=body.keys.p256dh,
+                auth=body.keys.auth,
+                user_agent=body.user_agent,
+                created_at=tx.now,
             )
-        ):
-            # Moving a subscription to another person needs the browser's own keys too
-            # (a shared browser re-subscribing); knowing the endpoint alone is not enough.
-            raise Conflict("this push subscription belongs to another member of the tenant")
-        if existing:
-            tx.conn.execute(
-                sa.update(p)
-                .where(p.c.id == existing)
-                .values(
-                    user_id=who.user_id,
-                    p256dh=body.keys.p256dh,
-                    auth=body.keys.auth,
-                    user_agent=body.user_agent,
-                )
-            )
-            sub_id = existing
-            response.status_code = 200
-        else:
-            sub_id = new_id("sub")
-            tx.conn.execute(
-                p.insert().values(
-                    id=sub_id,
-                    tenant_id=who.tenant_id,
-                    user_id=who.user_id,
-                    endpoint=body.endpoint,
-                    p256dh=body.keys.p256dh,
-                    auth=body.keys.auth,
-                    user_agent=body.user_agent,
-                    created_at=tx.now,
-                )
-            )
-        row = tx.conn.execute(sa.select(p).where(p.c.id == sub_id)).one()
-    return _subscription_view(row)
+        )
+    row = tx.conn.execute(sa.select(p).where(p.c.id == sub_id)).one()
+    return status, _subscription_view(row)
 
 
-@router.get("/v1/me/push-subscriptions")
+@router.get("/v1/me/push-subscriptions", responses=problems(401, 403, 503))
 def list_subscriptions(who: User, core: Core) -> dict[str, Any]:
     p = t.push_subscriptions
     with core.db.read() as conn:
@@ -241,7 +252,11 @@ def list_subscriptions(who: User, core: Core) -> dict[str, Any]:
     return {"subscriptions": [_subscription_view(r) for r in rows]}
 
 
-@router.delete("/v1/me/push-subscriptions/{subscription_id}", status_code=204)
+@router.delete(
+    "/v1/me/push-subscriptions/{subscription_id}",
+    status_code=204,
+    responses=problems(401, 403, 404, 413, 503),
+)
 def delete_subscription(subscription_id: str, who: User, core: Core) -> Response:
     p = t.push_subscriptions
     with core.db.transaction() as tx:
@@ -264,11 +279,18 @@ def add_chat_destination(
     core: Runbell, who: Principal, body: ChatIn, user_id: str | None
 ) -> dict[str, Any]:
     """Check and store an Apprise URL (sealed); ``user_id`` None makes it tenant-wide."""
+    act = chat_destination(core, who, body, user_id)
+    return once(core.db, core.box, None, act).content()
+
+
+def chat_destination(core: Runbell, who: Principal, body: ChatIn, user_id: str | None) -> Act:
+    """Check the URL now (outside the transaction); the action stores it (201)."""
     # A name that does not resolve right now passes; every send checks it again.
     with contextlib.suppress(OSError):
         check_chat(body.url, allow_hosts=core.settings.outbound_allow_hosts)
     c = t.chat_destinations
-    with core.db.transaction() as tx:
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
         dest_id = new_id("chat")
         tx.conn.execute(
             c.insert().values(
@@ -282,7 +304,9 @@ def add_chat_destination(
             )
         )
         row = tx.conn.execute(sa.select(c).where(c.c.id == dest_id)).one()
-    return _chat_view(row)
+        return 201, _chat_view(row)
+
+    return act
 
 
 def _chat_view(row: Any) -> dict[str, Any]:
@@ -295,19 +319,29 @@ def _chat_view(row: Any) -> dict[str, Any]:
     }
 
 
-@router.post("/v1/me/chat-destinations", status_code=201)
-def add_my_chat(body: ChatIn, who: User, core: Core) -> dict[str, Any]:
+@router.post(
+    "/v1/me/chat-destinations",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 413, 422, 503),
+)
+def add_my_chat(body: ChatIn, who: User, core: Core, key: IdemKey) -> Response:
     """An Apprise URL for your own alerts (Slack, Telegram, Discord, Matrix, ntfy, …)."""
-    return add_chat_destination(core, who, body, who.user_id)
+    return act_once(core, key, lambda: chat_destination(core, who, body, who.user_id))
 
 
-@router.post("/v1/chat-destinations", status_code=201)
-def add_shared_chat(body: ChatIn, who: Admin, core: Core) -> dict[str, Any]:
+@router.post(
+    "/v1/chat-destinations",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 413, 422, 503),
+)
+def add_shared_chat(body: ChatIn, who: Admin, core: Core, key: IdemKey) -> Response:
     """A tenant-wide room that receives every member's pushed alerts (neutral texts)."""
-    return add_chat_destination(core, who, body, None)
+    return act_once(core, key, lambda: chat_destination(core, who, body, None))
 
 
-@router.get("/v1/me/chat-destinations")
+@router.get("/v1/me/chat-destinations", responses=problems(401, 403, 503))
 def list_my_chat(who: User, core: Core) -> dict[str, Any]:
     c = t.chat_destinations
     with core.db.read() as conn:
@@ -322,7 +356,11 @@ def list_my_chat(who: User, core: Core) -> dict[str, Any]:
     return {"destinations": [_chat_view(r) for r in rows]}
 
 
-@router.delete("/v1/me/chat-destinations/{destination_id}", status_code=204)
+@router.delete(
+    "/v1/me/chat-destinations/{destination_id}",
+    status_code=204,
+    responses=problems(401, 403, 404, 413, 503),
+)
 def delete_my_chat(destination_id: str, who: User, core: Core) -> Response:
     c = t.chat_destinations
     cond = [c.c.tenant_id == who.tenant_id, c.c.id == destination_id]

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from runbell import actions
 from runbell.api.deps import Admin, Core, User
+from runbell.api.idempotent import Act, IdemKey, act_once
+from runbell.api.openapi import problems
 from runbell.api.schemas import ReceiptIn
 
 router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
 NoteState = Literal["open", "acknowledged", "resolved", "expired", "superseded", "revoked"]
 
 
-@router.get("")
+@router.get("", responses=problems(401, 403, 422, 503))
 def inbox(
     who: User,
     core: Core,
@@ -28,26 +30,43 @@ def inbox(
     )
 
 
-@router.get("/{notification_id}")
+@router.get("/{notification_id}", responses=problems(401, 403, 404, 503))
 def get_notification(notification_id: str, who: User, core: Core) -> dict[str, Any]:
     """The notification, the run as it is now, and whether its action can still run."""
     return core.get_notification(who, notification_id)
 
 
-@router.post("/{notification_id}/ack")
-def acknowledge(notification_id: str, who: User, core: Core) -> dict[str, Any]:
+@router.post(
+    "/{notification_id}/ack", response_model=None, responses=problems(401, 403, 404, 413, 422, 503)
+)
+def acknowledge(notification_id: str, who: User, core: Core, key: IdemKey) -> Response:
     """Close it as acknowledged and cancel everything still queued for it. Idempotent."""
-    return core.acknowledge(who, notification_id)
+    return act_once(
+        core, key, lambda: lambda tx: (200, core.acknowledge_in(tx, who, notification_id))
+    )
 
 
-@router.post("/{notification_id}/receipts", status_code=201)
-def receipt(notification_id: str, body: ReceiptIn, who: User, core: Core) -> dict[str, Any]:
+@router.post(
+    "/{notification_id}/receipts",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 404, 413, 422, 503),
+)
+def receipt(notification_id: str, body: ReceiptIn, who: User, core: Core, key: IdemKey) -> Response:
     """Device telemetry (displayed, opened, dismissed, clicked). Never a decision:
     opening is not approval, dismissing is not rejection."""
-    return actions.record_receipt(core, who, notification_id, body.kind, body.channel)
+
+    def prepare() -> Act:
+        actions.check_receipt(who, body.kind, body.channel)
+        return lambda tx: (
+            201,
+            actions.receipt_in(tx, who, notification_id, body.kind, body.channel),
+        )
+
+    return act_once(core, key, prepare)
 
 
-@router.get("/{notification_id}/trail")
+@router.get("/{notification_id}/trail", responses=problems(401, 403, 404, 503))
 def trail(notification_id: str, who: Admin, core: Core) -> dict[str, Any]:
     """Why it exists (rule and inputs), where it went (deliveries, attempts), its lifecycle."""
     return core.trail(who, notification_id)

@@ -7,9 +7,10 @@ from typing import Any
 
 import sqlalchemy as sa
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from runbell.api.deps import Admin, Core
+from runbell.api.openapi import problems
 from runbell.store import tables as t
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
@@ -18,13 +19,13 @@ router = APIRouter(prefix="/v1/policy", tags=["policy"])
 class PolicyDoc(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rules: list[dict[str, Any]] = Field(default_factory=list, max_length=200)
-    replace_defaults: bool = False
+    replace_defaults: StrictBool = False
     quiet_hours_bypass: list[str] = Field(
         default_factory=list, description="urgencies that may be sent during quiet hours"
     )
 
 
-@router.get("")
+@router.get("", responses=problems(401, 403, 503))
 def get_policy(who: Admin, core: Core) -> dict[str, Any]:
     """The effective rules in order (tenant rules first), and the tenant's own document."""
     with core.db.read() as conn:
@@ -39,7 +40,7 @@ def get_policy(who: Admin, core: Core) -> dict[str, Any]:
     }
 
 
-@router.put("")
+@router.put("", responses=problems(401, 403, 413, 422, 503))
 def put_policy(body: PolicyDoc, who: Admin, core: Core) -> dict[str, Any]:
     """Replace the tenant's rules; they are validated whole before anything is stored."""
     policy = core.set_policy(who.tenant_id, body.model_dump())

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 
 from runbell.api.deps import Core, Runtime, Who
+from runbell.api.openapi import problems
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
 from runbell.core import Signal
 from runbell.store import accounts
@@ -15,7 +16,7 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
 
 
-@router.put("/{run_id}", status_code=200)
+@router.put("/{run_id}", status_code=200, responses=problems(401, 403, 409, 413, 422, 503))
 def put_run(
     run_id: RunId, body: RunPut, who: Runtime, core: Core, response: Response
 ) -> dict[str, Any]:
@@ -26,13 +27,13 @@ def put_run(
     return core.get_run(who, run_id)
 
 
-@router.get("/{run_id}")
+@router.get("/{run_id}", responses=problems(401, 404, 422, 503))
 def get_run(run_id: RunId, who: Who, core: Core) -> dict[str, Any]:
     """The run snapshot: state, version, open notifications. 404 if you may not see it."""
     return core.get_run(who, run_id)
 
 
-@router.get("")
+@router.get("", responses=problems(401, 422, 503))
 def list_runs(
     who: Who,
     core: Core,
@@ -43,7 +44,7 @@ def list_runs(
     return core.list_runs(who, states=state, after=after, limit=limit)
 
 
-@router.post("/{run_id}/signals")
+@router.post("/{run_id}/signals", responses=problems(401, 403, 404, 409, 413, 422, 503))
 def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict[str, Any]:
     """Report a run state. Outcome: applied | duplicate | stale | mismatch | rejected."""
     with core.db.read() as conn:
@@ -62,7 +63,9 @@ def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict
     return core.accept_signal(who.tenant_id, source, run_id, signal).as_dict()
 
 
-@router.post("/{run_id}/progress", status_code=202)
+@router.post(
+    "/{run_id}/progress", status_code=202, responses=problems(401, 403, 404, 413, 422, 503)
+)
 def post_progress(run_id: RunId, body: ProgressIn, who: Runtime, core: Core) -> dict[str, Any]:
     """A heartbeat: live feed only, never a push (invariant 5)."""
     return core.record_progress(who, run_id, body.message, body.counts)

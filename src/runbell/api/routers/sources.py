@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from runbell.api.deps import Admin, Core
+from runbell.api.idempotent import IdemKey, act_once
+from runbell.api.openapi import problems
 from runbell.api.schemas import SourceCreate
 from runbell.core import Runbell, Signal
 from runbell.domain.errors import NotFound, ValidationFailed
+from runbell.idempotency import once
 from runbell.ingress.mappers import MAPPERS
 from runbell.ingress.readers import reader_from_config
 from runbell.ingress.signatures import HEADER_ID, new_secret, verify_signed
 from runbell.store import accounts
+from runbell.store.db import Tx
 
 router = APIRouter(prefix="/v1/sources", tags=["sources"])
 
@@ -54,6 +59,15 @@ def check_destination(core: Runbell, url: str) -> None:
 
 
 def create_source(core: Runbell, tenant_id: str, body: SourceCreate) -> dict[str, Any]:
+    """Register a source (the CLI's ``runbell source create`` too)."""
+    return once(core.db, core.box, None, source_creation(core, tenant_id, body)).content()
+
+
+def source_creation(
+    core: Runbell, tenant_id: str, body: SourceCreate
+) -> Callable[[Tx], tuple[int, dict[str, Any]]]:
+    """Check a new source now (outside any transaction: the SSRF check resolves names);
+    the action inserts it and answers 201 with the signing secret, shown once."""
     if body.kind == "webhook" and body.mapper is None:
         raise ValidationFailed("a webhook source needs a mapper: generic or openai", field="mapper")
     if body.trust == "advisory" and body.reader is None:
@@ -76,7 +90,8 @@ def create_source(core: Runbell, tenant_id: str, body: SourceCreate) -> dict[str
         check_destination(core, reader["url_template"].replace("{run_id}", "probe"))
         reader["headers"] = {k: core.box.seal(v) for k, v in reader["headers"].items()}
     secret = new_secret() if body.kind == "webhook" else None
-    with core.db.transaction() as tx:
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
         source_id = accounts.create_source(
             tx.conn,
             tenant_id,
@@ -88,40 +103,48 @@ def create_source(core: Runbell, tenant_id: str, body: SourceCreate) -> dict[str
             reader=reader,
             sealed_secrets=[core.box.seal(secret)] if secret else None,
         )
-        src = accounts.get_source(tx.conn, tenant_id, source_id)
-    out = source_view(src)
-    if secret:
-        out["signing_secret"] = secret  # shown once
-    return out
+        out = source_view(accounts.get_source(tx.conn, tenant_id, source_id))
+        if secret:
+            out["signing_secret"] = secret  # shown once (and in a replay of this answer)
+        return 201, out
+
+    return act
 
 
-@router.post("", status_code=201)
-def post_source(body: SourceCreate, who: Admin, core: Core) -> dict[str, Any]:
+@router.post("", status_code=201, response_model=None, responses=problems(401, 403, 413, 422, 503))
+def post_source(body: SourceCreate, who: Admin, core: Core, key: IdemKey) -> Response:
     """Register a source. A webhook source answers with its signing secret, once."""
-    return create_source(core, who.tenant_id, body)
+    return act_once(core, key, lambda: source_creation(core, who.tenant_id, body))
 
 
-@router.get("")
+@router.get("", responses=problems(401, 403, 503))
 def list_sources(who: Admin, core: Core) -> dict[str, Any]:
     with core.db.read() as conn:
         return {"sources": [source_view(s) for s in accounts.list_sources(conn, who.tenant_id)]}
 
 
-@router.post("/{source_id}/rotate-secret")
-def rotate_secret(source_id: str, who: Admin, core: Core) -> dict[str, Any]:
+@router.post(
+    "/{source_id}/rotate-secret",
+    response_model=None,
+    responses=problems(401, 403, 404, 413, 422, 503),
+)
+def rotate_secret(source_id: str, who: Admin, core: Core, key: IdemKey) -> Response:
     """Add a new signing secret; the previous one stays valid until the next rotation."""
-    secret = new_secret()
-    with core.db.transaction() as tx:
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+        secret = new_secret()
         src = accounts.get_source(tx.conn, who.tenant_id, source_id)
         if src["kind"] != "webhook":
             raise ValidationFailed("only webhook sources have signing secrets", field="source_id")
         sealed = [core.box.seal(secret), *(src.get("secrets") or [])][:2]
         accounts.update_source_secrets(tx.conn, who.tenant_id, source_id, sealed)
         src = accounts.get_source(tx.conn, who.tenant_id, source_id)
-    return {**source_view(src), "signing_secret": secret}
+        return 200, {**source_view(src), "signing_secret": secret}
+
+    return act_once(core, key, lambda: act)
 
 
-@router.post("/{source_id}/webhook")
+@router.post("/{source_id}/webhook", responses=problems(401, 404, 409, 413, 422, 503))
 async def provider_webhook(source_id: str, request: Request, core: Core) -> dict[str, Any]:
     """A Standard Webhooks-signed provider event, mapped to signals and accepted."""
     body = await request.body()

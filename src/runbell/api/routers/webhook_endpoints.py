@@ -7,14 +7,17 @@ from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from runbell.api.deps import Admin, Core
+from runbell.api.idempotent import Act, IdemKey, act_once
+from runbell.api.openapi import problems
 from runbell.api.routers.sources import check_destination
 from runbell.domain.errors import ValidationFailed
 from runbell.ingress.signatures import new_secret
 from runbell.store import endpoints
 from runbell.store import tables as t
+from runbell.store.db import Tx
 from runbell.store.endpoints import WEBHOOK_EVENT_TYPES
 from runbell.views import iso
 
@@ -54,7 +57,7 @@ class EndpointPatch(BaseModel):
 
 class RotateIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    overlap_s: int = Field(
+    overlap_s: StrictInt = Field(
         default=86400, ge=0, le=7 * 86400, description="how long the previous secrets stay valid"
     )
 
@@ -79,27 +82,35 @@ def endpoint_view(ep: dict[str, Any], now: datetime) -> dict[str, Any]:
     }
 
 
-@router.post("", status_code=201)
-def create(body: EndpointIn, who: Admin, core: Core) -> dict[str, Any]:
-    """Register an endpoint; the answer carries its signing secret, once."""
-    check_destination(core, body.url)
-    secret = new_secret()
-    with core.db.transaction() as tx:
-        endpoint_id = endpoints.create(
-            tx.conn,
-            who.tenant_id,
-            tx.now,
-            url=body.url,
-            description=body.description,
-            event_types=list(body.event_types),
-            sealed_secret=core.box.seal(secret),
-            rate_limit_per_s=body.rate_limit_per_s,
-        )
-        ep = endpoints.get(tx.conn, who.tenant_id, endpoint_id)
-    return {**endpoint_view(ep, core.db.clock()), "secret": secret}
+@router.post("", status_code=201, response_model=None, responses=problems(401, 403, 413, 422, 503))
+def create(body: EndpointIn, who: Admin, core: Core, key: IdemKey) -> Response:
+    """Register an endpoint; the answer carries its signing secret, once (a retry under
+    the same Idempotency-Key replays that answer, secret included)."""
+
+    def prepare() -> Act:
+        check_destination(core, body.url)
+        secret = new_secret()
+
+        def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+            endpoint_id = endpoints.create(
+                tx.conn,
+                who.tenant_id,
+                tx.now,
+                url=body.url,
+                description=body.description,
+                event_types=list(body.event_types),
+                sealed_secret=core.box.seal(secret),
+                rate_limit_per_s=body.rate_limit_per_s,
+            )
+            ep = endpoints.get(tx.conn, who.tenant_id, endpoint_id)
+            return 201, {**endpoint_view(ep, tx.now), "secret": secret}
+
+        return act
+
+    return act_once(core, key, prepare)
 
 
-@router.get("")
+@router.get("", responses=problems(401, 403, 503))
 def list_endpoints(who: Admin, core: Core) -> dict[str, Any]:
     now = core.db.clock()
     with core.db.read() as conn:
@@ -108,13 +119,13 @@ def list_endpoints(who: Admin, core: Core) -> dict[str, Any]:
         }
 
 
-@router.get("/{endpoint_id}")
+@router.get("/{endpoint_id}", responses=problems(401, 403, 404, 503))
 def get_endpoint(endpoint_id: str, who: Admin, core: Core) -> dict[str, Any]:
     with core.db.read() as conn:
         return endpoint_view(endpoints.get(conn, who.tenant_id, endpoint_id), core.db.clock())
 
 
-@router.patch("/{endpoint_id}")
+@router.patch("/{endpoint_id}", responses=problems(401, 403, 404, 413, 422, 503))
 def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: Core) -> dict[str, Any]:
     """Change the URL or filter, or enable/disable. Re-enabling resets the dead streak."""
     values = body.model_dump(exclude_unset=True)
@@ -135,30 +146,42 @@ def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: Core) -> dict
     return endpoint_view(ep, core.db.clock())
 
 
-@router.post("/{endpoint_id}/rotate-secret")
+@router.post(
+    "/{endpoint_id}/rotate-secret",
+    response_model=None,
+    responses=problems(401, 403, 404, 413, 422, 503),
+)
 def rotate(
-    endpoint_id: str, who: Admin, core: Core, body: RotateIn | None = None
-) -> dict[str, Any]:
+    endpoint_id: str, who: Admin, core: Core, key: IdemKey, body: RotateIn | None = None
+) -> Response:
     """A new secret; messages are signed with it AND the previous ones until they expire."""
-    secret = new_secret()
     overlap = (body or RotateIn()).overlap_s
-    with core.db.transaction() as tx:
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+        secret = new_secret()
         endpoints.rotate(
             tx.conn, who.tenant_id, endpoint_id, tx.now, core.box.seal(secret), overlap
         )
         ep = endpoints.get(tx.conn, who.tenant_id, endpoint_id)
-    return {**endpoint_view(ep, core.db.clock()), "secret": secret}
+        return 200, {**endpoint_view(ep, tx.now), "secret": secret}
+
+    return act_once(core, key, lambda: act)
 
 
-@router.post("/{endpoint_id}/recover", status_code=202)
+@router.post(
+    "/{endpoint_id}/recover",
+    status_code=202,
+    response_model=None,
+    responses=problems(401, 403, 404, 413, 422, 503),
+)
 def recover(
     endpoint_id: str,
     who: Admin,
     core: Core,
-    response: Response,
+    key: IdemKey,
     since: Annotated[datetime, Query(description="ISO 8601 with offset")],
     until: Annotated[datetime | None, Query()] = None,
-) -> dict[str, Any]:
+) -> Response:
     """Re-queue every message of this endpoint created in [since, until) that did not get
     through: failed, dead, or cancelled while the endpoint was disabled. Each gets one
     more try under its original webhook-id (then the normal dead-letter rules apply)."""
@@ -166,7 +189,8 @@ def recover(
         if value is not None and value.tzinfo is None:
             raise ValidationFailed(f"{name} needs a timezone offset", field=name)
     d = t.deliveries
-    with core.db.transaction() as tx:
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
         endpoints.get(tx.conn, who.tenant_id, endpoint_id)
         cond = [
             d.c.tenant_id == who.tenant_id,
@@ -190,5 +214,6 @@ def recover(
             )
         ).rowcount
         tx.wake_outbox = n > 0
-    response.status_code = 202
-    return {"requeued": int(n)}
+        return 202, {"requeued": int(n)}
+
+    return act_once(core, key, lambda: act)

@@ -1,0 +1,126 @@
+"""The OpenAPI document tells the real contract: which problem answers each operation gives.
+
+Every operation declares its error answers with :func:`problems` (``responses=`` on the
+route), all as ``application/problem+json`` with the shared ``Problem`` schema (RFC 9457:
+``type``, ``title``, ``status``, ``detail`` and the extension members Runbell adds), so
+generated clients and schema-driven testers (schemathesis) see what the server sends.
+FastAPI's own ``422 HTTPValidationError`` (``application/json``, a shape Runbell never
+sends) is dropped: an operation that can answer 422 declares the problem it really is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+PROBLEM_MEDIA = "application/problem+json"
+PROBLEM_REF = "#/components/schemas/Problem"
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "description": "An RFC 9457 problem document. Members other than type, title, status "
+    "and detail appear only where they apply.",
+    "type": "object",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string", "description": "https://runbell.dev/problems/<slug>"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string", "description": "what happened, in plain words"},
+        "field": {
+            "type": "string",
+            "description": "422: the body field, query parameter or header at fault",
+        },
+        "errors": {
+            "type": "array",
+            "description": "422: every problem found, {field, message}",
+            "items": {
+                "type": "object",
+                "required": ["field", "message"],
+                "properties": {"field": {"type": "string"}, "message": {"type": "string"}},
+            },
+        },
+        "current": {
+            "type": "object",
+            "description": "409: the state now (the run, the input request, the delivery)",
+        },
+        "rule": {"type": "string", "description": "unsafe-destination: the SSRF rule"},
+        "oldest_available_cursor": {"type": "string", "description": "410"},
+        "head_cursor": {"type": "string", "description": "410"},
+        "snapshot_url": {"type": "string", "description": "410"},
+    },
+    "additionalProperties": True,
+}
+
+DESCRIPTIONS: dict[int, str] = {
+    401: "Missing, unknown, revoked or expired credentials (or, for the provider webhook, "
+    "no valid signature)",
+    403: "Authenticated, but this credential's kind or role may not do this (or a browser "
+    "session's unsafe request without its X-CSRF-Token)",
+    404: "Unknown id, another tenant's id, or one the caller may not see",
+    409: "The current state forbids it; `current` says what is true now",
+    410: "The cursor is older than the feed's retention: load the snapshot",
+    413: "The request body is over RUNBELL_MAX_BODY_BYTES",
+    422: "Invalid request: `field` and `errors` name what to fix",
+    503: "The database is unreachable; retry after Retry-After seconds",
+}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "seconds to wait before retrying",
+        "schema": {"type": "integer"},
+    }
+}
+
+
+def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route: each status as a problem+json answer."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        entry: dict[str, Any] = {
+            "description": DESCRIPTIONS[code],
+            "content": {PROBLEM_MEDIA: {"schema": {"$ref": PROBLEM_REF}}},
+        }
+        if code == 503:
+            entry["headers"] = _RETRY_AFTER
+        out[code] = entry
+    return out
+
+
+def install(app: FastAPI) -> None:
+    """Serve the document with the Problem schema and without FastAPI's 422 shape."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        doc = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+        )
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        schemas["Problem"] = PROBLEM_SCHEMA
+        for path_item in doc.get("paths", {}).values():
+            for operation in path_item.values():
+                responses = operation.get("responses", {})
+                if _is_fastapi_422(responses.get("422")):
+                    # Added by FastAPI for any operation with parameters; where the route
+                    # did not declare a 422, none can happen (e.g. a plain string id).
+                    del responses["422"]
+        for name in ("HTTPValidationError", "ValidationError"):
+            if name in schemas and f"#/components/schemas/{name}" not in json.dumps(doc):
+                del schemas[name]
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _is_fastapi_422(response: dict[str, Any] | None) -> bool:
+    if response is None:
+        return False
+    schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+    return bool(schema.get("$ref", "").endswith("/HTTPValidationError"))

@@ -1,0 +1,174 @@
+"""Idempotency-Key: a POST that creates or acts runs at most once per key (DESIGN §6).
+
+The one mechanism every such endpoint uses. A client sends ``Idempotency-Key: <1 to 200
+characters>``; the key is scoped to the caller (tenant, and API key id or user id) and
+bound to a fingerprint of the request (method, path, query and body):
+
+- the first request with a key claims it and acts; its answer (status and exact bytes) is
+  stored **in the same transaction** as the action, so the effect and the record commit
+  together or not at all — a crash in between cannot allow a second effect on retry;
+- the same key with the same request again returns that answer, byte for byte, without
+  acting (``Answer.replayed``);
+- the same key with another request is a 422 naming ``Idempotency-Key``;
+- a request that fails (any 4xx/5xx) commits nothing, so the key stays unused and a
+  corrected retry under it runs normally.
+
+Two requests with one key at the same moment: the second's claim waits on the first's
+uncommitted record (PostgreSQL) or on the write lock (SQLite), then sees the stored answer.
+Answers are stored sealed with the service's :class:`~runbell.crypto.SecretBox`: some show
+a secret once (a webhook endpoint's or a source's signing secret) and replay it, others
+carry a request's sensitive ``details``.
+
+Example (what a router does)::
+
+    answer = once(core.db, core.box, key, lambda tx: (201, create_in(tx)))
+    return answered(answer)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from runbell.crypto import SecretBox
+from runbell.domain.errors import ValidationFailed
+from runbell.store import idempotency as records
+from runbell.store.db import Database, Tx
+from runbell.views import json_body
+
+log = structlog.get_logger(__name__)
+
+HEADER = "Idempotency-Key"
+MAX_KEY = 200
+
+
+@dataclass(frozen=True)
+class IdempotencyKey:
+    """A key as one caller sent it, with the fingerprint of the request it came with."""
+
+    tenant_id: str
+    principal: str  # the API key id or the user id: keys are never shared between callers
+    key: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What to send: the status and the exact JSON bytes; ``replayed`` for a stored one."""
+
+    status: int
+    body: bytes
+    replayed: bool = False
+
+    def content(self) -> dict[str, Any]:
+        """The body as an object (every answer stored here is a JSON object)."""
+        doc = json.loads(self.body)
+        assert isinstance(doc, dict)
+        return doc
+
+
+def check_key(value: str | None) -> str | None:
+    """The header's value, or None when absent; 422 naming the header when unusable."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise ValidationFailed(f"{HEADER} must not be blank", field=HEADER)
+    if len(value) > MAX_KEY:
+        raise ValidationFailed(f"{HEADER} is at most {MAX_KEY} characters", field=HEADER)
+    return value
+
+
+def fingerprint(doc: Any) -> str:
+    """A stable hash of what the request asked for (key order does not matter)."""
+    canonical = json.dumps(doc, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def stored(conn: Connection, box: SecretBox, key: IdempotencyKey) -> Answer | None:
+    """The committed answer for this key, if any (422 when it was another request's)."""
+    found = records.get(conn, key.tenant_id, key.principal, key.key)
+    if found is None or found["status_code"] == records.CLAIMED:
+        return None
+    return _replay(box, key, found)
+
+
+def claim(tx: Tx, box: SecretBox, key: IdempotencyKey) -> Answer | None:
+    """In the acting transaction, before it acts: the stored answer when this is a retry
+    (422 when the key was used for another request), else claim the key and return None."""
+    found = records.get(tx.conn, key.tenant_id, key.principal, key.key)
+    if found is None:
+        records.claim(tx.conn, key.tenant_id, key.principal, key.key, key.digest, tx.now)
+        return None
+    return _replay(box, key, found)
+
+
+def _replay(box: SecretBox, key: IdempotencyKey, found: dict[str, Any]) -> Answer:
+    if found["request_hash"] != key.digest:
+        raise ValidationFailed(
+            f"this {HEADER} was already used with a different request; use a new key for "
+            "a new request",
+            field=HEADER,
+        )
+    log.info("idempotency.replayed", status=found["status_code"])
+    return Answer(found["status_code"], _opened(box, found["response"]), replayed=True)
+
+
+def settle(tx: Tx, box: SecretBox, key: IdempotencyKey, status: int, content: Any) -> Answer:
+    """Store the answer in the same transaction as the action; returns what to send."""
+    body = json_body(content)
+    sealed = {"sealed": box.seal(body.decode())}
+    records.settle(tx.conn, key.tenant_id, key.principal, key.key, status, sealed)
+    return Answer(status, body)
+
+
+def once(
+    db: Database,
+    box: SecretBox,
+    key: IdempotencyKey | None,
+    act: Callable[[Tx], tuple[int, Any]],
+) -> Answer:
+    """Run ``act(tx) -> (status, content)`` in one transaction, at most once per ``key``.
+
+    Without a key it simply runs. A constraint violation (a concurrent request under the
+    same key, or the action's own unique row) rolls everything back and is tried once more:
+    the retry finds the winner's answer, or the row the action then handles.
+    """
+
+    def attempt() -> Answer:
+        with db.transaction() as tx:
+            if key is not None:
+                stored = claim(tx, box, key)
+                if stored is not None:
+                    return stored
+            status, content = act(tx)
+            if key is None:
+                return Answer(status, json_body(content))
+            return settle(tx, box, key, status, content)
+
+    try:
+        return attempt()
+    except IntegrityError:
+        return attempt()
+
+
+def _opened(box: SecretBox, response: dict[str, Any]) -> bytes:
+    if set(response) == {"sealed"}:
+        return box.open(response["sealed"]).encode()
+    # An answer stored before answers were sealed: the body object itself, stored with its
+    # keys sorted (PostgreSQL's JSONB reorders them, so sort again).
+    return json_body(_sorted(response))
+
+
+def _sorted(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        return {k: _sorted(doc[k]) for k in sorted(doc)}
+    if isinstance(doc, list):
+        return [_sorted(v) for v in doc]
+    return doc
