@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from runbell.config import Settings
+from runbell.config import Settings, setting_problems
 from runbell.domain.errors import RunbellError
 
 app = typer.Typer(
@@ -30,14 +30,48 @@ app.add_typer(user_app, name="user")
 app.add_typer(source_app, name="source")
 deliveries_app = typer.Typer(help="The outbox: dead letters and replay.", no_args_is_help=True)
 app.add_typer(deliveries_app, name="deliveries")
-out = Console()
-err = Console(stderr=True)
+# soft_wrap: a line is never folded at the terminal's (or a pipe's 80-column) width, so
+# printed links, commands and ids stay whole when copied or piped.
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
-def _core(migrate: bool = True) -> Any:
+def _settings() -> Settings:
+    """Settings from the environment. An invalid one exits 2 with one line naming its
+    variable (``runbell: RUNBELL_SMTP_PORT: …``), never a traceback."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        for line in setting_problems(exc):
+            err.print(f"runbell: {line}", markup=False, highlight=False)
+    except SettingsError as exc:
+        err.print(f"runbell: {exc}", markup=False, highlight=False)
+    raise typer.Exit(2)
+
+
+def _data_dir(settings: Settings) -> None:
+    from runbell.service import prepare_data_dir
+
+    try:
+        prepare_data_dir(settings)
+    except OSError as exc:
+        err.print(
+            f"runbell: RUNBELL_DATA_DIR: cannot create {settings.data_dir}: {exc.strerror or exc}",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(2) from None
+
+
+def _core(settings: Settings | None = None, migrate: bool = True) -> Any:
     from runbell.service import build
 
-    return build(Settings(), migrate=migrate)
+    settings = settings or _settings()
+    _data_dir(settings)
+    return build(settings, migrate=migrate)
 
 
 def _serve(asgi: Any, **config: Any) -> None:
@@ -110,11 +144,9 @@ def migrate() -> None:
     from runbell.store.db import make_engine
     from runbell.store.migrate import current_revision, upgrade
 
-    settings = Settings()
-    url = settings.resolved_database_url()
-    if url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(url)
+    settings = _settings()
+    _data_dir(settings)
+    engine = make_engine(settings.resolved_database_url())
     upgrade(engine)
     out.print(f"schema at revision {current_revision(engine)} ({engine.dialect.name})")
 
@@ -137,9 +169,9 @@ def serve(
     from runbell.dispatch.worker import Worker
     from runbell.logging import configure
 
-    settings = Settings()
+    settings = _settings()
     configure(json=settings.log_json)
-    core = _core()
+    core = _core(settings)
     base = (
         settings.public_url
         if settings.public_url != "http://127.0.0.1:8080"
@@ -200,9 +232,9 @@ def worker(
     from runbell.logging import configure
     from runbell.store.wakeup import start_bridge
 
-    settings = Settings()
+    settings = _settings()
     configure(json=settings.log_json)
-    core = _core()
+    core = _core(settings)
     sched = Scheduler(core)
     if scheduler:
         sched.start()

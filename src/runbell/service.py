@@ -20,17 +20,30 @@ def utcnow() -> datetime:
 def build(
     settings: Settings, *, clock: Callable[[], datetime] = utcnow, migrate: bool = True
 ) -> Runbell:
-    url = settings.resolved_database_url()
-    if url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(url, clock=clock)
-    if migrate:
-        upgrade(db.engine)
+    db = open_database(settings, clock=clock, migrate=migrate)
     key = settings.secret_key or load_or_create_key(settings.data_dir)
     box = SecretBox(key)
     if migrate:
         check_secret_key(db, box)
     return Runbell(settings, db, box=box)
+
+
+def prepare_data_dir(settings: Settings) -> None:
+    """Create the SQLite data directory private (0700): it holds the database, which keeps
+    run and request details in clear, and the secret key. An existing one is left as is."""
+    if settings.resolved_database_url().startswith("sqlite"):
+        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def open_database(
+    settings: Settings, *, clock: Callable[[], datetime] = utcnow, migrate: bool = True
+) -> Database:
+    """The database alone (no secret key needed), migrated unless told otherwise."""
+    prepare_data_dir(settings)
+    db = Database(settings.resolved_database_url(), clock=clock)
+    if migrate:
+        upgrade(db.engine)
+    return db
 
 
 KEY_CHECK = "secret_key_check"
