@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -74,7 +77,7 @@ def _core(settings: Settings | None = None, migrate: bool = True) -> Any:
     return build(settings, migrate=migrate)
 
 
-def _serve(asgi: Any, **config: Any) -> None:
+def _serve(asgi: Any, sock: socket.socket, **config: Any) -> None:
     """uvicorn, minus its habit of re-raising SIGTERM after a graceful shutdown (which
     kills the process before our cleanup runs and leaves the SQLite WAL unmerged)."""
     import contextlib
@@ -89,7 +92,85 @@ def _serve(asgi: Any, **config: Any) -> None:
                 yield
                 self._captured_signals.clear()  # we already shut down: exit 0
 
-    Server(uvicorn.Config(asgi, **config)).run()
+    Server(uvicorn.Config(asgi, **config)).run(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind before anything is created or printed: a taken port fails here, and links use
+    the port really bound (``--port 0`` included)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        err.print(
+            f"runbell: cannot listen on {host}:{port}: {exc.strerror or exc}. Is another "
+            "server running there? Choose another port: --port 18080 (make run PORT=18080).",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(2) from None
+    return sock
+
+
+def _served_url(host: str, port: int) -> str:
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 (we detect it, not bind)
+        host = "127.0.0.1"  # listening everywhere: links still need a host a browser opens
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _this_command() -> str:
+    """How a shell in the current directory runs the `runbell` that is running now."""
+    import shutil
+
+    exe = Path(sys.argv[0])
+    if exe.name != "runbell":  # python -m runbell.cli
+        return f"{shlex.quote(sys.executable)} -m runbell.cli"
+    found = shutil.which("runbell")
+    if found and exe.exists() and os.path.samefile(found, exe):
+        return "runbell"
+    path = Path(os.path.abspath(exe))
+    try:
+        rel = path.relative_to(Path.cwd())
+    except ValueError:
+        return shlex.quote(str(path))
+    return shlex.quote(str(rel) if len(rel.parts) > 1 else f"./{rel}")
+
+
+def _same_database(settings: Settings) -> tuple[str, str | None]:
+    """The RUNBELL_* assignments a fresh shell needs to reach this process's database, and
+    a note when something had to be left out (a password is never printed)."""
+    import sqlalchemy as sa
+
+    given = settings.model_fields_set
+    if settings.database_url and "database_url" in given:
+        url = sa.make_url(settings.database_url)
+        note = None
+        if url.password is not None:
+            url = url.set(password=None)
+            note = "(the database password is left out: set PGPASSWORD or use ~/.pgpass)"
+        shown = url.render_as_string(hide_password=False)
+        return f"RUNBELL_DATABASE_URL={shlex.quote(shown)} ", note
+    if "data_dir" in given:
+        return f"RUNBELL_DATA_DIR={shlex.quote(str(settings.data_dir.resolve()))} ", None
+    return "", None
+
+
+def _login_commands(settings: Settings, email: str | None) -> list[str]:
+    """Commands that print a new sign-in link for the first tenant's owner (``email``, or
+    its first owner) when pasted into a second terminal in this directory; then a note if
+    the database URL had to be shortened."""
+    env, note = _same_database(settings)
+    me = _this_command()
+    commands = []
+    makefile = Path("Makefile")
+    in_checkout = me == ".venv/bin/runbell" and makefile.is_file()
+    if in_checkout and "\nlogin-link:" in makefile.read_text(errors="replace"):
+        commands.append(f"{env}make login-link")
+    who = f" {shlex.quote(email)}" if email else ""
+    commands.append(f"{env}{me} user login-link{who} --tenant default")
+    return commands + ([note] if note else [])
 
 
 def _demo(core: Any, base: str) -> tuple[list[Any], list[Any]]:
@@ -103,7 +184,7 @@ def _demo(core: Any, base: str) -> tuple[list[Any], list[Any]]:
     if not core.settings.smtp_host:
         host, port = demo.start_mail_sink(state)
         core.settings.smtp_host, core.settings.smtp_port = host, port
-        out.print(f"Demo mail sink: {base}/demo/mailbox", highlight=False)
+        out.print(f"Demo mail sink: {base}/demo/mailbox", markup=False, highlight=False)
     netloc = urlsplit(base).netloc
     core.settings.outbound_allow_hosts = frozenset({*core.settings.outbound_allow_hosts, netloc})
     who = demo.setup(core, base)
@@ -116,7 +197,8 @@ def _demo(core: Any, base: str) -> tuple[list[Any], list[Any]]:
 
     out.print(
         "Demo: a run will ask for your approval in a few seconds. Sign in with the "
-        "link above (or `runbell user login-link`), then open the inbox.",
+        "sign-in link, then open the inbox.",
+        markup=False,
         highlight=False,
     )
     return [run_agent], [demo.sink_router(core, state)]
@@ -168,21 +250,23 @@ def serve(
     from runbell.dispatch.wiring import build_channels
     from runbell.dispatch.worker import Worker
     from runbell.logging import configure
+    from runbell.service import record_served_url
 
     settings = _settings()
     configure(json=settings.log_json)
+    sock = _listen(host, port)
     core = _core(settings)
-    base = (
-        settings.public_url
-        if settings.public_url != "http://127.0.0.1:8080"
-        # Listening everywhere: links still need a host a browser can open.
-        else f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"  # noqa: S104 (we detect it, not bind)
-    )
-    # Links in alerts and the welcome text point at where this server really listens.
+    served = _served_url(host, sock.getsockname()[1])
+    # Links in alerts and the welcome text point at RUNBELL_PUBLIC_URL when it is set,
+    # else at where this server really listens; recorded for commands run elsewhere.
+    given = "public_url" in settings.model_fields_set
+    base = settings.public_url.rstrip("/") if given else served
     core.settings.public_url = base
+    record_served_url(core.db, base)
     first = bootstrap_if_empty(core, settings.first_user_email)
     if first is not None:
-        out.print(welcome_text(first, base), highlight=False, soft_wrap=True)
+        login = _login_commands(settings, first.user_email)
+        out.print(welcome_text(first, base, login), markup=False, highlight=False)
     sched = Scheduler(core)
     if scheduler:
         sched.start()
@@ -191,18 +275,44 @@ def serve(
     if demo:
         background, routers = _demo(core, base)
     worker = Worker(core, build_channels(core)) if deliver else None
-    out.print(f"Runbell listening on {base}  (database: {core.db.dialect})", highlight=False)
+    out.print(
+        f"Runbell listening on {served}  (database: {core.db.dialect})"
+        + (f"; links use {base} (RUNBELL_PUBLIC_URL)" if base != served else "")
+        + ". Ctrl-C stops it.",
+        markup=False,
+        highlight=False,
+    )
+    if first is None and _has_default_tenant(core):
+        lines = "\n  ".join(_login_commands(settings, None))
+        out.print(
+            f"A new browser sign-in link, from another terminal here:\n  {lines}",
+            markup=False,
+            highlight=False,
+        )
     try:
         _serve(
             create_app(core, worker=worker, background=background, routers=routers),
+            sock,
             host=host,
-            port=port,
+            port=sock.getsockname()[1],
             log_level="warning",
             timeout_graceful_shutdown=5,
         )
     finally:
         sched.stop()
         core.db.dispose()
+
+
+def _has_default_tenant(core: Any) -> bool:
+    """Whether the tenant the first start creates (named ``default``) is there."""
+    from runbell.store import accounts
+
+    with core.db.read() as conn:
+        try:
+            accounts.resolve_tenant(conn, "default")
+        except RunbellError:
+            return False
+    return True
 
 
 @app.command()
@@ -230,11 +340,14 @@ def worker(
     from runbell.dispatch.wiring import build_channels
     from runbell.dispatch.worker import Worker
     from runbell.logging import configure
+    from runbell.service import links_base
     from runbell.store.wakeup import start_bridge
 
     settings = _settings()
     configure(json=settings.log_json)
     core = _core(settings)
+    # Links in alerts: RUNBELL_PUBLIC_URL, else where `runbell serve` last served.
+    core.settings.public_url = links_base(settings, core.db)
     sched = Scheduler(core)
     if scheduler:
         sched.start()
@@ -384,25 +497,40 @@ def user_revoke(email: str, tenant: Annotated[str, typer.Option(help="tenant id 
 
 @user_app.command("login-link")
 def user_login_link(
-    email: str,
     tenant: Annotated[str, typer.Option(help="tenant id or name")],
+    email: Annotated[
+        str | None,
+        typer.Argument(help="email or user id; default: the tenant's first owner"),
+    ] = None,
 ) -> None:
-    """Print a one-time browser sign-in link for a member (works once, for 15 minutes)."""
+    """Print a one-time browser sign-in link for a member (works once, for 15 minutes).
+
+    The link starts with RUNBELL_PUBLIC_URL when it is set, else with the address
+    `runbell serve` last served on (its port included), so it opens that server."""
+    from runbell.service import links_base, open_database
     from runbell.store import accounts
-    from runbell.web.routes import sign_in_url
     from runbell.web.sessions import create_login_link
 
-    core = _core()
+    settings = _settings()
+    _data_dir(settings)
+    # The database alone: a sign-in link needs no secret key, so this works from any
+    # terminal that reaches the database, whichever RUNBELL_SECRET_KEY it has.
+    db = open_database(settings)
     try:
-        with core.db.transaction() as tx:
+        with db.transaction() as tx:
             tenant_id = accounts.resolve_tenant(tx.conn, tenant)
-            user_id = accounts.find_user(tx.conn, tenant_id, email)
+            if email is None:
+                user_id = accounts.first_owner(tx.conn, tenant_id)
+            else:
+                user_id = accounts.find_user(tx.conn, tenant_id, email)
             token = create_login_link(tx.conn, tenant_id, user_id, tx.now)
+        base = links_base(settings, db)
     except RunbellError as exc:
         _fail(exc)
     finally:
-        core.db.dispose()
-    out.print(sign_in_url(core, token), highlight=False, soft_wrap=True)
+        db.dispose()
+    # The same link as runbell.web.routes.sign_in_url builds.
+    out.print(f"{base}/auth/{token}", markup=False, highlight=False)
     err.print("One use, valid for 15 minutes. Anyone holding it can sign in as this member.")
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from runbell.config import Settings
 from runbell.core import Runbell
 from runbell.crypto import SecretBox, load_or_create_key
+from runbell.store import kv
 from runbell.store.db import Database
 from runbell.store.migrate import upgrade
 
@@ -44,6 +45,26 @@ def open_database(
     if migrate:
         upgrade(db.engine)
     return db
+
+
+SERVED_URL = "served_url"
+
+
+def record_served_url(db: Database, url: str) -> None:
+    """Remember the base of links `runbell serve` uses (RUNBELL_PUBLIC_URL, or where it
+    listens), so commands run from another terminal link to the same place."""
+    with db.transaction() as tx:
+        kv.put(tx.conn, SERVED_URL, {"url": url, "at": tx.now.isoformat()})
+
+
+def links_base(settings: Settings, db: Database) -> str:
+    """The base of links a command prints or sends: RUNBELL_PUBLIC_URL when it is set,
+    else what `runbell serve` last recorded, else the default."""
+    if "public_url" in settings.model_fields_set:
+        return settings.public_url.rstrip("/")
+    with db.read() as conn:
+        served = kv.get(conn, SERVED_URL)
+    return str(served["url"] if served else settings.public_url).rstrip("/")
 
 
 KEY_CHECK = "secret_key_check"

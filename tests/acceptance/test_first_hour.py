@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -18,14 +19,18 @@ from typing import Any
 import httpx
 import pytest
 
+from runbell.service import build, record_served_url
+from runbell.testing import add_user, make_tenant
 from runbell.web import sessions
 from tests.acceptance.test_cli import (
     RUNBELL,
+    WELCOME,
     Served,
     cli_env,
     ok,
     refused,
     run_cli,
+    settings_for,
 )
 from tests.conftest import free_port
 
@@ -99,6 +104,132 @@ def json_documents(text: str) -> list[Any]:
         doc, at = decoder.raw_decode(text, at)
         docs.append(doc)
     return docs
+
+
+# --- item 1: the start banner ----------------------------------------------------------
+
+
+def test_every_command_the_start_prints_works_pasted_into_a_second_terminal(
+    tmp_path: Path,
+) -> None:
+    """`make run PORT=…` as a newcomer runs it: the printed sign-in link, the "another link
+    later" commands and the curl block all work pasted into a second shell in the
+    checkout, and point at the port really served; a restart on another port prints
+    commands whose links follow it. No line is folded, even in a narrow terminal."""
+    shell = second_terminal()
+    # A data dir of its own (so the printed commands must name it) and no secret key
+    # in the environment, as after a plain `make run`; a 60-column terminal.
+    server_env = {**shell, "RUNBELL_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "60"}
+    server_env["PYTHONUNBUFFERED"] = "1"
+    with Served(server_env, tmp_path, "first", "--demo", cwd=ROOT) as served:
+        assert served.port != 8080
+        banner = served.stdout
+        assert banner.count(WELCOME) == 1
+
+        # Nothing folded at 60 columns: whole sentences, whole commands, no wrap residue.
+        lines = banner.splitlines()
+        assert not [line for line in lines if line.endswith(" ")], banner
+        assert (
+            "Demo: a run will ask for your approval in a few seconds. Sign in with the "
+            "sign-in link, then open the inbox." in lines
+        ), banner
+        assert any(line.startswith("Runbell listening on ") and "Ctrl-C" in line for line in lines)
+
+        # The sign-in link printed once.
+        [(base, token)] = LINK.findall(banner)
+        assert base == served.url
+        signs_in(f"{base}/auth/{token}")
+
+        # Another link later, from a second terminal.
+        later = block_after(banner, "Another sign-in link later")
+        if Path(RUNBELL).resolve() == (ROOT / ".venv" / "bin" / "runbell").resolve():
+            assert any(c.endswith("make login-link") for c in later), later
+            assert any(".venv/bin/runbell user login-link" in c for c in later), later
+        assert all(str(tmp_path / "data") in c for c in later), later
+        pasted_links(later, shell, served.url)
+
+        # The curl block, pasted as printed.
+        start = banner.index("  export RB=")
+        curls = banner[start : banner.index("\n\n", start)]
+        res = paste(curls, shell)
+        assert res.returncode == 0, res.stderr
+        put, signal, inbox, feed = json_documents(res.stdout)
+        assert put["state"] == "working"
+        assert signal["outcome"] == "applied"
+        assert ("demo-1", "completed") in {
+            (n["run_id"], n["attention_type"]) for n in inbox["notifications"]
+        }
+        assert "run.transitioned" in {e["type"] for e in feed["events"]}
+        served.terminate()
+
+    # A later start on another port: the printed commands now link there.
+    again = Served(server_env, tmp_path, "again", "--demo", cwd=ROOT)
+    while again.port == served.port:
+        again.port = free_port()
+        again.url = f"http://127.0.0.1:{again.port}"
+    with again:
+        later = block_after(again.stdout, "A new browser sign-in link")
+        assert later and WELCOME not in again.stdout
+        pasted_links(later, shell, again.url)
+        again.terminate()
+
+
+def test_login_link_uses_the_public_url_else_what_serve_recorded(tmp_path: Path) -> None:
+    """`runbell user login-link`: RUNBELL_PUBLIC_URL when set, else the address `serve`
+    recorded, else the default; without an email, the tenant's first owner. It needs no
+    secret key (a second terminal may not have RUNBELL_SECRET_KEY)."""
+    settings = settings_for(tmp_path)
+    core = build(settings)
+    try:
+        first = make_tenant(core, name="default", owner_email="first@example.test")
+        add_user(core, first.tenant_id, "later@example.test", role="owner")
+    finally:
+        core.db.dispose()
+    env = cli_env(tmp_path)
+
+    def link(*args: str, **extra: str) -> tuple[str, str | None]:
+        out = ok({**env, **extra}, "user", "login-link", "--tenant", "default", *args)
+        [(base, token)] = LINK.findall(out)
+        core = build(settings, migrate=False)
+        try:
+            with core.db.transaction() as tx:
+                used = sessions.consume_login_link(tx.conn, token, tx.now)
+        finally:
+            core.db.dispose()
+        assert isinstance(used, tuple), used
+        return base, used[1]
+
+    assert link() == ("http://127.0.0.1:8080", first.owner_id)  # never served: the default
+    core = build(settings, migrate=False)
+    try:
+        record_served_url(core.db, "http://127.0.0.1:18999")
+    finally:
+        core.db.dispose()
+    assert link("first@example.test")[0] == "http://127.0.0.1:18999"
+    public = link(RUNBELL_PUBLIC_URL="https://rb.example.com/")
+    assert public == ("https://rb.example.com", first.owner_id)
+
+    # No secret key at all: still a link, and no stray key file made.
+    no_key = {k: v for k, v in env.items() if k != "RUNBELL_SECRET_KEY"}
+    assert LINK.search(ok(no_key, "user", "login-link", "--tenant", "default"))
+    assert not (tmp_path / "secret.key").exists()
+    assert "nobody@example.test" in refused(
+        env, "user", "login-link", "--tenant", "default", "nobody@example.test"
+    )
+
+
+def test_serve_on_a_taken_port_fails_before_creating_anything(tmp_path: Path) -> None:
+    """A taken port is a one-line refusal that names it, before any secret is printed
+    (they are shown once) or the database is made."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = run_cli(cli_env(tmp_path / "data"), "serve", "--port", str(port))
+    assert res.returncode == 2, res.stderr
+    assert f"127.0.0.1:{port}" in res.stderr and "Traceback" not in res.stderr
+    assert WELCOME not in res.stdout
+    assert not (tmp_path / "data" / "runbell.db").exists()
 
 
 # --- item 10: settings ------------------------------------------------------------------
