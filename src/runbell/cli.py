@@ -573,17 +573,39 @@ def source_create(
     sys.stdout.write("\n")
 
 
+DELIVERY_COLUMNS = (
+    "id",
+    "channel",
+    "status",
+    "attempt_count",
+    "event_type",
+    "notification_id",
+    "last_error",
+)
+
+
+def _cell(value: Any) -> str:
+    """A whole value on one line with no tabs; ``-`` for none (awk skips empty fields)."""
+    return "-" if value is None or value == "" else " ".join(str(value).split())
+
+
 @deliveries_app.command("list")
 def deliveries_list(
     tenant: Annotated[str, typer.Option(help="tenant id or name")],
     status: Annotated[list[str] | None, typer.Option(help="e.g. dead, delivery_unknown")] = None,
     channel: Annotated[str | None, typer.Option()] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="a JSON array, each item as GET /v1/deliveries")
+    ] = False,
 ) -> None:
-    """Deliveries newest first, as a table."""
+    """Deliveries newest first: a table on a terminal. Piped, one tab-separated line per
+    delivery with every value whole (a header line first, ``-`` for none); --json for
+    every field."""
     _check_statuses(status)
     from rich.table import Table
 
+    from runbell.api.routers.deliveries import delivery_view
     from runbell.store import accounts, outbox
 
     core = _core()
@@ -601,11 +623,25 @@ def deliveries_list(
             )
     except RunbellError as exc:
         _fail(exc)
+    finally:
+        core.db.dispose()
+    if as_json:
+        json.dump([delivery_view(d) for d in rows], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    if not out.is_terminal:
+        # For grep, cut and awk: nothing cut to a width, one line per delivery.
+        sys.stdout.write("\t".join(DELIVERY_COLUMNS) + "\n")
+        for d in rows:
+            sys.stdout.write("\t".join(_cell(d[c]) for c in DELIVERY_COLUMNS) + "\n")
+        return
     table = Table()
     # Whole ids, never cut: an operator copies them into `deliveries replay`.
     table.add_column("id", no_wrap=True, min_width=30)
-    for title in ("channel", "status", "attempts", "event / notification", "last error"):
-        table.add_column(title)
+    for title in ("channel", "status", "attempts"):
+        table.add_column(title, no_wrap=True)
+    for title in ("event / notification", "last error"):
+        table.add_column(title, overflow="fold")  # a narrow terminal folds, never cuts
     for d in rows:
         table.add_row(
             d["id"],

@@ -18,7 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
+from runbell.api.app import create_app
 from runbell.service import build, record_served_url
 from runbell.testing import add_user, make_tenant
 from runbell.web import sessions
@@ -32,7 +34,7 @@ from tests.acceptance.test_cli import (
     run_cli,
     settings_for,
 )
-from tests.conftest import free_port
+from tests.conftest import bearer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"(https?://[^\s/]+)/auth/(rbl_[A-Za-z0-9_-]{20,})")
@@ -230,6 +232,43 @@ def test_serve_on_a_taken_port_fails_before_creating_anything(tmp_path: Path) ->
     assert f"127.0.0.1:{port}" in res.stderr and "Traceback" not in res.stderr
     assert WELCOME not in res.stdout
     assert not (tmp_path / "data" / "runbell.db").exists()
+
+
+# --- item 9: tables when piped ------------------------------------------------------------
+
+
+def test_deliveries_list_piped_prints_whole_values_and_json(tmp_path: Path) -> None:
+    """Piped, `deliveries list` prints one tab-separated line per delivery with whole ids
+    (nothing cut to a column width); --json prints every field as GET /v1/deliveries."""
+    core = build(settings_for(tmp_path))
+    try:
+        creds = make_tenant(core)
+        with TestClient(create_app(core, bridge=False)) as client:
+            rt = bearer(creds.runtime_key)
+            body = {"owner": creds.owner_email, "state": "working", "notify_on_complete": True}
+            for i in range(3):
+                assert client.put(f"/v1/runs/r-{i}", json=body, headers=rt).status_code == 201
+                signal = {"event_id": f"e-{i}", "state": "completed"}
+                client.post(f"/v1/runs/r-{i}/signals", json=signal, headers=rt)
+            api = client.get("/v1/deliveries", headers=bearer(creds.admin_key)).json()
+    finally:
+        core.db.dispose()
+    expected = api["deliveries"]
+    assert len(expected) >= 3
+
+    res = run_cli(cli_env(tmp_path), "deliveries", "list", "--tenant", "acme")  # a pipe
+    assert res.returncode == 0, res.stderr
+    header, *rows = res.stdout.splitlines()
+    assert header.split("\t")[:3] == ["id", "channel", "status"]
+    assert [row.split("\t")[0] for row in rows] == [d["id"] for d in expected]
+    for row, d in zip(rows, expected, strict=True):
+        cells = row.split("\t")
+        assert len(cells) == len(header.split("\t"))
+        assert (cells[1], cells[2]) == (d["channel"], d["status"])
+        assert d["notification_id"] in cells
+
+    as_json = json.loads(ok(cli_env(tmp_path), "deliveries", "list", "--tenant", "acme", "--json"))
+    assert as_json == expected
 
 
 # --- item 10: settings ------------------------------------------------------------------
