@@ -279,7 +279,7 @@ class Served:
                 stderr=err,
                 cwd=self.cwd,
             )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # generous: the suite shares two busy cores
         while True:
             if self.proc.poll() is not None:
                 raise AssertionError(f"serve exited early:\n{self.stdout}\n{self.stderr}")
