@@ -1,7 +1,11 @@
 # Two commands do everything on a fresh machine with Python 3.11+:
 #   make run   — virtualenv, install, migrate, start Runbell on SQLite with a demo agent
-#                that asks for approval (prints a first user and a sign-in link)
+#                that asks for approval (prints a first user and a sign-in link);
+#                Ctrl-C stops it
 #   make test  — dev dependencies, then the whole suite
+# And from a second terminal while it runs:
+#   make login-link [EMAIL=you@example.com] — a new one-time browser sign-in link for
+#                the running server (its port is recorded in the database)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,8 +13,10 @@ STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 HOST ?= 127.0.0.1
 PORT ?= 8080
+EMAIL ?=
+TENANT ?= default
 
-.PHONY: run test lint typecheck clean
+.PHONY: run login-link test lint typecheck clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +33,9 @@ $(DEVSTAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/runbell migrate
 	$(BIN)/runbell serve --host $(HOST) --port $(PORT) --demo
+
+login-link: $(STAMP)
+	@$(BIN)/runbell user login-link $(EMAIL) --tenant $(TENANT)
 
 test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests

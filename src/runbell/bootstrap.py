@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runbell.core import Runbell
@@ -34,10 +37,19 @@ def bootstrap_if_empty(core: Runbell, email: str) -> FirstRun | None:
     return FirstRun(tenant_id, admin, runtime, accounts.normalize_email(email), token, login)
 
 
-def welcome_text(first: FirstRun, base_url: str) -> str:
-    run_body = (
-        f'{{"owner": "{first.user_email}", "title": "Demo run", "state": "working", '
-        '"notify_on_complete": true}'
+def welcome_text(first: FirstRun, base_url: str, login_commands: Sequence[str] = ()) -> str:
+    """The first start's text. Every command in it works when pasted into a second
+    terminal: ``login_commands`` print a new sign-in link (see runbell.cli)."""
+    base_url = base_url.rstrip("/")
+    later = "".join(f"  {command}\n" for command in login_commands)
+    if later:
+        later = (
+            "Another sign-in link later (each works once), from a second terminal in this "
+            f"directory:\n\n{later}\n"
+        )
+    run_body = shlex.quote(
+        f'{{"owner": {json.dumps(first.user_email)}, "title": "Demo run", '
+        '"state": "working", "notify_on_complete": true}'
     )
     return f"""
 Runbell is set up. These secrets are shown ONCE — store them now.
@@ -50,16 +62,14 @@ Runbell is set up. These secrets are shown ONCE — store them now.
 
 Open Runbell in your browser (this sign-in link works once, for 15 minutes):
 
-  {base_url.rstrip("/")}/auth/{first.login_token}
+  {base_url}/auth/{first.login_token}
 
-  Another one later: runbell user login-link {first.user_email} --tenant default
-
-Try it (a run that finishes and lands in the inbox):
+{later}Try it (a run that finishes and lands in the inbox):
 
   export RB={base_url} RUNTIME={first.runtime_key} ME={first.user_token}
   curl -sS -X PUT $RB/v1/runs/demo-1 -H "Authorization: Bearer $RUNTIME" \\
        -H 'Content-Type: application/json' \\
-       -d '{run_body}'
+       -d {run_body}
   curl -sS -X POST $RB/v1/runs/demo-1/signals -H "Authorization: Bearer $RUNTIME" \\
        -H 'Content-Type: application/json' -d '{{"event_id": "evt-1", "state": "completed"}}'
   curl -sS $RB/v1/notifications -H "Authorization: Bearer $ME"

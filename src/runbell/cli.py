@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from runbell.config import Settings
+from runbell.config import Settings, setting_problems
 from runbell.domain.errors import RunbellError
 
 app = typer.Typer(
@@ -30,17 +33,51 @@ app.add_typer(user_app, name="user")
 app.add_typer(source_app, name="source")
 deliveries_app = typer.Typer(help="The outbox: dead letters and replay.", no_args_is_help=True)
 app.add_typer(deliveries_app, name="deliveries")
-out = Console()
-err = Console(stderr=True)
+# soft_wrap: a line is never folded at the terminal's (or a pipe's 80-column) width, so
+# printed links, commands and ids stay whole when copied or piped.
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
-def _core(migrate: bool = True) -> Any:
+def _settings() -> Settings:
+    """Settings from the environment. An invalid one exits 2 with one line naming its
+    variable (``runbell: RUNBELL_SMTP_PORT: …``), never a traceback."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        for line in setting_problems(exc):
+            err.print(f"runbell: {line}", markup=False, highlight=False)
+    except SettingsError as exc:
+        err.print(f"runbell: {exc}", markup=False, highlight=False)
+    raise typer.Exit(2)
+
+
+def _data_dir(settings: Settings) -> None:
+    from runbell.service import prepare_data_dir
+
+    try:
+        prepare_data_dir(settings)
+    except OSError as exc:
+        err.print(
+            f"runbell: RUNBELL_DATA_DIR: cannot create {settings.data_dir}: {exc.strerror or exc}",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(2) from None
+
+
+def _core(settings: Settings | None = None, migrate: bool = True) -> Any:
     from runbell.service import build
 
-    return build(Settings(), migrate=migrate)
+    settings = settings or _settings()
+    _data_dir(settings)
+    return build(settings, migrate=migrate)
 
 
-def _serve(asgi: Any, **config: Any) -> None:
+def _serve(asgi: Any, sock: socket.socket, **config: Any) -> None:
     """uvicorn, minus its habit of re-raising SIGTERM after a graceful shutdown (which
     kills the process before our cleanup runs and leaves the SQLite WAL unmerged)."""
     import contextlib
@@ -55,7 +92,85 @@ def _serve(asgi: Any, **config: Any) -> None:
                 yield
                 self._captured_signals.clear()  # we already shut down: exit 0
 
-    Server(uvicorn.Config(asgi, **config)).run()
+    Server(uvicorn.Config(asgi, **config)).run(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind before anything is created or printed: a taken port fails here, and links use
+    the port really bound (``--port 0`` included)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        err.print(
+            f"runbell: cannot listen on {host}:{port}: {exc.strerror or exc}. Is another "
+            "server running there? Choose another port: --port 18080 (make run PORT=18080).",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(2) from None
+    return sock
+
+
+def _served_url(host: str, port: int) -> str:
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 (we detect it, not bind)
+        host = "127.0.0.1"  # listening everywhere: links still need a host a browser opens
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _this_command() -> str:
+    """How a shell in the current directory runs the `runbell` that is running now."""
+    import shutil
+
+    exe = Path(sys.argv[0])
+    if exe.name != "runbell":  # python -m runbell.cli
+        return f"{shlex.quote(sys.executable)} -m runbell.cli"
+    found = shutil.which("runbell")
+    if found and exe.exists() and os.path.samefile(found, exe):
+        return "runbell"
+    path = Path(os.path.abspath(exe))
+    try:
+        rel = path.relative_to(Path.cwd())
+    except ValueError:
+        return shlex.quote(str(path))
+    return shlex.quote(str(rel) if len(rel.parts) > 1 else f"./{rel}")
+
+
+def _same_database(settings: Settings) -> tuple[str, str | None]:
+    """The RUNBELL_* assignments a fresh shell needs to reach this process's database, and
+    a note when something had to be left out (a password is never printed)."""
+    import sqlalchemy as sa
+
+    given = settings.model_fields_set
+    if settings.database_url and "database_url" in given:
+        url = sa.make_url(settings.database_url)
+        note = None
+        if url.password is not None:
+            url = url.set(password=None)
+            note = "(the database password is left out: set PGPASSWORD or use ~/.pgpass)"
+        shown = url.render_as_string(hide_password=False)
+        return f"RUNBELL_DATABASE_URL={shlex.quote(shown)} ", note
+    if "data_dir" in given:
+        return f"RUNBELL_DATA_DIR={shlex.quote(str(settings.data_dir.resolve()))} ", None
+    return "", None
+
+
+def _login_commands(settings: Settings, email: str | None) -> list[str]:
+    """Commands that print a new sign-in link for the first tenant's owner (``email``, or
+    its first owner) when pasted into a second terminal in this directory; then a note if
+    the database URL had to be shortened."""
+    env, note = _same_database(settings)
+    me = _this_command()
+    commands = []
+    makefile = Path("Makefile")
+    in_checkout = me == ".venv/bin/runbell" and makefile.is_file()
+    if in_checkout and "\nlogin-link:" in makefile.read_text(errors="replace"):
+        commands.append(f"{env}make login-link")
+    who = f" {shlex.quote(email)}" if email else ""
+    commands.append(f"{env}{me} user login-link{who} --tenant default")
+    return commands + ([note] if note else [])
 
 
 def _demo(core: Any, base: str) -> tuple[list[Any], list[Any]]:
@@ -69,7 +184,7 @@ def _demo(core: Any, base: str) -> tuple[list[Any], list[Any]]:
     if not core.settings.smtp_host:
         host, port = demo.start_mail_sink(state)
         core.settings.smtp_host, core.settings.smtp_port = host, port
-        out.print(f"Demo mail sink: {base}/demo/mailbox", highlight=False)
+        out.print(f"Demo mail sink: {base}/demo/mailbox", markup=False, highlight=False)
     netloc = urlsplit(base).netloc
     core.settings.outbound_allow_hosts = frozenset({*core.settings.outbound_allow_hosts, netloc})
     who = demo.setup(core, base)
@@ -82,7 +197,8 @@ def _demo(core: Any, base: str) -> tuple[list[Any], list[Any]]:
 
     out.print(
         "Demo: a run will ask for your approval in a few seconds. Sign in with the "
-        "link above (or `runbell user login-link`), then open the inbox.",
+        "sign-in link, then open the inbox.",
+        markup=False,
         highlight=False,
     )
     return [run_agent], [demo.sink_router(core, state)]
@@ -110,11 +226,9 @@ def migrate() -> None:
     from runbell.store.db import make_engine
     from runbell.store.migrate import current_revision, upgrade
 
-    settings = Settings()
-    url = settings.resolved_database_url()
-    if url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(url)
+    settings = _settings()
+    _data_dir(settings)
+    engine = make_engine(settings.resolved_database_url())
     upgrade(engine)
     out.print(f"schema at revision {current_revision(engine)} ({engine.dialect.name})")
 
@@ -137,21 +251,23 @@ def serve(
     from runbell.dispatch.wiring import build_channels
     from runbell.dispatch.worker import Worker
     from runbell.logging import configure
+    from runbell.service import record_served_url
 
-    settings = Settings()
+    settings = _settings()
     configure(json=settings.log_json)
-    core = _core()
-    base = (
-        settings.public_url
-        if settings.public_url != "http://127.0.0.1:8080"
-        # Listening everywhere: links still need a host a browser can open.
-        else f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"  # noqa: S104 (we detect it, not bind)
-    )
-    # Links in alerts and the welcome text point at where this server really listens.
+    sock = _listen(host, port)
+    core = _core(settings)
+    served = _served_url(host, sock.getsockname()[1])
+    # Links in alerts and the welcome text point at RUNBELL_PUBLIC_URL when it is set,
+    # else at where this server really listens; recorded for commands run elsewhere.
+    given = "public_url" in settings.model_fields_set
+    base = settings.public_url.rstrip("/") if given else served
     core.settings.public_url = base
+    record_served_url(core.db, base)
     first = bootstrap_if_empty(core, settings.first_user_email)
     if first is not None:
-        out.print(welcome_text(first, base), highlight=False, soft_wrap=True)
+        login = _login_commands(settings, first.user_email)
+        out.print(welcome_text(first, base, login), markup=False, highlight=False)
     sched = Scheduler(core)
     if scheduler:
         sched.start()
@@ -160,27 +276,54 @@ def serve(
     if demo:
         background, routers = _demo(core, base)
     worker = Worker(core, build_channels(core)) if deliver else None
-    out.print(f"Runbell listening on {base}  (database: {core.db.dialect})", highlight=False)
+    out.print(
+        f"Runbell listening on {served}  (database: {core.db.dialect})"
+        + (f"; links use {base} (RUNBELL_PUBLIC_URL)" if base != served else "")
+        + ". Ctrl-C stops it.",
+        markup=False,
+        highlight=False,
+    )
     if metrics_refusal(host, core.settings.metrics_token):
         out.print(
             f"/metrics is off: listening on {host or '*'} without RUNBELL_METRICS_TOKEN "
             "(set it to scrape with a bearer token)",
+            markup=False,
             highlight=False,
             soft_wrap=True,
+        )
+    if first is None and _has_default_tenant(core):
+        lines = "\n  ".join(_login_commands(settings, None))
+        out.print(
+            f"A new browser sign-in link, from another terminal here:\n  {lines}",
+            markup=False,
+            highlight=False,
         )
     try:
         _serve(
             create_app(
                 core, worker=worker, background=background, routers=routers, listen_host=host
             ),
+            sock,
             host=host,
-            port=port,
+            port=sock.getsockname()[1],
             log_level="warning",
             timeout_graceful_shutdown=5,
         )
     finally:
         sched.stop()
         core.db.dispose()
+
+
+def _has_default_tenant(core: Any) -> bool:
+    """Whether the tenant the first start creates (named ``default``) is there."""
+    from runbell.store import accounts
+
+    with core.db.read() as conn:
+        try:
+            accounts.resolve_tenant(conn, "default")
+        except RunbellError:
+            return False
+    return True
 
 
 @app.command()
@@ -208,11 +351,14 @@ def worker(
     from runbell.dispatch.wiring import build_channels
     from runbell.dispatch.worker import Worker
     from runbell.logging import configure
+    from runbell.service import links_base
     from runbell.store.wakeup import start_bridge
 
-    settings = Settings()
+    settings = _settings()
     configure(json=settings.log_json)
-    core = _core()
+    core = _core(settings)
+    # Links in alerts: RUNBELL_PUBLIC_URL, else where `runbell serve` last served.
+    core.settings.public_url = links_base(settings, core.db)
     sched = Scheduler(core)
     if scheduler:
         sched.start()
@@ -362,25 +508,40 @@ def user_revoke(email: str, tenant: Annotated[str, typer.Option(help="tenant id 
 
 @user_app.command("login-link")
 def user_login_link(
-    email: str,
     tenant: Annotated[str, typer.Option(help="tenant id or name")],
+    email: Annotated[
+        str | None,
+        typer.Argument(help="email or user id; default: the tenant's first owner"),
+    ] = None,
 ) -> None:
-    """Print a one-time browser sign-in link for a member (works once, for 15 minutes)."""
+    """Print a one-time browser sign-in link for a member (works once, for 15 minutes).
+
+    The link starts with RUNBELL_PUBLIC_URL when it is set, else with the address
+    `runbell serve` last served on (its port included), so it opens that server."""
+    from runbell.service import links_base, open_database
     from runbell.store import accounts
-    from runbell.web.routes import sign_in_url
     from runbell.web.sessions import create_login_link
 
-    core = _core()
+    settings = _settings()
+    _data_dir(settings)
+    # The database alone: a sign-in link needs no secret key, so this works from any
+    # terminal that reaches the database, whichever RUNBELL_SECRET_KEY it has.
+    db = open_database(settings)
     try:
-        with core.db.transaction() as tx:
+        with db.transaction() as tx:
             tenant_id = accounts.resolve_tenant(tx.conn, tenant)
-            user_id = accounts.find_user(tx.conn, tenant_id, email)
+            if email is None:
+                user_id = accounts.first_owner(tx.conn, tenant_id)
+            else:
+                user_id = accounts.find_user(tx.conn, tenant_id, email)
             token = create_login_link(tx.conn, tenant_id, user_id, tx.now)
+        base = links_base(settings, db)
     except RunbellError as exc:
         _fail(exc)
     finally:
-        core.db.dispose()
-    out.print(sign_in_url(core, token), highlight=False, soft_wrap=True)
+        db.dispose()
+    # The same link as runbell.web.routes.sign_in_url builds.
+    out.print(f"{base}/auth/{token}", markup=False, highlight=False)
     err.print("One use, valid for 15 minutes. Anyone holding it can sign in as this member.")
 
 
@@ -423,17 +584,39 @@ def source_create(
     sys.stdout.write("\n")
 
 
+DELIVERY_COLUMNS = (
+    "id",
+    "channel",
+    "status",
+    "attempt_count",
+    "event_type",
+    "notification_id",
+    "last_error",
+)
+
+
+def _cell(value: Any) -> str:
+    """A whole value on one line with no tabs; ``-`` for none (awk skips empty fields)."""
+    return "-" if value is None or value == "" else " ".join(str(value).split())
+
+
 @deliveries_app.command("list")
 def deliveries_list(
     tenant: Annotated[str, typer.Option(help="tenant id or name")],
     status: Annotated[list[str] | None, typer.Option(help="e.g. dead, delivery_unknown")] = None,
     channel: Annotated[str | None, typer.Option()] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="a JSON array, each item as GET /v1/deliveries")
+    ] = False,
 ) -> None:
-    """Deliveries newest first, as a table."""
+    """Deliveries newest first: a table on a terminal. Piped, one tab-separated line per
+    delivery with every value whole (a header line first, ``-`` for none); --json for
+    every field."""
     _check_statuses(status)
     from rich.table import Table
 
+    from runbell.api.routers.deliveries import delivery_view
     from runbell.store import accounts, outbox
 
     core = _core()
@@ -451,11 +634,25 @@ def deliveries_list(
             )
     except RunbellError as exc:
         _fail(exc)
+    finally:
+        core.db.dispose()
+    if as_json:
+        json.dump([delivery_view(d) for d in rows], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    if not out.is_terminal:
+        # For grep, cut and awk: nothing cut to a width, one line per delivery.
+        sys.stdout.write("\t".join(DELIVERY_COLUMNS) + "\n")
+        for d in rows:
+            sys.stdout.write("\t".join(_cell(d[c]) for c in DELIVERY_COLUMNS) + "\n")
+        return
     table = Table()
     # Whole ids, never cut: an operator copies them into `deliveries replay`.
     table.add_column("id", no_wrap=True, min_width=30)
-    for title in ("channel", "status", "attempts", "event / notification", "last error"):
-        table.add_column(title)
+    for title in ("channel", "status", "attempts"):
+        table.add_column(title, no_wrap=True)
+    for title in ("event / notification", "last error"):
+        table.add_column(title, overflow="fold")  # a narrow terminal folds, never cuts
     for d in rows:
         table.add_row(
             d["id"],

@@ -1,15 +1,25 @@
-"""Settings, read once from the environment (``RUNBELL_*``) or passed in by tests."""
+"""Settings, read once from the environment (``RUNBELL_*``) or passed in by tests.
+
+A list setting takes a comma-separated value (``RUNBELL_OUTBOUND_ALLOW_HOSTS=a,b:8080``)
+or a JSON list (``["a", "b:8080"]``). A value that does not fit is reported by
+:func:`setting_problems` as one line per variable, never a traceback.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "RUNBELL_"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RUNBELL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     data_dir: Path = Field(default=Path("data"), description="Where the SQLite file and keys live.")
     database_url: str | None = Field(
@@ -21,7 +31,10 @@ class Settings(BaseSettings):
         default=None,
         description="Fernet key sealing stored secrets; generated into data_dir when unset.",
     )
-    public_url: str = Field(default="http://127.0.0.1:8080", description="Base for deep links.")
+    public_url: str = Field(
+        default="http://127.0.0.1:8080",
+        description="Base for links. Unset: the address `runbell serve` last served on.",
+    )
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
     feed_retention_s: int = Field(default=7 * 24 * 3600, ge=60)
     inbound_retention_s: int = Field(default=30 * 24 * 3600, ge=3600)
@@ -34,9 +47,12 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="Re-check interval if a wake-up was missed."
     )
     mismatch_max_checks: int = Field(default=5, ge=1)
-    mismatch_backoff_s: tuple[float, ...] = (5.0, 30.0, 120.0, 600.0, 1800.0)
+    # NoDecode: list settings are parsed by _list_setting below, not as JSON only.
+    mismatch_backoff_s: Annotated[tuple[float, ...], NoDecode] = Field(
+        default=(5.0, 30.0, 120.0, 600.0, 1800.0), min_length=1
+    )
     scheduler_interval_s: float = Field(default=1.0, gt=0)
-    outbound_allow_hosts: frozenset[str] = Field(
+    outbound_allow_hosts: Annotated[frozenset[str], NoDecode] = Field(
         default=frozenset(),
         description="Hosts (host or host:port) outbound calls may reach over http or at "
         "private addresses. Empty in production; tests list 127.0.0.1.",
@@ -59,7 +75,7 @@ class Settings(BaseSettings):
         default=5, ge=1, description="Consecutive dead letters that disable an endpoint."
     )
     smtp_host: str | None = None
-    smtp_port: int = 25
+    smtp_port: int = Field(default=25, ge=1, le=65535)
     smtp_starttls: bool = False
     smtp_tls: bool = False
     smtp_username: str | None = None
@@ -72,7 +88,98 @@ class Settings(BaseSettings):
     )
     log_json: bool = False
 
+    @field_validator("mismatch_backoff_s", "outbound_allow_hosts", mode="before")
+    @classmethod
+    def _list_setting(cls, value: Any) -> Any:
+        """``a,b`` or ``["a", "b"]`` from the environment; lists passed in code as they are."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"not a JSON list ({exc.msg}); a comma-separated value works too: a,b"
+                ) from None
+        return [part.strip() for part in text.split(",") if part.strip()]
+
+    @field_validator("mismatch_backoff_s")
+    @classmethod
+    def _positive_delays(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if any(delay <= 0 for delay in value):
+            raise ValueError("every delay must be more than 0 seconds")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "must be an http:// or https:// address people can open, "
+                "e.g. https://runbell.example.com"
+            )
+        return value.strip()
+
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str | None) -> str | None:
+        """SQLite or PostgreSQL through psycopg 3; ``postgres://`` and ``postgresql://``
+        (what hosting providers hand out) mean the same."""
+        if value is None or not value.strip():
+            return None
+        import sqlalchemy as sa
+
+        try:
+            url = sa.make_url(value.strip())
+        except sa.exc.ArgumentError:
+            # Never echo the value: it may hold a password.
+            raise ValueError(
+                "not a database URL; e.g. postgresql+psycopg://user@host/db or sqlite:///path"
+            ) from None
+        if url.drivername in ("postgres", "postgresql"):
+            url = url.set(drivername="postgresql+psycopg")
+        if url.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg"):
+            raise ValueError(
+                f"{url.drivername!r} is not supported; use postgresql+psycopg://… or sqlite:///…"
+            )
+        return url.render_as_string(hide_password=False)
+
+    @field_validator("secret_key")
+    @classmethod
+    def _fernet_key(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from cryptography.fernet import Fernet
+
+        try:
+            Fernet(value.strip())
+        except ValueError:
+            raise ValueError(
+                "not a key Runbell can use: 32 url-safe base64-encoded bytes, as printed by "
+                "python -c 'from cryptography.fernet import Fernet; "
+                "print(Fernet.generate_key().decode())'"
+            ) from None
+        return value.strip()
+
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'runbell.db').resolve()}"
+
+
+def setting_problems(exc: ValidationError) -> list[str]:
+    """One line per invalid setting, naming its environment variable, e.g.
+    ``RUNBELL_SMTP_PORT: Input should be less than or equal to 65535``.
+
+    The value itself is never repeated: it may be a password or a key."""
+    lines: dict[str, str] = {}
+    for error in exc.errors(include_input=False, include_url=False):
+        loc = error["loc"]
+        name = f"{ENV_PREFIX}{str(loc[0]).upper()}" if loc else "settings"
+        reason = str(error["msg"]).removeprefix("Value error, ")
+        if len(loc) > 1 and isinstance(loc[1], int):
+            reason = f"item {loc[1] + 1}: {reason}"
+        lines.setdefault(name, f"{name}: {reason}")
+    return list(lines.values())

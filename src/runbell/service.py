@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from runbell.config import Settings
 from runbell.core import Runbell
 from runbell.crypto import SecretBox, load_or_create_key
+from runbell.store import kv
 from runbell.store.db import Database
 from runbell.store.migrate import upgrade
 
@@ -20,17 +21,50 @@ def utcnow() -> datetime:
 def build(
     settings: Settings, *, clock: Callable[[], datetime] = utcnow, migrate: bool = True
 ) -> Runbell:
-    url = settings.resolved_database_url()
-    if url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(url, clock=clock)
-    if migrate:
-        upgrade(db.engine)
+    db = open_database(settings, clock=clock, migrate=migrate)
     key = settings.secret_key or load_or_create_key(settings.data_dir)
     box = SecretBox(key)
     if migrate:
         check_secret_key(db, box)
     return Runbell(settings, db, box=box)
+
+
+def prepare_data_dir(settings: Settings) -> None:
+    """Create the SQLite data directory private (0700): it holds the database, which keeps
+    run and request details in clear, and the secret key. An existing one is left as is."""
+    if settings.resolved_database_url().startswith("sqlite"):
+        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def open_database(
+    settings: Settings, *, clock: Callable[[], datetime] = utcnow, migrate: bool = True
+) -> Database:
+    """The database alone (no secret key needed), migrated unless told otherwise."""
+    prepare_data_dir(settings)
+    db = Database(settings.resolved_database_url(), clock=clock)
+    if migrate:
+        upgrade(db.engine)
+    return db
+
+
+SERVED_URL = "served_url"
+
+
+def record_served_url(db: Database, url: str) -> None:
+    """Remember the base of links `runbell serve` uses (RUNBELL_PUBLIC_URL, or where it
+    listens), so commands run from another terminal link to the same place."""
+    with db.transaction() as tx:
+        kv.put(tx.conn, SERVED_URL, {"url": url, "at": tx.now.isoformat()})
+
+
+def links_base(settings: Settings, db: Database) -> str:
+    """The base of links a command prints or sends: RUNBELL_PUBLIC_URL when it is set,
+    else what `runbell serve` last recorded, else the default."""
+    if "public_url" in settings.model_fields_set:
+        return settings.public_url.rstrip("/")
+    with db.read() as conn:
+        served = kv.get(conn, SERVED_URL)
+    return str(served["url"] if served else settings.public_url).rstrip("/")
 
 
 KEY_CHECK = "secret_key_check"

@@ -253,23 +253,33 @@ def test_tenant_policy_applies_a_valid_file_and_refuses_an_invalid_rule(tmp_path
 class Served:
     """`runbell serve` as a child process, with its output captured to files."""
 
-    def __init__(self, env: dict[str, str], workdir: Path, name: str) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        workdir: Path,
+        name: str,
+        *args: str,
+        cwd: Path | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.out_path = workdir / f"{name}.out"
         self.err_path = workdir / f"{name}.err"
         self.env = env
+        self.args = args  # more `serve` options, e.g. --demo
+        self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Served:
         with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [RUNBELL, "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+                [RUNBELL, "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
                 env=self.env,
                 stdout=out,
                 stderr=err,
+                cwd=self.cwd,
             )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # generous: the suite shares two busy cores
         while True:
             if self.proc.poll() is not None:
                 raise AssertionError(f"serve exited early:\n{self.stdout}\n{self.stderr}")

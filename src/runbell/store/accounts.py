@@ -274,6 +274,20 @@ def find_user(conn: Connection, tenant_id: str, ref: str) -> str:
     return str(row[0])
 
 
+def first_owner(conn: Connection, tenant_id: str) -> str:
+    """The tenant's longest-standing current owner (on a first start: its first user)."""
+    m = t.memberships
+    row = conn.execute(
+        sa.select(m.c.user_id)
+        .where(m.c.tenant_id == tenant_id, m.c.role == "owner", m.c.revoked_at.is_(None))
+        .order_by(m.c.created_at, m.c.user_id)
+        .limit(1)
+    ).first()
+    if row is None:
+        raise NotFound("this tenant has no current owner; name a member")
+    return str(row[0])
+
+
 def membership_role(conn: Connection, tenant_id: str, user_id: str) -> str | None:
     row = conn.execute(
         sa.select(t.memberships.c.role).where(

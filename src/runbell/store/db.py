@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import sqlite3
 import threading
 import time
@@ -143,8 +144,25 @@ class Availability:
         log.warning("database.recovered", down_for_s=round(down_for, 1), failed_operations=failures)
 
 
+def private_sqlite_files(url: str) -> None:
+    """Create the SQLite database file 0600 before SQLite opens it (SQLite's own default is
+    0644): it holds run and request details in clear. SQLite gives the -wal and -shm files
+    the database file's mode. Files an older version created world-readable are tightened."""
+    path = sa.make_url(url).database
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return
+    with contextlib.suppress(FileExistsError):  # an empty file is an empty database
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for name in (path, f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+        # Missing, or someone else's file we may not change: SQLite decides what follows.
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            if os.stat(name).st_mode & 0o077:
+                os.chmod(name, 0o600)
+
+
 def make_engine(url: str, *, sqlite_busy_timeout_s: float = 30.0) -> Engine:
     if url.startswith("sqlite"):
+        private_sqlite_files(url)
         busy_ms = int(sqlite_busy_timeout_s * 1000)
         engine = sa.create_engine(
             url,
