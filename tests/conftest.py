@@ -20,10 +20,9 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 
-from runbell.api.app import create_app
+from runbell.app import build, create_app
 from runbell.config import Settings
-from runbell.core import Runbell
-from runbell.service import build
+from runbell.flows.context import Runbell
 from runbell.store.db import make_engine
 from runbell.store.migrate import upgrade
 from runbell.testing import Clock, TenantCreds, make_tenant

@@ -39,9 +39,9 @@ from aiosmtpd.smtp import Envelope, Session
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from runbell.channels.base import Channel
-from runbell.core import Runbell
 from runbell.dispatch.wiring import build_channels
 from runbell.dispatch.worker import Worker
+from runbell.flows.context import Runbell
 
 # --- plain HTTP peers ----------------------------------------------------------------
 

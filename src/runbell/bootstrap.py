@@ -1,40 +1,13 @@
-"""First start: a default tenant, keys and a first user, printed once."""
+"""The first start's text: the secrets the first start made, printed once, and commands
+that work pasted into a second terminal."""
 
 from __future__ import annotations
 
 import json
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from runbell.core import Runbell
-from runbell.store import accounts
-from runbell.web.sessions import create_login_link
-
-
-@dataclass(frozen=True)
-class FirstRun:
-    tenant_id: str
-    admin_key: str
-    runtime_key: str
-    user_email: str
-    user_token: str
-    login_token: str  # a one-time browser sign-in link for the first user
-
-
-def bootstrap_if_empty(core: Runbell, email: str) -> FirstRun | None:
-    """Create the first tenant, keys and user when the database has no tenant yet."""
-    with core.db.transaction() as tx:
-        if accounts.count_tenants(tx.conn) > 0:
-            return None
-        tenant_id = accounts.create_tenant(tx.conn, "default", tx.now)
-        _, admin = accounts.create_api_key(tx.conn, tenant_id, "admin", tx.now, name="admin")
-        _, runtime = accounts.create_api_key(tx.conn, tenant_id, "runtime", tx.now, name="runtime")
-        user_id = accounts.ensure_user(tx.conn, email, tx.now)
-        accounts.add_member(tx.conn, tenant_id, user_id, "owner", tx.now)
-        token = accounts.create_user_token(tx.conn, tenant_id, user_id, tx.now)
-        login = create_login_link(tx.conn, tenant_id, user_id, tx.now)
-    return FirstRun(tenant_id, admin, runtime, accounts.normalize_email(email), token, login)
+from runbell.flows.accounts import FirstRun
 
 
 def welcome_text(first: FirstRun, base_url: str, login_commands: Sequence[str] = ()) -> str:

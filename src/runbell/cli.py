@@ -56,7 +56,7 @@ def _settings() -> Settings:
 
 
 def _data_dir(settings: Settings) -> None:
-    from runbell.service import prepare_data_dir
+    from runbell.app import prepare_data_dir
 
     try:
         prepare_data_dir(settings)
@@ -70,7 +70,7 @@ def _data_dir(settings: Settings) -> None:
 
 
 def _core(settings: Settings | None = None, migrate: bool = True) -> Any:
-    from runbell.service import build
+    from runbell.app import build
 
     settings = settings or _settings()
     _data_dir(settings)
@@ -244,14 +244,14 @@ def serve(
     ] = False,
 ) -> None:
     """Run the API, a delivery worker and the scheduler in one process (SQLite by default)."""
-    from runbell.api.app import create_app
     from runbell.api.routers.health import metrics_refusal
-    from runbell.bootstrap import bootstrap_if_empty, welcome_text
+    from runbell.app import create_app, record_served_url
+    from runbell.bootstrap import welcome_text
     from runbell.dispatch.scheduler import Scheduler
     from runbell.dispatch.wiring import build_channels
     from runbell.dispatch.worker import Worker
+    from runbell.flows.accounts import bootstrap_if_empty
     from runbell.logging import configure
-    from runbell.service import record_served_url
 
     settings = _settings()
     configure(json=settings.log_json)
@@ -316,14 +316,9 @@ def serve(
 
 def _has_default_tenant(core: Any) -> bool:
     """Whether the tenant the first start creates (named ``default``) is there."""
-    from runbell.store import accounts
+    from runbell.flows import accounts
 
-    with core.db.read() as conn:
-        try:
-            accounts.resolve_tenant(conn, "default")
-        except RunbellError:
-            return False
-    return True
+    return accounts.has_tenant(core.db, "default")
 
 
 @app.command()
@@ -347,11 +342,11 @@ def worker(
     import asyncio
     import signal
 
+    from runbell.app import links_base
     from runbell.dispatch.scheduler import Scheduler
     from runbell.dispatch.wiring import build_channels
     from runbell.dispatch.worker import Worker
     from runbell.logging import configure
-    from runbell.service import links_base
     from runbell.store.wakeup import start_bridge
 
     settings = _settings()
@@ -390,13 +385,11 @@ def worker(
 @tenant_app.command("create")
 def tenant_create(name: str) -> None:
     """Create a tenant; prints its id and an admin API key (shown once)."""
-    from runbell.store import accounts
+    from runbell.flows import accounts
 
     core = _core()
     try:
-        with core.db.transaction() as tx:
-            tenant_id = accounts.create_tenant(tx.conn, name, tx.now)
-            _, secret = accounts.create_api_key(tx.conn, tenant_id, "admin", tx.now, name="admin")
+        tenant_id, secret = accounts.create_tenant(core, name)
     except RunbellError as exc:
         _fail(exc)
     out.print(f"tenant    {tenant_id}\nadmin key {secret}   (shown once)", highlight=False)
@@ -412,7 +405,7 @@ def tenant_policy(
 
     import yaml
 
-    from runbell.store import accounts
+    from runbell.flows import accounts, policy
 
     text = file.read_text()
     try:
@@ -422,12 +415,11 @@ def tenant_policy(
         raise typer.Exit(2) from exc
     core = _core()
     try:
-        with core.db.read() as conn:
-            tenant_id = accounts.resolve_tenant(conn, tenant)
-        policy = core.set_policy(tenant_id, doc or {})
+        tenant_id = accounts.resolve_tenant(core.db, tenant)
+        effective = policy.set_policy(core, tenant_id, doc or {})["effective"]
     except RunbellError as exc:
         _fail(exc)
-    out.print(f"policy set: {len(policy.rules)} rules, first: {policy.rules[0].id}")
+    out.print(f"policy set: {len(effective)} rules, first: {effective[0]['id']}")
 
 
 @key_app.command("create")
@@ -438,15 +430,11 @@ def key_create(
     source: Annotated[str | None, typer.Option(help="bind signals to this source id")] = None,
 ) -> None:
     """Create an API key; prints it once."""
-    from runbell.store import accounts
+    from runbell.flows import accounts
 
     core = _core()
     try:
-        with core.db.transaction() as tx:
-            tenant_id = accounts.resolve_tenant(tx.conn, tenant)
-            key_id, secret = accounts.create_api_key(
-                tx.conn, tenant_id, role, tx.now, name=name, source_id=source
-            )
+        key_id, secret = accounts.create_key(core, tenant, role, name=name, source_id=source)
     except RunbellError as exc:
         _fail(exc)
     out.print(f"key id {key_id}\nkey    {secret}   (shown once)", highlight=False)
@@ -455,14 +443,11 @@ def key_create(
 @key_app.command("revoke")
 def key_revoke(key_id: str, tenant: Annotated[str, typer.Option()]) -> None:
     """Revoke an API key at once."""
-    from runbell.store import accounts
+    from runbell.flows import accounts
 
     core = _core()
     try:
-        with core.db.transaction() as tx:
-            accounts.revoke_api_key(
-                tx.conn, accounts.resolve_tenant(tx.conn, tenant), key_id, tx.now
-            )
+        accounts.revoke_key(core, tenant, key_id)
     except RunbellError as exc:
         _fail(exc)
     out.print(f"revoked {key_id}")
@@ -475,15 +460,11 @@ def user_add(
     role: Annotated[str, typer.Option(help="owner, admin or member")] = "member",
 ) -> None:
     """Add (or re-activate) a member; prints a user token once."""
-    from runbell.store import accounts
+    from runbell.flows import accounts
 
     core = _core()
     try:
-        with core.db.transaction() as tx:
-            tenant_id = accounts.resolve_tenant(tx.conn, tenant)
-            user_id = accounts.ensure_user(tx.conn, email, tx.now)
-            accounts.add_member(tx.conn, tenant_id, user_id, role, tx.now)
-            token = accounts.create_user_token(tx.conn, tenant_id, user_id, tx.now)
+        _, user_id, token = accounts.add_member(core, tenant, email, role)
     except RunbellError as exc:
         _fail(exc)
     out.print(f"user  {user_id} ({email}, {role})\ntoken {token}   (shown once)", highlight=False)
@@ -493,14 +474,12 @@ def user_add(
 def user_revoke(email: str, tenant: Annotated[str, typer.Option(help="tenant id or name")]) -> None:
     """Revoke a membership and all its tokens, and withdraw their open notifications
     (queued deliveries cancelled, previews redacted). Effective on the next request."""
-    from runbell.store import accounts
+    from runbell.flows import accounts, members
 
     core = _core()
     try:
-        with core.db.read() as conn:
-            tenant_id = accounts.resolve_tenant(conn, tenant)
-            user_id = accounts.find_user(conn, tenant_id, email)
-        withdrawn = core.revoke_member(tenant_id, user_id)
+        tenant_id, user_id = accounts.find_member(core.db, tenant, email)
+        withdrawn = members.revoke_member(core, tenant_id, user_id)
     except RunbellError as exc:
         _fail(exc)
     out.print(f"revoked {email}; withdrew {withdrawn} open notification(s)")
@@ -518,9 +497,8 @@ def user_login_link(
 
     The link starts with RUNBELL_PUBLIC_URL when it is set, else with the address
     `runbell serve` last served on (its port included), so it opens that server."""
-    from runbell.service import links_base, open_database
-    from runbell.store import accounts
-    from runbell.web.sessions import create_login_link
+    from runbell.app import links_base, open_database
+    from runbell.flows import accounts
 
     settings = _settings()
     _data_dir(settings)
@@ -528,13 +506,7 @@ def user_login_link(
     # terminal that reaches the database, whichever RUNBELL_SECRET_KEY it has.
     db = open_database(settings)
     try:
-        with db.transaction() as tx:
-            tenant_id = accounts.resolve_tenant(tx.conn, tenant)
-            if email is None:
-                user_id = accounts.first_owner(tx.conn, tenant_id)
-            else:
-                user_id = accounts.find_user(tx.conn, tenant_id, email)
-            token = create_login_link(tx.conn, tenant_id, user_id, tx.now)
+        token = accounts.login_link_token(db, tenant, email)
         base = links_base(settings, db)
     except RunbellError as exc:
         _fail(exc)

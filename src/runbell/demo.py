@@ -30,12 +30,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.routing import NoMatchFound
 
-from runbell.core import Runbell, Signal
 from runbell.domain.errors import NotFound
+from runbell.domain.principal import Principal
+from runbell.flows.context import Runbell
+from runbell.flows.signals import Signal
 from runbell.ingress.signatures import verify_signed
 from runbell.store import accounts, endpoints
 from runbell.store import tables as t
-from runbell.store.accounts import Principal
 from runbell.web.templating import render
 
 log = structlog.get_logger(__name__)
@@ -194,7 +195,8 @@ def setup(core: Runbell, base_url: str) -> tuple[str, str] | None:
 
 async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
     """The simulated agent run: work, ask, wait, finish. Idempotent across restarts."""
-    from runbell import actions
+    from runbell.flows import input_requests as actions
+    from runbell.flows import runs, signals
 
     who = Principal(tenant_id=tenant_id, kind="key", role="runtime")
     with core.db.read() as conn:
@@ -206,7 +208,8 @@ async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Even
         ).scalar()
     if existing is None:
         await asyncio.to_thread(
-            core.put_run,
+            runs.put_run,
+            core,
             who,
             RUN_ID,
             {
@@ -224,7 +227,8 @@ async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Even
         )
         for step, message in enumerate(("building", "running tests", "preparing deploy")):
             await asyncio.to_thread(
-                core.record_progress,
+                runs.record_progress,
+                core,
                 who,
                 RUN_ID,
                 message,
@@ -278,7 +282,8 @@ async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Even
         return
     approved = answer == "approve"
     await asyncio.to_thread(
-        core.accept_signal,
+        signals.accept_signal,
+        core,
         tenant_id,
         source,
         RUN_ID,

@@ -1,6 +1,6 @@
 """Test helpers shipped with the package, for Runbell's tests and for yours.
 
-- :class:`Clock`: a controllable clock to hand to ``runbell.service.build(clock=...)``.
+- :class:`Clock`: a controllable clock to hand to ``runbell.app.build(clock=...)``.
 - :func:`make_tenant`: a tenant with an admin key, a runtime key and an owner's token.
 - :class:`~runbell.ingress.readers.StaticReader`: an in-memory state reader.
 """
@@ -11,9 +11,9 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from runbell.core import Runbell
+from runbell.flows import accounts
+from runbell.flows.context import Runbell
 from runbell.ingress.readers import StaticReader
-from runbell.store import accounts
 
 __all__ = ["Clock", "StaticReader", "TenantCreds", "add_user", "make_tenant"]
 
@@ -52,21 +52,15 @@ class TenantCreds:
 
 
 def make_tenant(core: Runbell, name: str = "acme", owner_email: str | None = None) -> TenantCreds:
+    """A new tenant with an admin key, a runtime key and an owner (with a user token)."""
     email = owner_email or f"owner@{name}.test"
-    with core.db.transaction() as tx:
-        tenant_id = accounts.create_tenant(tx.conn, name, tx.now)
-        _, admin = accounts.create_api_key(tx.conn, tenant_id, "admin", tx.now)
-        _, runtime = accounts.create_api_key(tx.conn, tenant_id, "runtime", tx.now)
-        user_id = accounts.ensure_user(tx.conn, email, tx.now)
-        accounts.add_member(tx.conn, tenant_id, user_id, "owner", tx.now)
-        token = accounts.create_user_token(tx.conn, tenant_id, user_id, tx.now)
+    tenant_id, admin = accounts.create_tenant(core, name)
+    _, runtime = accounts.create_key(core, tenant_id, "runtime")
+    _, user_id, token = accounts.add_member(core, tenant_id, email, "owner")
     return TenantCreds(tenant_id, admin, runtime, user_id, email, token)
 
 
 def add_user(core: Runbell, tenant_id: str, email: str, role: str = "member") -> tuple[str, str]:
     """A new member of ``tenant_id``: returns (user id, user token)."""
-    with core.db.transaction() as tx:
-        user_id = accounts.ensure_user(tx.conn, email, tx.now)
-        accounts.add_member(tx.conn, tenant_id, user_id, role, tx.now)
-        token = accounts.create_user_token(tx.conn, tenant_id, user_id, tx.now)
+    _, user_id, token = accounts.add_member(core, tenant_id, email, role)
     return user_id, token

@@ -19,10 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
+from runbell.app import build
 from runbell.config import Settings
 from runbell.domain.errors import NotFound
 from runbell.domain.policy import Facts
-from runbell.service import build
+from runbell.flows import policy
 from runbell.store import accounts
 from runbell.store.migrate import current_revision
 from tests.conftest import SECRET_KEY, free_port, pg_database
@@ -215,8 +216,8 @@ def current_rule(settings: Settings, tenant_id: str) -> str:
     core = build(settings, migrate=False)
     try:
         with core.db.read() as conn:
-            policy = core.policy_for(conn, tenant_id)
-        return policy.decide(Facts(attention="completed", notify_on_complete=True)).rule_id
+            effective = policy.policy_for(core, conn, tenant_id)
+        return effective.decide(Facts(attention="completed", notify_on_complete=True)).rule_id
     finally:
         core.db.dispose()
 

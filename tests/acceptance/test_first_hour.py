@@ -20,8 +20,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from runbell.api.app import create_app
-from runbell.service import build, record_served_url
+from runbell.app import build, create_app, record_served_url
 from runbell.testing import add_user, make_tenant
 from runbell.web import sessions
 from tests.acceptance.test_cli import (

@@ -32,15 +32,18 @@ import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
+from runbell.app import build
 from runbell.channels.webhook import WebhookChannel
-from runbell.core import Runbell, Signal
 from runbell.dispatch.worker import Worker
+from runbell.domain.principal import Principal
+from runbell.flows import runs as runs_flow
+from runbell.flows import signals
+from runbell.flows.context import Runbell
+from runbell.flows.signals import Signal
 from runbell.ingress.signatures import new_secret
 from runbell.outbound import safe_async_client
-from runbell.service import build
 from runbell.store import accounts, endpoints
 from runbell.store import tables as t
-from runbell.store.accounts import Principal
 from runbell.testing import Clock, make_tenant
 from tests.acceptance.receivers import Receiver
 from tests.conftest import SECRET_KEY, make_settings
@@ -72,8 +75,11 @@ class Seeded:
         runtime = Principal(tenant_id=self.tenant_id, kind="key", role="runtime")
 
         def finish(i: int) -> None:
-            self.core.put_run(runtime, f"run-{i}", {"owner": self.owner_email, "state": "working"})
-            res = self.core.accept_signal(
+            runs_flow.put_run(
+                self.core, runtime, f"run-{i}", {"owner": self.owner_email, "state": "working"}
+            )
+            res = signals.accept_signal(
+                self.core,
                 self.tenant_id,
                 self.source,
                 f"run-{i}",

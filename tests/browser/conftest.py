@@ -26,11 +26,11 @@ import pytest
 from fastapi import APIRouter
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from runbell.api.app import create_app
+from runbell.app import create_app
 from runbell.config import Settings
-from runbell.core import Runbell
 from runbell.dispatch.wiring import build_channels
 from runbell.dispatch.worker import Worker
+from runbell.flows.context import Runbell
 from runbell.testing import TenantCreds
 from runbell.web import sessions
 from tests.channels.push_receiver import PushReceiver

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from runbell import demo
-from runbell.core import Runbell
+from runbell.flows.context import Runbell
 from runbell.testing import TenantCreds
 from tests.browser.conftest import BrowserServer, NewContext, Runtime, wait_until
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from runbell.core import Runbell
+from runbell.flows.context import Runbell
 from runbell.testing import TenantCreds
 from tests.browser.conftest import PHONE, BrowserServer, NewContext, Runtime, sign_in, user_client
 

@@ -35,11 +35,11 @@ import structlog
 from playwright.sync_api import BrowserContext, CDPSession, Page, expect
 from typer.testing import CliRunner
 
-from runbell.attention import NEUTRAL_BODY, NEUTRAL_SUMMARY
 from runbell.channels.base import Outbound
 from runbell.channels.webpush import collapse_topic, push_payload
 from runbell.config import Settings
-from runbell.core import Runbell
+from runbell.flows.attention import NEUTRAL_BODY, NEUTRAL_SUMMARY
+from runbell.flows.context import Runbell
 from runbell.store import tables as t
 from runbell.testing import TenantCreds, add_user
 from tests.browser.conftest import (

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from runbell.core import Runbell
+from runbell.flows.context import Runbell
 from runbell.store import accounts
 from runbell.store.migrate import current_revision
 from runbell.testing import TenantCreds, add_user, make_tenant

@@ -14,7 +14,11 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from runbell.core import Runbell, Signal
+from runbell.domain.principal import Principal
+from runbell.flows import runs as runs_flow
+from runbell.flows import signals
+from runbell.flows.context import Runbell
+from runbell.flows.signals import Signal
 from runbell.store import accounts
 from runbell.store import db as store_db
 from runbell.store import tables as t
@@ -44,9 +48,11 @@ def api_source(core: Runbell, tenant_id: str) -> dict[str, Any]:
 
 
 def create_runs(core: Runbell, creds: TenantCreds, run_ids: list[str], **body: Any) -> None:
-    who = accounts.Principal(tenant_id=creds.tenant_id, kind="key", role="runtime")
+    who = Principal(tenant_id=creds.tenant_id, kind="key", role="runtime")
     for run_id in run_ids:
-        core.put_run(who, run_id, {"owner": creds.owner_email, "state": "working", **body})
+        runs_flow.put_run(
+            core, who, run_id, {"owner": creds.owner_email, "state": "working", **body}
+        )
 
 
 def select_all(core: Runbell, table: sa.Table, tenant_id: str) -> list[dict[str, Any]]:
@@ -77,7 +83,7 @@ def test_fifty_runs_completing_at_once_each_keep_their_record(
     source = api_source(core, creds.tenant_id)
 
     def complete(run_id: str) -> Callable[[], Any]:
-        return lambda: core.accept_signal(
+        return lambda: signals.accept_signal(core,
             creds.tenant_id, source, run_id, Signal(event_id=f"done-{run_id}", state="completed")
         )
 
@@ -123,7 +129,8 @@ def test_same_event_from_eight_threads_applies_once(core: Runbell, creds: Tenant
     source = api_source(core, creds.tenant_id)
     sig = Signal(event_id="evt-same", state="completed")
     results = race(
-        8, [lambda: core.accept_signal(creds.tenant_id, source, "r1", sig) for _ in range(8)]
+        8,
+        [lambda: signals.accept_signal(core, creds.tenant_id, source, "r1", sig) for _ in range(8)],
     )
     assert Counter(r.outcome for r in results) == Counter({"applied": 1, "duplicate": 7})
     assert {r.original_outcome for r in results if r.outcome == "duplicate"} == {"applied"}
@@ -165,7 +172,7 @@ def test_different_events_claiming_completion_apply_once(core: Runbell, creds: T
     source = api_source(core, creds.tenant_id)
 
     def complete(i: int) -> Callable[[], Any]:
-        return lambda: core.accept_signal(
+        return lambda: signals.accept_signal(core,
             creds.tenant_id, source, "r1", Signal(event_id=f"evt-{i}", state="completed")
         )
 
@@ -194,11 +201,12 @@ def test_concurrent_creates_of_one_run_all_succeed_once(
 ) -> None:
     """§6 PUT is create-or-update: a runtime's concurrent retries of the creating PUT all
     succeed, exactly one of them creates the run, and the history holds one creation."""
-    who = accounts.Principal(tenant_id=creds.tenant_id, kind="key", role="runtime")
+    who = Principal(tenant_id=creds.tenant_id, kind="key", role="runtime")
 
     def create() -> bool | str:
         try:
-            return core.put_run(who, "r1", {"owner": creds.owner_email, "title": "same"})[1]
+            body = {"owner": creds.owner_email, "title": "same"}
+            return runs_flow.put_run(core, who, "r1", body)[1]
         except Exception as exc:  # the user sees a 500 for any of these
             return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
 
@@ -235,7 +243,7 @@ def test_commits_failing_among_concurrent_ones_leave_no_gap(
         def job() -> str:
             try:
                 sig = Signal(event_id=f"done-{run_id}", state="completed")
-                return core.accept_signal(creds.tenant_id, source, run_id, sig).outcome
+                return signals.accept_signal(core, creds.tenant_id, source, run_id, sig).outcome
             except InjectedFault:
                 return "crashed"
 

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 import structlog
 from fastapi.testclient import TestClient
 
-from runbell.api.app import create_app
-from runbell.core import Runbell
+from runbell.app import create_app
+from runbell.flows.context import Runbell
 from runbell.logging import configure
 from runbell.store import accounts
 from runbell.store import db as store_db

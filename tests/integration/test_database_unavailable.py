@@ -17,9 +17,9 @@ import pytest
 from fastapi.testclient import TestClient
 from structlog.testing import capture_logs
 
-from runbell.api.app import create_app
-from runbell.core import Runbell
+from runbell.app import create_app
 from runbell.crypto import SecretBox
+from runbell.flows.context import Runbell
 from runbell.store.db import Database
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import SECRET_KEY, bearer, make_settings

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from runbell.core import Runbell
+from runbell.flows.context import Runbell
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.channels.push_receiver import PushReceiver
 from tests.conftest import bearer

@@ -23,10 +23,9 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from runbell.api.app import create_app
+from runbell.app import build, create_app
 from runbell.channels.webpush import VapidKeys, collapse_topic
-from runbell.core import Runbell
-from runbell.service import build
+from runbell.flows.context import Runbell
 from runbell.store import accounts
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant

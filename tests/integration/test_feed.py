@@ -15,8 +15,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from runbell.core import Runbell
-from runbell.service import build
+from runbell.app import build
+from runbell.flows import members, sweeps
+from runbell.flows.context import Runbell
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer, make_settings
 
@@ -192,7 +193,7 @@ def expire_old_events(
     clock.advance(core.settings.feed_retention_s + DAY_S)
     put_run(http, creds.runtime_key, "new-1", creds.owner_email)
     finished_run(http, creds, "new-2")
-    assert core.prune(clock()) == len(old)
+    assert sweeps.prune(core, clock()) == len(old)
     new = [e["id"] for e in all_events(http, creds.admin_key)]
     assert new and int(new[0]) > int(old[-1])
     return old, new
@@ -601,7 +602,7 @@ def test_sse_stream_ends_when_access_is_revoked(db_url: str, tmp_path: Path) -> 
             assert response.status_code == 200
             lines = response.iter_lines()
             assert next(lines).startswith("retry:")
-            core.revoke_member(creds.tenant_id, creds.owner_id)
+            members.revoke_member(core, creds.tenant_id, creds.owner_id)
             rest = list(lines)  # ends when the server closes the stream
             assert "event: access_ended" in rest
     finally:

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from runbell.core import Runbell
+from runbell.flows.context import Runbell
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from runbell.core import Runbell
+from runbell.flows import members
+from runbell.flows.context import Runbell
 from runbell.testing import TenantCreds, add_user
 from tests.conftest import bearer
 
@@ -427,7 +428,7 @@ def test_trail_of_a_revoked_recipient_says_access_lost(
     make_run(client, creds, "t-rev", owner="bob@acme.test")
     [note] = signal(client, creds, "t-rev", "e1", "input_required")["notifications"]
     assert trail_view(client, creds, note["id"]) == (True, "awaiting your input")
-    core.revoke_member(creds.tenant_id, bob_id)
+    members.revoke_member(core, creds.tenant_id, bob_id)
     assert trail_view(client, creds, note["id"]) == (False, "access lost")
 
 

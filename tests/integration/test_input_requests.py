@@ -16,8 +16,9 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from runbell.core import Runbell
 from runbell.dispatch.scheduler import Scheduler
+from runbell.flows import members
+from runbell.flows.context import Runbell
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer
@@ -697,7 +698,7 @@ def test_revoking_a_member_denies_the_api_and_withdraws_their_alerts(
     [note] = open_request(client, creds, clock, "run-1", "req-1")["notifications"]
     assert deliveries(core, creds, note["id"])["email"] == "queued"
 
-    assert core.revoke_member(creds.tenant_id, bob_id) == 1
+    assert members.revoke_member(core, creds.tenant_id, bob_id) == 1
 
     problem(answer(client, bob, "req-1", run_version=2), 401)
     problem(client.get(f"/v1/notifications/{note['id']}", headers=bearer(bob)), 401)

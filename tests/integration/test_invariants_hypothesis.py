@@ -18,8 +18,12 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from runbell.core import Runbell, Signal
 from runbell.domain.errors import Conflict
+from runbell.domain.principal import Principal
+from runbell.flows import runs as runs_flow
+from runbell.flows import signals
+from runbell.flows.context import Runbell
+from runbell.flows.signals import Signal
 from runbell.store import accounts
 from runbell.store import tables as t
 from runbell.testing import make_tenant
@@ -148,12 +152,12 @@ def send(
     if sig.event_id in model.first and model.first[sig.event_id][0] != run_id:
         # An event id reused for another run is a runtime bug: refused, nothing changes.
         with pytest.raises(Conflict) as refused:
-            core.accept_signal(tenant_id, source, run_id, sig)
+            signals.accept_signal(core, tenant_id, source, run_id, sig)
         assert refused.value.extra.get("field") == "event_id"
         assert load(core, tenant_id) == before
         event("conflict")
         return
-    result = core.accept_signal(tenant_id, source, run_id, sig)
+    result = signals.accept_signal(core, tenant_id, source, run_id, sig)
     event(result.outcome)
     after = load(core, tenant_id)
     ids = [n["id"] for n in result.notifications]
@@ -208,11 +212,12 @@ def test_generated_scripts_keep_the_invariants(
     name = f"t{next(_tenants)}"
     creds = make_tenant(core, name=name)
     tenant_id = creds.tenant_id
-    who = accounts.Principal(tenant_id=tenant_id, kind="key", role="runtime")
+    who = Principal(tenant_id=tenant_id, kind="key", role="runtime")
     with core.db.read() as conn:
         source = accounts.get_source(conn, tenant_id, accounts.api_source_id(conn, tenant_id))
     for run_id, start in zip(RUNS, ("queued", "working", "working"), strict=True):
-        core.put_run(who, run_id, {"owner": creds.owner_email, "title": "a", "state": start})
+        body = {"owner": creds.owner_email, "title": "a", "state": start}
+        runs_flow.put_run(core, who, run_id, body)
     model = Model()
     check(load(core, tenant_id), model)
 
@@ -236,7 +241,7 @@ def test_generated_scripts_keep_the_invariants(
         elif kind == "progress":
             run_id = op[1]
             before = load(core, tenant_id)
-            out = core.record_progress(who, run_id, "tick", {"done": 1, "unit": "steps"})
+            out = runs_flow.record_progress(core, who, run_id, "tick", {"done": 1, "unit": "steps"})
             after = load(core, tenant_id)
             # Inv. 5: progress never notifies and never changes the run's version.
             assert after["notifications"] == before["notifications"]
@@ -250,10 +255,10 @@ def test_generated_scripts_keep_the_invariants(
             if changed and before["runs"][run_id]["state"] in TERMINAL:
                 # A finished run is not edited: refused, nothing changes.
                 with pytest.raises(Conflict):
-                    core.put_run(who, run_id, {"title": title})
+                    runs_flow.put_run(core, who, run_id, {"title": title})
                 assert load(core, tenant_id) == before
                 continue
-            core.put_run(who, run_id, {"title": title})
+            runs_flow.put_run(core, who, run_id, {"title": title})
             after = load(core, tenant_id)
             assert after["runs"][run_id]["version"] == before["runs"][run_id]["version"] + changed
             assert after["runs"][run_id]["state"] == before["runs"][run_id]["state"]

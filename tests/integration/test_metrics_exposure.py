@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from runbell.api.app import create_app
 from runbell.api.routers.health import is_loopback, metrics_refusal
-from runbell.core import Runbell
-from runbell.service import build
+from runbell.app import build, create_app
+from runbell.flows.context import Runbell
 from runbell.testing import Clock
 from tests.conftest import bearer, make_settings
 

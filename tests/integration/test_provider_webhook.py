@@ -17,7 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 from standardwebhooks import Webhook
 
-from runbell.core import Runbell
+from runbell.flows import reconcile
+from runbell.flows.context import Runbell
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import bearer
 
@@ -461,7 +462,8 @@ def test_openai_completed_while_still_in_progress_is_a_mismatch(
 
     # OpenAI finishes: the next re-check confirms the claim, and only then is there an alert.
     openai_api.status["resp_1"] = "completed"
-    assert core.recheck_mismatches(frozen.advance(core.settings.mismatch_backoff_s[0] + 1)) == 1
+    later = frozen.advance(core.settings.mismatch_backoff_s[0] + 1)
+    assert reconcile.recheck_mismatches(core, later) == 1
     assert run_state(client, creds, "resp_1") == "completed"
     assert attention_types(client, creds) == ["completed"]
     assert openai_api.unauthorized == 0

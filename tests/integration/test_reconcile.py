@@ -15,8 +15,9 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from runbell.core import Runbell
 from runbell.dispatch.scheduler import Scheduler
+from runbell.flows import reconcile
+from runbell.flows.context import Runbell
 from runbell.store import accounts
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds
@@ -158,7 +159,7 @@ def feed_types(client: TestClient, auth: Headers) -> list[tuple[str, dict[str, A
 
 def recheck_after(core: Runbell, clock: Clock, seconds: float) -> int:
     now: datetime = clock.advance(seconds)
-    due: int = core.recheck_mismatches(now)
+    due: int = reconcile.recheck_mismatches(core, now)
     return due
 
 
@@ -207,7 +208,7 @@ def test_early_completion_is_held_until_the_state_reader_agrees(
     assert run_view(client, creds)["open_mismatches"] == 1
 
     # Not due yet: the first re-check waits for the backoff.
-    assert core.recheck_mismatches(frozen()) == 0
+    assert reconcile.recheck_mismatches(core, frozen()) == 0
     assert run_view(client, creds)["state"] == "working"
 
     runtime.say("r1", "completed")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from runbell.service import build
+from runbell.app import build
 from runbell.testing import Clock, make_tenant
 from tests.conftest import LiveServer, make_settings
 

@@ -9,7 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from runbell.core import Runbell
+from runbell.flows import policy
+from runbell.flows.context import Runbell
 from runbell.store import accounts
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
@@ -338,7 +339,7 @@ def test_tenant_policy_override_changes_the_decision(
     put_run(client, creds, "r0", state="working")
     (before,) = signal(client, creds, "r0", "e0", "completed")["notifications"]
     assert before["rule_id"] == "completed.default"
-    core.set_policy(
+    policy.set_policy(core,
         creds.tenant_id,
         {
             "rule": [

@@ -19,10 +19,11 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from runbell.api.app import create_app
-from runbell.bootstrap import bootstrap_if_empty, welcome_text
-from runbell.core import Runbell
-from runbell.service import build
+from runbell.app import build, create_app
+from runbell.bootstrap import welcome_text
+from runbell.flows import members
+from runbell.flows.accounts import bootstrap_if_empty
+from runbell.flows.context import Runbell
 from runbell.testing import Clock, TenantCreds, add_user
 from runbell.web import sessions
 from runbell.web.routes import safe_next
@@ -259,7 +260,7 @@ def test_revoked_member_is_signed_out_at_once(
     bob = other_browser(client)
     sign_in(bob, core, creds.tenant_id, bob_id)
     assert bob.get("/").status_code == 200
-    core.revoke_member(creds.tenant_id, bob_id)
+    members.revoke_member(core, creds.tenant_id, bob_id)
     r = bob.get("/", follow_redirects=False)
     assert r.status_code == 303
     assert r.headers["location"] == "/login?next=/"
@@ -936,7 +937,7 @@ def test_readding_a_revoked_member_does_not_revive_old_sessions(
 
     sign_in(client, core, creds.tenant_id, creds.owner_id)
     assert client.get("/", follow_redirects=False).status_code == 200
-    core.revoke_member(creds.tenant_id, creds.owner_id)
+    members.revoke_member(core, creds.tenant_id, creds.owner_id)
     with core.db.transaction() as tx:
         accounts.add_member(tx.conn, creds.tenant_id, creds.owner_id, "owner", tx.now)
     r = client.get("/", follow_redirects=False)

@@ -16,12 +16,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from runbell.core import Runbell
 from runbell.domain.errors import Forbidden, Unauthorized
-from runbell.store import accounts
-from runbell.store.accounts import Principal
-from runbell.web.sessions import SESSION_COOKIE, WebSession, lookup_session
+from runbell.domain.principal import Principal, WebSession
+from runbell.flows import accounts, sessions
+from runbell.flows.context import Runbell
 
+SESSION_COOKIE = "rb_session"  # the browser session cookie (HttpOnly, SameSite=Lax)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Telemetry the service worker posts without a page (and so without the CSRF token).
 CSRF_EXEMPT = re.compile(r"^/v1/notifications/[^/]+/receipts$")
@@ -50,11 +50,7 @@ async def web_session(request: Request) -> WebSession | None:
         return None
     core: Runbell = request.app.state.core
 
-    def lookup() -> WebSession | None:
-        with core.db.read() as conn:
-            return lookup_session(conn, token, core.db.clock())
-
-    return await run_in_threadpool(lookup)
+    return await run_in_threadpool(sessions.lookup, core, token)
 
 
 async def principal(request: Request) -> Principal:
@@ -72,11 +68,7 @@ async def principal(request: Request) -> Principal:
     token = _bearer(request)
     core: Runbell = request.app.state.core
 
-    def lookup() -> Principal | None:
-        with core.db.read() as conn:
-            return accounts.authenticate(conn, token, core.db.clock())
-
-    who = await run_in_threadpool(lookup)
+    who = await run_in_threadpool(accounts.authenticate, core, token)
     if who is None:
         raise Unauthorized("unknown, revoked or expired credentials")
     return who

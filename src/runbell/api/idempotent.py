@@ -13,11 +13,11 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request, Response
 
-from runbell import idempotency
 from runbell.api.deps import Who
 from runbell.api.responses import answered
-from runbell.core import Runbell
-from runbell.idempotency import HEADER, IdempotencyKey
+from runbell.flows import idempotency
+from runbell.flows.context import Runbell
+from runbell.flows.idempotency import HEADER, IdempotencyKey
 from runbell.store.db import Tx
 
 Act = Callable[[Tx], tuple[int, Any]]

@@ -11,8 +11,8 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 
-from runbell.idempotency import Answer
-from runbell.views import json_body
+from runbell.flows.idempotency import Answer
+from runbell.flows.views import json_body
 
 dumps = json_body
 

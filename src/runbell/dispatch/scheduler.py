@@ -14,8 +14,9 @@ from datetime import datetime
 import sqlalchemy as sa
 import structlog
 
-from runbell.actions import expire_requests
-from runbell.core import Runbell
+from runbell.flows import reconcile, sweeps
+from runbell.flows.context import Runbell
+from runbell.flows.input_requests import expire_requests
 
 log = structlog.get_logger(__name__)
 
@@ -49,16 +50,18 @@ class Scheduler:
     def tick(self, now: datetime | None = None) -> dict[str, int]:
         now = now or self.core.db.clock()
         done = {
-            "mismatch": self._leader("mismatch", lambda: self.core.recheck_mismatches(now)),
+            "mismatch": self._leader(
+                "mismatch", lambda: reconcile.recheck_mismatches(self.core, now)
+            ),
             # Before notification expiry, so a request's alerts close saying the request expired.
             "input_requests": self._leader(
                 "input_requests", lambda: expire_requests(self.core, now)
             ),
-            "expiry": self._leader("expiry", lambda: self.core.expire_notifications(now)),
+            "expiry": self._leader("expiry", lambda: sweeps.expire_notifications(self.core, now)),
         }
         if self._last_retention is None or (now - self._last_retention).total_seconds() > 60:
             self._last_retention = now
-            done["retention"] = self._leader("retention", lambda: self.core.prune(now))
+            done["retention"] = self._leader("retention", lambda: sweeps.prune(self.core, now))
         return done
 
     def start(self) -> None:

@@ -19,9 +19,9 @@ from runbell.channels.chat import ChatChannel
 from runbell.channels.email import EmailChannel, SmtpConfig
 from runbell.channels.webhook import WebhookChannel
 from runbell.channels.webpush import VapidKeys, WebPushChannel
-from runbell.core import Runbell
 from runbell.domain.errors import UnsafeDestination
 from runbell.domain.ssrf import check_url
+from runbell.flows.context import Runbell
 from runbell.outbound import make_resolver, safe_async_client
 from runbell.store import tables as t
 

@@ -30,7 +30,6 @@ import sqlalchemy as sa
 import structlog
 
 from runbell import metrics
-from runbell.attention import NEUTRAL_BODY, NEUTRAL_SUMMARY, close_notification, consented_urgencies
 from runbell.channels.base import (
     Channel,
     DeliveryError,
@@ -40,15 +39,22 @@ from runbell.channels.base import (
     Sent,
     TransientDeliveryError,
 )
-from runbell.core import Runbell
 from runbell.domain.dispatch import DispatchContext, Gate, gate
+from runbell.domain.principal import Principal
 from runbell.domain.quiet_hours import QuietWindow
 from runbell.domain.retry import RetryStrategy
+from runbell.flows.attention import (
+    NEUTRAL_BODY,
+    NEUTRAL_SUMMARY,
+    close_notification,
+    consented_urgencies,
+)
+from runbell.flows.context import Runbell
+from runbell.flows.policy import policy_for
 from runbell.ids import new_id
 from runbell.store import accounts, endpoints, outbox, runs
 from runbell.store import notifications as notes
 from runbell.store import tables as t
-from runbell.store.accounts import Principal
 from runbell.store.db import OUTBOX_KEY, PendingEvent
 
 log = structlog.get_logger(__name__)
@@ -349,7 +355,7 @@ class Worker:
                 QuietWindow.parse(w) for w in ((prefs.quiet_hours if prefs else None) or [])
             ),
             timezone=(prefs.timezone if prefs else None) or "UTC",
-            quiet_bypass=self.core.policy_for(conn, tenant_id).quiet_bypass,
+            quiet_bypass=policy_for(self.core, conn, tenant_id).quiet_bypass,
         )
         decided = gate(ctx, now)
         prepared = Prepared(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -10,35 +9,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import NotFound, ValidationFailed
+from runbell.domain.principal import Principal
 from runbell.ids import new_id, new_token, token_hash
 from runbell.store import tables as t
 
 ROLES_MEMBER = ("owner", "admin", "member")
 ROLES_KEY = ("runtime", "admin")
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: an API key (runtime/admin) or a person (user token / session)."""
-
-    tenant_id: str
-    kind: str  # "key" | "user"
-    role: str  # key: runtime|admin; user: owner|admin|member
-    key_id: str | None = None
-    source_id: str | None = None
-    user_id: str | None = None
-
-    @property
-    def is_user(self) -> bool:
-        return self.kind == "user"
-
-    @property
-    def is_admin(self) -> bool:
-        return self.role in ("admin", "owner")
-
-    @property
-    def sees_all_runs(self) -> bool:
-        return self.kind == "key" or self.is_admin
 
 
 def create_tenant(conn: Connection, name: str, now: datetime) -> str:
@@ -412,3 +388,17 @@ def update_source_secrets(
 
 def count_tenants(conn: Connection) -> int:
     return int(conn.execute(sa.select(sa.func.count()).select_from(t.tenants)).scalar_one())
+
+
+def tenant_policy(conn: Connection, tenant_id: str) -> dict[str, Any] | None:
+    """The tenant's own policy document (None: the defaults alone)."""
+    doc = conn.execute(sa.select(t.tenants.c.policy).where(t.tenants.c.id == tenant_id)).scalar()
+    return doc or None
+
+
+def set_tenant_policy(conn: Connection, tenant_id: str, doc: dict[str, Any]) -> None:
+    conn.execute(sa.update(t.tenants).where(t.tenants.c.id == tenant_id).values(policy=doc))
+
+
+def tenant_ids(conn: Connection) -> list[str]:
+    return [str(r[0]) for r in conn.execute(sa.select(t.tenants.c.id))]

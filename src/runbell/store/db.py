@@ -34,7 +34,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from runbell.store import tables as t
-from runbell.store.wakeup import Hub
+from runbell.store.hub import Hub
 
 log = structlog.get_logger(__name__)
 

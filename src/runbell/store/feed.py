@@ -8,8 +8,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from runbell.domain.principal import Principal
 from runbell.store import tables as t
-from runbell.store.accounts import Principal
 from runbell.store.runs import visible_run_ids
 
 

@@ -286,3 +286,14 @@ def redact(conn: Connection, tenant_id: str, notification_id: str) -> None:
         )
         .values(payload=None)
     )
+
+
+def due_for_expiry(conn: Connection, now: datetime, limit: int) -> list[dict[str, Any]]:
+    n = t.notifications
+    rows = conn.execute(
+        sa.select(n)
+        .where(n.c.state == "open", n.c.expires_at <= now)
+        .order_by(n.c.expires_at)
+        .limit(limit)
+    ).all()
+    return [dict(r._mapping) for r in rows]

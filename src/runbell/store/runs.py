@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import NotFound
+from runbell.domain.principal import Principal
 from runbell.store import tables as t
-from runbell.store.accounts import Principal
 
 
 def get_run(
@@ -179,3 +179,16 @@ def prune_inbound(conn: Connection, before: datetime) -> int:
             sa.delete(t.inbound_events).where(t.inbound_events.c.received_at < before)
         ).rowcount
     )
+
+
+def get_transition(
+    conn: Connection, tenant_id: str, run_id: str, version: int
+) -> dict[str, Any] | None:
+    row = conn.execute(
+        sa.select(t.transitions).where(
+            t.transitions.c.tenant_id == tenant_id,
+            t.transitions.c.run_id == run_id,
+            t.transitions.c.version == version,
+        )
+    ).first()
+    return None if row is None else dict(row._mapping)

@@ -1,5 +1,17 @@
-"""The web app: server-rendered pages, static files and the service worker.
+"""The web app face: server-rendered pages, static files, the service worker and the API
+reference, added to the application ``runbell.app.create_app`` builds."""
 
-``runbell.web.routes.install(app)`` adds it to the API application. Nothing is imported
-here, so the API's auth dependencies can use ``runbell.web.sessions`` without a cycle.
-"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+
+def install(app: FastAPI) -> None:
+    """Add the pages, static files, the service worker and ``/docs`` + ``/redoc``."""
+    from runbell.web import apidocs, routes
+
+    routes.install(app)
+    apidocs.install(app)

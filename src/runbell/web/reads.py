@@ -12,9 +12,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from runbell.domain.principal import Principal
 from runbell.store import notifications as notes
 from runbell.store import tables as t
-from runbell.store.accounts import Principal
 
 CLOSED_STATES = ("acknowledged", "resolved", "expired", "superseded", "revoked")
 

@@ -43,19 +43,20 @@ from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
-from runbell import actions, views
-from runbell.api.deps import get_core, web_session
+from runbell.api.deps import SESSION_COOKIE, get_core, web_session
 from runbell.api.routers import me
-from runbell.core import Runbell
 from runbell.demo import mailbox_path
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
+from runbell.domain.principal import Principal, WebSession
 from runbell.domain.quiet_hours import zone
+from runbell.flows import inbox, receipts, sessions, views
+from runbell.flows import input_requests as actions
+from runbell.flows import runs as run_flows
+from runbell.flows.context import Runbell
 from runbell.store import feed, runs
 from runbell.store import input_requests as requests
 from runbell.store import tables as t
-from runbell.store.accounts import Principal
-from runbell.web import reads, sessions, wording
-from runbell.web.sessions import SESSION_COOKIE, WebSession
+from runbell.web import reads, wording
 from runbell.web.templating import PAGE_HEADERS, render
 
 log = structlog.get_logger(__name__)
@@ -291,9 +292,7 @@ def login_page(request: Request, core: Core, next: str | None = None) -> Respons
     stale = False
     token = request.cookies.get(SESSION_COOKIE)
     if token:
-        with core.db.read() as conn:
-            live = sessions.lookup_session(conn, token, core.db.clock())
-        if live is not None:
+        if sessions.lookup(core, token) is not None:
             return RedirectResponse(target, status_code=303)
         stale = True
     return _login_form(core, request, target, stale=stale)
@@ -376,13 +375,10 @@ def login_submit(
             ),
         )
     address = form.first("email").strip()[:320]
-    links: list[tuple[str, str]] = []
-    with core.db.transaction() as tx:
-        for tenant_id, tenant_name, user_id in sessions.memberships_for_email(tx.conn, address):
-            if sessions.recent_links(tx.conn, user_id, tx.now) >= sessions.LINKS_PER_WINDOW:
-                continue  # a burst of requests: the earlier links still work
-            token = sessions.create_login_link(tx.conn, tenant_id, user_id, tx.now)
-            links.append((tenant_name, sign_in_url(core, token, target)))
+    links = [
+        (tenant_name, sign_in_url(core, token, target))
+        for tenant_name, token in sessions.links_for_email(core.db, address)
+    ]
     if links:
         background.add_task(send_sign_in, config, address, links)
     # The same answer whether or not the address belongs to anyone.
@@ -405,11 +401,7 @@ def sign_in_url(core: Runbell, token: str, next_path: str = "/") -> str:
 
 @router.get("/auth/{token}")
 def use_link(token: str, request: Request, core: Core, next: str | None = None) -> Response:
-    with core.db.transaction() as tx:
-        outcome = sessions.consume_login_link(tx.conn, token[:200], tx.now)
-        if not isinstance(outcome, sessions.LinkRefused):
-            tenant_id, user_id = outcome
-            cookie = sessions.create_session(tx.conn, tenant_id, user_id, tx.now)
+    outcome = sessions.sign_in(core, token)
     # The token stays out of referrers and caches either way.
     private = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
     if isinstance(outcome, sessions.LinkRefused):
@@ -432,21 +424,20 @@ def use_link(token: str, request: Request, core: Core, next: str | None = None) 
         response.delete_cookie(NEXT_COOKIE, path="/auth")
     response.set_cookie(
         SESSION_COOKIE,
-        cookie,
+        outcome.cookie,
         max_age=int(sessions.SESSION_TTL.total_seconds()),
         path="/",
         httponly=True,
         samesite="lax",
         secure=_cookie_secure(core),
     )
-    log.info("web.signed_in", tenant_id=tenant_id, user_id=user_id)
+    log.info("web.signed_in", tenant_id=outcome.tenant_id, user_id=outcome.user_id)
     return response
 
 
 @router.post("/logout")
 def logout(signed: Checked, core: Core) -> Response:
-    with core.db.transaction() as tx:
-        sessions.revoke_session(tx.conn, signed.session.id, tx.now)
+    sessions.sign_out(core, signed.session.id)
     response = RedirectResponse("/login?signed_out=1", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
@@ -536,7 +527,7 @@ def inbox_page(session: Session, core: Core) -> Response:
 @router.post("/notifications/{notification_id}/ack")
 def ack_form(notification_id: str, signed: Checked, core: Core) -> Response:
     try:
-        core.acknowledge(signed.who, notification_id)
+        inbox.acknowledge(core, signed.who, notification_id)
     except NotFound:
         return no_access(viewer(core, signed.session), 404)
     return RedirectResponse(safe_next(signed.form.first("next")), status_code=303)
@@ -619,7 +610,7 @@ def _request_view(v: Viewer, req: dict[str, Any]) -> dict[str, Any]:
 def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Response:
     who = v.who
     try:
-        snapshot = core.get_run(who, run_id)  # the access check, and the API's view
+        snapshot = run_flows.get_run(core, who, run_id)  # the access check, and the API's view
     except NotFound:
         return no_access(v, 404)
     with core.db.read() as conn:
@@ -742,7 +733,7 @@ def _record_opened(core: Runbell, who: Principal, notification_id: str) -> None:
     """An ``opened`` receipt: telemetry that also sets first-seen, never a decision. The
     channel the link came from is unknown here, so none is recorded."""
     try:
-        actions.record_receipt(core, who, notification_id, "opened", None)
+        receipts.record_receipt(core, who, notification_id, "opened", None)
     except RunbellError as exc:  # telemetry must never break the page
         log.warning("web.receipt_failed", error=exc.detail)
 
@@ -755,7 +746,7 @@ def _when(value: str | None) -> datetime | None:
 def deep_link(notification_id: str, session: Session, core: Core) -> Response:
     v = viewer(core, session)
     try:
-        note = core.get_notification(v.who, notification_id)
+        note = inbox.get_notification(core, v.who, notification_id)
     except NotFound:
         return no_access(v, 404)
     if note["actionable_reason"] == "access lost":

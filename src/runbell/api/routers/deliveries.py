@@ -11,11 +11,11 @@ from fastapi import APIRouter, Query, Response
 from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import IdemKey, act_once
 from runbell.api.openapi import problems
+from runbell.flows.views import iso
 from runbell.store import notifications as notes
 from runbell.store import outbox
 from runbell.store import tables as t
 from runbell.store.db import Tx
-from runbell.views import iso
 
 router = APIRouter(prefix="/v1/deliveries", tags=["deliveries"])
 Status = Literal[

@@ -15,14 +15,14 @@ from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from runbell import views
 from runbell.api.deps import Core, Who, principal
 from runbell.api.openapi import problems
-from runbell.core import Runbell
 from runbell.domain.errors import Gone, RunbellError, ValidationFailed
+from runbell.domain.principal import Principal
+from runbell.flows import views
+from runbell.flows.context import Runbell
 from runbell.store import feed, runs
 from runbell.store import notifications as notes
-from runbell.store.accounts import Principal
 
 router = APIRouter(prefix="/v1/events", tags=["events"])
 SNAPSHOT_URL = "/v1/events/snapshot"

@@ -6,12 +6,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Response
 
-from runbell import actions
 from runbell.api.deps import Core, Runtime, User, Who
 from runbell.api.idempotent import IdemKey, act_once
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, InputRequestIn, ResponseIn
+from runbell.flows import input_requests as actions
 
 router = APIRouter(tags=["input requests"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]

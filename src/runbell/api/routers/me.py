@@ -13,21 +13,21 @@ from runbell import metrics
 from runbell.api.deps import Admin, Core, User
 from runbell.api.idempotent import Act, IdemKey, act_once
 from runbell.api.openapi import problems
-from runbell.attention import consented_urgencies
 from runbell.channels.chat import check_destination as check_chat
 from runbell.channels.chat import redact
-from runbell.core import Runbell
 from runbell.domain.dispatch import ALL_URGENCIES
 from runbell.domain.errors import Conflict, NotFound
+from runbell.domain.principal import Principal
 from runbell.domain.quiet_hours import QuietWindow, zone
 from runbell.domain.ssrf import check_url
-from runbell.idempotency import once
+from runbell.flows.attention import consented_urgencies
+from runbell.flows.context import Runbell
+from runbell.flows.idempotency import once
+from runbell.flows.views import iso
 from runbell.ids import new_id
 from runbell.outbound import make_resolver
 from runbell.store import tables as t
-from runbell.store.accounts import Principal
 from runbell.store.db import Tx
-from runbell.views import iso
 
 router = APIRouter(tags=["me"])
 Urgency = Literal["low", "normal", "time_sensitive", "urgent"]

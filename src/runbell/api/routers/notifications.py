@@ -6,11 +6,14 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
-from runbell import actions
 from runbell.api.deps import Admin, Core, User
 from runbell.api.idempotent import Act, IdemKey, act_once
 from runbell.api.openapi import problems
 from runbell.api.schemas import ReceiptIn
+from runbell.flows import inbox as inbox_flow
+from runbell.flows import receipts
+from runbell.flows import trail as trail_flow
+from runbell.store.db import Tx
 
 router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
 NoteState = Literal["open", "acknowledged", "resolved", "expired", "superseded", "revoked"]
@@ -25,7 +28,7 @@ def inbox(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
     """Your notifications, newest first. Pass ``next_cursor`` back as ``cursor``."""
-    return core.list_notifications(
+    return inbox_flow.list_notifications(core,
         who, states=list(state) if state else None, before=cursor, limit=limit
     )
 
@@ -33,7 +36,7 @@ def inbox(
 @router.get("/{notification_id}", responses=problems(401, 403, 404, 503))
 def get_notification(notification_id: str, who: User, core: Core) -> dict[str, Any]:
     """The notification, the run as it is now, and whether its action can still run."""
-    return core.get_notification(who, notification_id)
+    return inbox_flow.get_notification(core, who, notification_id)
 
 
 @router.post(
@@ -41,9 +44,10 @@ def get_notification(notification_id: str, who: User, core: Core) -> dict[str, A
 )
 def acknowledge(notification_id: str, who: User, core: Core, key: IdemKey) -> Response:
     """Close it as acknowledged and cancel everything still queued for it. Idempotent."""
-    return act_once(
-        core, key, lambda: lambda tx: (200, core.acknowledge_in(tx, who, notification_id))
-    )
+    def act(tx: Tx) -> tuple[int, Any]:
+        return 200, inbox_flow.acknowledge_in(core, tx, who, notification_id)
+
+    return act_once(core, key, lambda: act)
 
 
 @router.post(
@@ -57,10 +61,10 @@ def receipt(notification_id: str, body: ReceiptIn, who: User, core: Core, key: I
     opening is not approval, dismissing is not rejection."""
 
     def prepare() -> Act:
-        actions.check_receipt(who, body.kind, body.channel)
+        receipts.check_receipt(who, body.kind, body.channel)
         return lambda tx: (
             201,
-            actions.receipt_in(tx, who, notification_id, body.kind, body.channel),
+            receipts.receipt_in(tx, who, notification_id, body.kind, body.channel),
         )
 
     return act_once(core, key, prepare)
@@ -69,4 +73,4 @@ def receipt(notification_id: str, body: ReceiptIn, who: User, core: Core, key: I
 @router.get("/{notification_id}/trail", responses=problems(401, 403, 404, 503))
 def trail(notification_id: str, who: Admin, core: Core) -> dict[str, Any]:
     """Why it exists (rule and inputs), where it went (deliveries, attempts), its lifecycle."""
-    return core.trail(who, notification_id)
+    return trail_flow.trail(core, who, notification_id)

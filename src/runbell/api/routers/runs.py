@@ -9,8 +9,8 @@ from fastapi import APIRouter, Path, Query, Response
 from runbell.api.deps import Core, Runtime, Who
 from runbell.api.openapi import problems
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
-from runbell.core import Signal
-from runbell.store import accounts
+from runbell.flows import runs, signals
+from runbell.flows.signals import Signal
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
@@ -21,16 +21,16 @@ def put_run(
     run_id: RunId, body: RunPut, who: Runtime, core: Core, response: Response
 ) -> dict[str, Any]:
     """Create a run (201) or update its descriptive fields (200)."""
-    _, created = core.put_run(who, run_id, body.model_dump(exclude_unset=True, mode="json"))
+    _, created = runs.put_run(core, who, run_id, body.model_dump(exclude_unset=True, mode="json"))
     if created:
         response.status_code = 201
-    return core.get_run(who, run_id)
+    return runs.get_run(core, who, run_id)
 
 
 @router.get("/{run_id}", responses=problems(401, 404, 422, 503))
 def get_run(run_id: RunId, who: Who, core: Core) -> dict[str, Any]:
     """The run snapshot: state, version, open notifications. 404 if you may not see it."""
-    return core.get_run(who, run_id)
+    return runs.get_run(core, who, run_id)
 
 
 @router.get("", responses=problems(401, 422, 503))
@@ -41,15 +41,13 @@ def list_runs(
     after: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
-    return core.list_runs(who, states=state, after=after, limit=limit)
+    return runs.list_runs(core, who, states=state, after=after, limit=limit)
 
 
 @router.post("/{run_id}/signals", responses=problems(401, 403, 404, 409, 413, 422, 503))
 def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict[str, Any]:
     """Report a run state. Outcome: applied | duplicate | stale | mismatch | rejected."""
-    with core.db.read() as conn:
-        source_id = who.source_id or accounts.api_source_id(conn, who.tenant_id)
-        source = accounts.get_source(conn, who.tenant_id, source_id)
+    source = signals.api_source(core, who)
     signal = Signal(
         event_id=body.event_id,
         state=body.state,
@@ -60,7 +58,7 @@ def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict
         effects_verified=body.effects_verified,
         report=body.report.model_dump(exclude_none=True) if body.report else None,
     )
-    return core.accept_signal(who.tenant_id, source, run_id, signal).as_dict()
+    return signals.accept_signal(core, who.tenant_id, source, run_id, signal).as_dict()
 
 
 @router.post(
@@ -68,4 +66,4 @@ def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict
 )
 def post_progress(run_id: RunId, body: ProgressIn, who: Runtime, core: Core) -> dict[str, Any]:
     """A heartbeat: live feed only, never a push (invariant 5)."""
-    return core.record_progress(who, run_id, body.message, body.counts)
+    return runs.record_progress(core, who, run_id, body.message, body.counts)

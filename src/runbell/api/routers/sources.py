@@ -14,9 +14,11 @@ from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import IdemKey, act_once
 from runbell.api.openapi import problems
 from runbell.api.schemas import SourceCreate
-from runbell.core import Runbell, Signal
 from runbell.domain.errors import NotFound, ValidationFailed
-from runbell.idempotency import once
+from runbell.flows import signals
+from runbell.flows.context import Runbell
+from runbell.flows.idempotency import once
+from runbell.flows.signals import Signal
 from runbell.ingress.mappers import MAPPERS
 from runbell.ingress.readers import reader_from_config
 from runbell.ingress.signatures import HEADER_ID, new_secret, verify_signed
@@ -166,7 +168,8 @@ async def provider_webhook(source_id: str, request: Request, core: Core) -> dict
         mapped = MAPPERS[src["mapper"] or "generic"](payload, request.headers[HEADER_ID])
         results = []
         for m in mapped:
-            res = core.accept_signal(
+            res = signals.accept_signal(
+                core,
                 src["tenant_id"],
                 src,
                 m.run_id,

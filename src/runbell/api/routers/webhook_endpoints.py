@@ -14,12 +14,12 @@ from runbell.api.idempotent import Act, IdemKey, act_once
 from runbell.api.openapi import problems
 from runbell.api.routers.sources import check_destination
 from runbell.domain.errors import ValidationFailed
+from runbell.flows.views import iso
 from runbell.ingress.signatures import new_secret
 from runbell.store import endpoints
 from runbell.store import tables as t
 from runbell.store.db import Tx
 from runbell.store.endpoints import WEBHOOK_EVENT_TYPES
-from runbell.views import iso
 
 router = APIRouter(prefix="/v1/webhook-endpoints", tags=["webhooks"])
 EventType = Literal[

@@ -2,7 +2,7 @@
 
 A sign-in link (``/auth/{token}``) is a 256-bit secret, stored only as its hash, valid
 for :data:`LINK_TTL` and usable once. Consuming it opens a web session: another 256-bit
-secret in the ``rb_session`` cookie (HttpOnly, SameSite=Lax), valid for
+secret kept in the browser's session cookie (HttpOnly, SameSite=Lax), valid for
 :data:`SESSION_TTL`, with its own CSRF token. Every lookup joins the membership, so a
 revoked member's session stops working on the very next request (invariant 8).
 
@@ -11,56 +11,23 @@ Repositories: they take a connection and never commit; the caller owns the trans
 
 from __future__ import annotations
 
-import hmac
 import secrets
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import ValidationFailed
+from runbell.domain.principal import LinkRefused, WebSession
 from runbell.ids import new_id, new_token, token_hash
 from runbell.store import tables as t
-from runbell.store.accounts import Principal, normalize_email
+from runbell.store.accounts import normalize_email
 
-SESSION_COOKIE = "rb_session"
 LINK_TTL = timedelta(minutes=15)
 SESSION_TTL = timedelta(hours=12)
 # Sign-in links a person can be sent per LINK_TTL; more requests send nothing new (the
 # earlier links still work), so the form cannot be used to flood a mailbox.
 LINKS_PER_WINDOW = 5
-
-
-@dataclass(frozen=True)
-class WebSession:
-    """A signed-in browser: who it is, and the CSRF token its forms and XHRs must carry."""
-
-    id: str
-    tenant_id: str
-    user_id: str
-    role: str
-    csrf_token: str
-    expires_at: datetime
-
-    @property
-    def principal(self) -> Principal:
-        return Principal(
-            tenant_id=self.tenant_id, kind="user", role=self.role, user_id=self.user_id
-        )
-
-    def csrf_ok(self, presented: str | None) -> bool:
-        return bool(presented) and hmac.compare_digest(
-            presented.encode() if presented else b"", self.csrf_token.encode()
-        )
-
-
-@dataclass(frozen=True)
-class LinkRefused:
-    """Why a sign-in link did not open a session: ``unknown``, ``used``, ``expired`` or
-    ``no_access`` (the membership was revoked after the link was made)."""
-
-    reason: str
 
 
 def memberships_for_email(conn: Connection, email: str) -> list[tuple[str, str, str]]:

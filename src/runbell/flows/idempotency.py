@@ -39,9 +39,9 @@ from sqlalchemy.exc import IntegrityError
 
 from runbell.crypto import SecretBox
 from runbell.domain.errors import ValidationFailed
+from runbell.flows.views import json_body
 from runbell.store import idempotency as records
 from runbell.store.db import Database, Tx
-from runbell.views import json_body
 
 log = structlog.get_logger(__name__)
 

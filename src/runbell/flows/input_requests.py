@@ -1,22 +1,29 @@
-"""People act: input requests, their one answer, expiry, and device receipts.
+"""Input requests: a blocked run asks; a person answers it once; unanswered ones expire.
 
 A blocked run asks for input (:func:`open_request`); a person answers it
 (:func:`respond`) against the request id, the run version and the request version they
-saw, with an Idempotency-Key (invariant 9). Every public function is one unit of work on
-the :class:`~runbell.core.Runbell` boundary: one ``core.db.transaction()``, the run row
-locked first, then the request row, so the checks and the effects commit together or not
-at all. Failures raise the errors of :mod:`runbell.domain.errors`; a refused answer is a
-:class:`~runbell.domain.errors.Conflict` whose ``current`` says what happened instead.
+saw, with an Idempotency-Key. Every public function is one unit of work: one transaction,
+the run row locked first, then the request row, so the checks and the effects commit
+together or not at all. Failures raise the errors of :mod:`runbell.domain.errors`; a
+refused answer is a :class:`~runbell.domain.errors.Conflict` whose ``current`` says what
+happened instead.
 
-Opening, dismissing and every other receipt are telemetry (:func:`record_receipt`) and
-never touch a request or a notification's decision state (invariant 10).
+Invariants kept here (DESIGN §2):
+
+- 9: an answer binds to one request id, the expected run and request versions, the expiry
+  and an Idempotency-Key; stale, expired, answered, superseded or unauthorized answers are
+  refused with the current state; a repeated key returns the original answer.
+- 6: an answer resolves the request's notifications everywhere, cancelling their pending
+  deliveries; expiry closes them as expired.
+- 1: opening is idempotent on ``input_request_id``; a new request supersedes the pending
+  one (a new run version, so anything bound to the old one is stale).
 
 Example (what the API routers and the web app call)::
 
-    opened = open_request(core, runtime, "fix-42", {
+    opened = open_request(rb, runtime, "fix-42", {
         "input_request_id": "push-1", "kind": "approval", "summary": "Push to main?",
         "expires_at": "2026-11-29T13:00:00Z"})
-    respond(core, person, "push-1",
+    respond(rb, person, "push-1",
             {"decision": "approve", "expected_run_version": opened["run"]["version"],
              "expected_request_version": 1},
             idempotency_key="3f1c…")
@@ -28,25 +35,23 @@ import hashlib
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from sqlalchemy.exc import IntegrityError
 
-from runbell import idempotency, views
-from runbell.attention import RequestLink, close_notification
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from runbell.domain.principal import Principal
 from runbell.domain.runs import RunState
-from runbell.idempotency import Answer, IdempotencyKey, once
+from runbell.flows import idempotency, transitions, views
+from runbell.flows.attention import RequestLink, close_notification
+from runbell.flows.context import Runbell
+from runbell.flows.idempotency import Answer, IdempotencyKey, once
 from runbell.ids import new_id
 from runbell.store import accounts, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
-from runbell.store.accounts import Principal
 from runbell.store.db import PendingEvent, Tx
-
-if TYPE_CHECKING:
-    from runbell.core import Runbell
 
 log = structlog.get_logger(__name__)
 
@@ -56,8 +61,6 @@ DECISIONS: dict[str, tuple[str, ...]] = {
     "choice": ("answer",),
     "text": ("answer",),
 }
-RECEIPT_KINDS = ("displayed", "opened", "dismissed", "clicked")
-RECEIPT_CHANNELS = ("inbox", "email", "webpush", "chat")
 MAX_TEXT = 10_000
 MAX_OPTIONS = 50
 NOT_AUTHORIZED = "only the run's owner or the people it names can answer this request"
@@ -66,9 +69,7 @@ NOT_AUTHORIZED = "only the run's owner or the people it names can answer this re
 # --- opening -------------------------------------------------------------------------
 
 
-def open_request(
-    core: Runbell, who: Principal, run_id: str, body: dict[str, Any]
-) -> dict[str, Any]:
+def open_request(rb: Runbell, who: Principal, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
     """Open an input request: the run moves to ``input_required`` at a new version.
 
     Idempotent on ``input_request_id``: the same id with the same body answers the
@@ -78,11 +79,11 @@ def open_request(
     """
     # Two opens of one new id for different runs may race: the loser's insert fails, and
     # its second try (once() retries a constraint violation) sees the winner.
-    return once(core.db, core.box, None, opening(core, who, run_id, body)).content()
+    return once(rb.db, rb.box, None, opening(rb, who, run_id, body)).content()
 
 
 def opening(
-    core: Runbell, who: Principal, run_id: str, body: dict[str, Any]
+    rb: Runbell, who: Principal, run_id: str, body: dict[str, Any]
 ) -> Callable[[Tx], tuple[int, dict[str, Any]]]:
     """Validate an open request's body now; the action to run in the transaction returns
     (201, the result) or (200, the request as it is) for a retry of the same id."""
@@ -90,14 +91,14 @@ def opening(
     digest = _digest({"run_id": run_id, **fields, "expires_at": views.iso(fields["expires_at"])})
 
     def act(tx: Tx) -> tuple[int, dict[str, Any]]:
-        opened = _open_in(core, tx, who, run_id, fields, digest)
+        opened = _open_in(rb, tx, who, run_id, fields, digest)
         return (201 if opened["created"] else 200), opened
 
     return act
 
 
 def _open_in(
-    core: Runbell, tx: Tx, who: Principal, run_id: str, fields: dict[str, Any], digest: str
+    rb: Runbell, tx: Tx, who: Principal, run_id: str, fields: dict[str, Any], digest: str
 ) -> dict[str, Any]:
     tenant_id, request_id = who.tenant_id, fields["id"]
     conn = tx.conn
@@ -178,7 +179,8 @@ def _open_in(
         )
     # Same state again for a replacing request: still a new version, so anything
     # bound to the old one (links, open pages, queued alerts) is stale.
-    run, ids = core._apply(
+    run, ids = transitions.apply(
+        rb,
         tx,
         run,
         RunState.INPUT_REQUIRED.value,
@@ -271,20 +273,20 @@ def _request_fields(body: dict[str, Any]) -> dict[str, Any]:
 # --- reading -------------------------------------------------------------------------
 
 
-def get_request(core: Runbell, who: Principal, request_id: str) -> dict[str, Any]:
+def get_request(rb: Runbell, who: Principal, request_id: str) -> dict[str, Any]:
     """The request with its run, whether it can still be answered and whether *you* may.
 
     Any key, a person who may see the run, or one its authority names by role (who may
     answer, so must be able to read what they answer); 404 for anyone else.
     Returns ``{input_request, run, actionable, actionable_reason, may_answer}``.
     """
-    with core.db.read() as conn:
+    with rb.db.read() as conn:
         req = requests.get(conn, who.tenant_id, request_id)
         run = None if req is None else runs.get_run(conn, who.tenant_id, req["run_id"])
         may = run is not None and may_answer(conn, who, run)
         if req is None or run is None or not (may or runs.can_see_run(conn, who, run["run_id"])):
             raise NotFound(f"no input request {request_id!r}")
-    ok, why = request_actionable(req, run, core.db.clock())
+    ok, why = request_actionable(req, run, rb.db.clock())
     return {
         "input_request": views.input_request_view(req, include_details=True),
         "run": views.run_view(run),
@@ -347,18 +349,18 @@ def request_actionable(req: dict[str, Any], run: dict[str, Any], now: datetime) 
 
 
 def respond(
-    core: Runbell,
+    rb: Runbell,
     who: Principal,
     request_id: str,
     body: dict[str, Any],
     idempotency_key: str | None,
 ) -> dict[str, Any]:
     """Answer a request once: ``{response, input_request, run}`` (see :func:`answer`)."""
-    return answer(core, who, request_id, body, idempotency_key).content()
+    return answer(rb, who, request_id, body, idempotency_key).content()
 
 
 def answer(
-    core: Runbell,
+    rb: Runbell,
     who: Principal,
     request_id: str,
     body: dict[str, Any],
@@ -376,30 +378,30 @@ def answer(
     fields = _answer_fields(body)
     digest = _digest({"input_request_id": request_id, **fields})
     try:
-        return _respond(core, who, request_id, fields, idempotency_key, digest)
+        return _respond(rb, who, request_id, fields, idempotency_key, digest)
     except IntegrityError:
         # A concurrent answer won the insert (one response per request) or stored this
         # Idempotency-Key first: the second pass answers from what it committed.
-        return _respond(core, who, request_id, fields, idempotency_key, digest)
+        return _respond(rb, who, request_id, fields, idempotency_key, digest)
 
 
 def _respond(
-    core: Runbell,
+    rb: Runbell,
     who: Principal,
     request_id: str,
     answer: dict[str, Any],
     key: str | None,
     digest: str,
 ) -> Answer:
-    with core.db.transaction() as tx:
-        outcome = _respond_in_tx(core, tx, who, request_id, answer, key, digest)
+    with rb.db.transaction() as tx:
+        outcome = _respond_in_tx(rb, tx, who, request_id, answer, key, digest)
     if isinstance(outcome, Conflict):
         raise outcome  # raised after commit: the request was marked expired
     return outcome
 
 
 def _respond_in_tx(
-    core: Runbell,
+    rb: Runbell,
     tx: Tx,
     who: Principal,
     request_id: str,
@@ -426,7 +428,7 @@ def _respond_in_tx(
     ik = IdempotencyKey(tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
     # Looked up under the run's lock: a concurrent answer under this key has committed
     # (and is replayed) or has not started.
-    replay = idempotency.stored(conn, core.box, ik)
+    replay = idempotency.stored(conn, rb.box, ik)
     if replay is not None:
         log.info("input_request.replayed", input_request_id=request_id)
         return replay
@@ -435,7 +437,7 @@ def _respond_in_tx(
     if refused is not None:
         return refused
     _check_decision(req, answer)
-    idempotency.claim(tx, core.box, ik)  # unused so far (looked up above, under the lock)
+    idempotency.claim(tx, rb.box, ik)  # unused so far (looked up above, under the lock)
 
     decision, value = answer["decision"], answer["value"]
     requests.insert_response(
@@ -476,7 +478,8 @@ def _respond_in_tx(
     for note in notes.open_for_run(conn, tenant_id, run["run_id"]):
         if note.get("input_request_id") == request_id:
             close_notification(tx, note, "resolved", f"answered by {who.user_id}")
-    run, _ = core._apply(
+    run, _ = transitions.apply(
+        rb,
         tx,
         run,
         RunState.WORKING.value,
@@ -505,7 +508,7 @@ def _respond_in_tx(
     }
     log.info("input_request.answered", input_request_id=request_id, decision=decision)
     # Keys sorted, as documented; the answer is stored byte for byte for replays.
-    return idempotency.settle(tx, core.box, ik, 200, _canonical(result))
+    return idempotency.settle(tx, rb.box, ik, 200, _canonical(result))
 
 
 def _check_current(
@@ -607,17 +610,17 @@ def _answer_fields(body: dict[str, Any]) -> dict[str, Any]:
 # --- expiry and cancellation ---------------------------------------------------------
 
 
-def expire_requests(core: Runbell, now: datetime, limit: int = 500) -> int:
+def expire_requests(rb: Runbell, now: datetime, limit: int = 500) -> int:
     """Scheduler sweep: pending requests past ``expires_at`` become ``expired``.
 
     Their notifications close as ``expired`` and ``input_request.expired`` tells the
     runtime. The run stays ``input_required``: what to do next is the runtime's call.
     """
-    with core.db.read() as conn:
+    with rb.db.read() as conn:
         due = requests.due_for_expiry(conn, now, limit)
     expired = 0
     for row in due:
-        with core.db.transaction(now=now) as tx:
+        with rb.db.transaction(now=now) as tx:
             run = runs.get_run(tx.conn, row["tenant_id"], row["run_id"], for_update=True)
             req = requests.get(tx.conn, row["tenant_id"], row["id"], for_update=True)
             if (
@@ -656,87 +659,6 @@ def expire_in_tx(tx: Tx, req: dict[str, Any], run: dict[str, Any]) -> None:
         ),
     )
     log.info("input_request.expired", input_request_id=req["id"], run_id=run["run_id"])
-
-
-def cancel_pending(tx: Tx, run: dict[str, Any]) -> list[str]:
-    """The run left ``input_required`` without an answer (a signal, a reconciliation):
-    its pending requests can no longer be answered. Called by the core's transition."""
-    tenant_id, run_id = run["tenant_id"], run["run_id"]
-    cancelled = []
-    for req in requests.pending_for_run(tx.conn, tenant_id, run_id):
-        if not requests.close(tx.conn, tenant_id, req["id"], "cancelled", tx.now):
-            continue
-        cancelled.append(req["id"])
-        # Its notifications belong to an older run version: the transition's own
-        # supersede_actionable has closed them already.
-        tx.emit(
-            tenant_id,
-            PendingEvent(
-                "input_request.cancelled",
-                {
-                    "input_request_id": req["id"],
-                    "run_id": run_id,
-                    "state": "cancelled",
-                    "reason": f"run is now {run['state']}",
-                    "version": run["version"],
-                    "request_version": req["version"],
-                },
-                run_id=run_id,
-            ),
-        )
-    return cancelled
-
-
-# --- receipts ------------------------------------------------------------------------
-
-
-def record_receipt(
-    core: Runbell,
-    who: Principal,
-    notification_id: str,
-    kind: str,
-    channel: str | None = None,
-) -> dict[str, Any]:
-    """Store what a device did with a notification. Never a decision (invariant 10):
-    opening is not approval, dismissing is not rejection. ``opened`` and ``clicked`` set
-    the notification's ``first_seen_at``; nothing else changes."""
-    check_receipt(who, kind, channel)
-    with core.db.transaction() as tx:
-        return receipt_in(tx, who, notification_id, kind, channel)
-
-
-def check_receipt(who: Principal, kind: str, channel: str | None) -> None:
-    """What a receipt must be before anything is written (422, or 403 for an API key)."""
-    if kind not in RECEIPT_KINDS:
-        raise ValidationFailed(f"kind must be one of {', '.join(RECEIPT_KINDS)}", field="kind")
-    if channel is not None and channel not in RECEIPT_CHANNELS:
-        raise ValidationFailed(
-            f"channel must be one of {', '.join(RECEIPT_CHANNELS)}", field="channel"
-        )
-    if not who.is_user:
-        raise Forbidden("receipts come from a person's device: send a user token")
-
-
-def receipt_in(
-    tx: Tx, who: Principal, notification_id: str, kind: str, channel: str | None
-) -> dict[str, Any]:
-    """Store a checked receipt inside ``tx`` (the API's Idempotency-Key commits with it)."""
-    note = notes.get(tx.conn, who.tenant_id, notification_id)
-    if note["recipient_user_id"] != who.user_id:
-        raise NotFound(f"no notification {notification_id!r}")
-    values = {
-        "id": new_id("rct"),
-        "tenant_id": who.tenant_id,
-        "notification_id": notification_id,
-        "user_id": who.user_id,
-        "kind": kind,
-        "channel": channel,
-        "at": tx.now,
-    }
-    requests.add_receipt(tx.conn, values)
-    if kind in ("opened", "clicked"):
-        notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
-    return views.receipt_view(values)
 
 
 # --- helpers -------------------------------------------------------------------------

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from runbell.flows.views import iso
 from runbell.ids import new_id
 from runbell.store import endpoints
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx
 from runbell.store.endpoints import WEBHOOK_EVENT_TYPES
-from runbell.views import iso
 
 # Feed events that become webhook messages: every webhook event type but run.finished,
 # which is derived from a terminal run.transitioned. Progress stays live-only (inv. 5).

@@ -2,8 +2,8 @@
 
 :func:`raise_attention` asks the policy, writes at most one notification per
 (recipient, run, version, attention type), its outbox rows and its feed event, and
-supersedes the run's older actionable notifications. It never commits: the boundary
-(``runbell.core``) owns the transaction, so the transition, the notification and the
+supersedes the run's older actionable notifications. It never commits: the flow that
+called it owns the transaction, so the transition, the notification and the
 outbox commit together or not at all (invariant 12).
 """
 
@@ -13,16 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
 import structlog
 
 from runbell import metrics
 from runbell.domain.dispatch import DEFAULT_CONSENT
 from runbell.domain.policy import Decision, Facts, Policy
 from runbell.ids import new_id
-from runbell.store import accounts
+from runbell.store import accounts, destinations
 from runbell.store import notifications as notes
-from runbell.store import tables as t
 from runbell.store.db import PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
@@ -242,46 +240,26 @@ def _push_deliveries(
     Consent, access and quiet hours are checked again at dispatch (they may change
     meanwhile); this only decides which rows exist, so a crash after commit loses none.
     """
-    consent = (
-        tx.conn.execute(
-            sa.select(t.preferences.c.consent).where(
-                t.preferences.c.tenant_id == tenant_id, t.preferences.c.user_id == user_id
-            )
-        ).scalar()
-        or {}
-    )
+    consent = destinations.consent_of(tx.conn, tenant_id, user_id)
 
     def wants(channel: str) -> bool:
         return urgency in consented_urgencies(consent, channel)
 
     rows = []
     if wants("email"):
-        email = tx.conn.execute(
-            sa.select(t.users.c.email).where(t.users.c.id == user_id)
-        ).scalar_one()
-        rows.append(notes.delivery_row(tenant_id, note_id, "email", email, "queued", tx.now))
+        email = destinations.email_of(tx.conn, user_id)
+        if email is not None:
+            rows.append(notes.delivery_row(tenant_id, note_id, "email", email, "queued", tx.now))
     if wants("webpush"):
-        subs = tx.conn.execute(
-            sa.select(t.push_subscriptions.c.id).where(
-                t.push_subscriptions.c.tenant_id == tenant_id,
-                t.push_subscriptions.c.user_id == user_id,
-            )
-        ).scalars()
         rows += [
-            notes.delivery_row(tenant_id, note_id, "webpush", s, "queued", tx.now) for s in subs
+            notes.delivery_row(tenant_id, note_id, "webpush", s, "queued", tx.now)
+            for s in destinations.push_subscription_ids(tx.conn, tenant_id, user_id)
         ]
     if wants("chat"):
-        # The person's own chat destinations, and the tenant's shared ones (a team room).
-        dests = tx.conn.execute(
-            sa.select(t.chat_destinations.c.id).where(
-                t.chat_destinations.c.tenant_id == tenant_id,
-                sa.or_(
-                    t.chat_destinations.c.user_id == user_id,
-                    t.chat_destinations.c.user_id.is_(None),
-                ),
-            )
-        ).scalars()
-        rows += [notes.delivery_row(tenant_id, note_id, "chat", d, "queued", tx.now) for d in dests]
+        rows += [
+            notes.delivery_row(tenant_id, note_id, "chat", d, "queued", tx.now)
+            for d in destinations.chat_destination_ids(tx.conn, tenant_id, user_id)
+        ]
     if rows:
         tx.wake_outbox = True
     return rows

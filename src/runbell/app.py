@@ -1,17 +1,33 @@
-"""Wiring: build the database, the secret box and the core from settings."""
+"""Wiring: settings → database → secret box → the flows' dependencies → the faces.
+
+:func:`build` makes the :class:`~runbell.flows.context.Runbell` one process runs on;
+:func:`create_app` puts the HTTP API and the web app around it (and, for ``runbell
+serve``, the delivery worker and background jobs on the same event loop). The CLI, the
+tests and ``runbell.testing`` start here.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from runbell.config import Settings
-from runbell.core import Runbell
 from runbell.crypto import SecretBox, load_or_create_key
+from runbell.flows.context import Runbell
 from runbell.store import kv
 from runbell.store.db import Database
 from runbell.store.migrate import upgrade
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter, FastAPI
+
+    from runbell.dispatch.worker import Worker
+
+Background = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
 
 def utcnow() -> datetime:
@@ -93,3 +109,61 @@ def check_secret_key(db: Database, box: SecretBox) -> None:
             "secrets. Set RUNBELL_SECRET_KEY (or share the data directory's secret.key) "
             "to the same value in every process."
         ) from exc
+
+
+def create_app(
+    rb: Runbell,
+    *,
+    bridge: bool = True,
+    worker: Worker | None = None,
+    background: Sequence[Background] = (),
+    routers: Sequence[APIRouter] = (),
+    listen_host: str | None = None,
+) -> FastAPI:
+    """The ASGI application: the HTTP API, the web app and the API reference around ``rb``.
+
+    With ``bridge`` on PostgreSQL, LISTEN/NOTIFY wakes long-polls, streams and workers in
+    this process for commits made by other processes. With ``worker``, the delivery
+    worker runs on the server's event loop for the app's lifetime (``runbell serve``);
+    ``background`` tasks (the demo agent) run alongside and get the same stop event;
+    ``routers`` are extra pages (the demo's sinks). ``listen_host`` is the interface the
+    server binds (None: in-process); beyond loopback, ``/metrics`` needs
+    ``RUNBELL_METRICS_TOKEN`` to answer at all.
+    """
+    from fastapi import Depends, FastAPI
+
+    from runbell import __version__, api, web
+    from runbell.api.limits import reject_lone_surrogates
+    from runbell.api.responses import JSON
+    from runbell.store.wakeup import start_bridge
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        pg = start_bridge(rb.db) if bridge else None
+        stop = asyncio.Event()
+        jobs = [*([worker.run] if worker else []), *background]
+        tasks = [asyncio.create_task(job(stop)) for job in jobs]
+        try:
+            yield
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if pg:
+                pg.stop()
+
+    app = FastAPI(
+        dependencies=[Depends(reject_lone_surrogates)],
+        default_response_class=JSON,
+        title="Runbell",
+        version=__version__,
+        lifespan=lifespan,
+        description="Trustworthy attention for background AI-agent work.",
+        # /docs and /redoc are ours (runbell.web.apidocs): FastAPI's load from a CDN.
+        docs_url=None,
+        redoc_url=None,
+    )
+    api.install(app, rb, listen_host=listen_host)
+    for router in routers:
+        app.include_router(router)
+    web.install(app)
+    return app

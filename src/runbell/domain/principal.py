@@ -1,0 +1,63 @@
+"""Who is calling: an API key (a runtime or an administrator) or a person, and a
+signed-in browser's session."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an API key (runtime/admin) or a person (user token / session)."""
+
+    tenant_id: str
+    kind: str  # "key" | "user"
+    role: str  # key: runtime|admin; user: owner|admin|member
+    key_id: str | None = None
+    source_id: str | None = None
+    user_id: str | None = None
+
+    @property
+    def is_user(self) -> bool:
+        return self.kind == "user"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role in ("admin", "owner")
+
+    @property
+    def sees_all_runs(self) -> bool:
+        return self.kind == "key" or self.is_admin
+
+
+@dataclass(frozen=True)
+class WebSession:
+    """A signed-in browser: who it is, and the CSRF token its forms and XHRs must carry."""
+
+    id: str
+    tenant_id: str
+    user_id: str
+    role: str
+    csrf_token: str
+    expires_at: datetime
+
+    @property
+    def principal(self) -> Principal:
+        return Principal(
+            tenant_id=self.tenant_id, kind="user", role=self.role, user_id=self.user_id
+        )
+
+    def csrf_ok(self, presented: str | None) -> bool:
+        return bool(presented) and hmac.compare_digest(
+            presented.encode() if presented else b"", self.csrf_token.encode()
+        )
+
+
+@dataclass(frozen=True)
+class LinkRefused:
+    """Why a sign-in link did not open a session: ``unknown``, ``used``, ``expired`` or
+    ``no_access`` (the membership was revoked after the link was made)."""
+
+    reason: str

@@ -1,0 +1,84 @@
+"""What every flow is given: the process's dependencies, and no use cases of its own.
+
+:class:`Runbell` is built once per process by :func:`runbell.app.build` and handed to the
+faces (API, web app, CLI, worker, scheduler), which pass it to the flow they call. It holds
+the database (with its clock and wake-up hub), the secret box, the settings, the presence
+registry, how state readers are built, and the per-process policy cache. A flow module
+takes it as its first argument (``rb``) and owns the transaction it opens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from runbell.config import Settings
+from runbell.crypto import SecretBox
+from runbell.domain.policy import Policy
+from runbell.flows.fanout import make_hook
+from runbell.ingress.readers import StateReader, reader_from_config
+from runbell.store.db import Database
+from runbell.store.presence import Presence
+
+ReaderFactory = Callable[[dict[str, Any]], StateReader]
+
+
+class PolicyCache:
+    """Parsed tenant policies by (tenant, document hash): a stored document is parsed once
+    per process, and an edited one is a new key, so nothing here can go stale."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[tuple[str, str], Policy] = {}
+
+    def get(self, tenant_id: str, doc: dict[str, Any] | None) -> Policy:
+        if not doc:
+            return Policy.default()
+        key = (tenant_id, hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest())
+        policy = self._parsed.get(key)
+        if policy is None:
+            policy = self._parsed[key] = Policy.from_mapping(doc, base=Policy.default())
+        return policy
+
+
+class Runbell:
+    """The dependencies of one Runbell process (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        *,
+        box: SecretBox,
+        presence: Presence | None = None,
+        reader_factory: ReaderFactory | None = None,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.box = box
+        self.presence = presence or Presence()
+        self.policies = PolicyCache()
+        self.reader_factory: ReaderFactory = reader_factory or self._http_reader
+        # Tests and embedders may pin a reader per source id (e.g. a StaticReader).
+        self.reader_overrides: dict[str, StateReader] = {}
+        # Tenant-webhook messages are written in the same transaction as their events.
+        db.before_flush.append(make_hook(lambda: self.public_url))
+
+    @property
+    def public_url(self) -> str:
+        """The base of every link Runbell hands out, without a trailing slash."""
+        return self.settings.public_url.rstrip("/")
+
+    def _http_reader(self, config: dict[str, Any]) -> StateReader:
+        """A registered reader config, its sealed header values opened, on an SSRF-safe
+        client."""
+        from runbell.outbound import safe_client
+
+        opened = dict(config)
+        opened["headers"] = {k: self.box.open(v) for k, v in (config.get("headers") or {}).items()}
+        client = safe_client(
+            allow_hosts=self.settings.outbound_allow_hosts,
+            timeout=float(config.get("timeout", 5.0)),
+        )
+        return reader_from_config(opened, client)

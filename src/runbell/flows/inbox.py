@@ -1,0 +1,119 @@
+"""The inbox: a person's notifications, one of them with the run as it is now, and
+acknowledging it.
+
+Invariants kept here (DESIGN §2):
+
+- 6: acknowledging closes the notification, which cancels its pending deliveries on every
+  channel in the same transaction.
+- 8: a recipient who lost access keeps only the pointer (id, the run's id, state and
+  version) — no reason, no request, no details; "could still act" says "access lost".
+- 10: reading is not deciding: nothing here answers a request.
+- Tenant isolation and privacy: a person sees only their own notifications; another's
+  id answers 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from runbell import metrics
+from runbell.domain.errors import NotFound
+from runbell.domain.principal import Principal
+from runbell.flows import views
+from runbell.flows.attention import close_notification
+from runbell.flows.context import Runbell
+from runbell.flows.input_requests import get_for_notification
+from runbell.store import accounts, runs
+from runbell.store import notifications as notes
+from runbell.store.db import Tx
+
+
+def own_note(conn: Connection, who: Principal, notification_id: str) -> dict[str, Any]:
+    note = notes.get(conn, who.tenant_id, notification_id)
+    if who.is_user and note["recipient_user_id"] != who.user_id:
+        raise NotFound(f"no notification {notification_id!r}")
+    return note
+
+
+def list_notifications(
+    rb: Runbell, who: Principal, *, states: list[str] | None, before: str | None, limit: int
+) -> dict[str, Any]:
+    assert who.user_id is not None
+    with rb.db.read() as conn:
+        rows = notes.list_for_recipient(
+            conn, who.tenant_id, who.user_id, states=states, before=before, limit=limit + 1
+        )
+    page = rows[:limit]
+    return {
+        "notifications": [views.notification_view(n) for n in page],
+        "next_cursor": page[-1]["id"] if len(rows) > limit else None,
+    }
+
+
+def get_notification(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
+    with rb.db.read() as conn:
+        note = own_note(conn, who, notification_id)
+        run = runs.require_run(conn, who.tenant_id, note["run_id"])
+        can_see = runs.can_see_run(conn, who, note["run_id"])
+        request = get_for_notification(conn, note)
+    ok, why = actionable(rb, note, run, request, can_see)
+    if note["attention_type"] == "input_required" and not ok:
+        metrics.STALE_OPENS.labels(note["attention_type"]).inc()
+    out = views.notification_view(note)
+    if not can_see:
+        # The pointer stays; what it pointed at does not (invariant 8): only the run's
+        # id, state and version, no reason, no request.
+        out.update(
+            actionable=False,
+            actionable_reason=why,
+            reason=None,
+            run={"run_id": run["run_id"], "state": run["state"], "version": run["version"]},
+        )
+        return out
+    out.update(actionable=ok, actionable_reason=why, run=views.run_view(run, include_details=True))
+    if request is not None:
+        out["input_request"] = views.input_request_view(request, include_details=True)
+    return out
+
+
+def actionable(
+    rb: Runbell,
+    note: dict[str, Any],
+    run: dict[str, Any],
+    request: dict[str, Any] | None,
+    recipient_sees_run: bool,
+) -> tuple[bool, str]:
+    """Whether the recipient can still act on ``note``, and why (not): the one answer
+    the recipient's own view and the admin's trail both give."""
+    ok, why = views.actionable(note, run, rb.db.clock(), request)
+    if not recipient_sees_run:
+        return False, "access lost"
+    return ok, why
+
+
+def recipient_sees_run(conn: Connection, note: dict[str, Any]) -> bool:
+    """The recipient's access now, as the dispatcher checks it: a current member who
+    may see the run (whoever is asking)."""
+    tenant_id, user_id = note["tenant_id"], note["recipient_user_id"]
+    role = accounts.membership_role(conn, tenant_id, user_id)
+    recipient = Principal(tenant_id=tenant_id, kind="user", role=role or "", user_id=user_id)
+    return role is not None and runs.can_see_run(conn, recipient, note["run_id"])
+
+
+def acknowledge(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
+    with rb.db.transaction() as tx:
+        return acknowledge_in(rb, tx, who, notification_id)
+
+
+def acknowledge_in(rb: Runbell, tx: Tx, who: Principal, notification_id: str) -> dict[str, Any]:
+    """Acknowledge inside ``tx`` (the API's Idempotency-Key record commits with it)."""
+    note = own_note(tx.conn, who, notification_id)
+    if close_notification(tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"):
+        notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
+        waited = (tx.now - note["created_at"]).total_seconds()
+        kind = note["attention_type"]
+        tx.after_commit.append(lambda: metrics.ACK_SECONDS.labels(kind).observe(waited))
+        note = notes.get(tx.conn, who.tenant_id, notification_id)
+    return views.notification_view(note)

@@ -1,0 +1,49 @@
+"""The tenant's attention policy: which rules decide, and replacing the tenant's own.
+
+Invariants kept here (DESIGN §2):
+
+- 7: the only way an urgency bypasses quiet hours is the tenant's ``quiet_hours_bypass``
+  list, set by an administrator here — never by a runtime or a model.
+- A policy document is validated whole before anything is stored (a bad rule is a 422 and
+  the old policy stays).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from runbell.domain.policy import Policy
+from runbell.flows.context import Runbell
+from runbell.store import accounts
+
+
+def policy_for(rb: Runbell, conn: Connection, tenant_id: str) -> Policy:
+    """The tenant's effective policy (its own rules first, then the defaults)."""
+    return rb.policies.get(tenant_id, accounts.tenant_policy(conn, tenant_id))
+
+
+def view(policy: Policy, own: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "quiet_hours_bypass": sorted(policy.quiet_bypass),
+        "tenant_rules": own or {"rules": []},
+        "effective": [dataclasses.asdict(r) for r in policy.rules],
+    }
+
+
+def get_policy(rb: Runbell, tenant_id: str) -> dict[str, Any]:
+    """The effective rules in order (tenant rules first), and the tenant's own document."""
+    with rb.db.read() as conn:
+        own = accounts.tenant_policy(conn, tenant_id)
+        return view(rb.policies.get(tenant_id, own), own)
+
+
+def set_policy(rb: Runbell, tenant_id: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """Replace the tenant's rules, validated whole before anything is stored."""
+    policy = Policy.from_mapping(doc, base=Policy.default())  # raises before storing
+    with rb.db.transaction() as tx:
+        accounts.get_tenant(tx.conn, tenant_id)
+        accounts.set_tenant_policy(tx.conn, tenant_id, doc)
+    return view(policy, doc)

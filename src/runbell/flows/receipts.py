@@ -1,0 +1,73 @@
+"""Receipts: what a person's device did with a notification (displayed, opened,
+dismissed, clicked).
+
+Invariants kept here (DESIGN §2): 10 — a receipt is telemetry, stored apart from
+decisions: opening is not approval, dismissing is not rejection; ``opened`` and
+``clicked`` only set the notification's ``first_seen_at``. Only the recipient's own
+device may report one (another's notification answers 404).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runbell.domain.errors import Forbidden, NotFound, ValidationFailed
+from runbell.domain.principal import Principal
+from runbell.flows import views
+from runbell.flows.context import Runbell
+from runbell.ids import new_id
+from runbell.store import input_requests as requests
+from runbell.store import notifications as notes
+from runbell.store.db import Tx
+
+RECEIPT_KINDS = ("displayed", "opened", "dismissed", "clicked")
+RECEIPT_CHANNELS = ("inbox", "email", "webpush", "chat")
+
+
+def record_receipt(
+    rb: Runbell,
+    who: Principal,
+    notification_id: str,
+    kind: str,
+    channel: str | None = None,
+) -> dict[str, Any]:
+    """Store what a device did with a notification. Never a decision (invariant 10):
+    opening is not approval, dismissing is not rejection. ``opened`` and ``clicked`` set
+    the notification's ``first_seen_at``; nothing else changes."""
+    check_receipt(who, kind, channel)
+    with rb.db.transaction() as tx:
+        return receipt_in(tx, who, notification_id, kind, channel)
+
+
+def check_receipt(who: Principal, kind: str, channel: str | None) -> None:
+    """What a receipt must be before anything is written (422, or 403 for an API key)."""
+    if kind not in RECEIPT_KINDS:
+        raise ValidationFailed(f"kind must be one of {', '.join(RECEIPT_KINDS)}", field="kind")
+    if channel is not None and channel not in RECEIPT_CHANNELS:
+        raise ValidationFailed(
+            f"channel must be one of {', '.join(RECEIPT_CHANNELS)}", field="channel"
+        )
+    if not who.is_user:
+        raise Forbidden("receipts come from a person's device: send a user token")
+
+
+def receipt_in(
+    tx: Tx, who: Principal, notification_id: str, kind: str, channel: str | None
+) -> dict[str, Any]:
+    """Store a checked receipt inside ``tx`` (the API's Idempotency-Key commits with it)."""
+    note = notes.get(tx.conn, who.tenant_id, notification_id)
+    if note["recipient_user_id"] != who.user_id:
+        raise NotFound(f"no notification {notification_id!r}")
+    values = {
+        "id": new_id("rct"),
+        "tenant_id": who.tenant_id,
+        "notification_id": notification_id,
+        "user_id": who.user_id,
+        "kind": kind,
+        "channel": channel,
+        "at": tx.now,
+    }
+    requests.add_receipt(tx.conn, values)
+    if kind in ("opened", "clicked"):
+        notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
+    return views.receipt_view(values)

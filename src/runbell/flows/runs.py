@@ -1,0 +1,257 @@
+"""Runs: create or edit one (PUT), read one, list them, and record progress.
+
+Invariants kept here (DESIGN §2):
+
+- 2: a finished run is not edited (409); state changes go through signals only.
+- 5: progress is a heartbeat — it updates ``last_progress_at`` and the live feed, never a
+  notification.
+- 9: an edit of what a run is about bumps its version and supersedes its open actionable
+  notifications, so an approval bound to the old version can no longer run.
+- Tenant isolation: every read and write is scoped to the caller's tenant; a run the
+  caller may not see answers 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from sqlalchemy.exc import IntegrityError
+
+from runbell.domain.errors import Conflict, NotFound, ValidationFailed
+from runbell.domain.principal import Principal
+from runbell.domain.runs import is_terminal
+from runbell.domain.text import public_text
+from runbell.flows import views
+from runbell.flows.attention import supersede_actionable
+from runbell.flows.context import Runbell
+from runbell.flows.input_requests import pending_view
+from runbell.store import accounts, mismatches, runs
+from runbell.store import notifications as notes
+from runbell.store.db import PendingEvent, Tx
+
+log = structlog.get_logger(__name__)
+
+PROGRESS_MAX = 500
+
+RUN_FIELDS = (
+    "title",
+    "kind",
+    "subject",
+    "objective",
+    "authority",
+    "notify_on_complete",
+    "metadata",
+    "details",
+)
+
+
+def put_run(
+    rb: Runbell, who: Principal, run_id: str, body: dict[str, Any]
+) -> tuple[dict[str, Any], bool]:
+    """Create a run, or update its descriptive fields. State changes go through signals.
+
+    Two creating PUTs may race (``FOR UPDATE`` locks nothing that does not exist yet):
+    the loser's insert hits the primary key, and it is retried once as an update.
+    """
+    try:
+        return _put_run(rb, who, run_id, body)
+    except IntegrityError:
+        return _put_run(rb, who, run_id, body)
+
+
+def _put_run(
+    rb: Runbell, who: Principal, run_id: str, body: dict[str, Any]
+) -> tuple[dict[str, Any], bool]:
+    with rb.db.transaction() as tx:
+        run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
+        owner_id = _member(tx, who.tenant_id, body["owner"], "owner") if body.get("owner") else None
+        access = {
+            _member(tx, who.tenant_id, ref, "authority.users")
+            for ref in (body.get("authority") or {}).get("users") or []
+        }
+        if run is None:
+            if owner_id is None:
+                raise ValidationFailed("owner is required when a run is created", field="owner")
+            created = _create_run(tx, who, run_id, owner_id, body, access)
+            return created, True
+        updated = _update_run(tx, who, run, owner_id, body, access)
+        return updated, False
+
+
+def _member(tx: Tx, tenant_id: str, ref: str, field: str) -> str:
+    try:
+        return accounts.find_user(tx.conn, tenant_id, ref)
+    except NotFound as exc:
+        raise ValidationFailed(
+            f"{field}: {ref!r} is not a member of this tenant", field=field
+        ) from exc
+
+
+def _create_run(
+    tx: Tx,
+    who: Principal,
+    run_id: str,
+    owner_id: str,
+    body: dict[str, Any],
+    access: set[str],
+) -> dict[str, Any]:
+    state = body.get("state") or "queued"
+    if state not in ("queued", "working"):
+        raise ValidationFailed("a new run starts queued or working", field="state")
+    values = {k: body.get(k) for k in RUN_FIELDS}
+    values["notify_on_complete"] = bool(values["notify_on_complete"])
+    values.update(
+        tenant_id=who.tenant_id,
+        run_id=run_id,
+        owner_user_id=owner_id,
+        state=state,
+        version=1,
+        sequence=body.get("sequence"),
+        created_at=tx.now,
+        updated_at=tx.now,
+        started_at=tx.now if state == "working" else None,
+    )
+    runs.insert_run(tx.conn, values)
+    runs.add_transition(
+        tx.conn,
+        {
+            "tenant_id": who.tenant_id,
+            "run_id": run_id,
+            "version": 1,
+            "kind": "create",
+            "from_state": None,
+            "to_state": state,
+            "source_id": who.source_id,
+            "sequence": body.get("sequence"),
+            "reason": "created",
+            "at": tx.now,
+        },
+    )
+    runs.set_access(tx.conn, who.tenant_id, run_id, access | {owner_id})
+    tx.emit(who.tenant_id, PendingEvent("run.created", views.run_event(values), run_id=run_id))
+    log.info("run.created", run_id=run_id, state=state)
+    return values
+
+
+def _update_run(
+    tx: Tx,
+    who: Principal,
+    run: dict[str, Any],
+    owner_id: str | None,
+    body: dict[str, Any],
+    access: set[str],
+) -> dict[str, Any]:
+    if body.get("state") and body["state"] != run["state"]:
+        raise ValidationFailed(
+            f"the run is {run['state']}; change state with POST "
+            f"/v1/runs/{run['run_id']}/signals, not PUT",
+            field="state",
+        )
+    changes = {k: body[k] for k in RUN_FIELDS if k in body and body[k] != run.get(k)}
+    if "notify_on_complete" in changes:
+        changes["notify_on_complete"] = bool(changes["notify_on_complete"])
+    if owner_id is not None and owner_id != run["owner_user_id"]:
+        changes["owner_user_id"] = owner_id
+    if not changes:
+        return run
+    if is_terminal(run["state"]):
+        raise Conflict(
+            f"run {run['run_id']!r} is {run['state']}; a finished run is not edited "
+            "(report final details on the signal that finishes it)",
+            current=views.run_view(run),
+        )
+    version = run["version"] + 1
+    changes.update(version=version, updated_at=tx.now)
+    runs.update_run(tx.conn, who.tenant_id, run["run_id"], changes)
+    runs.add_transition(
+        tx.conn,
+        {
+            "tenant_id": who.tenant_id,
+            "run_id": run["run_id"],
+            "version": version,
+            "kind": "update",
+            "from_state": run["state"],
+            "to_state": run["state"],
+            "source_id": who.source_id,
+            "reason": "updated: "
+            + ", ".join(sorted(k for k in changes if k not in ("version", "updated_at"))),
+            "at": tx.now,
+        },
+    )
+    if "authority" in changes or "owner_user_id" in changes:
+        runs.set_access(
+            tx.conn,
+            who.tenant_id,
+            run["run_id"],
+            access | {changes.get("owner_user_id", run["owner_user_id"])},
+        )
+    # The thing an open request asked about may have changed: its action must not run.
+    supersede_actionable(tx, who.tenant_id, run["run_id"], version)
+    run = {**run, **changes}
+    tx.emit(who.tenant_id, PendingEvent("run.updated", views.run_event(run), run_id=run["run_id"]))
+    return run
+
+
+def get_run(rb: Runbell, who: Principal, run_id: str) -> dict[str, Any]:
+    with rb.db.read() as conn:
+        run = runs.get_run(conn, who.tenant_id, run_id)
+        if run is None or not runs.can_see_run(conn, who, run_id):
+            raise NotFound(f"no run {run_id!r}")
+        out = views.run_view(run, include_details=True)
+        out["pending_input_request"] = pending_view(
+            conn, who.tenant_id, run_id, include_details=True
+        )
+        out["open_notifications"] = [
+            views.notification_view(n)
+            for n in notes.open_for_run(conn, who.tenant_id, run_id)
+            if who.sees_all_runs or n["recipient_user_id"] == who.user_id
+        ]
+        out["open_mismatches"] = mismatches.count_open(conn, who.tenant_id, run_id)
+        return out
+
+
+def list_runs(
+    rb: Runbell, who: Principal, *, states: list[str] | None, after: str | None, limit: int
+) -> dict[str, Any]:
+    with rb.db.read() as conn:
+        rows = runs.list_runs(conn, who, states=states, after=after, limit=limit + 1)
+    page = rows[:limit]
+    return {
+        "runs": [views.run_view(r) for r in page],
+        "next_cursor": page[-1]["run_id"] if len(rows) > limit else None,
+    }
+
+
+def record_progress(
+    rb: Runbell, who: Principal, run_id: str, message: str | None, counts: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A heartbeat: updates last_progress_at and the live feed. Never a notification."""
+    with rb.db.transaction() as tx:
+        run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)
+        if is_terminal(run["state"]):
+            return {
+                "accepted": False,
+                "reason": f"run is {run['state']}",
+                "run": views.run_view(run),
+            }
+        message = public_text(message, PROGRESS_MAX)
+        progress = {"message": message, "counts": counts, "at": views.iso(tx.now)}
+        runs.update_run(
+            tx.conn, who.tenant_id, run_id, {"progress": progress, "last_progress_at": tx.now}
+        )
+        tx.emit(
+            who.tenant_id,
+            PendingEvent(
+                "run.progress",
+                {
+                    "run_id": run_id,
+                    "version": run["version"],
+                    "message": message,
+                    "counts": counts,
+                },
+                run_id=run_id,
+            ),
+        )
+        run.update(progress=progress, last_progress_at=tx.now)
+        return {"accepted": True, "decision": "live", "run": views.run_view(run)}

@@ -1,0 +1,181 @@
+"""One judged transition applied inside the caller's transaction.
+
+:func:`apply` is the one way a run's state moves, whoever moved it (a signal, a
+reconciliation, an input request opened or answered): the run row, its immutable history
+row, the attention the policy decides, and the feed events, all in ``tx``.
+
+Invariants kept here (DESIGN §2):
+
+- 1 and 12: the notification, its outbox rows and the feed event commit with the
+  transition (``raise_attention`` inserts at most one notification per recipient, run,
+  version and attention type).
+- 2: callers judge first (``domain.runs.judge``); terminal states are absorbing.
+- 9: every applied transition bumps the version and supersedes the run's older actionable
+  notifications; leaving ``input_required`` cancels its pending requests.
+- 4: each transition gets its own version and history row; nothing is merged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from runbell.domain.runs import RunState, attention_for, is_terminal
+from runbell.flows import views
+from runbell.flows.attention import (
+    RequestLink,
+    close_notification,
+    raise_attention,
+    supersede_actionable,
+)
+from runbell.flows.context import Runbell
+from runbell.flows.policy import policy_for
+from runbell.store import input_requests as requests
+from runbell.store import notifications as notes
+from runbell.store import runs
+from runbell.store.db import PendingEvent, Tx
+
+log = structlog.get_logger(__name__)
+
+
+def error_facts(error: Mapping[str, Any] | None) -> dict[str, bool]:
+    error = error or {}
+    return {
+        "error_retryable": bool(error.get("retryable")),
+        "error_user_action": bool(error.get("user_action_required")),
+        "data_inconsistent": bool(error.get("data_inconsistent")),
+    }
+
+
+def apply(
+    rb: Runbell,
+    tx: Tx,
+    run: dict[str, Any],
+    state: str,
+    *,
+    sequence: int | None,
+    source_id: str | None,
+    event_id: str | None,
+    reason: str | None,
+    error: dict[str, Any] | None,
+    effects_verified: bool | None,
+    reported_at: datetime | None = None,
+    report: dict[str, Any] | None = None,
+    kind: str = "state",
+    request: RequestLink | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Apply one judged transition: run row, history, attention, feed. Inside ``tx``.
+
+    ``request`` links the ``input_required`` notification to the input request that
+    caused it; ``kind`` is ``request`` when a new request replaces a pending one
+    without a change of state (still a new version, so older approvals are stale).
+    """
+    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    version = run["version"] + 1
+    changes: dict[str, Any] = {"state": state, "version": version, "updated_at": tx.now}
+    if sequence is not None:
+        changes["sequence"] = sequence
+    if report:
+        changes["report"] = {**(run.get("report") or {}), **report}
+    if state == "working" and run.get("started_at") is None:
+        changes["started_at"] = tx.now
+    if is_terminal(state):
+        changes.update(finished_at=tx.now, stop_reason=reason, error=error)
+    runs.update_run(tx.conn, tenant_id, run_id, changes)
+    before = run["state"]
+    run = {**run, **changes}
+
+    ids: list[str] = []
+    # The transition's own event goes first, so the feed reads cause before effect.
+    tx.emit(
+        tenant_id,
+        PendingEvent(
+            "run.transitioned",
+            {**views.run_event(run), "from": before, "reason": reason, "notification_ids": ids},
+            run_id=run_id,
+        ),
+    )
+    supersede_actionable(tx, tenant_id, run_id, version)
+    if before == RunState.INPUT_REQUIRED and state != RunState.INPUT_REQUIRED:
+        cancel_pending(tx, run)  # nobody can answer those any more
+    decision = None
+    attention = attention_for(state, effects_verified)
+    if attention is not None:
+        raised = raise_attention(
+            tx,
+            policy_for(rb, tx.conn, tenant_id),
+            run,
+            attention=attention.value,
+            version=version,
+            facts={"effects_verified": effects_verified, **error_facts(error)},
+            reason=reason,
+            owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"]),
+            request=request,
+        )
+        decision = raised.decision.as_dict()
+        if raised.notification_id:
+            ids.append(raised.notification_id)
+    if is_terminal(state):
+        # A mismatch alert about a run that has now finished is moot.
+        for note in notes.open_for_run(tx.conn, tenant_id, run_id):
+            if note["id"] not in ids and note["attention_type"] == "mismatch":
+                close_notification(tx, note, "resolved", f"run is {state}")
+    runs.add_transition(
+        tx.conn,
+        {
+            "tenant_id": tenant_id,
+            "run_id": run_id,
+            "version": version,
+            "kind": kind,
+            "from_state": before,
+            "to_state": state,
+            "source_id": source_id,
+            "event_id": event_id,
+            "sequence": sequence,
+            "reason": reason,
+            "decision": decision,
+            "at": tx.now,
+            "reported_at": reported_at,
+        },
+    )
+    log.info(
+        "run.transitioned",
+        run_id=run_id,
+        from_state=before,
+        to_state=state,
+        version=version,
+        notifications=len(ids),
+    )
+    return run, ids
+
+
+def cancel_pending(tx: Tx, run: dict[str, Any]) -> list[str]:
+    """The run left ``input_required`` without an answer (a signal, a reconciliation):
+    its pending requests can no longer be answered. Called by the core's transition."""
+    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    cancelled = []
+    for req in requests.pending_for_run(tx.conn, tenant_id, run_id):
+        if not requests.close(tx.conn, tenant_id, req["id"], "cancelled", tx.now):
+            continue
+        cancelled.append(req["id"])
+        # Its notifications belong to an older run version: the transition's own
+        # supersede_actionable has closed them already.
+        tx.emit(
+            tenant_id,
+            PendingEvent(
+                "input_request.cancelled",
+                {
+                    "input_request_id": req["id"],
+                    "run_id": run_id,
+                    "state": "cancelled",
+                    "reason": f"run is now {run['state']}",
+                    "version": run["version"],
+                    "request_version": req["version"],
+                },
+                run_id=run_id,
+            ),
+        )
+    return cancelled
