@@ -2,6 +2,8 @@
 #   make run   — virtualenv, install, migrate, start Runbell on SQLite with a demo agent
 #                that asks for approval (prints a first user and a sign-in link)
 #   make test  — dev dependencies, then the whole suite
+#   make bench — the benchmark suite, quick mode (< 5 min); FULL=1 for the full one.
+#                Writes BENCHMARKS.md; never part of `make test` (bench/README.md)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -10,7 +12,7 @@ DEVSTAMP := $(VENV)/.installed-dev
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: run test lint typecheck clean
+.PHONY: run test lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,15 +31,18 @@ run: $(STAMP)
 	$(BIN)/runbell serve --host $(HOST) --port $(PORT) --demo
 
 test: $(DEVSTAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -n 4 --dist loadfile $(PYTEST_ARGS)
 
 lint: $(DEVSTAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 
 typecheck: $(DEVSTAMP)
 	$(BIN)/mypy
+
+bench: $(DEVSTAMP)
+	$(BIN)/python -m bench.run $(if $(FULL),--full) --out BENCHMARKS.md $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
