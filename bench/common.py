@@ -104,20 +104,20 @@ TINY = Mode(
 QUICK = Mode(
     name="quick",
     repeats=5,
-    p1_seconds=0.8,
+    p1_seconds=0.5,
     p1_min=40,
     p1_max=3_000,
-    p2_seconds=1.5,
+    p2_seconds=1.0,
     p2_conns=8,
-    p2_open_seconds=1.5,
-    p3_seconds=1.0,
+    p2_open_seconds=1.0,
+    p3_seconds=0.7,
     p3_min=100,
     p3_max=4_000,
     p3_workers=(1, 2, 4),
     p4_seconds=2.0,
     p5_subscribers=1_000,
     p5_rate=10.0,
-    p5_seconds=1.5,
+    p5_seconds=1.0,
     p6_subscribers=2_000,
     p6_idle_seconds=10.0,
     p6_wakes=5,
@@ -310,7 +310,8 @@ class Child:
             text=True,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._pumper = threading.Thread(target=self._pump, daemon=True)
+        self._pumper.start()
         self.hello = self._read(30.0)
 
     def _pump(self) -> None:
@@ -343,6 +344,11 @@ class Child:
             with contextlib.suppress(RuntimeError, OSError, ValueError):
                 self.call("quit", timeout=10)
         stop(self.proc)
+        self._pumper.join(5)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
         self._logfile.close()
 
     def __enter__(self) -> Child:
@@ -369,25 +375,6 @@ def wait_until(cond: Callable[[], bool], what: str, timeout: float, every: float
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(every)
-
-
-def run_loadgen(config: dict[str, Any], log: Path, timeout: float = 300.0) -> dict[str, Any]:
-    """One load-generator process (bench.loadgen); returns its JSON result."""
-    with log.open("ab") as err:
-        done = subprocess.run(
-            [PYTHON, "-m", "bench.loadgen", json.dumps(config)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            cwd=REPO,
-            env=child_env(),
-            timeout=timeout,
-            check=False,
-        )
-    if done.returncode != 0:
-        tail = log.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"load generator failed ({done.returncode}):\n{tail}")
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

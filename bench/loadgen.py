@@ -14,7 +14,9 @@ Two ways to load:
   to ``conns``, when none is idle) and its latency counts from when it was *due*, so a
   slow server's queueing shows in the figures instead of silently slowing the load.
 
-Usage: ``python -m bench.loadgen '<json config>'``; prints one JSON object::
+Usage: ``python -m bench.loadgen '<json config>'`` prints one JSON object (the suite
+instead keeps one ``'{"serve": true}'`` process and sends it ``run`` commands, see
+:mod:`bench.ctl`)::
 
     {"targets": [["127.0.0.1", 8080]], "mode": "closed", "conns": 8, "seconds": 2,
      "rate": 100, "request": {"kind": "signal", "token": "...", "run_prefix": "p2-3-",
@@ -38,6 +40,8 @@ import sys
 import time
 from collections import Counter, deque
 from typing import Any
+
+from bench import ctl
 
 OUTCOME = re.compile(rb'"outcome"\s*:\s*"(\w+)"')
 
@@ -279,14 +283,30 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def serve() -> None:
+    """Stay up and run one load per ``{"cmd": "run", "config": {...}}`` line (saves a
+    process start per repeat; each run still opens its own connections)."""
+    ctl.say({"ready": True})
+
+    async def handle(cmd: dict[str, Any]) -> dict[str, Any]:
+        if cmd["cmd"] == "run":
+            return await main(cmd["config"])
+        raise ValueError(f"unknown command {cmd['cmd']!r}")
+
+    await ctl.serve_commands(handle)
+
+
 def run(argv: list[str]) -> None:
     cfg = json.loads(argv[0])
-    try:
-        import uvloop
-    except ImportError:
-        result = asyncio.run(main(cfg))
-    else:
-        result = uvloop.run(main(cfg))
+    if cfg.get("serve"):
+        ctl.run(serve)
+        return
+    result: dict[str, Any] = {}
+
+    async def once() -> None:
+        result.update(await main(cfg))
+
+    ctl.run(once)
     sys.stdout.write(json.dumps(result))
 
 

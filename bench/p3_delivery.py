@@ -255,6 +255,7 @@ def run_p4(ctx: Bench) -> None:
                 ctx.facts["P3 max"] = rate
                 ctx.note(f"P4 ran without P3: its rate comes from one {mode.p3_min}-message drain.")
             tallies: list[Tally] = []
+            hooks: list[Tally] = []
             k = len(P4_TYPES)
             target = ctx.facts["P3 max"] / 2
             sig_rate = target / k
@@ -297,7 +298,7 @@ def run_p4(ctx: Bench) -> None:
                 wait_received(s, before + expected, timeout=max(60.0, expected / 10))
                 got = s.rx.call("batch", prefix=prefix, ids=True)
                 settle(ctx, s, read, prefix, expected)
-                tallies.append(
+                hooks.append(
                     verify.check_deliveries(
                         read, s.tenant.tenant_id, prefix, got, tally_id=f"{prefix}webhooks",
                         expected=expected,
@@ -326,4 +327,4 @@ def run_p4(ctx: Bench) -> None:
                 note=f"p99; p50 {p50.median:,.1f} ms. Commit time = the payload's `timestamp`",
             )
         )
-        ctx.tallies.append(verify.merge(tallies, "P4"))
+        ctx.tallies += [verify.merge(tallies, "P4 signals"), verify.merge(hooks, "P4 webhooks")]

@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                 ctx.say(f"ERROR {bench_id}:\n{detail}")
             ctx.say(f"{bench_id} took {time.monotonic() - t0:.0f}s")
     finally:
+        ctx.close()
         dbs.close()
     if args.out != "-":
         from bench import report

@@ -192,6 +192,7 @@ class Clients:
             "streams": len(self.streams),
             "ended": sum(1 for s in self.streams if s.ended),
             "complete": sum(1 for n in per_stream if n == count),
+            "received": sum(per_stream),
             "min": min(per_stream, default=0),
             "max": max(per_stream, default=0),
             "duplicates": duplicates,
