@@ -79,6 +79,7 @@ def build_requests(cfg: dict[str, Any], count: int) -> list[bytes]:
 class Conn:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.closed = False
 
     @classmethod
     async def open(cls, host: str, port: int) -> Conn:
@@ -86,6 +87,8 @@ class Conn:
         return cls(reader, writer)
 
     async def exchange(self, request: bytes) -> tuple[int, bytes]:
+        """Send one request, read its answer. ``self.closed`` is set when the server
+        said it will close the connection (the answer still counts)."""
         self.writer.write(request)
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
@@ -106,8 +109,7 @@ class Conn:
                 parts.append(await self.reader.readexactly(size))
                 await self.reader.readexactly(2)
             body = b"".join(parts)
-        if b"connection: close" in lower:
-            raise ConnectionResetError("server closed the connection")
+        self.closed = b"connection: close" in lower
         return status, body
 
     def close(self) -> None:
@@ -170,6 +172,9 @@ async def closed_loop(cfg: dict[str, Any], requests: list[bytes], tally: Tally) 
                 conn = await Conn.open(*target)
                 continue
             tally.record(i, status, body, time.perf_counter() - t)
+            if conn.closed:
+                conn.close()
+                conn = await Conn.open(*target)
         conn.close()
 
     tally.first_send = time.perf_counter()
@@ -217,6 +222,9 @@ async def open_loop(cfg: dict[str, Any], requests: list[bytes], tally: Tally) ->
                 freed.notify()
             return
         tally.record(i, status, body, time.perf_counter() - due)
+        if conn.closed:
+            conn.close()
+            conn = await Conn.open(*targets[which])
         await give(conn, which)
 
     total = min(len(requests), int(rate * cfg["seconds"]))

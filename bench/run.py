@@ -19,6 +19,7 @@ import argparse
 import importlib
 import resource
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -92,7 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     ctx.say(f"mode {mode.name}; work directory {workdir}")
     errors = 0
     table = benchmarks(args.kinds)
+    # SIGTERM unwinds like Ctrl-C: servers stopped, temporary databases dropped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
+        if any(needs_postgres(b, args.kinds) for b in args.only):
+            for name in dbs.drop_stale():
+                ctx.say(f"dropped {name}, left by a bench run that is gone")
         for bench_id in ALL:
             if bench_id not in args.only:
                 continue

@@ -133,6 +133,24 @@ class Databases:
                 self._pg_names.remove(dbname)
         shutil.rmtree(db.data_dir, ignore_errors=True)
 
+    def drop_stale(self) -> list[str]:
+        """Drop ``bench_<pid>_…`` databases left by bench runs whose process is gone (a
+        killed run cannot clean up after itself). Live runs' databases are left alone."""
+        dropped = []
+        with self._admin() as conn:
+            names = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT datname FROM pg_database WHERE datname ~ '^bench_[0-9]+_'"
+                ).fetchall()
+            ]
+            for dbname in names:
+                pid = int(dbname.split("_")[1])
+                if pid != os.getpid() and not _alive(pid):
+                    conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+                    dropped.append(dbname)
+        return dropped
+
     def close(self) -> None:
         if not self._pg_names:
             return
@@ -163,6 +181,16 @@ class Databases:
         )
         if done.returncode != 0:
             raise RuntimeError(f"runbell migrate failed:\n{done.stdout}\n{done.stderr}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # --- processes --------------------------------------------------------------------------
