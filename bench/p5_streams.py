@@ -17,11 +17,12 @@ P5, per repeat, ABBA-interleaved:
 Every subscriber must receive every committed event of the batch exactly once, in
 order; every signal is counted in the database.
 
-P6: ``mode.p6_subscribers`` streams are opened on a fresh server and held; then the
+P6: ``mode.p6_subscribers`` streams are opened on a fresh server (those not primed within
+``CONNECT_S`` are given up: how many the server *holds* is itself a figure); then the
 server's RSS (``/proc/<pid>/status``), its CPU over ``mode.p6_idle_seconds`` idle
 seconds (``/proc/<pid>/stat``), and the wake-up latency of ``mode.p6_wakes`` single
-commits, each awaited by every stream. In quick mode fewer streams than the issue's
-10,000 are held; RSS is then also projected linearly to 10,000 (labelled as such).
+commits, each awaited by every held stream. With fewer than the issue's 10,000 held
+(quick mode opens 2,000), RSS is also projected linearly to 10,000 (labelled as such).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from bench.context import Bench
 from bench.servers import Server
 
 P6_TARGET = 10_000
+CONNECT_S = 600.0  # P6 gives up on streams not primed by then (and reports how many it holds)
 UNCHANGED = 1.25  # "the signal's p99 unchanged by subscribers": within 25 % (shared machine)
 
 
@@ -100,10 +102,10 @@ def check_streams(got: dict[str, Any], expected: int, what: str, tally: Tally) -
         raise CorrectnessError(f"{what}: " + "; ".join(problems))
 
 
-def connect(sse: Child, n: int, what: str) -> dict[str, Any]:
-    got = sse.call("connect", timeout=900, n=n, wait_s=600)
-    if got["failed"] or got["unprimed"] or got["open"] < n:
-        raise RuntimeError(f"{what}: only {got['open']} of {n} streams opened: {got}")
+def connect(sse: Child, n: int, wait_s: float) -> dict[str, Any]:
+    """Open ``n`` streams; those not primed within ``wait_s`` are given up. The answer's
+    ``open`` is how many the server holds (a figure, not an error, when it is fewer)."""
+    got: dict[str, Any] = sse.call("connect", timeout=wait_s + 300, n=n, wait_s=wait_s)
     return got
 
 
@@ -133,7 +135,12 @@ def run_p5(ctx: Bench) -> None:
 
             def with_subscribers(rep: int, subscribers: int = n_subs) -> None:
                 prefix = f"p5-b{rep}-"
-                connect(sse, subscribers, "P5")
+                opened = connect(sse, subscribers, 300)
+                if opened["open"] < subscribers:
+                    ctx.note(
+                        f"P5 repeat {rep}: the server held {opened['open']:,} of {subscribers:,} "
+                        f"subscribers within 300 s ({opened['failures']}); measured with those."
+                    )
                 sse.call("watch", prefix=prefix)
                 before = srv.stats()
                 result, tally = signals(ctx, core, read, tenant, srv, prefix, count, rate, seconds)
@@ -205,8 +212,11 @@ def run_p6(ctx: Bench) -> None:
             time.sleep(1.0)
             rss0 = proc_rss_kb(srv.pid)
             ctx.say(f"P6: opening {n_subs:,} streams (server RSS {rss0 / 1024:.0f} MB)")
-            opened = connect(sse, n_subs, "P6")
-            ctx.say(f"P6: {opened['open']:,} streams open in {opened['seconds']:.1f}s")
+            opened = connect(sse, n_subs, CONNECT_S)
+            held = opened["open"]
+            ctx.say(f"P6: {held:,} streams held after {opened['seconds']:.1f}s")
+            if held == 0:
+                raise RuntimeError(f"P6: no stream could be opened: {opened}")
             time.sleep(1.0)
             cpu0, t0 = proc_cpu_s(srv.pid), time.monotonic()
             time.sleep(mode.p6_idle_seconds)
@@ -228,20 +238,35 @@ def run_p6(ctx: Bench) -> None:
                 rss.add(proc_rss_kb(srv.pid) / 1024)
                 time.sleep(0.5)
             sse.call("close")
-        full = n_subs >= P6_TARGET
-        per_stream_kb = (rss.median * 1024 - rss0) / n_subs
+        full = held >= P6_TARGET
+        per_stream_kb = (rss.median * 1024 - rss0) / held
         projected = (rss0 + per_stream_kb * P6_TARGET) / 1024
-        label = f"{n_subs:,} held" + ("" if full else f" (quick mode; issue: {P6_TARGET:,})")
+        label = f"{held:,} held" + ("" if full else f" (issue: {P6_TARGET:,})")
+        held_fig = Figure("streams")
+        held_fig.add(held)
+        ctx.add(
+            Row(
+                id="P6 held",
+                what=f"concurrent SSE subscribers one `runbell serve` holds (of {n_subs:,} "
+                f"opened, {CONNECT_S:.0f} s allowed)",
+                measured=held_fig,
+                floor=(Check("value", ">=", P6_TARGET, "10,000 held"),)
+                if n_subs >= P6_TARGET
+                else (),
+                note=f"{opened['seconds']:.1f} s to open them"
+                + ("" if n_subs >= P6_TARGET else f"; {ctx.mode.name} mode opens {n_subs:,}"),
+            )
+        )
         ctx.add(
             Row(
                 id="P6 RSS",
-                what=f"server RSS with {label} SSE subscribers in one `runbell serve`",
+                what=f"server RSS with {label} SSE subscribers",
                 measured=rss,
                 floor=(Check("rss10k", "<=", 500, "≤ 500 MB at 10,000"),),
                 goal=(Check("rss10k", "<=", 300, "≤ 300 MB at 10,000"),),
                 extra={"rss10k": rss.median if full else projected},
                 note=f"{per_stream_kb:,.1f} KB per stream over an idle {rss0 / 1024:,.0f} MB"
-                + ("" if full else f"; projected to 10,000: {projected:,.0f} MB"),
+                + ("" if full else f"; projected linearly to 10,000: {projected:,.0f} MB"),
             )
         )
         ctx.add(
@@ -256,10 +281,10 @@ def run_p6(ctx: Bench) -> None:
         ctx.add(
             Row(
                 id="P6 wake p99",
-                what=f"one commit → every one of {n_subs:,} held subscribers",
+                what=f"one commit → every one of {held:,} held subscribers",
                 measured=wake,
                 goal=(Check("value", "<=", 100, "wake p99 ≤ 100 ms"),),
-                note=f"p50 {wake50.median:,.0f} ms; {opened['seconds']:.1f}s to open them all",
+                note=f"p50 {wake50.median:,.0f} ms",
             )
         )
         ctx.tallies += [verify.merge(tallies, "P6 signals"), streams]

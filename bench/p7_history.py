@@ -109,9 +109,13 @@ def run_size(ctx: Bench, kind: str, rows: int) -> None:
             tallies.append(tally)
             return b
 
-        warm = batch(core_e, read_e, ten_e, f"{short}-we-", mode.p1_min)
-        batch(core_h, read_h, ten_h, f"{short}-wh-", mode.p1_min)
-        n = sized(warm.rate, mode.p1_seconds, mode.p1_min, mode.p1_max)
+        warm_e = batch(core_e, read_e, ten_e, f"{short}-we-", mode.p1_min)
+        warm_h = batch(core_h, read_h, ten_h, f"{short}-wh-", mode.p1_min)
+        # Both sides send the same number, sized so the slower one lasts about a repeat.
+        n = sized(
+            min(warm_e.rate, warm_h.rate), mode.p1_seconds, max(2 * WRITERS, mode.p1_min // 2),
+            mode.p1_max,
+        )  # fmt: skip
         thr_h, thr_e, p99_h, p99_e = (
             Figure("signals/s"),
             Figure("signals/s"),

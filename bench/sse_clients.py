@@ -147,18 +147,23 @@ class Clients:
                 s.task = asyncio.create_task(self._run(s))
                 await s.primed.wait()
 
-        try:
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await asyncio.gather(*(start(s) for s in new))
-        except TimeoutError:
-            pass
-        self.streams += new
-        live = [s for s in self.streams if not s.ended]
+        # Streams not primed in time are given up (closed), so that the ones kept are
+        # exactly those the server holds and every later check counts only them.
+        late = [s for s in new if s.task is None or not s.primed.is_set()]
+        given_up = {id(s) for s in late}
+        for s in late:
+            if s.task is not None:
+                s.task.cancel()
+        await asyncio.gather(*(s.task for s in late if s.task), return_exceptions=True)
+        self.streams += [s for s in new if id(s) not in given_up and not s.ended]
         return {
-            "open": len(live),
+            "open": len(self.streams),
             "failed": sum(1 for s in new if s.failed),
             "failures": sorted({s.failed for s in new if s.failed})[:5],
-            "unprimed": sum(1 for s in new if not s.primed.is_set()),
+            "unprimed": len(late),
             "seconds": time.monotonic() - t0,
         }
 
