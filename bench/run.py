@@ -5,8 +5,10 @@ writes the report, and exits:
 
 - 0 when every benchmark ran and nothing was lost or doubled (floors and goals missed
   are reported in the file, they never fail a run);
-- 1 when a correctness check failed (work lost or doubled);
+- 1 when a correctness check failed (work lost or doubled), whatever else happened;
 - 2 when a benchmark could not run at all (the harness broke: it must not rot silently).
+
+After a failure the work directory (servers' and helpers' logs) is kept and named.
 
 ``--tiny`` runs every selected benchmark at a size that takes seconds and keeps only its
 correctness checks (the smoke test in tests/acceptance runs it); its timings mean
@@ -91,14 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Bench(mode=mode, workdir=workdir, dbs=dbs, secret_key=secret)
     targets.configure_logging(ctx.logs / "in-process.log")
     ctx.say(f"mode {mode.name}; work directory {workdir}")
-    errors = 0
+    errors = wrong = 0
     table = benchmarks(args.kinds)
+    uses_pg = any(needs_postgres(b, args.kinds) for b in args.only)
     # SIGTERM unwinds like Ctrl-C: servers stopped, temporary databases dropped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        if any(needs_postgres(b, args.kinds) for b in args.only):
-            for name in dbs.drop_stale():
-                ctx.say(f"dropped {name}, left by a bench run that is gone")
+        if uses_pg:
+            try:
+                for name in dbs.drop_stale():
+                    ctx.say(f"dropped {name}, left by a bench run that is gone")
+            except Exception as exc:  # unreachable: the PostgreSQL benchmarks will say so
+                ctx.say(f"PostgreSQL: {type(exc).__name__}: {exc}")
         for bench_id in ALL:
             if bench_id not in args.only:
                 continue
@@ -107,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 table[bench_id](ctx)
             except CorrectnessError as exc:
+                wrong += 1
                 ctx.failures.append(f"{bench_id}: {exc}")
                 ctx.say(f"CORRECTNESS FAILURE {bench_id}: {exc}")
             except Exception as exc:
@@ -126,17 +133,15 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out),
             selected=args.only,
             kinds=args.kinds,
-            pg_url=PG_ADMIN_URL if any(needs_postgres(b, args.kinds) for b in args.only) else None,
+            pg_url=PG_ADMIN_URL if uses_pg else None,
         )
         ctx.say(f"wrote {args.out}")
-    if args.keep:
-        ctx.say(f"kept {workdir}")
+    if args.keep or ctx.failures:
+        ctx.say(f"kept {workdir} (logs in {ctx.logs})")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     ctx.say(f"done in {time.monotonic() - ctx.started:.0f}s")
-    if errors:
-        return 2
-    return 1 if any("could not run" not in f for f in ctx.failures) else 0
+    return 1 if wrong else 2 if errors else 0
 
 
 if __name__ == "__main__":
