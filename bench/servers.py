@@ -202,26 +202,31 @@ def get_json(url: str, timeout: float = 10.0) -> Any:
 
 
 class Server:
-    """``runbell serve`` or ``runbell api`` (through the wrapper) on 127.0.0.1:port."""
+    """``runbell serve`` or ``runbell api`` (through the wrapper) on 127.0.0.1:port.
 
-    def __init__(self, env: dict[str, str], command: str, log: Path, port: int | None = None):
+    The port is picked free and then handed to the command, so another process may take
+    it in between (any outgoing connection can get it as its ephemeral port); a server
+    that exits because its address is in use is started again on a new port.
+    """
+
+    ATTEMPTS = 3
+
+    def __init__(self, env: dict[str, str], command: str, log: Path) -> None:
         self.command = command
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = env
         self.log = log
-        self._logfile = log.open("wb")
+        self._logfile = log.open("ab")
+        self._start()
+
+    def _start(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._logfile.write(f"--- {self.command} on port {self.port}\n".encode())
+        self._logfile.flush()
+        argv = [PYTHON, "-m", "bench.servers", self.command, "--host", "127.0.0.1"]
         self.proc = subprocess.Popen(
-            [
-                PYTHON,
-                "-m",
-                "bench.servers",
-                command,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-            ],
-            env=env,
+            [*argv, "--port", str(self.port)],
+            env=self.env,
             cwd=REPO,
             stdout=self._logfile,
             stderr=subprocess.STDOUT,
@@ -232,16 +237,23 @@ class Server:
         return self.proc.pid
 
     def ready(self, timeout: float = 90.0) -> Server:
+        attempts = 1
+
         def up() -> bool:
+            nonlocal attempts
             if self.proc.poll() is not None:
                 tail = self.log.read_text(errors="replace")[-3000:]
+                if "address already in use" in tail and attempts < self.ATTEMPTS:
+                    attempts += 1
+                    self._start()
+                    return False
                 raise RuntimeError(f"{self.log.name} exited ({self.proc.returncode}):\n{tail}")
             try:
                 return bool(get_json(self.url + "/healthz", timeout=2)["status"] == "ok")
             except OSError:
                 return False
 
-        wait_until(up, f"{self.command} on port {self.port}", timeout, every=0.1)
+        wait_until(up, f"{self.command} to answer", timeout, every=0.1)
         return self
 
     def stats(self) -> dict[str, Any]:
