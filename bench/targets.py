@@ -196,7 +196,7 @@ def queue_webhook_messages(
                 },
                 run_id=run_id,
             )
-            for event_type, key, data in messages(event, base):
+            for event_type, key, data in messages(tenant.tenant_id, event, base):
                 if event_type != "run.finished":
                     continue
                 row = notes.delivery_row(
