@@ -3,9 +3,14 @@
 #                that asks for approval (prints a first user and a sign-in link);
 #                Ctrl-C stops it
 #   make test  — dev dependencies, then the whole suite
+<<<<<<< HEAD
 # And from a second terminal while it runs:
 #   make login-link [EMAIL=you@example.com] — a new one-time browser sign-in link for
 #                the running server (its port is recorded in the database)
+=======
+#   make bench — the benchmark suite, quick mode (< 5 min); FULL=1 for the full one.
+#                Writes BENCHMARKS.md; never part of `make test` (bench/README.md)
+>>>>>>> bench
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -16,7 +21,11 @@ PORT ?= 8080
 EMAIL ?=
 TENANT ?= default
 
+<<<<<<< HEAD
 .PHONY: run login-link test lint typecheck clean
+=======
+.PHONY: run test lint typecheck bench clean
+>>>>>>> bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,15 +47,18 @@ login-link: $(STAMP)
 	@$(BIN)/runbell user login-link $(EMAIL) --tenant $(TENANT)
 
 test: $(DEVSTAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -n 4 --dist loadfile $(PYTEST_ARGS)
 
 lint: $(DEVSTAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 
 typecheck: $(DEVSTAMP)
 	$(BIN)/mypy
+
+bench: $(DEVSTAMP)
+	$(BIN)/python -m bench.run $(if $(FULL),--full) --out BENCHMARKS.md $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

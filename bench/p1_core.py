@@ -1,0 +1,264 @@
+"""P1: signals/s through the core transaction, no HTTP, at 1 and 8 concurrent writers.
+
+Subject: ``writers`` threads, each calling the in-process accept-signal entry point
+(:func:`bench.targets.complete_run`) on its share of freshly created working runs — one
+``working → completed`` signal per run, which makes one transition, one notification
+(the default policy's ``inbox``), its outbox row, an inbound event and feed events, in
+one commit. Then the database is counted: every signal stored once.
+
+Baseline: the same number of threads doing a raw single-row ``INSERT`` + ``COMMIT`` into
+a scratch table through the same driver and durability — SQLite through the engine
+Runbell builds (same PRAGMAs, ``BEGIN IMMEDIATE``), PostgreSQL through psycopg with the
+server's own commit settings. The rows are counted too.
+
+Both are sized from a warm-up so each repeat lasts about ``mode.p1_seconds``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench import targets, verify
+from bench.common import (
+    Check,
+    CorrectnessError,
+    Figure,
+    Row,
+    Tally,
+    interleaved,
+    percentile,
+    ratios,
+    sized,
+)
+from bench.context import Bench
+from bench.servers import Db
+
+PAYLOAD = "x" * 200
+SCRATCH = {
+    "sqlite": "CREATE TABLE IF NOT EXISTS bench_scratch ("
+    "id INTEGER PRIMARY KEY, batch TEXT NOT NULL, payload TEXT NOT NULL)",
+    "postgres": "CREATE TABLE IF NOT EXISTS bench_scratch ("
+    "id BIGSERIAL PRIMARY KEY, batch TEXT NOT NULL, payload TEXT NOT NULL)",
+}
+
+FLOORS = {"sqlite": 0.1, "postgres": 0.5}
+GOALS = {"sqlite": 0.3, "postgres": 1.0}
+
+
+@dataclass
+class Batch:
+    count: int
+    seconds: float
+    latencies: list[float]  # seconds, one per operation
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds if self.seconds else 0.0
+
+
+def in_threads(work: Sequence[Callable[[], list[float]]]) -> tuple[float, list[float]]:
+    """Run each callable in its own thread, released together; (seconds, latencies)."""
+    gate = threading.Barrier(len(work) + 1)
+    results: list[list[float]] = [[] for _ in work]
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        gate.wait()
+        try:
+            results[i] = work[i]()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(len(work))]
+    for t in threads:
+        t.start()
+    gate.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return elapsed, [x for r in results for x in r]
+
+
+# --- subject -------------------------------------------------------------------------------
+
+
+def signal_batch(
+    core: Any, engine: sa.Engine, tenant: targets.Tenant, prefix: str, writers: int, n: int
+) -> tuple[Batch, Tally]:
+    run_ids = [f"{prefix}{i}" for i in range(n)]
+    targets.create_runs(core, tenant, run_ids)  # set-up, not timed
+    outcomes: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def writer(mine: Sequence[str]) -> Callable[[], list[float]]:
+        def go() -> list[float]:
+            lat = []
+            for run_id in mine:
+                t = time.perf_counter()
+                outcome = targets.complete_run(core, tenant, run_id, f"{run_id}-done")
+                lat.append(time.perf_counter() - t)
+                with lock:
+                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            return lat
+
+        return go
+
+    seconds, lat = in_threads([writer(run_ids[w::writers]) for w in range(writers)])
+    tally = verify.check_signals(
+        engine,
+        tenant.tenant_id,
+        prefix,
+        tally_id=prefix,
+        sent=n,
+        applied=outcomes.get("applied", 0),
+        outcomes=outcomes,
+    )
+    return Batch(n, seconds, lat), tally
+
+
+# --- baseline ------------------------------------------------------------------------------
+
+
+def raw_batch(db: Db, engine: sa.Engine, batch: str, writers: int, n: int) -> Batch:
+    """``n`` single-row INSERT+COMMITs over ``writers`` threads, each on its own connection."""
+    shares = [len(range(w, n, writers)) for w in range(writers)]
+    if db.is_pg:
+        import psycopg
+
+        conns = [psycopg.connect(db.psycopg_dsn()) for _ in range(writers)]
+
+        def pg(conn: Any, k: int) -> Callable[[], list[float]]:
+            def go() -> list[float]:
+                lat = []
+                with conn.cursor() as cur:
+                    for _ in range(k):
+                        t = time.perf_counter()
+                        cur.execute(
+                            "INSERT INTO bench_scratch (batch, payload) VALUES (%s, %s)",
+                            (batch, PAYLOAD),
+                        )
+                        conn.commit()
+                        lat.append(time.perf_counter() - t)
+                return lat
+
+            return go
+
+        try:
+            seconds, lat = in_threads([pg(c, k) for c, k in zip(conns, shares, strict=True)])
+        finally:
+            for c in conns:
+                c.close()
+    else:
+        sconns = [engine.connect() for _ in range(writers)]
+
+        def lite(sconn: sa.Connection, k: int) -> Callable[[], list[float]]:
+            def go() -> list[float]:
+                lat = []
+                for _ in range(k):
+                    t = time.perf_counter()
+                    with sconn.begin():  # Runbell's engine: BEGIN IMMEDIATE
+                        sconn.exec_driver_sql(
+                            "INSERT INTO bench_scratch (batch, payload) VALUES (?, ?)",
+                            (batch, PAYLOAD),
+                        )
+                    lat.append(time.perf_counter() - t)
+                return lat
+
+            return go
+
+        try:
+            seconds, lat = in_threads([lite(sc, k) for sc, k in zip(sconns, shares, strict=True)])
+        finally:
+            for sc in sconns:
+                sc.close()
+    with engine.connect() as check:
+        stored = check.execute(
+            sa.text("SELECT count(*) FROM bench_scratch WHERE batch = :b"), {"b": batch}
+        ).scalar_one()
+    if stored != n:
+        raise CorrectnessError(f"raw baseline {batch}: {stored} rows stored for {n} inserts")
+    return Batch(n, seconds, lat)
+
+
+# --- the benchmark -------------------------------------------------------------------------
+
+
+def measure_writers(
+    ctx: Bench,
+    db: Db,
+    core: Any,
+    tenant: targets.Tenant,
+    writers: int,
+    label: str,
+) -> tuple[Figure, Figure, Figure, list[Tally]]:
+    """Warm up, then interleave subject and baseline; (signals/s, raw/s, p99 ms, tallies)."""
+    mode = ctx.mode
+    engine = targets.engine_of(core)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(SCRATCH[db.kind])
+    read = verify.read_engine(db.url)
+    tallies: list[Tally] = []
+    try:
+        warm, tally = signal_batch(
+            core, read, tenant, f"{label}-warm-", writers, max(mode.p1_min, 2 * writers)
+        )
+        tallies.append(tally)
+        raw_warm = raw_batch(db, engine, f"{label}-warm", writers, max(mode.p1_min, 2 * writers))
+        n_sig = sized(warm.rate, mode.p1_seconds, mode.p1_min, mode.p1_max)
+        n_raw = sized(raw_warm.rate, mode.p1_seconds, mode.p1_min, 10 * mode.p1_max)
+        subject, baseline, p99 = Figure("signals/s"), Figure("inserts/s"), Figure("ms")
+
+        def one_subject(rep: int) -> None:
+            batch, tally = signal_batch(core, read, tenant, f"{label}-{rep}-", writers, n_sig)
+            subject.add(batch.rate)
+            p99.add(percentile(batch.latencies, 99) * 1000)
+            tallies.append(tally)
+
+        def one_baseline(rep: int) -> None:
+            baseline.add(raw_batch(db, engine, f"{label}-{rep}", writers, n_raw).rate)
+
+        interleaved(mode.repeats, one_subject, one_baseline)
+    finally:
+        read.dispose()
+    return subject, baseline, p99, tallies
+
+
+def run(ctx: Bench, kinds: Sequence[str]) -> None:
+    for kind in kinds:
+        with ctx.database(kind, "p1") as db, ctx.core(db) as core:
+            tenant = targets.setup_tenant(core)
+            for writers in (1, 8):
+                ctx.say(f"P1 {kind}: {writers} writer(s)")
+                subject, baseline, p99, tallies = measure_writers(
+                    ctx, db, core, tenant, writers, f"p1-{kind[:2]}{writers}"
+                )
+                at8 = writers == 8
+                ctx.add(
+                    Row(
+                        id=f"P1 {kind} {writers}w",
+                        what=f"signals/s through the core transaction, no HTTP, "
+                        f"{writers} concurrent writer{'s' if writers > 1 else ''}",
+                        measured=subject,
+                        baseline=baseline,
+                        baseline_what="raw single-row INSERT+COMMIT, same driver and durability",
+                        ratio=ratios(subject, baseline),
+                        floor=(Check("ratio", ">=", FLOORS[kind], f"≥ {FLOORS[kind]}× raw"),)
+                        if at8
+                        else (),
+                        goal=(Check("ratio", ">=", GOALS[kind], f"≥ {GOALS[kind]}× raw"),)
+                        if at8
+                        else (),
+                        extra={"p99_ms": p99.median},
+                        note=f"per-signal p99 {p99.median:.1f} ms",
+                    )
+                )
+                ctx.tallies.append(verify.merge(tallies, f"P1 {kind} {writers}w"))
