@@ -27,7 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-Core = Any  # runbell.core.Runbell today; kept opaque so callers never reach inside
+Core = Any  # runbell.flows.context.Runbell today; kept opaque so callers never reach inside
 _bridges: dict[int, Any] = {}  # open_core's LISTEN/NOTIFY bridge per core
 
 
@@ -72,8 +72,8 @@ def open_core(url: str, data_dir: Path, secret_key: str, **settings: Any) -> Cor
     On PostgreSQL the LISTEN/NOTIFY bridge is started too, so commits made here wake the
     worker and API processes exactly as their own commits would.
     """
+    from runbell.app import build
     from runbell.config import Settings
-    from runbell.service import build
     from runbell.store.wakeup import start_bridge
 
     core = build(
@@ -132,14 +132,15 @@ def create_runs(core: Core, tenant: Tenant, run_ids: Sequence[str], batch: int =
     """Working runs owned by the tenant's owner, created by the code path of
     ``PUT /v1/runs/{id}`` (run row, first transition, access, ``run.created``), many per
     transaction: set-up must cost little next to what is measured."""
-    from runbell.store.accounts import Principal
+    from runbell.domain.principal import Principal
+    from runbell.flows import runs
 
     who = Principal(tenant_id=tenant.tenant_id, kind="key", role="runtime")
     body = {"owner": tenant.owner_email, "state": "working", "title": "bench run"}
     for start in range(0, len(run_ids), batch):
         with core.db.transaction() as tx:
             for run_id in run_ids[start : start + batch]:
-                core._create_run(tx, who, run_id, tenant.owner_id, body, set())
+                runs._create_run(tx, who, run_id, tenant.owner_id, body, set())
 
 
 def add_webhook_endpoint(
@@ -170,11 +171,11 @@ def queue_webhook_messages(
 
     ``status`` other than ``queued`` parks the rows where no worker claims them (the raw
     claim loop's own rows, in the same table)."""
-    from runbell.dispatch.fanout import messages
+    from runbell.flows.fanout import messages
+    from runbell.flows.views import iso
     from runbell.ids import new_id
     from runbell.store import notifications as notes
     from runbell.store.db import PendingEvent
-    from runbell.views import iso
 
     base = core.settings.public_url.rstrip("/")
     with core.db.transaction() as tx:
@@ -221,9 +222,10 @@ def queue_webhook_messages(
 def complete_run(core: Core, tenant: Tenant, run_id: str, event_id: str) -> str:
     """One ``completed`` signal through the core transaction (dedupe, judge, apply,
     attention, outbox, feed — one commit). Returns the outcome (``applied`` expected)."""
-    from runbell.core import Signal
+    from runbell.flows.signals import Signal, accept_signal
 
-    result = core.accept_signal(
+    result = accept_signal(
+        core,
         tenant.tenant_id, tenant.source, run_id, Signal(event_id=event_id, state="completed")
     )
     outcome: str = result.outcome
@@ -240,7 +242,7 @@ def run_command_with_app_hook(argv: Sequence[str], hook: Callable[[Any, Core], N
     The command itself is untouched (its settings, bootstrap, worker, scheduler and
     uvicorn configuration); only the app factory it calls is wrapped.
     """
-    import runbell.api.app as app_module
+    import runbell.app as app_module
     from runbell import cli
 
     real = app_module.create_app
@@ -250,5 +252,5 @@ def run_command_with_app_hook(argv: Sequence[str], hook: Callable[[Any, Core], N
         hook(app, core)
         return app
 
-    app_module.create_app = create_app
+    setattr(app_module, "create_app", create_app)  # noqa: B010 (a typed module attribute)
     cli.app(list(argv), prog_name="runbell")

@@ -20,9 +20,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from runbell.api.deps import SESSION_COOKIE
 from runbell.app import build, create_app, record_served_url
+from runbell.store import sessions
 from runbell.testing import add_user, make_tenant
-from runbell.web import sessions
 from tests.acceptance.test_cli import (
     RUNBELL,
     WELCOME,
@@ -79,7 +80,7 @@ def signs_in(url: str) -> None:
     """The link opens a session on the running server: 303 and the session cookie."""
     r = httpx.get(url, follow_redirects=False, timeout=10, trust_env=False)
     assert r.status_code == 303, (url, r.status_code, r.text[:300])
-    assert sessions.SESSION_COOKIE in r.cookies, r.headers
+    assert SESSION_COOKIE in r.cookies, r.headers
 
 
 def pasted_links(commands: list[str], env: dict[str, str], served_url: str) -> None:

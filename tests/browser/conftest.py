@@ -31,8 +31,8 @@ from runbell.config import Settings
 from runbell.dispatch.wiring import build_channels
 from runbell.dispatch.worker import Worker
 from runbell.flows.context import Runbell
+from runbell.store import sessions
 from runbell.testing import TenantCreds
-from runbell.web import sessions
 from tests.channels.push_receiver import PushReceiver
 from tests.conftest import IN_CI, LiveServer, bearer, free_port, make_settings
 

@@ -173,3 +173,37 @@ class ResponseIn(Strict):
 class ReceiptIn(Strict):
     kind: Literal["displayed", "opened", "dismissed", "clicked"]
     channel: Literal["inbox", "email", "webpush", "chat"] | None = None
+
+
+# --- you: preferences and destinations ------------------------------------------------
+
+Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
+
+
+class PreferencesIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    consent: dict[Literal["email", "webpush", "chat"], list[Urgency]] | None = Field(
+        default=None, description="urgencies each channel may interrupt you for"
+    )
+    quiet_hours: list[dict[str, Any]] | None = Field(default=None, max_length=14)
+    timezone: str | None = Field(default=None, max_length=64)
+    locale: str | None = Field(default=None, max_length=32)
+
+
+class PushKeys(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    p256dh: str = Field(min_length=40, max_length=200)
+    auth: str = Field(min_length=16, max_length=100)
+
+
+class PushSubscriptionIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # browsers add expirationTime
+    endpoint: str = Field(min_length=10, max_length=2000)
+    keys: PushKeys
+    user_agent: str | None = Field(default=None, max_length=300)
+
+
+class ChatIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(min_length=6, max_length=2000, description="an Apprise URL")
+    label: str | None = Field(default=None, max_length=200)

@@ -1,12 +1,10 @@
-"""Build the channels a worker sends through, from settings. Keys are made once and kept."""
+"""Build the channels a worker sends through, from settings (VAPID keys and the SMTP relay
+come from ``runbell.flows.channel_config``)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
-
-import sqlalchemy as sa
 
 from runbell.channels.base import (
     Channel,
@@ -16,64 +14,14 @@ from runbell.channels.base import (
     TransientDeliveryError,
 )
 from runbell.channels.chat import ChatChannel
-from runbell.channels.email import EmailChannel, SmtpConfig
+from runbell.channels.email import EmailChannel
 from runbell.channels.webhook import WebhookChannel
-from runbell.channels.webpush import VapidKeys, WebPushChannel
+from runbell.channels.webpush import WebPushChannel
 from runbell.domain.errors import UnsafeDestination
 from runbell.domain.ssrf import check_url
+from runbell.flows.channel_config import smtp_config, vapid_keys
 from runbell.flows.context import Runbell
 from runbell.outbound import make_resolver, safe_async_client
-from runbell.store import tables as t
-
-VAPID_KV = "vapid"
-
-
-def vapid_keys(core: Runbell) -> VapidKeys:
-    """The server's VAPID key pair: generated on first use, kept (private key sealed).
-
-    Browsers bind a subscription to this public key, so it must never change silently.
-    """
-    stored = _stored_vapid(core)
-    if stored is None:
-        keys = VapidKeys.generate()
-        # Another process may have been first: the insert fails, and we use theirs.
-        with contextlib.suppress(sa.exc.IntegrityError), core.db.transaction() as tx:
-            tx.conn.execute(
-                t.kv.insert().values(
-                    key=VAPID_KV,
-                    value={
-                        "private_pem": core.box.seal(keys.private_pem),
-                        "public_key": keys.public_key,
-                    },
-                )
-            )
-        stored = _stored_vapid(core)
-        assert stored is not None
-    return VapidKeys.from_pem(core.box.open(stored["private_pem"]))
-
-
-def _stored_vapid(core: Runbell) -> dict[str, Any] | None:
-    with core.db.read() as conn:
-        value = conn.execute(sa.select(t.kv.c.value).where(t.kv.c.key == VAPID_KV)).scalar()
-    return None if value is None else dict(value)
-
-
-def smtp_config(core: Runbell) -> SmtpConfig | None:
-    s = core.settings
-    if not s.smtp_host:
-        return None
-    return SmtpConfig(
-        host=s.smtp_host,
-        port=s.smtp_port,
-        starttls=s.smtp_starttls,
-        use_tls=s.smtp_tls,
-        username=s.smtp_username,
-        password=s.smtp_password,
-        from_address=s.smtp_from,
-        unsubscribe_url=f"{s.public_url.rstrip('/')}/settings#email",
-        validate_certs=s.smtp_validate_certs,
-        timeout=s.outbound_timeout_s,
-    )
 
 
 class GuardedWebPush:

@@ -19,10 +19,14 @@ Answers are stored sealed with the service's :class:`~runbell.crypto.SecretBox`:
 a secret once (a webhook endpoint's or a source's signing secret) and replay it, others
 carry a request's sensitive ``details``.
 
-Example (what a router does)::
+Flows that create or act take the caller's key (None when absent) and return the
+:class:`Answer`; the face renders its status and bytes. Example (a flow)::
 
-    answer = once(core.db, core.box, key, lambda tx: (201, create_in(tx)))
-    return answered(answer)
+    def create_thing(rb, who, body, key=None) -> Answer:
+        def prepare() -> Act:
+            check_outside_the_transaction(body)
+            return lambda tx: (201, insert_thing(tx, who, body))
+        return act_once(rb.db, rb.box, key, prepare)
 """
 
 from __future__ import annotations
@@ -172,3 +176,21 @@ def _sorted(doc: Any) -> Any:
     if isinstance(doc, list):
         return [_sorted(v) for v in doc]
     return doc
+
+
+Act = Callable[[Tx], tuple[int, Any]]
+
+
+def act_once(
+    db: Database, box: SecretBox, key: IdempotencyKey | None, prepare: Callable[[], Act]
+) -> Answer:
+    """A create/act use case at most once per ``key``: a retry is answered from its stored
+    answer before anything else; otherwise ``prepare()`` runs (checks and outbound
+    look-ups, outside any transaction) and the action it returns runs through
+    :func:`once`."""
+    if key is not None:
+        with db.read() as conn:
+            found = stored(conn, box, key)
+        if found is not None:
+            return found
+    return once(db, box, key, prepare())

@@ -48,3 +48,108 @@ def chat_destination_ids(conn: Connection, tenant_id: str, user_id: str) -> list
             )
         ).scalars()
     ]
+
+
+# --- preferences ---------------------------------------------------------------------
+
+
+def preferences(conn: Connection, tenant_id: str, user_id: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        sa.select(t.preferences).where(
+            t.preferences.c.tenant_id == tenant_id, t.preferences.c.user_id == user_id
+        )
+    ).first()
+    return None if row is None else dict(row._mapping)
+
+
+def save_preferences(
+    conn: Connection, tenant_id: str, user_id: str, values: dict[str, Any]
+) -> None:
+    """Update the person's preferences row, creating it on their first change."""
+    p = t.preferences
+    done = conn.execute(
+        sa.update(p).where(p.c.tenant_id == tenant_id, p.c.user_id == user_id).values(**values)
+    ).rowcount
+    if not done:
+        conn.execute(
+            p.insert().values(tenant_id=tenant_id, user_id=user_id, **{"consent": {}, **values})
+        )
+
+
+# --- web push subscriptions ----------------------------------------------------------
+
+
+def push_subscription(conn: Connection, tenant_id: str, sub_id: str) -> dict[str, Any] | None:
+    p = t.push_subscriptions
+    row = conn.execute(sa.select(p).where(p.c.tenant_id == tenant_id, p.c.id == sub_id)).first()
+    return None if row is None else dict(row._mapping)
+
+
+def push_subscription_by_endpoint(
+    conn: Connection, tenant_id: str, endpoint: str
+) -> dict[str, Any] | None:
+    p = t.push_subscriptions
+    row = conn.execute(
+        sa.select(p).where(p.c.tenant_id == tenant_id, p.c.endpoint == endpoint)
+    ).first()
+    return None if row is None else dict(row._mapping)
+
+
+def push_subscriptions_of(conn: Connection, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+    p = t.push_subscriptions
+    rows = conn.execute(
+        sa.select(p).where(p.c.tenant_id == tenant_id, p.c.user_id == user_id).order_by(p.c.id)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def insert_push_subscription(conn: Connection, values: dict[str, Any]) -> None:
+    conn.execute(t.push_subscriptions.insert().values(**values))
+
+
+def update_push_subscription(conn: Connection, sub_id: str, **values: Any) -> None:
+    p = t.push_subscriptions
+    conn.execute(sa.update(p).where(p.c.id == sub_id).values(**values))
+
+
+def delete_push_subscription(conn: Connection, tenant_id: str, user_id: str, sub_id: str) -> bool:
+    p = t.push_subscriptions
+    gone = conn.execute(
+        sa.delete(p).where(p.c.tenant_id == tenant_id, p.c.user_id == user_id, p.c.id == sub_id)
+    ).rowcount
+    return bool(gone)
+
+
+# --- chat destinations ---------------------------------------------------------------
+
+
+def chat_destination(conn: Connection, tenant_id: str, dest_id: str) -> dict[str, Any] | None:
+    c = t.chat_destinations
+    row = conn.execute(sa.select(c).where(c.c.tenant_id == tenant_id, c.c.id == dest_id)).first()
+    return None if row is None else dict(row._mapping)
+
+
+def chat_destinations_of(conn: Connection, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+    """The person's own chat destinations and the tenant's shared rooms."""
+    c = t.chat_destinations
+    rows = conn.execute(
+        sa.select(c)
+        .where(c.c.tenant_id == tenant_id, sa.or_(c.c.user_id == user_id, c.c.user_id.is_(None)))
+        .order_by(c.c.id)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def insert_chat_destination(conn: Connection, values: dict[str, Any]) -> None:
+    conn.execute(t.chat_destinations.insert().values(**values))
+
+
+def delete_chat_destination(
+    conn: Connection, tenant_id: str, dest_id: str, *, owner: str | None
+) -> bool:
+    """Delete one; ``owner`` set: only if it is that person's own (not a shared room)."""
+    c = t.chat_destinations
+    cond = [c.c.tenant_id == tenant_id, c.c.id == dest_id]
+    if owner is not None:
+        cond.append(c.c.user_id == owner)
+    return bool(conn.execute(sa.delete(c).where(*cond)).rowcount)

@@ -24,3 +24,8 @@ def put(conn: Connection, key: str, value: dict[str, Any]) -> None:
     conn.execute(
         stmt.on_conflict_do_update(index_elements=[t.kv.c.key], set_={"value": stmt.excluded.value})
     )
+
+
+def insert(conn: Connection, key: str, value: dict[str, Any]) -> None:
+    """Insert only; raises IntegrityError when the key exists (first writer wins)."""
+    conn.execute(t.kv.insert().values(key=key, value=value))

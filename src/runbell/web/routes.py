@@ -36,7 +36,6 @@ from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 from zoneinfo import ZoneInfo
 
-import sqlalchemy as sa
 import structlog
 from fastapi import APIRouter, BackgroundTasks, Depends, FastAPI, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
@@ -44,18 +43,17 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
 from runbell.api.deps import SESSION_COOKIE, get_core, web_session
-from runbell.api.routers import me
+from runbell.api.schemas import ChatIn, PreferencesIn
 from runbell.demo import mailbox_path
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
 from runbell.domain.principal import Principal, WebSession
 from runbell.domain.quiet_hours import zone
-from runbell.flows import inbox, receipts, sessions, views
+from runbell.flows import inbox, preferences, receipts, sessions, views
 from runbell.flows import input_requests as actions
 from runbell.flows import runs as run_flows
 from runbell.flows.context import Runbell
 from runbell.store import feed, runs
 from runbell.store import input_requests as requests
-from runbell.store import tables as t
 from runbell.web import reads, wording
 from runbell.web.templating import PAGE_HEADERS, render
 
@@ -307,7 +305,7 @@ def _login_form(
     notice: str | None = None,
     status: int = 200,
 ) -> Response:
-    from runbell.dispatch.wiring import smtp_config
+    from runbell.flows.channel_config import smtp_config
 
     login_csrf = request.cookies.get(LOGIN_CSRF_COOKIE) or secrets.token_urlsafe(32)
     email_enabled = smtp_config(core) is not None
@@ -356,7 +354,7 @@ def _login_form(
 def login_submit(
     request: Request, core: Core, form: FormBody, background: BackgroundTasks
 ) -> Response:
-    from runbell.dispatch.wiring import smtp_config
+    from runbell.flows.channel_config import smtp_config
     from runbell.web.mail import send_sign_in
 
     target = safe_next(form.first("next"))
@@ -871,10 +869,9 @@ def settings_page(
     draft: dict[str, Any] | None = None,
     status: int = 200,
 ) -> Response:
-    prefs = me.preferences_of(core, v.who)
-    with core.db.read() as conn:
-        chats = reads.chat_destinations(conn, v.who)
-        devices = reads.push_subscriptions(conn, v.who)
+    prefs = preferences.preferences_of(core, v.who)
+    chats = [{**c, "mine": not c["shared"]} for c in preferences.chat_destinations(core, v.who)]
+    devices = preferences.subscriptions(core, v.who)
     windows = [*prefs["quiet_hours"], {"start": "", "end": ""}]
     ctx = v.base("settings", "Settings")
     ctx.update(
@@ -884,7 +881,12 @@ def settings_page(
         zones=COMMON_ZONES,
         chats=chats,
         devices=[
-            {**d, "created": v.time(d["created_at"]), "last": v.time(d["last_success_at"])}
+            {
+                "id": d["id"],
+                "user_agent": d["user_agent"],
+                "created": v.time(d["created_at"]),
+                "last": v.time(d["last_success_at"]),
+            }
             for d in devices
         ],
         error=error,
@@ -925,14 +927,20 @@ def settings_save(signed: Checked, core: Core) -> Response:
             windows.append(window)
         i += 1
     tz_name = form.first("timezone").strip()
-    current = me.preferences_of(core, v.who)["consent"]
+    current = preferences.preferences_of(core, v.who)["consent"]
     # Only channels whose urgencies changed get a new consent record (when and how).
     changed = {c: u for c, u in consent.items() if set(u) != set(current.get(c, []))}
     try:
-        body = me.PreferencesIn.model_validate(
+        body = PreferencesIn.model_validate(
             {"consent": changed, "quiet_hours": windows, "timezone": tz_name}
         )
-        me.save_preferences(core, v.who, body)
+        preferences.save_preferences(
+            core,
+            v.who,
+            consent=body.consent,  # type: ignore[arg-type]  # Literal keys are str keys
+            quiet_hours=body.quiet_hours,
+            timezone=body.timezone,
+        )
     except (ValidationFailed, ValidationError) as exc:
         text = exc.detail if isinstance(exc, ValidationFailed) else _first_error(exc)
         draft = {
@@ -958,11 +966,11 @@ def _first_error(exc: ValidationError) -> str:
 def settings_add_chat(signed: Checked, core: Core) -> Response:
     v = viewer(core, signed.session)
     try:
-        body = me.ChatIn(
+        body = ChatIn(
             url=signed.form.first("url").strip(),
             label=signed.form.first("label").strip() or None,
         )
-        me.add_chat_destination(core, v.who, body, v.who.user_id)
+        preferences.add_chat_destination(core, v.who, body.url, body.label)
     except (RunbellError, ValidationError) as exc:
         text = exc.detail if isinstance(exc, RunbellError) else _first_error(exc)
         return settings_page(
@@ -973,32 +981,14 @@ def settings_add_chat(signed: Checked, core: Core) -> Response:
 
 @router.post("/settings/chat/{destination_id}/delete")
 def settings_delete_chat(destination_id: str, signed: Checked, core: Core) -> Response:
-    who = signed.who
-    c = t.chat_destinations
-    with core.db.transaction() as tx:
-        # Only your own here: shared rooms are managed through the admin API.
-        tx.conn.execute(
-            sa.delete(c).where(
-                c.c.tenant_id == who.tenant_id,
-                c.c.id == destination_id,
-                c.c.user_id == who.user_id,
-            )
-        )
+    # Only your own here: shared rooms are managed through the admin API.
+    preferences.remove_chat_destination(core, signed.who, destination_id, own_only=True)
     return RedirectResponse("/settings?saved=chat-removed", status_code=303)
 
 
 @router.post("/settings/push/{subscription_id}/delete")
 def settings_delete_push(subscription_id: str, signed: Checked, core: Core) -> Response:
-    who = signed.who
-    p = t.push_subscriptions
-    with core.db.transaction() as tx:
-        tx.conn.execute(
-            sa.delete(p).where(
-                p.c.tenant_id == who.tenant_id,
-                p.c.user_id == who.user_id,
-                p.c.id == subscription_id,
-            )
-        )
+    preferences.unsubscribe(core, signed.who, subscription_id)
     return RedirectResponse("/settings?saved=device-removed", status_code=303)
 
 

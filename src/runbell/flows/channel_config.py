@@ -1,0 +1,60 @@
+"""What the channels are configured with: the server's VAPID key pair (made once, the
+private half sealed) and the SMTP relay from settings.
+
+Kept here rather than in the worker's wiring because the faces need them too: browsers
+subscribe with the VAPID public key, and the sign-in page mails links through SMTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import sqlalchemy as sa
+
+from runbell.channels.email import SmtpConfig
+from runbell.channels.webpush import VapidKeys
+from runbell.flows.context import Runbell
+from runbell.store import kv
+
+VAPID_KV = "vapid"
+
+
+def vapid_keys(rb: Runbell) -> VapidKeys:
+    """The server's VAPID key pair: generated on first use, kept (private key sealed).
+
+    Browsers bind a subscription to this public key, so it must never change silently.
+    """
+    with rb.db.read() as conn:
+        stored = kv.get(conn, VAPID_KV)
+    if stored is None:
+        keys = VapidKeys.generate()
+        # Another process may have been first: the insert fails, and we use theirs.
+        with contextlib.suppress(sa.exc.IntegrityError), rb.db.transaction() as tx:
+            kv.insert(
+                tx.conn,
+                VAPID_KV,
+                {"private_pem": rb.box.seal(keys.private_pem), "public_key": keys.public_key},
+            )
+        with rb.db.read() as conn:
+            stored = kv.get(conn, VAPID_KV)
+        assert stored is not None
+    return VapidKeys.from_pem(rb.box.open(stored["private_pem"]))
+
+
+def smtp_config(rb: Runbell) -> SmtpConfig | None:
+    """The SMTP relay email goes through, or None when none is set (email is then off)."""
+    s = rb.settings
+    if not s.smtp_host:
+        return None
+    return SmtpConfig(
+        host=s.smtp_host,
+        port=s.smtp_port,
+        starttls=s.smtp_starttls,
+        use_tls=s.smtp_tls,
+        username=s.smtp_username,
+        password=s.smtp_password,
+        from_address=s.smtp_from,
+        unsubscribe_url=f"{rb.public_url}/settings#email",
+        validate_certs=s.smtp_validate_certs,
+        timeout=s.outbound_timeout_s,
+    )

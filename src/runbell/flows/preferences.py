@@ -1,0 +1,285 @@
+"""A person's own settings: consent per channel and urgency, quiet hours, timezone, and
+where they can be reached (browser push subscriptions, chat destinations).
+
+Invariants kept here (DESIGN §2):
+
+- 7: quiet hours are the person's own windows in their IANA timezone, validated whole
+  before anything is stored; nothing here lets a runtime ask for a bypass.
+- 8 and 11: a chat URL is sealed at rest and shown only redacted; a push subscription
+  cannot be moved to another member by someone who knows only its endpoint.
+- Consent is recorded per channel with when and how it was given; withdrawing an urgency
+  counts as an opt-out. Every user-supplied URL passes the SSRF guard when registered
+  (and again before every send).
+
+The API (``/v1/me/…``) and the web app's settings page both call these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from runbell import metrics
+from runbell.channels.chat import check_destination as check_chat
+from runbell.channels.chat import redact
+from runbell.domain.dispatch import ALL_URGENCIES
+from runbell.domain.errors import Conflict, NotFound
+from runbell.domain.principal import Principal
+from runbell.domain.quiet_hours import QuietWindow, zone
+from runbell.domain.ssrf import check_url
+from runbell.flows.attention import consented_urgencies
+from runbell.flows.channel_config import vapid_keys
+from runbell.flows.context import Runbell
+from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
+from runbell.flows.views import iso
+from runbell.ids import new_id
+from runbell.outbound import make_resolver
+from runbell.store import destinations
+from runbell.store.db import Tx
+
+CHANNELS = ("email", "webpush", "chat")
+
+
+def preferences_of(rb: Runbell, who: Principal) -> dict[str, Any]:
+    """A person's preferences as ``GET /v1/me/preferences`` shows them."""
+    assert who.user_id is not None
+    with rb.db.read() as conn:
+        row = destinations.preferences(conn, who.tenant_id, who.user_id) or {}
+        email = destinations.email_of(conn, who.user_id)
+    consent = row.get("consent") or {}
+    return {
+        "user_id": who.user_id,
+        "email": email,
+        "consent": {c: list(consented_urgencies(consent, c)) for c in CHANNELS},
+        "consent_record": consent,
+        "quiet_hours": row.get("quiet_hours") or [],
+        "timezone": row.get("timezone") or "UTC",
+        "locale": row.get("locale") or "en",
+    }
+
+
+def me(rb: Runbell, who: Principal) -> dict[str, Any]:
+    """Who the caller is: user id, tenant, role and email."""
+    return {
+        "user_id": who.user_id,
+        "tenant_id": who.tenant_id,
+        "role": who.role,
+        "email": preferences_of(rb, who)["email"],
+    }
+
+
+def save_preferences(
+    rb: Runbell,
+    who: Principal,
+    *,
+    consent: dict[str, list[str]] | None = None,
+    quiet_hours: list[dict[str, Any]] | None = None,
+    timezone: str | None = None,
+    locale: str | None = None,
+) -> dict[str, Any]:
+    """Change what may interrupt the person; a None field stays as it is.
+
+    Raises ``ValidationFailed`` before anything is written. Each channel named in
+    ``consent`` gets a new consent record (its urgencies, when, how)."""
+    assert who.user_id is not None
+    if timezone is not None:
+        zone(timezone)
+    windows = [QuietWindow.parse(w).as_dict() for w in quiet_hours or []]
+    current = preferences_of(rb, who)
+    record = dict(current["consent_record"])
+    with rb.db.transaction() as tx:
+        for channel, urgencies in (consent or {}).items():
+            before = set(current["consent"][channel])
+            after = {u for u in urgencies if u in ALL_URGENCIES}
+            record[channel] = {
+                "urgencies": sorted(after, key=ALL_URGENCIES.index),
+                "given_at": tx.now.isoformat(),
+                "how": "user",
+            }
+            for u in before - after:
+                tx.after_commit.append(metrics.OPT_OUTS.labels(channel, u).inc)
+        values: dict[str, Any] = {"consent": record, "updated_at": tx.now}
+        if quiet_hours is not None:
+            values["quiet_hours"] = windows
+        if timezone is not None:
+            values["timezone"] = timezone
+        if locale is not None:
+            values["locale"] = locale
+        destinations.save_preferences(tx.conn, who.tenant_id, who.user_id, values)
+    return preferences_of(rb, who)
+
+
+# --- web push subscriptions ----------------------------------------------------------
+
+
+def vapid_public_key(rb: Runbell) -> str:
+    """The applicationServerKey for ``pushManager.subscribe`` (public by design)."""
+    return vapid_keys(rb).public_key
+
+
+def subscription_view(row: dict[str, Any]) -> dict[str, Any]:
+    endpoint = row["endpoint"]
+    host = endpoint.split("/")[2] if endpoint.count("/") >= 2 else "?"
+    return {
+        "id": row["id"],
+        "endpoint_host": host,
+        "user_agent": row.get("user_agent"),
+        "created_at": iso(row.get("created_at")),
+        "last_success_at": iso(row.get("last_success_at")),
+    }
+
+
+def subscribe(
+    rb: Runbell,
+    who: Principal,
+    endpoint: str,
+    p256dh: str,
+    auth: str,
+    user_agent: str | None,
+    key: IdempotencyKey | None = None,
+) -> Answer:
+    """Register a browser's push subscription (the subscription is the consent): 201 when
+    new; 200 when this endpoint was already registered (keys refreshed)."""
+
+    def prepare() -> Act:
+        # A name that does not resolve right now passes; every send checks it again.
+        with contextlib.suppress(OSError):
+            check_url(
+                endpoint, allow_hosts=rb.settings.outbound_allow_hosts, resolve=make_resolver()
+            )
+        return lambda tx: _subscribe_in(tx, who, endpoint, p256dh, auth, user_agent)
+
+    return act_once(rb.db, rb.box, key, prepare)
+
+
+def _subscribe_in(
+    tx: Tx, who: Principal, endpoint: str, p256dh: str, auth: str, user_agent: str | None
+) -> tuple[int, dict[str, Any]]:
+    found = destinations.push_subscription_by_endpoint(tx.conn, who.tenant_id, endpoint)
+    if (
+        found
+        and found["user_id"] != who.user_id
+        and (found["p256dh"], found["auth"]) != (p256dh, auth)
+    ):
+        # Moving a subscription to another person needs the browser's own keys too
+        # (a shared browser re-subscribing); knowing the endpoint alone is not enough.
+        raise Conflict("this push subscription belongs to another member of the tenant")
+    if found:
+        sub_id, status = found["id"], 200
+        destinations.update_push_subscription(
+            tx.conn, sub_id, user_id=who.user_id, p256dh=p256dh, auth=auth, user_agent=user_agent
+        )
+    else:
+        sub_id, status = new_id("sub"), 201
+        destinations.insert_push_subscription(
+            tx.conn,
+            {
+                "id": sub_id,
+                "tenant_id": who.tenant_id,
+                "user_id": who.user_id,
+                "endpoint": endpoint,
+                "p256dh": p256dh,
+                "auth": auth,
+                "user_agent": user_agent,
+                "created_at": tx.now,
+            },
+        )
+    row = destinations.push_subscription(tx.conn, who.tenant_id, sub_id)
+    assert row is not None
+    return status, subscription_view(row)
+
+
+def subscriptions(rb: Runbell, who: Principal) -> list[dict[str, Any]]:
+    """The person's registered browsers, as stored (the settings page shows them)."""
+    assert who.user_id is not None
+    with rb.db.read() as conn:
+        return destinations.push_subscriptions_of(conn, who.tenant_id, who.user_id)
+
+
+def unsubscribe(rb: Runbell, who: Principal, subscription_id: str) -> bool:
+    """Forget one of the person's browsers; False when there was no such subscription."""
+    assert who.user_id is not None
+    with rb.db.transaction() as tx:
+        return destinations.delete_push_subscription(
+            tx.conn, who.tenant_id, who.user_id, subscription_id
+        )
+
+
+def require_unsubscribe(rb: Runbell, who: Principal, subscription_id: str) -> None:
+    """:func:`unsubscribe`, 404 when there was nothing to forget."""
+    if not unsubscribe(rb, who, subscription_id):
+        raise NotFound(f"no push subscription {subscription_id!r}")
+
+
+# --- chat destinations ---------------------------------------------------------------
+
+
+def chat_view(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "url": row["url_hint"],
+        "label": row.get("label"),
+        "shared": row.get("user_id") is None,
+        "created_at": iso(row.get("created_at")),
+    }
+
+
+def add_chat_destination(
+    rb: Runbell,
+    who: Principal,
+    url: str,
+    label: str | None,
+    *,
+    shared: bool = False,
+    key: IdempotencyKey | None = None,
+) -> Answer:
+    """Check and store an Apprise URL (sealed) for the person's own alerts, or, with
+    ``shared``, a tenant-wide room (201)."""
+    owner = None if shared else who.user_id
+
+    def prepare() -> Act:
+        # A name that does not resolve right now passes; every send checks it again.
+        with contextlib.suppress(OSError):
+            check_chat(url, allow_hosts=rb.settings.outbound_allow_hosts)
+
+        def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+            dest_id = new_id("chat")
+            destinations.insert_chat_destination(
+                tx.conn,
+                {
+                    "id": dest_id,
+                    "tenant_id": who.tenant_id,
+                    "user_id": owner,
+                    "url_sealed": rb.box.seal(url),
+                    "url_hint": redact(url)[:200],
+                    "label": label,
+                    "created_at": tx.now,
+                },
+            )
+            row = destinations.chat_destination(tx.conn, who.tenant_id, dest_id)
+            assert row is not None
+            return 201, chat_view(row)
+
+        return act
+
+    return act_once(rb.db, rb.box, key, prepare)
+
+
+def chat_destinations(rb: Runbell, who: Principal) -> list[dict[str, Any]]:
+    """The person's own chat destinations and the tenant's shared rooms, as views."""
+    assert who.user_id is not None
+    with rb.db.read() as conn:
+        rows = destinations.chat_destinations_of(conn, who.tenant_id, who.user_id)
+    return [chat_view(r) for r in rows]
+
+
+def remove_chat_destination(
+    rb: Runbell, who: Principal, destination_id: str, *, own_only: bool = False
+) -> bool:
+    """Delete a chat destination: the person's own; an administrator may also delete a
+    shared room unless ``own_only``. False when there was nothing to delete."""
+    owner = None if who.is_admin and not own_only else who.user_id
+    with rb.db.transaction() as tx:
+        return destinations.delete_chat_destination(
+            tx.conn, who.tenant_id, destination_id, owner=owner
+        )
