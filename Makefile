@@ -3,14 +3,11 @@
 #                that asks for approval (prints a first user and a sign-in link);
 #                Ctrl-C stops it
 #   make test  — dev dependencies, then the whole suite
-<<<<<<< HEAD
+#   make bench — the benchmark suite, quick mode (< 5 min); FULL=1 for the full one.
+#                Writes BENCHMARKS.md; never part of `make test` (bench/README.md)
 # And from a second terminal while it runs:
 #   make login-link [EMAIL=you@example.com] — a new one-time browser sign-in link for
 #                the running server (its port is recorded in the database)
-=======
-#   make bench — the benchmark suite, quick mode (< 5 min); FULL=1 for the full one.
-#                Writes BENCHMARKS.md; never part of `make test` (bench/README.md)
->>>>>>> bench
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -21,11 +18,7 @@ PORT ?= 8080
 EMAIL ?=
 TENANT ?= default
 
-<<<<<<< HEAD
-.PHONY: run login-link test lint typecheck clean
-=======
-.PHONY: run test lint typecheck bench clean
->>>>>>> bench
+.PHONY: run login-link test lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
