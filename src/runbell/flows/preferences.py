@@ -17,6 +17,7 @@ The API (``/v1/me/…``) and the web app's settings page both call these.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runbell import metrics
@@ -66,6 +67,12 @@ def me(rb: Runbell, who: Principal) -> dict[str, Any]:
         "role": who.role,
         "email": preferences_of(rb, who)["email"],
     }
+
+
+def consent_of(given: Mapping[str, Sequence[str]] | None) -> dict[str, list[str]] | None:
+    """Consent as the faces parsed it (channel → urgencies), as :func:`save_preferences`
+    takes it."""
+    return None if given is None else {str(c): list(u) for c, u in given.items()}
 
 
 def save_preferences(

@@ -937,7 +937,7 @@ def settings_save(signed: Checked, core: Core) -> Response:
         preferences.save_preferences(
             core,
             v.who,
-            consent=body.consent,  # type: ignore[arg-type]  # Literal keys are str keys
+            consent=preferences.consent_of(body.consent),
             quiet_hours=body.quiet_hours,
             timezone=body.timezone,
         )

@@ -34,7 +34,7 @@ def put_preferences(body: PreferencesIn, who: User, core: Core) -> dict[str, Any
     return preferences.save_preferences(
         core,
         who,
-        consent=body.consent,  # type: ignore[arg-type]  # Literal keys are str keys
+        consent=preferences.consent_of(body.consent),
         quiet_hours=body.quiet_hours,
         timezone=body.timezone,
         locale=body.locale,
