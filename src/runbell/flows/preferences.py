@@ -69,7 +69,7 @@ def me(rb: Runbell, who: Principal) -> dict[str, Any]:
     }
 
 
-def consent_of(given: Mapping[str, Sequence[str]] | None) -> dict[str, list[str]] | None:
+def consent_of(given: Mapping[Any, Sequence[str]] | None) -> dict[str, list[str]] | None:
     """Consent as the faces parsed it (channel → urgencies), as :func:`save_preferences`
     takes it."""
     return None if given is None else {str(c): list(u) for c, u in given.items()}
