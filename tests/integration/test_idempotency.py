@@ -429,7 +429,7 @@ def test_stored_answers_are_sealed_at_rest(
 def test_an_answer_stored_before_sealing_still_replays(core: Runbell, creds: TenantCreds) -> None:
     """Records written by an older release hold the body object itself (keys sorted):
     they still replay, as the same JSON."""
-    from runbell import idempotency
+    from runbell.flows import idempotency
     from runbell.store import idempotency as records
 
     key = idempotency.IdempotencyKey(creds.tenant_id, creds.owner_id, "old", "d" * 64)
