@@ -42,6 +42,7 @@ login-link: $(STAMP)
 test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest -n 4 --dist loadfile $(PYTEST_ARGS)
 
 lint: $(DEVSTAMP)
@@ -49,6 +50,7 @@ lint: $(DEVSTAMP)
 
 typecheck: $(DEVSTAMP)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(DEVSTAMP)
 	$(BIN)/python -m bench.run $(if $(FULL),--full) --out BENCHMARKS.md $(BENCH_ARGS)

@@ -13,12 +13,13 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from runbell.domain.errors import NotFound, RunbellError
 from runbell.domain.runs import judge
+from runbell.domain.signals import Signal
 from runbell.flows import transitions
 from runbell.flows.attention import raise_attention
 from runbell.flows.context import Runbell
@@ -27,9 +28,6 @@ from runbell.ids import new_id
 from runbell.ingress.readers import Observed, StateReader
 from runbell.store import accounts, mismatches, runs
 from runbell.store.db import PendingEvent, Tx
-
-if TYPE_CHECKING:
-    from runbell.flows.signals import Signal
 
 log = structlog.get_logger(__name__)
 

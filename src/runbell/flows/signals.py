@@ -18,7 +18,6 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
 import structlog
@@ -28,6 +27,7 @@ from runbell import metrics
 from runbell.domain.errors import Conflict, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.runs import RunState, judge
+from runbell.domain.signals import Signal
 from runbell.domain.text import REASON_MAX, public_text
 from runbell.flows import reconcile, transitions, views
 from runbell.flows.context import Runbell
@@ -36,26 +36,14 @@ from runbell.store import accounts, runs
 from runbell.store import notifications as notes
 from runbell.store.db import Tx
 
+__all__ = ["Signal", "SignalResult", "accept_signal", "api_source", "public_report"]
+
 log = structlog.get_logger(__name__)
 
 # The API's own limits for the other public free text (characters).
 SUMMARY_MAX = 500
 TRACE_ID_MAX = 200
 LINK_LABEL_MAX = 200
-
-
-@dataclass(frozen=True)
-class Signal:
-    """A reported run state, from the API, an SDK or a mapped provider webhook."""
-
-    event_id: str
-    state: str
-    sequence: int | None = None
-    at: datetime | None = None
-    reason: str | None = None
-    error: dict[str, Any] | None = None
-    effects_verified: bool | None = None
-    report: dict[str, Any] | None = None
 
 
 @dataclass
