@@ -17,16 +17,18 @@ Nothing here is used outside demo mode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email
 import email.policy
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 import structlog
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 from starlette.routing import NoMatchFound
 
@@ -83,7 +85,13 @@ def start_mail_sink(state: DemoState) -> tuple[str, int]:
 
 
 def sink_router(core: Runbell, state: DemoState) -> APIRouter:
-    router = APIRouter(prefix="/demo", include_in_schema=False)
+    @contextlib.asynccontextmanager
+    async def registered(app: FastAPI) -> AsyncIterator[None]:
+        # The web's sign-in pages say where mail lands (runbell.web.signin.mailbox_path).
+        app.state.mailbox_path = mailbox_path
+        yield
+
+    router = APIRouter(prefix="/demo", include_in_schema=False, lifespan=registered)
 
     @router.post("/webhook-sink")
     async def webhook_sink(request: Request) -> dict[str, str]:

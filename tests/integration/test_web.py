@@ -26,7 +26,7 @@ from runbell.flows.accounts import bootstrap_if_empty
 from runbell.flows.context import Runbell
 from runbell.store import sessions
 from runbell.testing import Clock, TenantCreds, add_user
-from runbell.web.routes import safe_next
+from runbell.web.forms import safe_next
 from tests.conftest import SECRET_KEY, bearer, make_settings
 from tests.peers import SmtpPeer, mail_text
 

@@ -26,6 +26,16 @@ def email_of(conn: Connection, user_id: str) -> str | None:
     return None if found is None else str(found)
 
 
+def timezone_of(conn: Connection, tenant_id: str, user_id: str) -> str:
+    """The person's IANA timezone name as stored, ``UTC`` when they never set one."""
+    found = conn.execute(
+        sa.select(t.preferences.c.timezone).where(
+            t.preferences.c.tenant_id == tenant_id, t.preferences.c.user_id == user_id
+        )
+    ).scalar()
+    return str(found or "UTC")
+
+
 def push_subscription_ids(conn: Connection, tenant_id: str, user_id: str) -> list[str]:
     p = t.push_subscriptions
     return [

@@ -131,6 +131,20 @@ def list_for_recipient(
     return [dict(r._mapping) for r in rows]
 
 
+def for_recipient_on_run(
+    conn: Connection, tenant_id: str, user_id: str | None, run_id: str, *, limit: int
+) -> list[dict[str, Any]]:
+    """One person's notifications about one run, in every state, newest first."""
+    n = t.notifications
+    rows = conn.execute(
+        sa.select(n)
+        .where(n.c.tenant_id == tenant_id, n.c.run_id == run_id, n.c.recipient_user_id == user_id)
+        .order_by(n.c.id.desc())
+        .limit(limit)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
 def open_for_run(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
     rows = conn.execute(
         sa.select(t.notifications)

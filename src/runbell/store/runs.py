@@ -100,6 +100,32 @@ def can_see_run(conn: Connection, who: Principal, run_id: str) -> bool:
     )
 
 
+def runs_by_id(conn: Connection, tenant_id: str, run_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The runs named in ``run_ids`` (those that exist), by run id."""
+    if not run_ids:
+        return {}
+    rows = conn.execute(
+        sa.select(t.runs).where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id.in_(run_ids))
+    ).all()
+    return {r.run_id: dict(r._mapping) for r in rows}
+
+
+def visible_among(conn: Connection, who: Principal, run_ids: set[str]) -> set[str]:
+    """The subset of ``run_ids`` ``who`` may see right now (:func:`can_see_run` for many)."""
+    if who.sees_all_runs:
+        return set(run_ids)
+    if not run_ids:
+        return set()
+    rows = conn.execute(
+        sa.select(t.run_access.c.run_id).where(
+            t.run_access.c.tenant_id == who.tenant_id,
+            t.run_access.c.user_id == who.user_id,
+            t.run_access.c.run_id.in_(run_ids),
+        )
+    )
+    return {r[0] for r in rows}
+
+
 def visible_run_ids(who: Principal) -> sa.Select[tuple[str]]:
     """Subquery of run ids a (non-admin) user may see."""
     return sa.select(t.run_access.c.run_id).where(

@@ -1,5 +1,21 @@
 """The web app face: server-rendered pages, static files, the service worker and the API
-reference, added to the application ``runbell.app.create_app`` builds."""
+reference, added to the application ``runbell.app.create_app`` builds.
+
+Server-rendered (Jinja2) and usable without JavaScript for reading and answering; a
+small script adds live updates, countdowns and browser notifications. One module per
+part of the app, each with its routes (no ``/v1`` prefix, not in the OpenAPI document):
+
+- :mod:`~runbell.web.signin`: ``/login``, ``/auth/{token}``, ``/logout``
+- :mod:`~runbell.web.inbox`: ``/`` and acknowledging from it
+- :mod:`~runbell.web.run_page`: ``/runs/{run_id}``, deep links ``/n/{id}``, answering
+- :mod:`~runbell.web.settings`: ``/settings`` and what hangs off it
+- :mod:`~runbell.web.assets`: ``/sw.js``, ``/favicon.ico``, ``/static``
+- :mod:`~runbell.web.apidocs`: ``/docs`` and ``/redoc``
+
+Around them: :mod:`~runbell.web.forms` (sessions, forms, CSRF), :mod:`~runbell.web.viewer`
+(who is looking; message pages), :mod:`~runbell.web.wording`, :mod:`~runbell.web.templating`.
+What the pages show is read by :mod:`runbell.flows.pages`.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +27,12 @@ if TYPE_CHECKING:
 
 def install(app: FastAPI) -> None:
     """Add the pages, static files, the service worker and ``/docs`` + ``/redoc``."""
-    from runbell.web import apidocs, routes
+    from fastapi.staticfiles import StaticFiles
 
-    routes.install(app)
+    from runbell.web import apidocs, assets, forms, inbox, run_page, settings, signin
+
+    for part in (signin, inbox, run_page, settings, assets):
+        app.include_router(part.router)
+    app.mount("/static", StaticFiles(directory=assets.STATIC_DIR), name="static")
+    forms.install_handlers(app)
     apidocs.install(app)

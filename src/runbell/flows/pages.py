@@ -1,0 +1,157 @@
+"""What the web app's pages show: the reads behind the viewer bar, the inbox and a run
+page, as plain dicts the web face turns into template context (wording, local times).
+
+Read-only: nothing here changes a row. Each page is read in one read transaction, after
+the access check where the page has one.
+
+Invariants kept here (DESIGN §2):
+
+- 8: access is checked now, not when the notification was made: a run the person can no
+  longer see gives its notifications only "access lost" and no title, and a run page
+  opens through the same check as ``GET /v1/runs/{id}`` (404 for anyone else).
+- 10: reading is not deciding: nothing here answers, acknowledges or marks seen.
+- 17: a page's live-update cursor (``head_cursor``) is read before what the page shows,
+  so the stream that resumes from it misses nothing the page did not show.
+- Tenant isolation and privacy: only the caller's tenant; only their own notifications.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from runbell.domain.principal import Principal
+from runbell.flows import views
+from runbell.flows.context import Runbell
+from runbell.flows.input_requests import get_for_notification, may_answer
+from runbell.flows.runs import get_run
+from runbell.store import destinations, feed, runs
+from runbell.store import input_requests as requests
+from runbell.store import notifications as notes
+
+CLOSED_STATES = ("acknowledged", "resolved", "expired", "superseded", "revoked")
+INBOX_OPEN_LIMIT = 200
+INBOX_CLOSED_LIMIT = 20
+RUN_NOTES_LIMIT = 50
+
+
+def viewer(rb: Runbell, who: Principal) -> dict[str, str]:
+    """Who is looking: ``{email, timezone}`` (the timezone name as stored, ``UTC`` when
+    never set; whether it is a valid zone is the page's concern)."""
+    assert who.user_id is not None
+    with rb.db.read() as conn:
+        timezone = destinations.timezone_of(conn, who.tenant_id, who.user_id)
+        email = destinations.email_of(conn, who.user_id)
+    return {"email": str(email), "timezone": timezone}
+
+
+def inbox_page(rb: Runbell, who: Principal, now: datetime) -> dict[str, Any]:
+    """The person's inbox as of ``now``.
+
+    ``{head_cursor, open, closed, titles}``: ``open`` (up to 200) and ``closed`` (the 20
+    most recently made of those closed) are notification rows, newest first, each with
+    ``actionable`` and ``actionable_reason`` (a closed one is judged without its request);
+    ``titles`` maps every run they name to its title (its id when untitled), or to None
+    for a run the person may not see now.
+    """
+    assert who.user_id is not None
+    with rb.db.read() as conn:
+        head, _ = feed.bounds(conn, who.tenant_id)  # before the reads: no gap to the stream
+        opened = notes.list_for_recipient(
+            conn, who.tenant_id, who.user_id, states=["open"], before=None, limit=INBOX_OPEN_LIMIT
+        )
+        closed = notes.list_for_recipient(
+            conn,
+            who.tenant_id,
+            who.user_id,
+            states=list(CLOSED_STATES),
+            before=None,
+            limit=INBOX_CLOSED_LIMIT,
+        )
+        run_ids = {n["run_id"] for n in opened + closed}
+        run_rows = runs.runs_by_id(conn, who.tenant_id, run_ids)
+        visible = runs.visible_among(conn, who, run_ids)
+        asks = {n["id"]: get_for_notification(conn, n) for n in opened}
+    return {
+        "head_cursor": head,
+        "open": [
+            _standing(n, run_rows.get(n["run_id"]), n["run_id"] in visible, now, asks[n["id"]])
+            for n in opened
+        ],
+        "closed": [
+            _standing(n, run_rows.get(n["run_id"]), n["run_id"] in visible, now) for n in closed
+        ],
+        "titles": {
+            rid: (run_rows[rid].get("title") or rid) if rid in visible else None for rid in run_ids
+        },
+    }
+
+
+def _standing(
+    note: dict[str, Any],
+    run: dict[str, Any] | None,
+    visible: bool,
+    now: datetime,
+    request: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    ok, reason = (False, "access lost")
+    if run is not None and visible:
+        ok, reason = views.actionable(note, run, now, request)
+    return {**note, "actionable": ok, "actionable_reason": reason}
+
+
+def run_page(
+    rb: Runbell, who: Principal, run_id: str, answered_request: str | None = None
+) -> dict[str, Any]:
+    """A run as its page shows it; :class:`~runbell.domain.errors.NotFound` when ``who``
+    may not see it.
+
+    ``{head_cursor, snapshot, run, owner_email, transitions, pending_request, may_answer,
+    my_notifications, answered_request}``: ``snapshot`` is what ``GET /v1/runs/{id}``
+    answers; ``run`` the stored row (times as datetimes); ``transitions`` oldest first;
+    ``pending_request`` the newest pending input request or None; ``my_notifications``
+    this person's own about the run (up to 50, newest first), each with its
+    ``deliveries``; ``answered_request`` the request named by ``answered_request`` when
+    it is of this run and this person answered it, else None.
+    """
+    snapshot = get_run(rb, who, run_id)  # the access check, and the API's view of the run
+    with rb.db.read() as conn:
+        head, _ = feed.bounds(conn, who.tenant_id)
+        run = runs.require_run(conn, who.tenant_id, run_id)
+        transitions = runs.list_transitions(conn, who.tenant_id, run_id)
+        waiting = requests.pending_for_run(conn, who.tenant_id, run_id)
+        may = may_answer(conn, who, run)
+        mine = notes.for_recipient_on_run(
+            conn, who.tenant_id, who.user_id, run_id, limit=RUN_NOTES_LIMIT
+        )
+        for note in mine:
+            note["deliveries"] = notes.deliveries_for(conn, who.tenant_id, note["id"])
+        owner = destinations.email_of(conn, run["owner_user_id"])
+        answered = None
+        if answered_request:
+            answered = requests.get(conn, who.tenant_id, answered_request)
+            if (
+                answered is None
+                or answered["run_id"] != run_id
+                or answered["answered_by_id"] != who.user_id
+            ):
+                answered = None
+    return {
+        "head_cursor": head,
+        "snapshot": snapshot,
+        "run": run,
+        "owner_email": str(owner),
+        "transitions": transitions,
+        "pending_request": waiting[-1] if waiting else None,
+        "may_answer": may,
+        "my_notifications": mine,
+        "answered_request": answered,
+    }
+
+
+def is_request_of_run(rb: Runbell, who: Principal, run_id: str, request_id: str) -> bool:
+    """Whether ``request_id`` is an input request of ``run_id`` in the caller's tenant:
+    an answer form names both, and a pair that does not match opens nothing."""
+    with rb.db.read() as conn:
+        req = requests.get(conn, who.tenant_id, request_id)
+    return req is not None and req["run_id"] == run_id

@@ -1,0 +1,345 @@
+"""A run page: the run as it is now, its pending request (answerable here, without
+JavaScript), its history and this person's notifications about it; deep links; answers.
+
+=========================================================  =================================
+``GET  /n/{id}``                                            deep link: the run, in context
+``GET  /runs/{run_id}``                                     the run page
+``POST /runs/{run_id}/input-requests/{request_id}/respond``  answer a request
+=========================================================  =================================
+
+A deep link ``/n/{id}`` is a pointer, never a grant: it re-checks who you are and what you
+may see, then shows the run as it is now, with why its notification can no longer be acted
+on when it cannot. Opening records an ``opened`` receipt, never a decision.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import structlog
+from fastapi import APIRouter
+from fastapi.responses import RedirectResponse, Response
+
+from runbell.api.deps import Core
+from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
+from runbell.domain.principal import Principal
+from runbell.flows import inbox, pages, receipts, views
+from runbell.flows import input_requests as actions
+from runbell.flows.context import Runbell
+from runbell.web import wording
+from runbell.web.forms import Checked, Session
+from runbell.web.templating import render
+from runbell.web.viewer import Viewer, no_access, viewer
+
+log = structlog.get_logger(__name__)
+
+router = APIRouter(include_in_schema=False)
+
+
+@dataclass
+class RunPageState:
+    """What a run page shows around the run itself: the notification it was opened from,
+    a banner, an answer just recorded, a refused answer, a form error."""
+
+    highlight: dict[str, Any] | None = None
+    banner: list[str] = field(default_factory=list)
+    answered_request: str | None = None
+    conflict: str | None = None
+    form_error: str | None = None
+    status: int = 200
+
+
+def _details_text(details: Any) -> str | None:
+    if details in (None, {}, []):
+        return None
+    if isinstance(details, str):
+        return details
+    return json.dumps(details, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _safe_link(url: Any) -> str | None:
+    """Only http(s) links become clickable: a run's links come from a runtime."""
+    if not isinstance(url, str):
+        return None
+    return url if urlsplit(url).scheme in ("http", "https") else None
+
+
+def _progress_view(v: Viewer, progress: Any) -> dict[str, Any] | None:
+    """The run's last progress note (message, what its counts count) and when it came."""
+    if not isinstance(progress, dict):
+        return None
+    text = wording.progress_text(progress.get("message"), progress.get("counts"))
+    if not text:
+        return None
+    try:
+        at = datetime.fromisoformat(str(progress.get("at")))
+    except ValueError:
+        at = None
+    return {"text": text, "at": v.time(at), "at_iso": views.iso(at)}
+
+
+def _option_label(req: dict[str, Any], value: Any) -> Any:
+    for option in req.get("options") or []:
+        if isinstance(option, dict) and option.get("id") == value:
+            return option.get("label") or value
+    return value
+
+
+def _request_view(v: Viewer, req: dict[str, Any]) -> dict[str, Any]:
+    expires = req.get("expires_at")
+    options = req.get("options") or []
+    return {
+        "id": req["id"],
+        "kind": req["kind"],
+        "summary": req["summary"],
+        "details": _details_text(req.get("details")),
+        "options": [
+            {"id": str(o.get("id")), "label": str(o.get("label") or o.get("id"))}
+            for o in options
+            if isinstance(o, dict) and o.get("id") is not None
+        ],
+        "version": req["version"],
+        "state": req["state"],
+        "expires": v.time(expires) if expires else None,
+        "expires_iso": views.iso(expires),
+        "expires_in": wording.relative(expires, v.now) if expires else None,
+        "expired": bool(expires and expires <= v.now),
+    }
+
+
+def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Response:
+    try:
+        shown = pages.run_page(core, v.who, run_id, state.answered_request)
+    except NotFound:
+        return no_access(v, 404)
+    snapshot, run, pending = shown["snapshot"], shown["run"], shown["pending_request"]
+    answered = shown["answered_request"]
+    request_view = _request_view(v, pending) if pending else None
+    report = run.get("report") or {}
+    links = [
+        {"label": str(link.get("label") or link.get("url")), "url": _safe_link(link.get("url"))}
+        for link in (report.get("links") or [])
+        if isinstance(link, dict)
+    ]
+    highlight = state.highlight
+    ctx = v.base("run", run.get("title") or run_id)
+    ctx.update(
+        run={
+            "run_id": run_id,
+            "title": run.get("title") or run_id,
+            "objective": run.get("objective"),
+            "kind": run.get("kind"),
+            "owner": shown["owner_email"],
+            "state": run["state"],
+            "terminal": snapshot["terminal"],
+            "version": run["version"],
+            "subject": run.get("subject"),
+            "details": _details_text(snapshot.get("details")),
+            "progress": None if snapshot["terminal"] else _progress_view(v, run.get("progress")),
+            "error": run.get("error"),
+            "report": report,
+            "links": links,
+            "operations": snapshot.get("operations"),
+            "created": v.time(run.get("created_at")),
+            "updated": v.time(run.get("updated_at")),
+            "finished": v.time(run.get("finished_at")),
+        },
+        request=request_view,
+        may_answer=shown["may_answer"],
+        idempotency_key=secrets.token_urlsafe(24),
+        transitions=[
+            {
+                "version": tr["version"],
+                "kind": tr["kind"],
+                "from": tr["from_state"],
+                "to": tr["to_state"],
+                "reason": tr.get("reason"),
+                "at": v.time(tr["at"]),
+                "at_iso": views.iso(tr["at"]),
+            }
+            for tr in reversed(shown["transitions"])
+        ],
+        notes=[
+            {
+                "id": n["id"],
+                "summary": n["summary"],
+                "attention": n["attention_type"],
+                "urgency": n["urgency"],
+                "state": n["state"],
+                "created": v.time(n["created_at"]),
+                "created_iso": views.iso(n["created_at"]),
+                "highlight": highlight is not None and highlight["id"] == n["id"],
+                "deliveries": [
+                    {
+                        "channel": d["channel"],
+                        "status": d["status"],
+                        "attempts": d["attempt_count"],
+                        "updated": v.time(d["updated_at"]),
+                    }
+                    for d in n["deliveries"]
+                ],
+            }
+            for n in shown["my_notifications"]
+        ],
+        highlight=highlight,
+        banner=state.banner,
+        answered=(
+            {
+                "decision": answered["decision"],
+                "value": _option_label(answered, answered["value"]),
+                "summary": answered["summary"],
+                "at": v.time(answered["answered_at"]),
+            }
+            if answered
+            else None
+        ),
+        conflict=state.conflict,
+        form_error=state.form_error,
+        body_data={
+            "cursor": str(shown["head_cursor"]),
+            "run-id": run_id,
+            "run-version": str(run["version"]),
+            "request-id": request_view["id"] if request_view else "",
+            "request-version": str(request_view["version"]) if request_view else "",
+        },
+    )
+    return render("run.html.j2", ctx, status=state.status)
+
+
+@router.get("/runs/{run_id}")
+def run_view(run_id: str, session: Session, core: Core, answered: str | None = None) -> Response:
+    v = viewer(core, session)
+    return run_page(core, v, run_id, RunPageState(answered_request=answered))
+
+
+def _record_opened(core: Runbell, who: Principal, notification_id: str) -> None:
+    """An ``opened`` receipt: telemetry that also sets first-seen, never a decision. The
+    channel the link came from is unknown here, so none is recorded."""
+    try:
+        receipts.record_receipt(core, who, notification_id, "opened", None)
+    except RunbellError as exc:  # telemetry must never break the page
+        log.warning("web.receipt_failed", error=exc.detail)
+
+
+def _when(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+@router.get("/n/{notification_id}")
+def deep_link(notification_id: str, session: Session, core: Core) -> Response:
+    v = viewer(core, session)
+    try:
+        note = inbox.get_notification(core, v.who, notification_id)
+    except NotFound:
+        return no_access(v, 404)
+    if note["actionable_reason"] == "access lost":
+        return no_access(v, 403)
+    _record_opened(core, v.who, notification_id)
+    banner: list[str] = []
+    if not note["actionable"] and (
+        note["attention_type"] == "input_required" or note["state"] != "open"
+    ):
+        reason = note["actionable_reason"]
+        if reason == "informational":
+            reason = note["state"]
+        request = note.get("input_request")
+        if request and request.get("answered_by"):
+            by = request["answered_by"]
+            who_answered = "you" if by["id"] == v.who.user_id else by["email"]
+            banner.append(
+                f"This request was already answered by {who_answered} on "
+                f"{v.time(_when(request['answered_at']))} ({request['decision']}), here or "
+                "on another device."
+            )
+        else:
+            banner.append(wording.why_not_actionable(reason, note.get("closed_reason")))
+        run = note["run"]
+        banner.append(
+            "Below is the run as it is now: "
+            f"{wording.STATE_LABEL.get(run['state'], run['state']).lower()}, "
+            f"version {run['version']}."
+        )
+    highlight = {
+        "id": note["id"],
+        "summary": note["summary"],
+        "attention": note["attention_type"],
+        "urgency": note["urgency"],
+        "state": note["state"],
+        "actionable": note["actionable"],
+    }
+    return run_page(core, v, note["run_id"], RunPageState(highlight=highlight, banner=banner))
+
+
+def refusal_text(v: Viewer, exc: Conflict) -> str:
+    """Why an answer was refused, in plain words and the person's timezone."""
+    current = exc.extra.get("current") or {}
+    req = current.get("input_request") or {}
+    run = current.get("run") or {}
+    state = req.get("state")
+    if state == "answered" and req.get("answered_by"):
+        by = req["answered_by"]
+        who_answered = "you" if by.get("id") == v.who.user_id else by.get("email")
+        text = (
+            f"This request was already answered by {who_answered} on "
+            f"{v.time(_when(req.get('answered_at')))} ({req.get('decision')})."
+        )
+    elif state == "superseded":
+        text = "A newer request replaced this one."
+    elif state == "cancelled":
+        now = wording.STATE_LABEL.get(run.get("state", ""), run.get("state", "changed"))
+        text = (
+            f"This request was cancelled: the run stopped waiting for it (it is now {now.lower()})."
+        )
+    elif state == "expired":
+        text = f"This request expired on {v.time(_when(req.get('expires_at')))}."
+    else:
+        text = wording.conflict_text(exc.detail)
+    return text + " Your answer was not recorded and nothing ran. The current state is below."
+
+
+@router.post("/runs/{run_id}/input-requests/{request_id}/respond")
+def respond_form(run_id: str, request_id: str, signed: Checked, core: Core) -> Response:
+    v = viewer(core, signed.session)
+    form = signed.form
+
+    def again(**kw: Any) -> Response:
+        return run_page(core, v, run_id, RunPageState(**kw))
+
+    decision = form.first("decision")
+    body: dict[str, Any] = {"decision": decision}
+    try:
+        body["expected_run_version"] = int(form.first("expected_run_version"))
+        body["expected_request_version"] = int(form.first("expected_request_version"))
+    except ValueError:
+        return again(
+            form_error="The form was incomplete. Reload the page and try again.", status=422
+        )
+    if decision == "answer":
+        body["value"] = form.first("value")
+        if not body["value"].strip():
+            return again(form_error="Choose an option or write an answer first.", status=422)
+    key = form.first("idempotency_key")[:200] or secrets.token_urlsafe(24)
+    if not pages.is_request_of_run(core, v.who, run_id, request_id):
+        return no_access(v, 404)
+    try:
+        actions.respond(core, v.who, request_id, body, key)
+    except Conflict as exc:
+        return again(conflict=refusal_text(v, exc), status=409)
+    except Forbidden as exc:
+        return again(
+            conflict="You may not answer this request: " + wording.conflict_text(exc.detail),
+            status=403,
+        )
+    except NotFound:
+        return no_access(v, 404)
+    except ValidationFailed as exc:
+        return again(form_error=wording.conflict_text(exc.detail), status=422)
+    return RedirectResponse(
+        f"/runs/{quote(run_id, safe='')}?answered={quote(request_id, safe='')}",
+        status_code=303,
+    )

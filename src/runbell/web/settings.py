@@ -1,0 +1,192 @@
+"""The settings page: consent per channel and urgency, quiet hours and timezone, chat
+destinations, and the browsers that get notifications.
+
+=========================================================  =================================
+``GET  /settings``, ``POST /settings``                      consent, quiet hours, timezone
+``POST /settings/chat``, ``…/chat/{id}/delete``             chat destinations
+``POST /settings/push/{id}/delete``                         forget a browser
+=========================================================  =================================
+
+The form is validated as the API validates ``PUT /v1/me/preferences``; a refused form is
+shown again as it was sent, with why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import RedirectResponse, Response
+from pydantic import ValidationError
+
+from runbell.api.deps import Core
+from runbell.api.schemas import ChatIn, PreferencesIn
+from runbell.domain.errors import RunbellError, ValidationFailed
+from runbell.flows import preferences
+from runbell.flows.context import Runbell
+from runbell.web import wording
+from runbell.web.forms import Checked, Session
+from runbell.web.templating import render
+from runbell.web.viewer import Viewer, viewer
+
+URGENCIES = ("low", "normal", "time_sensitive", "urgent")
+CHANNELS = (("email", "Email"), ("webpush", "Browser notifications"), ("chat", "Chat"))
+COMMON_ZONES = (
+    "UTC",
+    "Europe/London",
+    "Europe/Paris",
+    "Europe/Berlin",
+    "Europe/Madrid",
+    "Europe/Warsaw",
+    "Europe/Kyiv",
+    "Africa/Lagos",
+    "Africa/Johannesburg",
+    "Asia/Dubai",
+    "Asia/Kolkata",
+    "Asia/Singapore",
+    "Asia/Shanghai",
+    "Asia/Tokyo",
+    "Australia/Sydney",
+    "Pacific/Auckland",
+    "America/Sao_Paulo",
+    "America/New_York",
+    "America/Chicago",
+    "America/Denver",
+    "America/Los_Angeles",
+    "America/Anchorage",
+    "Pacific/Honolulu",
+)
+
+router = APIRouter(include_in_schema=False)
+
+
+def settings_page(
+    core: Runbell,
+    v: Viewer,
+    *,
+    error: str | None = None,
+    saved: str | None = None,
+    draft: dict[str, Any] | None = None,
+    status: int = 200,
+) -> Response:
+    prefs = preferences.preferences_of(core, v.who)
+    chats = [{**c, "mine": not c["shared"]} for c in preferences.chat_destinations(core, v.who)]
+    devices = preferences.subscriptions(core, v.who)
+    windows = [*prefs["quiet_hours"], {"start": "", "end": ""}]
+    ctx = v.base("settings", "Settings")
+    ctx.update(
+        prefs=draft or {**prefs, "quiet_hours": windows},
+        channels=CHANNELS,
+        urgencies=URGENCIES,
+        zones=COMMON_ZONES,
+        chats=chats,
+        devices=[
+            {
+                "id": d["id"],
+                "user_agent": d["user_agent"],
+                "created": v.time(d["created_at"]),
+                "last": v.time(d["last_success_at"]),
+            }
+            for d in devices
+        ],
+        error=error,
+        saved=saved,
+        is_admin=v.who.is_admin,
+    )
+    return render("settings.html.j2", ctx, status=status)
+
+
+@router.get("/settings")
+def settings_view(session: Session, core: Core, saved: str | None = None) -> Response:
+    words = {
+        "prefs": "Your notification settings were saved.",
+        "chat": "Chat destination added.",
+        "chat-removed": "Chat destination removed.",
+        "device-removed": "That browser will no longer get notifications.",
+    }
+    return settings_page(core, viewer(core, session), saved=words.get(saved or ""))
+
+
+@router.post("/settings")
+def settings_save(signed: Checked, core: Core) -> Response:
+    v = viewer(core, signed.session)
+    form = signed.form
+    consent = {c: [u for u in form.all(f"consent_{c}") if u in URGENCIES] for c, _ in CHANNELS}
+    windows = []
+    i = 0
+    while f"quiet_start_{i}" in form and i < 14:
+        start, end = form.first(f"quiet_start_{i}").strip(), form.first(f"quiet_end_{i}").strip()
+        if start or end:
+            window: dict[str, Any] = {"start": start, "end": end}
+            days = form.first(f"quiet_days_{i}").strip()
+            if days:
+                try:
+                    window["days"] = [int(d) for d in days.split(",")]
+                except ValueError:
+                    window["days"] = days  # refused by validation below, with its message
+            windows.append(window)
+        i += 1
+    tz_name = form.first("timezone").strip()
+    current = preferences.preferences_of(core, v.who)["consent"]
+    # Only channels whose urgencies changed get a new consent record (when and how).
+    changed = {c: u for c, u in consent.items() if set(u) != set(current.get(c, []))}
+    try:
+        body = PreferencesIn.model_validate(
+            {"consent": changed, "quiet_hours": windows, "timezone": tz_name}
+        )
+        preferences.save_preferences(
+            core,
+            v.who,
+            consent=preferences.consent_of(body.consent),
+            quiet_hours=body.quiet_hours,
+            timezone=body.timezone,
+        )
+    except (ValidationFailed, ValidationError) as exc:
+        text = exc.detail if isinstance(exc, ValidationFailed) else _first_error(exc)
+        draft = {
+            "email": v.email,
+            "consent": consent,
+            "quiet_hours": [*windows, {"start": "", "end": ""}],
+            "timezone": tz_name,
+        }
+        return settings_page(core, v, error=wording.conflict_text(text), draft=draft, status=422)
+    return RedirectResponse("/settings?saved=prefs", status_code=303)
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return "invalid settings"
+    first = errors[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg"))
+
+
+@router.post("/settings/chat")
+def settings_add_chat(signed: Checked, core: Core) -> Response:
+    v = viewer(core, signed.session)
+    try:
+        body = ChatIn(
+            url=signed.form.first("url").strip(),
+            label=signed.form.first("label").strip() or None,
+        )
+        preferences.add_chat_destination(core, v.who, body.url, body.label)
+    except (RunbellError, ValidationError) as exc:
+        text = exc.detail if isinstance(exc, RunbellError) else _first_error(exc)
+        return settings_page(
+            core, v, error="That chat destination was not added: " + text, status=422
+        )
+    return RedirectResponse("/settings?saved=chat", status_code=303)
+
+
+@router.post("/settings/chat/{destination_id}/delete")
+def settings_delete_chat(destination_id: str, signed: Checked, core: Core) -> Response:
+    # Only your own here: shared rooms are managed through the admin API.
+    preferences.remove_chat_destination(core, signed.who, destination_id, own_only=True)
+    return RedirectResponse("/settings?saved=chat-removed", status_code=303)
+
+
+@router.post("/settings/push/{subscription_id}/delete")
+def settings_delete_push(subscription_id: str, signed: Checked, core: Core) -> Response:
+    preferences.unsubscribe(core, signed.who, subscription_id)
+    return RedirectResponse("/settings?saved=device-removed", status_code=303)

@@ -1,0 +1,208 @@
+"""Signing in from a browser: ask for a one-time link by email, use it, sign out.
+
+=========================================  ==========================================
+``GET  /login``, ``POST /login``           ask for a sign-in link
+``GET  /auth/{token}``                     use a one-time link → session
+``POST /logout``                           end the session
+=========================================  ==========================================
+
+The login form has its own CSRF cookie (there is no session yet). Where the browser was
+going when it was sent here is kept in a cookie for ``/auth`` (a link printed by
+``runbell user login-link`` names no ``next``). The answer to ``POST /login`` is the same
+whether or not the address belongs to anyone.
+"""
+
+from __future__ import annotations
+
+import secrets
+from urllib.parse import quote, unquote
+
+import structlog
+from fastapi import APIRouter, BackgroundTasks, Request
+from fastapi.responses import RedirectResponse, Response
+
+from runbell.api.deps import SESSION_COOKIE, Core
+from runbell.flows import sessions
+from runbell.flows.channel_config import smtp_config
+from runbell.flows.context import Runbell
+from runbell.web import wording
+from runbell.web.forms import Checked, CsrfRefused, FormBody, safe_next
+from runbell.web.mail import send_sign_in
+from runbell.web.templating import render
+from runbell.web.viewer import message
+
+log = structlog.get_logger(__name__)
+
+LOGIN_CSRF_COOKIE = "rb_login_csrf"
+# Where the browser was going when it was sent to sign in: used by /auth/{token} when the
+# link itself names no ``next`` (a link printed by `runbell user login-link`).
+NEXT_COOKIE = "rb_next"
+
+router = APIRouter(include_in_schema=False)
+
+
+def cookie_secure(core: Runbell) -> bool:
+    return core.settings.public_url.lower().startswith("https://")
+
+
+def mailbox_path(request: Request) -> str | None:
+    """Where mail to this person lands when it is not really sent: the demo's mailbox,
+    which ``runbell serve --demo`` registers as ``app.state.mailbox_path`` (a function of
+    the request: only this machine may open it). None on any other server."""
+    find = getattr(request.app.state, "mailbox_path", None)
+    if find is None:
+        return None
+    path: str | None = find(request)
+    return path
+
+
+@router.get("/login")
+def login_page(request: Request, core: Core, next: str | None = None) -> Response:
+    target = safe_next(next)
+    stale = False
+    token = request.cookies.get(SESSION_COOKIE)
+    if token:
+        if sessions.lookup(core, token) is not None:
+            return RedirectResponse(target, status_code=303)
+        stale = True
+    return _login_form(core, request, target, stale=stale)
+
+
+def _login_form(
+    core: Runbell,
+    request: Request,
+    target: str,
+    *,
+    stale: bool = False,
+    notice: str | None = None,
+    status: int = 200,
+) -> Response:
+    login_csrf = request.cookies.get(LOGIN_CSRF_COOKIE) or secrets.token_urlsafe(32)
+    email_enabled = smtp_config(core) is not None
+    response = render(
+        "login.html.j2",
+        {
+            "title": "Sign in",
+            "page": "login",
+            "next": target,
+            "login_csrf": login_csrf,
+            "email_enabled": email_enabled,
+            "stale": stale,
+            "signed_out": request.query_params.get("signed_out") == "1",
+            "notice": notice,
+            "why": wording.why_sign_in(target),
+            "mailbox": mailbox_path(request) if email_enabled else None,
+            "demo_email": core.settings.first_user_email,
+        },
+        status=status,
+    )
+    response.set_cookie(
+        LOGIN_CSRF_COOKIE,
+        login_csrf,
+        max_age=3600,
+        path="/login",
+        httponly=True,
+        samesite="lax",
+        secure=cookie_secure(core),
+    )
+    if stale:
+        response.delete_cookie(SESSION_COOKIE, path="/")
+    if target != "/":
+        response.set_cookie(
+            NEXT_COOKIE,
+            quote(target, safe="/"),
+            max_age=int(sessions.LINK_TTL.total_seconds()),
+            path="/auth",
+            httponly=True,
+            samesite="lax",
+            secure=cookie_secure(core),
+        )
+    return response
+
+
+@router.post("/login")
+def login_submit(
+    request: Request, core: Core, form: FormBody, background: BackgroundTasks
+) -> Response:
+    target = safe_next(form.first("next"))
+    expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+    if not expected or not secrets.compare_digest(form.first("csrf_token"), expected):
+        raise CsrfRefused()
+    config = smtp_config(core)
+    if config is None:
+        return _login_form(
+            core,
+            request,
+            target,
+            notice=(
+                "Email sign-in is not set up on this server. Ask an administrator for a "
+                "sign-in link: they can make one with `runbell user login-link`."
+            ),
+        )
+    address = form.first("email").strip()[:320]
+    links = [
+        (tenant_name, sign_in_url(core, token, target))
+        for tenant_name, token in sessions.links_for_email(core.db, address)
+    ]
+    if links:
+        background.add_task(send_sign_in, config, address, links)
+    # The same answer whether or not the address belongs to anyone.
+    paragraphs = [
+        "If that address belongs to a member, a sign-in link is on its way. "
+        "It works once, for 15 minutes.",
+    ]
+    link = ("/login", "Back to sign-in")
+    mailbox = mailbox_path(request)
+    if mailbox:
+        paragraphs.append("This is the demo: the mail lands in the demo mailbox, not a real one.")
+        link = (mailbox, "Open the demo mailbox")
+    return message("Check your email", paragraphs, link=link)
+
+
+def sign_in_url(core: Runbell, token: str, next_path: str = "/") -> str:
+    url = f"{core.settings.public_url.rstrip('/')}/auth/{token}"
+    return url if next_path == "/" else f"{url}?next={quote(next_path, safe='/')}"
+
+
+@router.get("/auth/{token}")
+def use_link(token: str, request: Request, core: Core, next: str | None = None) -> Response:
+    outcome = sessions.sign_in(core, token)
+    # The token stays out of referrers and caches either way.
+    private = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+    if isinstance(outcome, sessions.LinkRefused):
+        text, status = {
+            "used": ("This sign-in link was already used. Each link works only once.", 410),
+            "expired": ("This sign-in link has expired. Links work for 15 minutes.", 410),
+            "no_access": ("This sign-in link is for a membership that was revoked.", 410),
+            "unknown": ("This is not a valid sign-in link.", 404),
+        }[outcome.reason]
+        return message(
+            "This sign-in link cannot be used",
+            [text, "Ask for a new link on the sign-in page."],
+            status=status,
+            link=("/login", "Get a new sign-in link"),
+            headers=private,
+        )
+    remembered = unquote(request.cookies.get(NEXT_COOKIE, ""))
+    response = RedirectResponse(safe_next(next or remembered), status_code=303, headers=private)
+    if remembered:
+        response.delete_cookie(NEXT_COOKIE, path="/auth")
+    response.set_cookie(
+        SESSION_COOKIE,
+        outcome.cookie,
+        max_age=int(sessions.SESSION_TTL.total_seconds()),
+        path="/",
+        httponly=True,
+        samesite="lax",
+        secure=cookie_secure(core),
+    )
+    log.info("web.signed_in", tenant_id=outcome.tenant_id, user_id=outcome.user_id)
+    return response
+
+
+@router.post("/logout")
+def logout(signed: Checked, core: Core) -> Response:
+    sessions.sign_out(core, signed.session.id)
+    response = RedirectResponse("/login?signed_out=1", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
