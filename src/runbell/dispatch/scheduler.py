@@ -1,8 +1,8 @@
 """Time-driven sweeps: reconciliation re-checks, notification expiry, retention.
 
 Each sweep is a plain method taking ``now`` (tests drive them with a fixed clock). With
-several processes on PostgreSQL, a transaction-scoped advisory lock elects one runner per
-sweep per tick; on SQLite there is one process.
+several processes on PostgreSQL, an advisory lock (:func:`runbell.store.leader.leading`)
+elects one runner per sweep per tick; on SQLite there is one process.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
-import sqlalchemy as sa
 import structlog
 
 from runbell.flows import reconcile, sweeps
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import expire_requests
+from runbell.store.leader import leading
 
 log = structlog.get_logger(__name__)
 
@@ -32,20 +32,8 @@ class Scheduler:
         self._last_retention: datetime | None = None
 
     def _leader(self, sweep: str, fn: Callable[[], int]) -> int:
-        db = self.core.db
-        if not db.is_postgres:
-            return fn()
-        with db.engine.connect() as conn:
-            got = conn.execute(
-                sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_IDS[sweep]}
-            ).scalar()
-            if not got:
-                return 0
-            try:
-                return fn()
-            finally:
-                conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_IDS[sweep]})
-                conn.commit()
+        with leading(self.core.db, LOCK_IDS[sweep]) as lead:
+            return fn() if lead else 0
 
     def tick(self, now: datetime | None = None) -> dict[str, int]:
         now = now or self.core.db.clock()

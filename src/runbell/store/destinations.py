@@ -130,6 +130,12 @@ def delete_push_subscription(conn: Connection, tenant_id: str, user_id: str, sub
     return bool(gone)
 
 
+def forget_push_subscription(conn: Connection, sub_id: str) -> None:
+    """The browser unsubscribed (its push service answered 404/410): drop the row."""
+    p = t.push_subscriptions
+    conn.execute(sa.delete(p).where(p.c.id == sub_id))
+
+
 # --- chat destinations ---------------------------------------------------------------
 
 

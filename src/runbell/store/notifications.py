@@ -100,6 +100,26 @@ def get(conn: Connection, tenant_id: str, notification_id: str) -> dict[str, Any
     return dict(row._mapping)
 
 
+def find(conn: Connection, tenant_id: str, notification_id: str) -> dict[str, Any] | None:
+    """The notification, or None when it is gone (the worker settles instead of failing)."""
+    row = conn.execute(
+        sa.select(t.notifications).where(
+            t.notifications.c.tenant_id == tenant_id, t.notifications.c.id == notification_id
+        )
+    ).first()
+    return None if row is None else dict(row._mapping)
+
+
+def state_of(conn: Connection, tenant_id: str, notification_id: str) -> str | None:
+    """Its lifecycle state now (``open`` until closed), or None when it is gone."""
+    found = conn.execute(
+        sa.select(t.notifications.c.state).where(
+            t.notifications.c.tenant_id == tenant_id, t.notifications.c.id == notification_id
+        )
+    ).scalar()
+    return None if found is None else str(found)
+
+
 def get_many(conn: Connection, tenant_id: str, ids: list[str]) -> list[dict[str, Any]]:
     if not ids:
         return []
@@ -266,6 +286,19 @@ def mark_seen(conn: Connection, tenant_id: str, notification_id: str, now: datet
             t.notifications.c.first_seen_at.is_(None),
         )
         .values(first_seen_at=now)
+    )
+
+
+def mark_delivered(conn: Connection, tenant_id: str, notification_id: str, now: datetime) -> None:
+    """Note the first accepted delivery (later ones keep the first time)."""
+    conn.execute(
+        sa.update(t.notifications)
+        .where(
+            t.notifications.c.tenant_id == tenant_id,
+            t.notifications.c.id == notification_id,
+            t.notifications.c.first_delivered_at.is_(None),
+        )
+        .values(first_delivered_at=now)
     )
 
 

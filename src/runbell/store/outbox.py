@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 from runbell.domain.errors import Conflict, NotFound
 from runbell.ids import new_id
 from runbell.store import tables as t
+from runbell.store.notifications import PENDING_DELIVERY
 
 DUE = ("queued", "retry_scheduled", "deferred", "delivery_unknown")
 REPLAYABLE = ("dead", "failed", "delivery_unknown", "cancelled", "skipped", "retry_scheduled")
@@ -103,6 +104,25 @@ def settle(conn: Connection, delivery_id: str, now: datetime, **values: Any) -> 
         sa.update(t.deliveries)
         .where(t.deliveries.c.id == delivery_id)
         .values(lease_until=None, claimed_by=None, updated_at=now, **values)
+    )
+
+
+def cancel_pending_to(
+    conn: Connection, channel: str, destination: str, now: datetime, reason: str
+) -> int:
+    """Cancel every delivery still pending to one destination (a push subscription that
+    is gone): whatever notification it belongs to, nothing can reach it any more."""
+    d = t.deliveries
+    return int(
+        conn.execute(
+            sa.update(d)
+            .where(
+                d.c.channel == channel,
+                d.c.destination == destination,
+                d.c.status.in_(PENDING_DELIVERY),
+            )
+            .values(status="cancelled", last_error=reason, updated_at=now)
+        ).rowcount
     )
 
 

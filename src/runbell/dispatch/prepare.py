@@ -1,0 +1,179 @@
+"""Prepare: the dispatch-time checks for one claimed delivery, and the message they allow.
+
+Everything the gate (:func:`runbell.domain.dispatch.gate`) decides on is read *now*, in one
+read, not taken from when the notification was created (DESIGN §2):
+
+- 8: the recipient's membership and access to the run, and whether the destination still
+  exists (an address may have changed, a subscription may be gone);
+- 6: the notification's state (acknowledged anywhere → nothing more is sent);
+- 7: consent and quiet hours in the person's timezone, and the tenant's bypass list;
+- 11: the :class:`~runbell.channels.base.Outbound` carries neutral texts and an opaque id
+  only — never the run's title, reason or details.
+
+For a tenant webhook: the endpoint as it is now (enabled, its event-type filter, its live
+signing secrets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from runbell.channels.base import Outbound
+from runbell.domain.dispatch import DispatchContext, Gate, gate
+from runbell.domain.principal import Principal
+from runbell.domain.quiet_hours import QuietWindow
+from runbell.flows.attention import NEUTRAL_BODY, NEUTRAL_SUMMARY, consented_urgencies
+from runbell.flows.context import Runbell
+from runbell.flows.policy import policy_for
+from runbell.store import accounts, destinations, endpoints, runs
+from runbell.store import notifications as notes
+
+
+@dataclass
+class Prepared:
+    """What the gate decided, the message to send when it said ``send``, and what
+    recording the outcome needs (the metrics labels, the retry bound, the latency base)."""
+
+    gate: Gate
+    message: Outbound | None = None
+    attention_type: str = "webhook"
+    expires_at: datetime | None = None
+    created_at: datetime | None = None
+
+
+def prepare(rb: Runbell, row: dict[str, Any], now: datetime) -> Prepared:
+    """Check a claimed delivery row against the state of things at ``now``."""
+    with rb.db.read() as conn:
+        if row["channel"] == "webhook":
+            return _prepare_webhook(rb, conn, row, now)
+        return _prepare_person(rb, conn, row, now)
+
+
+def _prepare_webhook(rb: Runbell, conn: Connection, row: dict[str, Any], now: datetime) -> Prepared:
+    try:
+        ep = endpoints.get(conn, row["tenant_id"], row["destination"])
+    except Exception:
+        return Prepared(Gate("cancel", "endpoint deleted"))
+    ctx = DispatchContext(
+        channel="webhook",
+        urgency="normal",
+        endpoint_enabled=ep["status"] == "enabled",
+        endpoint_wants_event=not ep["event_types"] or row["event_type"] in ep["event_types"],
+    )
+    decided = gate(ctx, now)
+    if decided.action != "send":
+        return Prepared(decided, created_at=row["created_at"])
+    secrets = [rb.box.open(s["sealed"]) for s in ep["secrets"] if endpoints.live(s, now)]
+    base = rb.public_url
+    msg = Outbound(
+        delivery_id=row["id"],
+        tenant_id=row["tenant_id"],
+        channel="webhook",
+        destination=ep["id"],
+        identity=row["id"],
+        attempt_no=row["attempt_count"],
+        now=now,
+        urgency="normal",
+        title=row["event_type"] or "",
+        body="",
+        deep_link=f"{base}/runs/{row['run_id']}" if row["run_id"] else base,
+        run_id=row["run_id"],
+        event_type=row["event_type"],
+        payload=row["payload"],
+        target={
+            "url": ep["url"],
+            "secrets": secrets,
+            "rate_limit_per_s": ep["rate_limit_per_s"],
+        },
+    )
+    return Prepared(decided, msg, created_at=row["created_at"])
+
+
+def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: datetime) -> Prepared:
+    tenant_id = row["tenant_id"]
+    n = notes.find(conn, tenant_id, row["notification_id"])
+    if n is None:
+        return Prepared(Gate("cancel", "notification is gone"))
+    user_id = n["recipient_user_id"]
+    role = accounts.membership_role(conn, tenant_id, user_id)
+    run = runs.get_run(conn, tenant_id, n["run_id"])
+    can_see = role is not None and runs.can_see_run(
+        conn,
+        Principal(tenant_id=tenant_id, kind="user", role=role, user_id=user_id),
+        n["run_id"],
+    )
+    prefs = destinations.preferences(conn, tenant_id, user_id)
+    consent = (prefs["consent"] if prefs else None) or {}
+    target, exists = _destination(rb, conn, row, user_id)
+    ctx = DispatchContext(
+        channel=row["channel"],
+        urgency=n["urgency"],
+        notification_state=n["state"],
+        expires_at=n["expires_at"],
+        attention_type=n["attention_type"],
+        transition_version=n["transition_version"],
+        run_state=None if run is None else run["state"],
+        run_version=None if run is None else run["version"],
+        is_member=role is not None,
+        can_see_run=can_see,
+        destination_exists=exists,
+        consented_urgencies=consented_urgencies(consent, row["channel"]),
+        quiet_windows=tuple(
+            QuietWindow.parse(w) for w in ((prefs["quiet_hours"] if prefs else None) or [])
+        ),
+        timezone=(prefs["timezone"] if prefs else None) or "UTC",
+        quiet_bypass=policy_for(rb, conn, tenant_id).quiet_bypass,
+    )
+    decided = gate(ctx, now)
+    prepared = Prepared(
+        decided,
+        attention_type=n["attention_type"],
+        expires_at=n["expires_at"],
+        created_at=n["created_at"],
+    )
+    if decided.action != "send":
+        return prepared
+    prepared.message = Outbound(
+        delivery_id=row["id"],
+        tenant_id=tenant_id,
+        channel=row["channel"],
+        destination=row["destination"],
+        identity=row["id"],
+        attempt_no=row["attempt_count"],
+        now=now,
+        urgency=n["urgency"],
+        title=NEUTRAL_SUMMARY.get(n["attention_type"], "A run changed"),
+        body=NEUTRAL_BODY.get(n["attention_type"], "Open Runbell for details."),
+        deep_link=f"{rb.public_url}/n/{n['id']}",
+        notification_id=n["id"],
+        run_id=n["run_id"],
+        collapse_key=f"{tenant_id}:{n['run_id']}",
+        expires_at=n["expires_at"],
+        target=target,
+    )
+    return prepared
+
+
+def _destination(
+    rb: Runbell, conn: Connection, row: dict[str, Any], user_id: str
+) -> tuple[dict[str, Any], bool]:
+    """Where the person is reachable *now* (an address may have changed)."""
+    channel = row["channel"]
+    if channel == "email":
+        email = destinations.email_of(conn, user_id)
+        return {"to": email}, email is not None
+    if channel == "webpush":
+        sub = destinations.push_subscription(conn, row["tenant_id"], row["destination"])
+        if sub is None:
+            return {}, False
+        return {"endpoint": sub["endpoint"], "p256dh": sub["p256dh"], "auth": sub["auth"]}, True
+    if channel == "chat":
+        dest = destinations.chat_destination(conn, row["tenant_id"], row["destination"])
+        if dest is None:
+            return {}, False
+        return {"url": rb.box.open(dest["url_sealed"])}, True
+    return {}, False

@@ -1,0 +1,292 @@
+"""Record: settle a claimed delivery, in one transaction per outcome.
+
+Two ways a claim ends:
+
+- :func:`settle_gate` — the dispatch-time checks said not to send (defer, skip, cancel):
+  no attempt is counted, and a recipient who may no longer see the alert has it closed
+  and its stored previews scrubbed (DESIGN §2, 8);
+- :func:`record_attempt` — after a send: one attempt row, then accepted, failed, or the
+  next state from the pure retry policy (retry with backoff and jitter, or dead), with
+  the side effects the channel's answer calls for (a gone push subscription is dropped, a
+  410 or repeated exhaustion disables a webhook endpoint with an operator event — §2, 14).
+
+Both settle only a row this worker still holds: one acknowledged (cancelled) or
+re-claimed meanwhile is left as it is, so nothing is repeated (§2, 6 and 12). Each locks
+the notification before its delivery, the order every other path uses.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from runbell import metrics
+from runbell.channels.base import DeliveryError, PermanentDeliveryError, Sent
+from runbell.dispatch.prepare import Prepared
+from runbell.domain.dispatch import Gate
+from runbell.domain.retry import RetryStrategy
+from runbell.flows.attention import close_notification
+from runbell.flows.context import Runbell
+from runbell.store import destinations, endpoints, operator_events, outbox
+from runbell.store import notifications as notes
+from runbell.store.db import PendingEvent, Tx
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class Result:
+    outcome: str  # accepted | transient | unknown | permanent
+    sent: Sent | None = None
+    error: DeliveryError | None = None
+    duration_ms: int = 0
+    started_at: datetime | None = None
+
+
+# --- outcomes that sent nothing ----------------------------------------------------------
+
+
+def settle_gate(
+    rb: Runbell,
+    row: dict[str, Any],
+    decided: Gate,
+    *,
+    worker_id: str,
+    clock: Callable[[], datetime],
+) -> None:
+    with rb.db.transaction(now=clock()) as tx:
+        cur = outbox.lock_claimed(tx.conn, row["id"], row["notification_id"])
+        if cur is None or cur["status"] != "sending" or cur["claimed_by"] != worker_id:
+            return  # someone else moved it meanwhile (ack, replay, a later claim)
+        # Not an attempt: nothing was sent.
+        values: dict[str, Any] = {
+            "attempt_count": max(0, cur["attempt_count"] - 1),
+            "last_error": decided.reason[:500],
+        }
+        if decided.action == "defer":
+            values.update(status="deferred", next_attempt_at=decided.until)
+            metrics.DEFERRED_QUIET.labels(row["channel"]).inc()
+        elif decided.action == "skip":
+            values.update(status="skipped", next_attempt_at=None)
+        else:
+            values.update(status="cancelled", next_attempt_at=None)
+        outbox.settle(tx.conn, row["id"], tx.now, **values)
+        if decided.redact or decided.close_as:
+            _withdraw(tx, row, decided)
+    log.info(
+        "delivery.not_sent",
+        delivery_id=row["id"],
+        channel=row["channel"],
+        action=decided.action,
+        reason=decided.reason,
+    )
+
+
+def _withdraw(tx: Tx, row: dict[str, Any], decided: Gate) -> None:
+    """The recipient may no longer see this: close it, and scrub stored previews."""
+    n = notes.find(tx.conn, row["tenant_id"], row["notification_id"])
+    if n is None:
+        return
+    if decided.close_as:
+        close_notification(tx, n, decided.close_as, decided.reason)
+    if decided.redact:
+        notes.redact(tx.conn, n["tenant_id"], n["id"])
+
+
+# --- after a send ------------------------------------------------------------------------
+
+
+def record_attempt(
+    rb: Runbell,
+    row: dict[str, Any],
+    prepared: Prepared,
+    result: Result,
+    *,
+    worker_id: str,
+    rng: random.Random,
+    clock: Callable[[], datetime],
+) -> None:
+    """Write what one send did. Safe to call late: a row that is no longer ours only
+    gets its attempt noted."""
+    err = result.error
+    channel = row["channel"]
+    with rb.db.transaction(now=clock()) as tx:
+        cur = outbox.lock_claimed(tx.conn, row["id"], row["notification_id"])
+        if cur is None:
+            return
+        outbox.add_attempt(
+            tx.conn,
+            {**cur, "attempt_count": row["attempt_count"]},
+            started_at=result.started_at or tx.now,
+            finished_at=tx.now,
+            outcome=result.outcome,
+            status_code=(result.sent.status_code if result.sent else err and err.status_code),
+            provider_message_id=result.sent.provider_message_id if result.sent else None,
+            duration_ms=result.duration_ms,
+            error=None if err is None else err.detail[:500],
+            response_excerpt=(
+                (result.sent.response_excerpt if result.sent else err and err.response_excerpt)
+                or None
+            ),
+        )
+        if cur["status"] != "sending" or cur["claimed_by"] != worker_id:
+            # Acknowledged (cancelled) or re-claimed while in flight: the attempt is
+            # recorded, nothing is repeated.
+            return
+        if result.outcome == "accepted":
+            _accepted(tx, row)
+        elif result.outcome == "permanent":
+            assert isinstance(err, PermanentDeliveryError)
+            _failed(tx, row, err)
+        else:
+            _retry_or_dead(rb, tx, row, cur, prepared, result, rng)
+    labels = (prepared.attention_type, channel)
+    if result.outcome == "accepted":
+        metrics.ACCEPTED.labels(*labels).inc()
+        if prepared.created_at is not None:
+            metrics.DISPATCH_LATENCY.labels(*labels).observe(
+                max(0.0, (tx.now - prepared.created_at).total_seconds())
+            )
+    else:
+        metrics.FAILURES.labels(channel, result.outcome).inc()
+    log.info(
+        "delivery.attempted",
+        delivery_id=row["id"],
+        channel=channel,
+        outcome=result.outcome,
+        attempt=row["attempt_count"],
+    )
+
+
+def _accepted(tx: Tx, row: dict[str, Any]) -> None:
+    outbox.settle(
+        tx.conn, row["id"], tx.now, status="accepted", next_attempt_at=None, last_error=None
+    )
+    if row["notification_id"]:
+        notes.mark_delivered(tx.conn, row["tenant_id"], row["notification_id"], tx.now)
+    if row["channel"] == "webhook":
+        endpoints.update(tx.conn, row["tenant_id"], row["destination"], tx.now, dead_streak=0)
+    if row["channel"] == "webpush":
+        destinations.update_push_subscription(tx.conn, row["destination"], last_success_at=tx.now)
+
+
+def _failed(tx: Tx, row: dict[str, Any], err: PermanentDeliveryError) -> None:
+    outbox.settle(
+        tx.conn,
+        row["id"],
+        tx.now,
+        status="failed",
+        next_attempt_at=None,
+        last_error=err.detail[:500],
+    )
+    if err.gone and row["channel"] == "webpush":
+        # The browser unsubscribed (404/410): forget it, and its other queued sends.
+        destinations.forget_push_subscription(tx.conn, row["destination"])
+        outbox.cancel_pending_to(
+            tx.conn, "webpush", row["destination"], tx.now, "subscription gone"
+        )
+    if err.gone and row["channel"] == "webhook":
+        _disable_endpoint(tx, row, f"endpoint answered {err.status_code or 'gone'}")
+    if err.operator_alert:
+        _operator_event(tx, row, "delivery.misconfigured", err.detail)
+
+
+def _retry_or_dead(
+    rb: Runbell,
+    tx: Tx,
+    row: dict[str, Any],
+    cur: dict[str, Any],
+    prepared: Prepared,
+    result: Result,
+    rng: random.Random,
+) -> None:
+    err = result.error
+    if row["notification_id"]:
+        state = notes.state_of(tx.conn, row["tenant_id"], row["notification_id"])
+        if state != "open":
+            outbox.settle(
+                tx.conn,
+                row["id"],
+                tx.now,
+                status="cancelled",
+                next_attempt_at=None,
+                last_error=f"notification {state}",
+            )
+            return
+    decision = RetryStrategy.for_channel(row["channel"]).decide(
+        attempts=cur["attempt_count"],
+        now=tx.now,
+        rng=rng,
+        retry_after_s=getattr(err, "retry_after_s", None),
+        expires_at=prepared.expires_at,
+    )
+    detail = (err.detail if err else "failed")[:500]
+    if decision.action == "retry":
+        status = "delivery_unknown" if result.outcome == "unknown" else "retry_scheduled"
+        outbox.settle(
+            tx.conn,
+            row["id"],
+            tx.now,
+            status=status,
+            next_attempt_at=decision.at,
+            last_error=detail,
+        )
+        return
+    outbox.settle(
+        tx.conn,
+        row["id"],
+        tx.now,
+        status="dead",
+        next_attempt_at=None,
+        last_error=f"{detail} — {decision.reason}"[:500],
+    )
+    metrics.DEAD_LETTERS.labels(row["channel"]).inc()
+    if row["channel"] == "webhook":
+        ep = endpoints.get(tx.conn, row["tenant_id"], row["destination"], for_update=True)
+        streak = ep["dead_streak"] + 1
+        endpoints.update(tx.conn, row["tenant_id"], ep["id"], tx.now, dead_streak=streak)
+        if streak >= rb.settings.webhook_disable_after_dead and ep["status"] == "enabled":
+            _disable_endpoint(tx, row, f"{streak} deliveries in a row ended dead")
+
+
+def _disable_endpoint(tx: Tx, row: dict[str, Any], reason: str) -> None:
+    ep = endpoints.get(tx.conn, row["tenant_id"], row["destination"], for_update=True)
+    if ep["status"] != "enabled":
+        return  # several in-flight messages saw the same 410: disable (and alert) once
+    endpoints.update(
+        tx.conn,
+        row["tenant_id"],
+        row["destination"],
+        tx.now,
+        status="disabled",
+        disabled_reason=reason[:500],
+    )
+    tx.emit(
+        row["tenant_id"],
+        PendingEvent(
+            "webhook_endpoint.disabled", {"endpoint_id": row["destination"], "reason": reason}
+        ),
+    )
+    _operator_event(tx, row, "webhook_endpoint.disabled", reason)
+    log.warning("webhook_endpoint.disabled", endpoint_id=row["destination"], reason=reason)
+
+
+def _operator_event(tx: Tx, row: dict[str, Any], kind: str, detail: str) -> None:
+    operator_events.add(
+        tx.conn,
+        row["tenant_id"],
+        kind,
+        {
+            "delivery_id": row["id"],
+            "channel": row["channel"],
+            "destination": row["destination"],
+            "detail": detail[:500],
+        },
+        tx.now,
+    )
+    metrics.OPERATOR_ALERTS.labels(kind).inc()
