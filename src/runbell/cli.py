@@ -529,7 +529,7 @@ def source_create(
     """Register a source; a webhook source prints its signing secret once."""
     from pydantic import ValidationError
 
-    from runbell.api.routers.sources import create_source
+    from runbell.flows.sources import create_source
     from runbell.api.schemas import SourceCreate
     from runbell.store import accounts
 
@@ -546,7 +546,7 @@ def source_create(
         )
         with core.db.read() as conn:
             tenant_id = accounts.resolve_tenant(conn, tenant)
-        res = create_source(core, tenant_id, body)
+        res = create_source(core, tenant_id, body.model_dump()).content()
     except ValidationError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
@@ -588,7 +588,7 @@ def deliveries_list(
     _check_statuses(status)
     from rich.table import Table
 
-    from runbell.api.routers.deliveries import delivery_view
+    from runbell.flows.deliveries import delivery_view
     from runbell.store import accounts, outbox
 
     core = _core()
