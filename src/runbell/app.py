@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter, FastAPI
 
     from runbell.dispatch.worker import Worker
+    from runbell.store.wakeup import PgBridge
 
 Background = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
@@ -61,6 +62,30 @@ def open_database(
     if migrate:
         upgrade(db.engine)
     return db
+
+
+def migrate(settings: Settings) -> tuple[str | None, str]:
+    """Create or upgrade the schema of the database ``settings`` name (``runbell
+    migrate``; idempotent): its revision now, and the dialect."""
+    from runbell.store.db import make_engine
+    from runbell.store.migrate import current_revision
+
+    prepare_data_dir(settings)
+    engine = make_engine(settings.resolved_database_url())
+    try:
+        upgrade(engine)
+        return current_revision(engine), engine.dialect.name
+    finally:
+        engine.dispose()
+
+
+def start_wakeups(db: Database) -> PgBridge | None:
+    """On PostgreSQL, start the LISTEN/NOTIFY bridge that wakes this process's waiters
+    (workers, long-polls, streams) for commits made by other processes; None on SQLite.
+    Stop it with ``.stop()``."""
+    from runbell.store.wakeup import start_bridge
+
+    return start_bridge(db)
 
 
 SERVED_URL = "served_url"

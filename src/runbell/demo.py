@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import sqlalchemy as sa
 import structlog
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
@@ -34,11 +33,10 @@ from starlette.routing import NoMatchFound
 
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
+from runbell.flows import accounts, endpoints, runs, signals
+from runbell.flows import input_requests as actions
 from runbell.flows.context import Runbell
 from runbell.flows.signals import Signal
-from runbell.ingress.signatures import verify_signed
-from runbell.store import accounts, endpoints
-from runbell.store import tables as t
 from runbell.web.templating import render
 
 log = structlog.get_logger(__name__)
@@ -46,6 +44,7 @@ log = structlog.get_logger(__name__)
 RUN_ID = "demo-deploy"
 REQUEST_ID = "demo-approve-deploy"
 MAILBOX_ROUTE = "demo_mailbox"
+SINK_PATH = "/demo/webhook-sink"
 
 
 @dataclass
@@ -96,15 +95,7 @@ def sink_router(core: Runbell, state: DemoState) -> APIRouter:
     @router.post("/webhook-sink")
     async def webhook_sink(request: Request) -> dict[str, str]:
         body = await request.body()
-        with core.db.read() as conn:
-            eps = [e for e in _all_endpoints(conn) if e["url"].endswith("/demo/webhook-sink")]
-        secrets = [
-            core.box.open(s["sealed"])
-            for e in eps
-            for s in e["secrets"]
-            if endpoints.live(s, core.db.clock())
-        ]
-        verify_signed(body, request.headers, secrets, now=core.db.clock())
+        endpoints.verify_own_delivery(core, SINK_PATH, body, request.headers)
         state.received_webhooks.append(
             {"id": request.headers.get("webhook-id", ""), "body": body.decode()[:2000]}
         )
@@ -160,61 +151,23 @@ def mailbox_path(request: Request) -> str | None:
     return path if _from_this_machine(request) else None
 
 
-def _all_endpoints(conn: Any) -> list[dict[str, Any]]:
-    return [dict(r._mapping) for r in conn.execute(sa.select(t.webhook_endpoints)).all()]
-
-
 def setup(core: Runbell, base_url: str) -> tuple[str, str] | None:
     """Register the demo webhook endpoint on the first tenant; (tenant id, owner id)."""
-    from runbell.ingress.signatures import new_secret
-
-    with core.db.transaction() as tx:
-        tenant = tx.conn.execute(
-            sa.select(t.tenants.c.id).order_by(t.tenants.c.created_at).limit(1)
-        ).scalar()
-        if tenant is None:
-            return None
-        owner = tx.conn.execute(
-            sa.select(t.memberships.c.user_id)
-            .where(
-                t.memberships.c.tenant_id == tenant,
-                t.memberships.c.role == "owner",
-                t.memberships.c.revoked_at.is_(None),
-            )
-            .order_by(t.memberships.c.created_at)
-            .limit(1)
-        ).scalar()
-        if owner is None:
-            return None
-        url = f"{base_url}/demo/webhook-sink"
-        if not any(e["url"] == url for e in endpoints.list_all(tx.conn, tenant)):
-            endpoints.create(
-                tx.conn,
-                tenant,
-                tx.now,
-                url=url,
-                description="demo sink (this server)",
-                event_types=[],
-                sealed_secret=core.box.seal(new_secret()),
-                rate_limit_per_s=None,
-            )
-    return str(tenant), str(owner)
+    found = accounts.first_tenant_owner(core.db)
+    if found is None:
+        return None
+    tenant_id, owner_id = found
+    endpoints.ensure_endpoint(
+        core, tenant_id, f"{base_url}{SINK_PATH}", description="demo sink (this server)"
+    )
+    return tenant_id, owner_id
 
 
 async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
     """The simulated agent run: work, ask, wait, finish. Idempotent across restarts."""
-    from runbell.flows import input_requests as actions
-    from runbell.flows import runs, signals
-
     who = Principal(tenant_id=tenant_id, kind="key", role="runtime")
-    with core.db.read() as conn:
-        source = accounts.get_source(conn, tenant_id, accounts.api_source_id(conn, tenant_id))
-        existing = conn.execute(
-            sa.select(t.runs.c.state).where(
-                t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == RUN_ID
-            )
-        ).scalar()
-    if existing is None:
+    source = signals.api_source(core, who)
+    if _run_state(core, who) is None:
         await asyncio.to_thread(
             runs.put_run,
             core,
@@ -262,24 +215,9 @@ async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Even
         )
         log.info("demo.waiting_for_approval", run_id=RUN_ID)
     # Wait for the answer (the run moves back to working when someone answers).
+    answer = None
     while not stop.is_set():
-        with core.db.read() as conn:
-            req = conn.execute(
-                sa.select(t.input_requests.c.state).where(
-                    t.input_requests.c.tenant_id == tenant_id, t.input_requests.c.id == REQUEST_ID
-                )
-            ).scalar()
-            answer = conn.execute(
-                sa.select(t.responses.c.decision).where(
-                    t.responses.c.tenant_id == tenant_id,
-                    t.responses.c.input_request_id == REQUEST_ID,
-                )
-            ).scalar()
-            state = conn.execute(
-                sa.select(t.runs.c.state).where(
-                    t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == RUN_ID
-                )
-            ).scalar()
+        req, answer, state = await asyncio.to_thread(_request_state, core, who)
         if state in ("completed", "failed", "cancelled"):
             return
         if req in ("answered", "expired", "cancelled"):
@@ -307,6 +245,25 @@ async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Even
         ),
     )
     log.info("demo.finished", run_id=RUN_ID, approved=approved)
+
+
+def _run_state(core: Runbell, who: Principal) -> str | None:
+    """The demo run's state, or None before it exists."""
+    try:
+        return str(runs.get_run(core, who, RUN_ID)["state"])
+    except NotFound:
+        return None
+
+
+def _request_state(core: Runbell, who: Principal) -> tuple[str | None, str | None, str | None]:
+    """(the approval request's state, its answer's decision, the run's state); None for
+    what does not exist (yet)."""
+    try:
+        found = actions.get_request(core, who, REQUEST_ID)
+    except NotFound:
+        return None, None, _run_state(core, who)
+    request = found["input_request"]
+    return request["state"], request["decision"], found["run"]["state"]
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> bool:

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from runbell.app import build, create_app
-from runbell.bootstrap import welcome_text
+from runbell.cli.welcome import welcome_text
 from runbell.flows import members
 from runbell.flows.accounts import bootstrap_if_empty
 from runbell.flows.context import Runbell

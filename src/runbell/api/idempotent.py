@@ -1,26 +1,22 @@
-"""The ``Idempotency-Key`` header on the API's create/act POSTs (see runbell.idempotency).
+"""The ``Idempotency-Key`` header on the API's create/act POSTs (see
+:mod:`runbell.flows.idempotency`).
 
 Routers take :data:`IdemKey` (None when the header is absent: the key is optional, except
-on answers, which require it) and run their action through :func:`act_once`.
+on answers, which require it), pass it to the flow they call, and render the flow's
+``Answer`` with :func:`runbell.api.responses.answered`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, Request, Response
+from fastapi import Depends, Header, Request
 
 from runbell.api.deps import Who
-from runbell.api.responses import answered
 from runbell.flows import idempotency
-from runbell.flows.context import Runbell
 from runbell.flows.idempotency import HEADER, IdempotencyKey
-from runbell.store.db import Tx
-
-Act = Callable[[Tx], tuple[int, Any]]
 
 KEY_DOC = (
     "optional, 1 to 200 characters, a fresh value per intended action: a retry with the same "
@@ -61,15 +57,3 @@ async def idempotency_key(
 
 IdemKey = Annotated[IdempotencyKey | None, Depends(idempotency_key)]
 
-
-def act_once(core: Runbell, key: IdempotencyKey | None, prepare: Callable[[], Act]) -> Response:
-    """Answer a retry from its stored answer before anything else; otherwise run
-    ``prepare()`` (checks and outbound look-ups, outside the transaction), then the action
-    it returns, at most once per key."""
-    if key is not None:
-        with core.db.read() as conn:
-            stored = idempotency.stored(conn, core.box, key)
-        if stored is not None:
-            return answered(stored)
-    act = prepare()
-    return answered(idempotency.once(core.db, core.box, key, act))

@@ -144,12 +144,12 @@ def install_database_unavailable(app: FastAPI) -> None:
     """
     import sqlalchemy as sa
 
-    from runbell.store.db import RETRY_AFTER_S
+    from runbell.flows.health import retry_after_s
 
     async def _database(request: Request, exc: Exception) -> JSONResponse:
         core = getattr(request.app.state, "core", None)
-        reason = core.db.availability.observe(exc) if core is not None else None
-        if reason is None:
+        retry_after = retry_after_s(core, exc) if core is not None else None
+        if retry_after is None:
             return _internal(exc)
         return problem(
             503,
@@ -158,7 +158,7 @@ def install_database_unavailable(app: FastAPI) -> None:
             "failed on your side. Retry after the Retry-After delay with the same event "
             "id or Idempotency-Key: a request that did commit is answered as a duplicate",
             "database-unavailable",
-            retry_after=RETRY_AFTER_S[reason],
+            retry_after=retry_after,
         )
 
     app.add_exception_handler(sa.exc.DBAPIError, _database)

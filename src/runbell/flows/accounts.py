@@ -125,6 +125,19 @@ def login_link_token(db: Database, tenant: str, ref: str | None) -> str:
         return links.create_login_link(tx.conn, tenant_id, user_id, tx.now)
 
 
+def first_tenant_owner(db: Database) -> tuple[str, str] | None:
+    """(tenant id, user id) of the oldest tenant and its longest-standing current owner
+    (on a first start: ``default`` and its first user); None when there is neither."""
+    with db.read() as conn:
+        tenant_id = accounts.first_tenant(conn)
+        if tenant_id is None:
+            return None
+        try:
+            return tenant_id, accounts.first_owner(conn, tenant_id)
+        except NotFound:
+            return None
+
+
 def authenticate(rb: Runbell, token: str) -> Principal | None:
     """Who a bearer token (API key or user token) is, or None if unknown, revoked or
     expired."""

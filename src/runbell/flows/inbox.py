@@ -24,6 +24,7 @@ from runbell.domain.principal import Principal
 from runbell.flows import views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Runbell
+from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import get_for_notification
 from runbell.store import accounts, runs
 from runbell.store import notifications as notes
@@ -102,13 +103,20 @@ def recipient_sees_run(conn: Connection, note: dict[str, Any]) -> bool:
     return role is not None and runs.can_see_run(conn, recipient, note["run_id"])
 
 
-def acknowledge(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
-    with rb.db.transaction() as tx:
-        return acknowledge_in(rb, tx, who, notification_id)
+def acknowledge(
+    rb: Runbell, who: Principal, notification_id: str, key: IdempotencyKey | None = None
+) -> Answer:
+    """Close the notification as acknowledged and cancel everything still queued for it
+    (200, the notification). Acknowledging it again changes nothing."""
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+        return 200, acknowledge_in(rb, tx, who, notification_id)
+
+    return act_once(rb.db, rb.box, key, lambda: act)
 
 
 def acknowledge_in(rb: Runbell, tx: Tx, who: Principal, notification_id: str) -> dict[str, Any]:
-    """Acknowledge inside ``tx`` (the API's Idempotency-Key record commits with it)."""
+    """Acknowledge inside ``tx`` (an Idempotency-Key record commits with it)."""
     note = own_note(tx.conn, who, notification_id)
     if close_notification(tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"):
         notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)

@@ -22,7 +22,7 @@ Example (what the API routers and the web app call)::
 
     opened = open_request(rb, runtime, "fix-42", {
         "input_request_id": "push-1", "kind": "approval", "summary": "Push to main?",
-        "expires_at": "2026-11-29T13:00:00Z"})
+        "expires_at": "2026-11-29T13:00:00Z"}).content()
     respond(rb, person, "push-1",
             {"decision": "approve", "expected_run_version": opened["run"]["version"],
              "expected_request_version": 1},
@@ -46,7 +46,7 @@ from runbell.domain.runs import RunState
 from runbell.flows import idempotency, transitions, views
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Runbell
-from runbell.flows.idempotency import Answer, IdempotencyKey, once
+from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.ids import new_id
 from runbell.store import accounts, runs
 from runbell.store import input_requests as requests
@@ -69,20 +69,26 @@ NOT_AUTHORIZED = "only the run's owner or the people it names can answer this re
 # --- opening -------------------------------------------------------------------------
 
 
-def open_request(rb: Runbell, who: Principal, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+def open_request(
+    rb: Runbell,
+    who: Principal,
+    run_id: str,
+    body: dict[str, Any],
+    key: IdempotencyKey | None = None,
+) -> Answer:
     """Open an input request: the run moves to ``input_required`` at a new version.
 
     Idempotent on ``input_request_id``: the same id with the same body answers the
-    request as it is now (``created: false``); with another body it is a 409. A pending
-    request of the same run is superseded. Returns ``{input_request, run, notifications,
-    created}``.
+    request as it is now (200, ``created: false``); with another body it is a 409. A
+    pending request of the same run is superseded. Answers 201 with ``{input_request,
+    run, notifications, created}``; with an Idempotency-Key, a retry gets the stored one.
     """
     # Two opens of one new id for different runs may race: the loser's insert fails, and
     # its second try (once() retries a constraint violation) sees the winner.
-    return once(rb.db, rb.box, None, opening(rb, who, run_id, body)).content()
+    return act_once(rb.db, rb.box, key, lambda: _opening(rb, who, run_id, body))
 
 
-def opening(
+def _opening(
     rb: Runbell, who: Principal, run_id: str, body: dict[str, Any]
 ) -> Callable[[Tx], tuple[int, dict[str, Any]]]:
     """Validate an open request's body now; the action to run in the transaction returns

@@ -15,6 +15,7 @@ from runbell.domain.errors import Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.flows import views
 from runbell.flows.context import Runbell
+from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.ids import new_id
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
@@ -30,13 +31,17 @@ def record_receipt(
     notification_id: str,
     kind: str,
     channel: str | None = None,
-) -> dict[str, Any]:
-    """Store what a device did with a notification. Never a decision (invariant 10):
-    opening is not approval, dismissing is not rejection. ``opened`` and ``clicked`` set
-    the notification's ``first_seen_at``; nothing else changes."""
-    check_receipt(who, kind, channel)
-    with rb.db.transaction() as tx:
-        return receipt_in(tx, who, notification_id, kind, channel)
+    key: IdempotencyKey | None = None,
+) -> Answer:
+    """Store what a device did with a notification (201, the receipt). Never a decision
+    (invariant 10): opening is not approval, dismissing is not rejection. ``opened`` and
+    ``clicked`` set the notification's ``first_seen_at``; nothing else changes."""
+
+    def prepare() -> Act:
+        check_receipt(who, kind, channel)
+        return lambda tx: (201, receipt_in(tx, who, notification_id, kind, channel))
+
+    return act_once(rb.db, rb.box, key, prepare)
 
 
 def check_receipt(who: Principal, kind: str, channel: str | None) -> None:

@@ -46,6 +46,14 @@ def get_tenant(conn: Connection, tenant_id: str) -> dict[str, Any]:
     return dict(row._mapping)
 
 
+def first_tenant(conn: Connection) -> str | None:
+    """The oldest tenant (on a first start: ``default``), or None in an empty database."""
+    tenant = conn.execute(
+        sa.select(t.tenants.c.id).order_by(t.tenants.c.created_at).limit(1)
+    ).scalar()
+    return None if tenant is None else str(tenant)
+
+
 def resolve_tenant(conn: Connection, ref: str) -> str:
     """A tenant by id or by unique name (CLI convenience)."""
     row = conn.execute(

@@ -81,6 +81,13 @@ def list_all(conn: Connection, tenant_id: str) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in rows]
 
 
+def with_url_suffix(conn: Connection, suffix: str) -> list[dict[str, Any]]:
+    """Endpoints of every tenant whose URL ends with ``suffix`` (the demo's own sink)."""
+    # Compared here, not with LIKE: SQLite's LIKE ignores case.
+    rows = conn.execute(sa.select(t.webhook_endpoints).order_by(t.webhook_endpoints.c.id)).all()
+    return [dict(r._mapping) for r in rows if r.url.endswith(suffix)]
+
+
 def update(
     conn: Connection, tenant_id: str, endpoint_id: str, now: datetime, **values: Any
 ) -> None:

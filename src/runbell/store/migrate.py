@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 HERE = Path(__file__).parent
 
@@ -30,3 +31,8 @@ def current_revision(engine: Engine) -> str | None:
 
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+def ping(conn: Connection) -> None:
+    """A round trip to the database (raises when it does not answer)."""
+    conn.execute(sa.text("SELECT 1"))

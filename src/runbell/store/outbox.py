@@ -197,6 +197,56 @@ def replay(conn: Connection, tenant_id: str, delivery_id: str, now: datetime) ->
     return get(conn, tenant_id, delivery_id)
 
 
+def requeue_for_endpoint(
+    conn: Connection,
+    tenant_id: str,
+    endpoint_id: str,
+    now: datetime,
+    *,
+    since: datetime,
+    until: datetime | None,
+) -> int:
+    """Queue again, under their original identity, the endpoint's messages created in
+    [since, until) that did not get through (failed, dead, or cancelled while it was
+    disabled); how many."""
+    d = t.deliveries
+    cond = [
+        d.c.tenant_id == tenant_id,
+        d.c.channel == "webhook",
+        d.c.destination == endpoint_id,
+        d.c.status.in_(("dead", "failed", "cancelled")),
+        d.c.created_at >= since,
+    ]
+    if until is not None:
+        cond.append(d.c.created_at < until)
+    n = conn.execute(
+        sa.update(d)
+        .where(*cond)
+        .values(
+            status="queued",
+            next_attempt_at=now,
+            lease_until=None,
+            claimed_by=None,
+            last_error=None,
+            updated_at=now,
+        )
+    ).rowcount
+    return int(n)
+
+
+def operator_events(conn: Connection, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+    """The tenant's operator events (disabled endpoints, misconfigured destinations),
+    newest first: ``{id, kind, detail, created_at}``."""
+    oe = t.operator_events
+    rows = conn.execute(
+        sa.select(oe.c.id, oe.c.kind, oe.c.detail, oe.c.created_at)
+        .where(oe.c.tenant_id == tenant_id)
+        .order_by(oe.c.created_at.desc(), oe.c.id.desc())
+        .limit(limit)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
 def counts_by_status(conn: Connection) -> list[tuple[str, str, int]]:
     d = t.deliveries
     rows = conn.execute(

@@ -17,61 +17,13 @@ from starlette.concurrency import run_in_threadpool
 
 from runbell.api.deps import Core, Who, principal
 from runbell.api.openapi import problems
-from runbell.domain.errors import Gone, RunbellError, ValidationFailed
+from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
-from runbell.flows import views
+from runbell.flows import feed
 from runbell.flows.context import Runbell
-from runbell.store import feed, runs
-from runbell.store import notifications as notes
 
 router = APIRouter(prefix="/v1/events", tags=["events"])
-SNAPSHOT_URL = "/v1/events/snapshot"
 PAGE_MAX = 500
-SNAPSHOT_MAX = 200
-
-
-def _event_view(e: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": str(e["seq"]),
-        "type": e["type"],
-        "run_id": e["run_id"],
-        "notification_id": e["notification_id"],
-        "at": views.iso(e["created_at"]),
-        "data": e["data"],
-    }
-
-
-def resolve_cursor(core: Runbell, who: Principal, after: str | None, field: str = "after") -> int:
-    """The numeric position to read after; 410 if it fell out of retention."""
-    with core.db.read() as conn:
-        head, pruned = feed.bounds(conn, who.tenant_id)
-    if after is None or after == "earliest":
-        return pruned
-    if after == "latest":
-        return head
-    if not after.isdigit() or len(after) > 19:
-        raise ValidationFailed(f"{field} must be a cursor, 'earliest' or 'latest'", field=field)
-    cursor = int(after)
-    if cursor > head:
-        raise ValidationFailed(
-            "cursor is ahead of this feed's head; it is not from this feed", field=field
-        )
-    if cursor < pruned:
-        raise Gone(
-            "the cursor is older than the feed's retention; load the snapshot and "
-            "resume from its head_cursor",
-            oldest_available_cursor=str(pruned),
-            head_cursor=str(head),
-            snapshot_url=SNAPSHOT_URL,
-        )
-    return cursor
-
-
-def _read(
-    core: Runbell, who: Principal, after: int, limit: int
-) -> tuple[list[dict[str, Any]], int]:
-    with core.db.read() as conn:
-        return feed.read(conn, who, after, limit)
 
 
 async def wait_for_events(
@@ -82,7 +34,7 @@ async def wait_for_events(
     deadline = time.monotonic() + wait
     with core.db.hub.listen(who.tenant_id) as listener:
         while True:
-            events, position = await run_in_threadpool(_read, core, who, after, limit)
+            events, position = await run_in_threadpool(feed.read, core, who, after, limit)
             remaining = deadline - time.monotonic()
             if events or remaining <= 0:
                 return events, position
@@ -100,44 +52,17 @@ async def list_events(
     wait: Annotated[float, Query(ge=0, le=30)] = 0,
 ) -> dict[str, Any]:
     """A page of events after ``after``; with ``wait`` a long-poll of up to 30 s."""
-    cursor = await run_in_threadpool(resolve_cursor, core, who, after)
+    cursor = await run_in_threadpool(feed.resolve_cursor, core, who, after)
     events, next_cursor = await wait_for_events(
         core, who, cursor, limit, min(wait, core.settings.longpoll_max_s)
     )
-    return {"events": [_event_view(e) for e in events], "next_cursor": str(next_cursor)}
+    return {"events": [feed.event_view(e) for e in events], "next_cursor": str(next_cursor)}
 
 
 @router.get("/snapshot", responses=problems(401, 503))
 def snapshot(who: Who, core: Core) -> dict[str, Any]:
     """Current state to load instead of replaying: active runs, open notifications, head."""
-    with core.db.read() as conn:
-        head, _ = feed.bounds(conn, who.tenant_id)
-        active = runs.list_runs(
-            conn,
-            who,
-            states=["queued", "working", "input_required", "stopping"],
-            after=None,
-            limit=SNAPSHOT_MAX + 1,
-        )
-        open_notes = (
-            notes.list_for_recipient(
-                conn,
-                who.tenant_id,
-                who.user_id,
-                states=["open"],
-                before=None,
-                limit=SNAPSHOT_MAX + 1,
-            )
-            if who.user_id
-            else []
-        )
-    return {
-        "head_cursor": str(head),
-        "runs": [views.run_view(r) for r in active[:SNAPSHOT_MAX]],
-        "notifications": [views.notification_view(n) for n in open_notes[:SNAPSHOT_MAX]],
-        # More than fit: page on with GET /v1/runs?state=… and GET /v1/notifications.
-        "truncated": len(active) > SNAPSHOT_MAX or len(open_notes) > SNAPSHOT_MAX,
-    }
+    return feed.snapshot(core, who)
 
 
 @router.get(
@@ -163,7 +88,9 @@ async def stream(
     requested = last_event_id or after or "latest"
     field = "Last-Event-ID" if last_event_id else "after"
     try:
-        cursor: int | None = await run_in_threadpool(resolve_cursor, core, who, requested, field)
+        cursor: int | None = await run_in_threadpool(
+            feed.resolve_cursor, core, who, requested, field
+        )
         expired: Gone | None = None
     except Gone as exc:
         cursor, expired = None, exc
@@ -187,7 +114,7 @@ async def stream(
                 while True:
                     try:
                         batch, moved_to = await run_in_threadpool(
-                            _read, core, who, position, PAGE_MAX
+                            feed.read, core, who, position, PAGE_MAX
                         )
                     except Exception as exc:
                         if core.db.availability.observe(exc) is None:
@@ -202,7 +129,7 @@ async def stream(
                         yield ServerSentEvent(
                             id=str(e["seq"]),
                             event=e["type"],
-                            data=json.dumps(_event_view(e), separators=(",", ":")),
+                            data=json.dumps(feed.event_view(e), separators=(",", ":")),
                         )
                     if len(batch) == PAGE_MAX:
                         position = moved_to

@@ -6,7 +6,6 @@ import hmac
 import ipaddress
 from typing import Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -14,8 +13,7 @@ from runbell import metrics
 from runbell.api.deps import Core
 from runbell.api.openapi import problems
 from runbell.domain.errors import RunbellError, Unauthorized
-from runbell.store import outbox
-from runbell.store.migrate import current_revision
+from runbell.flows import health
 
 router = APIRouter(tags=["operations"])
 
@@ -65,9 +63,7 @@ def healthz() -> dict[str, Any]:
 @router.get("/readyz", responses=problems(503))
 def readyz(core: Core) -> dict[str, Any]:
     try:
-        with core.db.read() as conn:
-            conn.execute(sa.text("SELECT 1"))
-        revision = current_revision(core.db.engine)
+        revision = health.schema_revision(core)
     except Exception as exc:
         raise NotReady(f"database unreachable: {type(exc).__name__}") from exc
     if revision is None:
@@ -89,11 +85,7 @@ def metrics_endpoint(core: Core, request: Request) -> Response:
     ):
         raise Unauthorized("metrics need Authorization: Bearer <RUNBELL_METRICS_TOKEN>")
 
-    def counts() -> list[tuple[str, str, int]]:
-        with core.db.read() as conn:
-            return outbox.counts_by_status(conn)
-
     scrape = CollectorRegistry()
-    scrape.register(metrics.DeliveryStatusCollector(counts))
+    scrape.register(metrics.DeliveryStatusCollector(lambda: health.delivery_counts(core)))
     body = generate_latest(metrics.REGISTRY) + generate_latest(scrape)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

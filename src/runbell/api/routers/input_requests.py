@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Response
 
 from runbell.api.deps import Core, Runtime, User, Who
-from runbell.api.idempotent import IdemKey, act_once
+from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, InputRequestIn, ResponseIn
@@ -29,7 +29,7 @@ def open_request(
 ) -> Response:
     """Open an input request (run → input_required). 201; 200 when it is a retry."""
     fields = body.model_dump(exclude_unset=False)
-    return act_once(core, key, lambda: actions.opening(core, who, run_id, fields))
+    return answered(actions.open_request(core, who, run_id, fields, key))
 
 
 @router.get("/v1/input-requests/{request_id}", responses=problems(401, 404, 422, 503))

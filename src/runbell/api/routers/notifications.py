@@ -7,13 +7,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 
 from runbell.api.deps import Admin, Core, User
-from runbell.api.idempotent import Act, IdemKey, act_once
+from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
+from runbell.api.responses import answered
 from runbell.api.schemas import ReceiptIn
 from runbell.flows import inbox as inbox_flow
 from runbell.flows import receipts
 from runbell.flows import trail as trail_flow
-from runbell.store.db import Tx
 
 router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
 NoteState = Literal["open", "acknowledged", "resolved", "expired", "superseded", "revoked"]
@@ -44,10 +44,7 @@ def get_notification(notification_id: str, who: User, core: Core) -> dict[str, A
 )
 def acknowledge(notification_id: str, who: User, core: Core, key: IdemKey) -> Response:
     """Close it as acknowledged and cancel everything still queued for it. Idempotent."""
-    def act(tx: Tx) -> tuple[int, Any]:
-        return 200, inbox_flow.acknowledge_in(core, tx, who, notification_id)
-
-    return act_once(core, key, lambda: act)
+    return answered(inbox_flow.acknowledge(core, who, notification_id, key))
 
 
 @router.post(
@@ -59,15 +56,9 @@ def acknowledge(notification_id: str, who: User, core: Core, key: IdemKey) -> Re
 def receipt(notification_id: str, body: ReceiptIn, who: User, core: Core, key: IdemKey) -> Response:
     """Device telemetry (displayed, opened, dismissed, clicked). Never a decision:
     opening is not approval, dismissing is not rejection."""
-
-    def prepare() -> Act:
-        receipts.check_receipt(who, body.kind, body.channel)
-        return lambda tx: (
-            201,
-            receipts.receipt_in(tx, who, notification_id, body.kind, body.channel),
-        )
-
-    return act_once(core, key, prepare)
+    return answered(
+        receipts.record_receipt(core, who, notification_id, body.kind, body.channel, key)
+    )
 
 
 @router.get("/{notification_id}/trail", responses=problems(401, 403, 404, 503))

@@ -5,21 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from runbell.api.deps import Admin, Core
-from runbell.api.idempotent import Act, IdemKey, act_once
+from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
-from runbell.api.routers.sources import check_destination
-from runbell.domain.errors import ValidationFailed
-from runbell.flows.views import iso
-from runbell.ingress.signatures import new_secret
-from runbell.store import endpoints
-from runbell.store import tables as t
-from runbell.store.db import Tx
-from runbell.store.endpoints import WEBHOOK_EVENT_TYPES
+from runbell.api.responses import answered
+from runbell.flows import endpoints
 
 router = APIRouter(prefix="/v1/webhook-endpoints", tags=["webhooks"])
 EventType = Literal[
@@ -36,7 +29,7 @@ EventType = Literal[
     "input_request.superseded",
     "input_request.cancelled",
 ]
-assert set(EventType.__args__) == set(WEBHOOK_EVENT_TYPES)  # type: ignore[attr-defined]
+assert set(EventType.__args__) == set(endpoints.EVENT_TYPES)  # type: ignore[attr-defined]
 
 
 class EndpointIn(BaseModel):
@@ -62,88 +55,39 @@ class RotateIn(BaseModel):
     )
 
 
-def endpoint_view(ep: dict[str, Any], now: datetime) -> dict[str, Any]:
-    return {
-        "id": ep["id"],
-        "url": ep["url"],
-        "description": ep["description"],
-        "event_types": ep["event_types"],
-        "status": ep["status"],
-        "disabled_reason": ep["disabled_reason"],
-        "dead_streak": ep["dead_streak"],
-        "rate_limit_per_s": ep["rate_limit_per_s"],
-        "secrets": [
-            {"created_at": s["created_at"], "expires_at": s["expires_at"]}
-            for s in ep["secrets"]
-            if endpoints.live(s, now)
-        ],
-        "created_at": iso(ep["created_at"]),
-        "updated_at": iso(ep["updated_at"]),
-    }
-
-
 @router.post("", status_code=201, response_model=None, responses=problems(401, 403, 413, 422, 503))
 def create(body: EndpointIn, who: Admin, core: Core, key: IdemKey) -> Response:
     """Register an endpoint; the answer carries its signing secret, once (a retry under
     the same Idempotency-Key replays that answer, secret included)."""
-
-    def prepare() -> Act:
-        check_destination(core, body.url)
-        secret = new_secret()
-
-        def act(tx: Tx) -> tuple[int, dict[str, Any]]:
-            endpoint_id = endpoints.create(
-                tx.conn,
-                who.tenant_id,
-                tx.now,
-                url=body.url,
-                description=body.description,
-                event_types=list(body.event_types),
-                sealed_secret=core.box.seal(secret),
-                rate_limit_per_s=body.rate_limit_per_s,
-            )
-            ep = endpoints.get(tx.conn, who.tenant_id, endpoint_id)
-            return 201, {**endpoint_view(ep, tx.now), "secret": secret}
-
-        return act
-
-    return act_once(core, key, prepare)
+    return answered(
+        endpoints.create_endpoint(
+            core,
+            who.tenant_id,
+            url=body.url,
+            description=body.description,
+            event_types=list(body.event_types),
+            rate_limit_per_s=body.rate_limit_per_s,
+            key=key,
+        )
+    )
 
 
 @router.get("", responses=problems(401, 403, 503))
 def list_endpoints(who: Admin, core: Core) -> dict[str, Any]:
-    now = core.db.clock()
-    with core.db.read() as conn:
-        return {
-            "endpoints": [endpoint_view(e, now) for e in endpoints.list_all(conn, who.tenant_id)]
-        }
+    return endpoints.list_endpoints(core, who.tenant_id)
 
 
 @router.get("/{endpoint_id}", responses=problems(401, 403, 404, 503))
 def get_endpoint(endpoint_id: str, who: Admin, core: Core) -> dict[str, Any]:
-    with core.db.read() as conn:
-        return endpoint_view(endpoints.get(conn, who.tenant_id, endpoint_id), core.db.clock())
+    return endpoints.get_endpoint(core, who.tenant_id, endpoint_id)
 
 
 @router.patch("/{endpoint_id}", responses=problems(401, 403, 404, 413, 422, 503))
 def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: Core) -> dict[str, Any]:
     """Change the URL or filter, or enable/disable. Re-enabling resets the dead streak."""
-    values = body.model_dump(exclude_unset=True)
-    for name in ("url", "event_types", "status"):
-        if name in values and values[name] is None:
-            raise ValidationFailed(f"{name} cannot be null", field=name)
-    if "url" in values:
-        check_destination(core, values["url"])
-    if values.get("status") == "enabled":
-        values.update(dead_streak=0, disabled_reason=None)
-    elif values.get("status") == "disabled":
-        values["disabled_reason"] = "disabled by an admin"
-    with core.db.transaction() as tx:
-        endpoints.get(tx.conn, who.tenant_id, endpoint_id, for_update=True)
-        if values:
-            endpoints.update(tx.conn, who.tenant_id, endpoint_id, tx.now, **values)
-        ep = endpoints.get(tx.conn, who.tenant_id, endpoint_id)
-    return endpoint_view(ep, core.db.clock())
+    return endpoints.update_endpoint(
+        core, who.tenant_id, endpoint_id, body.model_dump(exclude_unset=True)
+    )
 
 
 @router.post(
@@ -156,16 +100,7 @@ def rotate(
 ) -> Response:
     """A new secret; messages are signed with it AND the previous ones until they expire."""
     overlap = (body or RotateIn()).overlap_s
-
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
-        secret = new_secret()
-        endpoints.rotate(
-            tx.conn, who.tenant_id, endpoint_id, tx.now, core.box.seal(secret), overlap
-        )
-        ep = endpoints.get(tx.conn, who.tenant_id, endpoint_id)
-        return 200, {**endpoint_view(ep, tx.now), "secret": secret}
-
-    return act_once(core, key, lambda: act)
+    return answered(endpoints.rotate_secret(core, who.tenant_id, endpoint_id, overlap, key))
 
 
 @router.post(
@@ -185,35 +120,4 @@ def recover(
     """Re-queue every message of this endpoint created in [since, until) that did not get
     through: failed, dead, or cancelled while the endpoint was disabled. Each gets one
     more try under its original webhook-id (then the normal dead-letter rules apply)."""
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and value.tzinfo is None:
-            raise ValidationFailed(f"{name} needs a timezone offset", field=name)
-    d = t.deliveries
-
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
-        endpoints.get(tx.conn, who.tenant_id, endpoint_id)
-        cond = [
-            d.c.tenant_id == who.tenant_id,
-            d.c.channel == "webhook",
-            d.c.destination == endpoint_id,
-            d.c.status.in_(("dead", "failed", "cancelled")),
-            d.c.created_at >= since,
-        ]
-        if until is not None:
-            cond.append(d.c.created_at < until)
-        n = tx.conn.execute(
-            sa.update(d)
-            .where(*cond)
-            .values(
-                status="queued",
-                next_attempt_at=tx.now,
-                lease_until=None,
-                claimed_by=None,
-                last_error=None,
-                updated_at=tx.now,
-            )
-        ).rowcount
-        tx.wake_outbox = n > 0
-        return 202, {"requeued": int(n)}
-
-    return act_once(core, key, lambda: act)
+    return answered(endpoints.recover(core, who.tenant_id, endpoint_id, since, until, key))

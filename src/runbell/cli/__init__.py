@@ -1,0 +1,29 @@
+"""The ``runbell`` command: serve, migrate, and account administration.
+
+One module per concept: :mod:`~runbell.cli.serve` (``migrate``, ``serve``, ``api``,
+``worker``), :mod:`~runbell.cli.admin` (``tenant``, ``key``, ``user``, ``source``),
+:mod:`~runbell.cli.deliveries` (``deliveries``); :mod:`~runbell.cli.welcome` is the first
+start's text and :mod:`~runbell.cli.common` what every command shares. This module only
+puts them together as one Typer application, :data:`app` (the ``runbell`` entry point).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from runbell.cli import admin, deliveries, serve
+
+app = typer.Typer(
+    help="Runbell: trustworthy attention for background AI-agent work.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(admin.tenant_app, name="tenant")
+app.add_typer(admin.key_app, name="key")
+app.add_typer(admin.user_app, name="user")
+app.add_typer(admin.source_app, name="source")
+app.add_typer(deliveries.deliveries_app, name="deliveries")
+for command in (serve.migrate, serve.serve, serve.api, serve.worker):
+    app.command()(command)
+
+__all__ = ["app"]

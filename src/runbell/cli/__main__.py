@@ -1,0 +1,5 @@
+"""``python -m runbell.cli``: the same command as ``runbell``."""
+
+from runbell.cli import app
+
+app()

@@ -1,0 +1,113 @@
+"""The event feed as a client reads it: where a cursor points, a page of events after it,
+the head, and the snapshot to load instead of replaying.
+
+Invariants kept here (DESIGN §2):
+
+- 17: a reader resumes from its cursor and receives every event after it, in commit
+  order, or an explicit 410 (``oldest_available_cursor``, ``head_cursor``,
+  ``snapshot_url``) when the cursor is older than retention — never a silent gap. A
+  cursor ahead of the head is refused (it is not from this feed).
+- 8 and tenant isolation: a principal sees only the events it may see (a runtime key no
+  person's own events, a person only runs they may see and their own notifications);
+  the position still moves past the others, so an idle cursor does not age out.
+
+The long-poll and the Server-Sent Events stream (``runbell.api.routers.events``) are
+HTTP and stay in the face; every database read they do is one of these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runbell.domain.errors import Gone, ValidationFailed
+from runbell.domain.principal import Principal
+from runbell.flows import views
+from runbell.flows.context import Runbell
+from runbell.store import feed, runs
+from runbell.store import notifications as notes
+
+SNAPSHOT_URL = "/v1/events/snapshot"
+SNAPSHOT_MAX = 200
+ACTIVE = ("queued", "working", "input_required", "stopping")  # the snapshot's runs
+
+
+def event_view(e: dict[str, Any]) -> dict[str, Any]:
+    """A feed event as the API and the stream show it (its cursor is ``id``)."""
+    return {
+        "id": str(e["seq"]),
+        "type": e["type"],
+        "run_id": e["run_id"],
+        "notification_id": e["notification_id"],
+        "at": views.iso(e["created_at"]),
+        "data": e["data"],
+    }
+
+
+def resolve_cursor(rb: Runbell, who: Principal, after: str | None, field: str = "after") -> int:
+    """The numeric position to read after (``earliest``, ``latest`` or a cursor); 422
+    naming ``field`` for something else, 410 if it fell out of retention."""
+    with rb.db.read() as conn:
+        head, pruned = feed.bounds(conn, who.tenant_id)
+    if after is None or after == "earliest":
+        return pruned
+    if after == "latest":
+        return head
+    if not after.isdigit() or len(after) > 19:
+        raise ValidationFailed(f"{field} must be a cursor, 'earliest' or 'latest'", field=field)
+    cursor = int(after)
+    if cursor > head:
+        raise ValidationFailed(
+            "cursor is ahead of this feed's head; it is not from this feed", field=field
+        )
+    if cursor < pruned:
+        raise Gone(
+            "the cursor is older than the feed's retention; load the snapshot and "
+            "resume from its head_cursor",
+            oldest_available_cursor=str(pruned),
+            head_cursor=str(head),
+            snapshot_url=SNAPSHOT_URL,
+        )
+    return cursor
+
+
+def read(
+    rb: Runbell, who: Principal, after: int, limit: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Up to ``limit`` events ``who`` may see after ``after`` (as stored: ``seq``,
+    ``type``, …; :func:`event_view` shows one), and the position to resume from."""
+    with rb.db.read() as conn:
+        return feed.read(conn, who, after, limit)
+
+
+def head_cursor(rb: Runbell, who: Principal) -> int:
+    """The newest position of the caller's tenant feed."""
+    with rb.db.read() as conn:
+        head, _ = feed.bounds(conn, who.tenant_id)
+    return head
+
+
+def snapshot(rb: Runbell, who: Principal) -> dict[str, Any]:
+    """Current state to load instead of replaying: the head cursor, the active runs the
+    caller may see and a person's open notifications (``truncated`` past 200 of either)."""
+    with rb.db.read() as conn:
+        head, _ = feed.bounds(conn, who.tenant_id)
+        active = runs.list_runs(conn, who, states=list(ACTIVE), after=None, limit=SNAPSHOT_MAX + 1)
+        open_notes = (
+            notes.list_for_recipient(
+                conn,
+                who.tenant_id,
+                who.user_id,
+                states=["open"],
+                before=None,
+                limit=SNAPSHOT_MAX + 1,
+            )
+            if who.user_id
+            else []
+        )
+    return {
+        "head_cursor": str(head),
+        "runs": [views.run_view(r) for r in active[:SNAPSHOT_MAX]],
+        "notifications": [views.notification_view(n) for n in open_notes[:SNAPSHOT_MAX]],
+        # More than fit: page on with GET /v1/runs?state=… and GET /v1/notifications.
+        "truncated": len(active) > SNAPSHOT_MAX or len(open_notes) > SNAPSHOT_MAX,
+    }

@@ -1,0 +1,192 @@
+"""Signal sources: register one (its trust, its state reader, its signing secret), list
+them, rotate a webhook source's secret, and take a provider's signed webhook in.
+
+Invariants kept here (DESIGN §2):
+
+- 3: an advisory source cannot be registered without a state reader to confirm its
+  signals, and a reader config that cannot work is refused at registration, naming the
+  field, instead of failing every later signal.
+- 14 and 11: a reader's URL passes the SSRF guard when registered (and again on every
+  call); its header values may be credentials, so they are sealed at rest and shown only
+  as ``***``. A signing secret is shown once (and in a replay of that answer).
+- A provider webhook is accepted only with a valid Standard Webhooks signature from one
+  of the source's live secrets; each mapped signal then goes through
+  :func:`runbell.flows.signals.accept_signal` (dedupe, reconcile, one transaction each).
+
+The API (``/v1/sources``) and ``runbell source create`` both call these.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from runbell.domain.errors import NotFound, ValidationFailed
+from runbell.flows import signals
+from runbell.flows.context import Runbell
+from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
+from runbell.flows.signals import Signal
+from runbell.ingress.mappers import MAPPERS
+from runbell.ingress.readers import reader_from_config
+from runbell.ingress.signatures import HEADER_ID, new_secret, verify_signed
+from runbell.store import accounts
+from runbell.store.db import Tx
+
+
+def source_view(src: dict[str, Any]) -> dict[str, Any]:
+    """A source as the API shows it: reader header values masked, secrets counted."""
+    reader = src.get("reader")
+    if reader:
+        # Header values may be credentials: show only that they are set.
+        reader = {**reader, "headers": dict.fromkeys(reader.get("headers") or {}, "***")}
+    return {
+        "id": src["id"],
+        "name": src["name"],
+        "kind": src["kind"],
+        "mapper": src["mapper"],
+        "trust": src["trust"],
+        "reader": reader,
+        "secrets": len(src.get("secrets") or []),
+        "webhook_url": f"/v1/sources/{src['id']}/webhook" if src["kind"] == "webhook" else None,
+    }
+
+
+def check_destination(rb: Runbell, url: str) -> None:
+    """Refuse an unsafe URL at registration; it is checked again on every call.
+
+    A name that does not resolve right now is accepted here (DNS may be down); the
+    per-call check, which dials only the address it checked, is the real guard.
+    """
+    from runbell.domain.ssrf import check_url
+    from runbell.outbound import make_resolver
+
+    try:
+        check_url(url, allow_hosts=rb.settings.outbound_allow_hosts, resolve=make_resolver())
+    except OSError:
+        return
+
+
+def create_source(
+    rb: Runbell, tenant_id: str, body: Mapping[str, Any], key: IdempotencyKey | None = None
+) -> Answer:
+    """Register a source (201); a webhook source's answer carries its signing secret, once.
+
+    ``body`` is ``{name, kind, mapper, trust, reader}`` as the API schema parsed it
+    (``reader``: the state reader config, or None). The checks run outside any
+    transaction (the SSRF check resolves names), after a retry's stored answer."""
+    return act_once(rb.db, rb.box, key, lambda: _creation(rb, tenant_id, body))
+
+
+def _creation(rb: Runbell, tenant_id: str, body: Mapping[str, Any]) -> Act:
+    kind, mapper, trust = body["kind"], body.get("mapper"), body["trust"]
+    if kind == "webhook" and mapper is None:
+        raise ValidationFailed("a webhook source needs a mapper: generic or openai", field="mapper")
+    if trust == "advisory" and body.get("reader") is None:
+        raise ValidationFailed(
+            "an advisory source needs a state reader to confirm signals", field="reader"
+        )
+    reader = None
+    if body.get("reader") is not None:
+        reader = dict(body["reader"])
+        # Build it once now: a config that cannot work is refused here, naming the field,
+        # instead of failing every later signal of this source.
+        with httpx.Client() as throwaway:
+            try:
+                reader_from_config(reader, throwaway)
+            except ValidationFailed as exc:
+                # Name the field as the caller wrote it: "reader.url_template".
+                raise ValidationFailed(
+                    exc.detail, field=f"reader.{exc.extra.get('field', 'type')}"
+                ) from exc
+        check_destination(rb, reader["url_template"].replace("{run_id}", "probe"))
+        reader["headers"] = {k: rb.box.seal(v) for k, v in reader["headers"].items()}
+    secret = new_secret() if kind == "webhook" else None
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+        source_id = accounts.create_source(
+            tx.conn,
+            tenant_id,
+            tx.now,
+            name=body["name"],
+            kind=kind,
+            trust=trust,
+            mapper=mapper,
+            reader=reader,
+            sealed_secrets=[rb.box.seal(secret)] if secret else None,
+        )
+        out = source_view(accounts.get_source(tx.conn, tenant_id, source_id))
+        if secret:
+            out["signing_secret"] = secret  # shown once (and in a replay of this answer)
+        return 201, out
+
+    return act
+
+
+def list_sources(rb: Runbell, tenant_id: str) -> dict[str, Any]:
+    """The tenant's sources, as views."""
+    with rb.db.read() as conn:
+        return {"sources": [source_view(s) for s in accounts.list_sources(conn, tenant_id)]}
+
+
+def rotate_secret(
+    rb: Runbell, tenant_id: str, source_id: str, key: IdempotencyKey | None = None
+) -> Answer:
+    """A new signing secret (200, shown once); the previous one stays valid until the
+    next rotation."""
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+        secret = new_secret()
+        src = accounts.get_source(tx.conn, tenant_id, source_id)
+        if src["kind"] != "webhook":
+            raise ValidationFailed("only webhook sources have signing secrets", field="source_id")
+        sealed = [rb.box.seal(secret), *(src.get("secrets") or [])][:2]
+        accounts.update_source_secrets(tx.conn, tenant_id, source_id, sealed)
+        src = accounts.get_source(tx.conn, tenant_id, source_id)
+        return 200, {**source_view(src), "signing_secret": secret}
+
+    return act_once(rb.db, rb.box, key, lambda: act)
+
+
+def provider_webhook(
+    rb: Runbell, source_id: str, body: bytes, headers: Mapping[str, str]
+) -> dict[str, Any]:
+    """A Standard Webhooks-signed provider event: verified against the source's live
+    secrets (401 otherwise), mapped to signals, each accepted in its own transaction.
+    Returns ``{accepted, results: [{run_id, event_id, outcome}]}``."""
+    with rb.db.read() as conn:
+        try:
+            src = accounts.get_source(conn, None, source_id)
+        except NotFound:
+            raise NotFound(f"no webhook source {source_id!r}") from None
+    if src["kind"] != "webhook":
+        raise NotFound(f"no webhook source {source_id!r}")
+    secrets = [rb.box.open(s) for s in src.get("secrets") or []]
+    verify_signed(body, headers, secrets, now=rb.db.clock())
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurd nesting
+        raise ValidationFailed("body is not JSON", field="body") from exc
+    mapped = MAPPERS[src["mapper"] or "generic"](payload, headers[HEADER_ID])
+    results = []
+    for m in mapped:
+        res = signals.accept_signal(
+            rb,
+            src["tenant_id"],
+            src,
+            m.run_id,
+            Signal(
+                event_id=m.event_id,
+                state=m.state,
+                sequence=m.sequence,
+                at=m.at,
+                reason=m.reason,
+                error=m.error,
+            ),
+        )
+        # No reason text here: it can name the state reader's URL, which the
+        # provider has no business seeing.
+        results.append({"run_id": m.run_id, "event_id": m.event_id, "outcome": res.outcome})
+    return {"accepted": len(results), "results": results}
