@@ -26,9 +26,9 @@ from runbell.channels.base import (
     Sent,
     TransientDeliveryError,
 )
-from runbell.channels.chat import (
+from runbell.channels.chat import ChatChannel
+from runbell.channels.chat_urls import (
     SUPPORTED_SCHEMES,
-    ChatChannel,
     ChatEndpoint,
     check_destination,
     parse_destination,

@@ -1,12 +1,8 @@
-"""Input requests: a blocked run asks; a person answers it once; unanswered ones expire.
+"""Input requests: a blocked run asks (:func:`open_request`), people read it, unanswered
+ones expire. Answering one is :mod:`runbell.flows.answers`.
 
-A blocked run asks for input (:func:`open_request`); a person answers it
-(:func:`respond`) against the request id, the run version and the request version they
-saw, with an Idempotency-Key. Every public function is one unit of work: one transaction,
-the run row locked first, then the request row, so the checks and the effects commit
-together or not at all. Failures raise the errors of :mod:`runbell.domain.errors`; a
-refused answer is a :class:`~runbell.domain.errors.Conflict` whose ``current`` says what
-happened instead.
+Every public function is one unit of work: one transaction, the run row locked first,
+then the request row, so the checks and the effects commit together or not at all.
 
 Invariants kept here (DESIGN §2):
 
@@ -38,16 +34,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from sqlalchemy.exc import IntegrityError
 
-from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.runs import RunState
-from runbell.flows import idempotency, transitions, views
+from runbell.flows import transitions, views
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
-from runbell.ids import new_id
 from runbell.store import accounts, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
@@ -56,14 +50,7 @@ from runbell.store.db import PendingEvent, Tx
 log = structlog.get_logger(__name__)
 
 KINDS = ("approval", "choice", "text")
-DECISIONS: dict[str, tuple[str, ...]] = {
-    "approval": ("approve", "reject"),
-    "choice": ("answer",),
-    "text": ("answer",),
-}
-MAX_TEXT = 10_000
 MAX_OPTIONS = 50
-NOT_AUTHORIZED = "only the run's owner or the people it names can answer this request"
 
 
 # --- opening -------------------------------------------------------------------------
@@ -94,7 +81,9 @@ def _opening(
     """Validate an open request's body now; the action to run in the transaction returns
     (201, the result) or (200, the request as it is) for a retry of the same id."""
     fields = _request_fields(body)
-    digest = _digest({"run_id": run_id, **fields, "expires_at": views.iso(fields["expires_at"])})
+    digest = fingerprint(
+        {"run_id": run_id, **fields, "expires_at": views.iso(fields["expires_at"])}
+    )
 
     def act(tx: Tx) -> tuple[int, dict[str, Any]]:
         opened = _open_in(rb, tx, who, run_id, fields, digest)
@@ -116,7 +105,7 @@ def _open_in(
                 f"input_request_id {request_id!r} was already used for a different "
                 "request; open a new request under a new id",
                 field="input_request_id",
-                current=_current(run, existing),
+                current=current_of(run, existing),
             )
         return _opened(conn, existing, run, [], created=False)
     expires_at = fields["expires_at"]
@@ -351,268 +340,6 @@ def request_actionable(req: dict[str, Any], run: dict[str, Any], now: datetime) 
     return True, "awaiting an answer"
 
 
-# --- answering -----------------------------------------------------------------------
-
-
-def respond(
-    rb: Runbell,
-    who: Principal,
-    request_id: str,
-    body: dict[str, Any],
-    idempotency_key: str | None,
-) -> dict[str, Any]:
-    """Answer a request once: ``{response, input_request, run}`` (see :func:`answer`)."""
-    return answer(rb, who, request_id, body, idempotency_key).content()
-
-
-def answer(
-    rb: Runbell,
-    who: Principal,
-    request_id: str,
-    body: dict[str, Any],
-    idempotency_key: str | None,
-) -> Answer:
-    """Answer a request once; the exact answer to send (a replay is the stored one).
-
-    Checks, in one transaction with the run and the request locked: the request exists in
-    your tenant (404), you may answer it (403), an Idempotency-Key (422), a replay of that
-    key (the stored 200 body, or 422 for another body), then the request is pending and
-    not expired and the run and request versions are the ones you saw (409 with
-    ``current``), then the decision fits the kind (422). A request found expired is
-    marked expired even though the answer is refused.
-    """
-    fields = _answer_fields(body)
-    digest = _digest({"input_request_id": request_id, **fields})
-    try:
-        return _respond(rb, who, request_id, fields, idempotency_key, digest)
-    except IntegrityError:
-        # A concurrent answer won the insert (one response per request) or stored this
-        # Idempotency-Key first: the second pass answers from what it committed.
-        return _respond(rb, who, request_id, fields, idempotency_key, digest)
-
-
-def _respond(
-    rb: Runbell,
-    who: Principal,
-    request_id: str,
-    answer: dict[str, Any],
-    key: str | None,
-    digest: str,
-) -> Answer:
-    with rb.db.transaction() as tx:
-        outcome = _respond_in_tx(rb, tx, who, request_id, answer, key, digest)
-    if isinstance(outcome, Conflict):
-        raise outcome  # raised after commit: the request was marked expired
-    return outcome
-
-
-def _respond_in_tx(
-    rb: Runbell,
-    tx: Tx,
-    who: Principal,
-    request_id: str,
-    answer: dict[str, Any],
-    key: str | None,
-    digest: str,
-) -> Answer | Conflict:
-    conn, tenant_id = tx.conn, who.tenant_id
-    found = requests.get(conn, tenant_id, request_id)
-    if found is None:
-        raise NotFound(f"no input request {request_id!r}")
-    run = runs.require_run(conn, tenant_id, found["run_id"], for_update=True)
-    req = requests.get(conn, tenant_id, request_id, for_update=True)
-    assert req is not None  # requests are never deleted
-    if not may_answer(conn, who, run):
-        raise Forbidden(NOT_AUTHORIZED)
-    assert who.user_id is not None
-    if not key or not key.strip():
-        raise ValidationFailed(
-            "send an Idempotency-Key header (any unique string, reused only to retry "
-            "this same answer)",
-            field="Idempotency-Key",
-        )
-    ik = IdempotencyKey(tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
-    # Looked up under the run's lock: a concurrent answer under this key has committed
-    # (and is replayed) or has not started.
-    replay = idempotency.stored(conn, rb.box, ik)
-    if replay is not None:
-        log.info("input_request.replayed", input_request_id=request_id)
-        return replay
-
-    refused = _check_current(tx, req, run, answer)
-    if refused is not None:
-        return refused
-    _check_decision(req, answer)
-    idempotency.claim(tx, rb.box, ik)  # unused so far (looked up above, under the lock)
-
-    decision, value = answer["decision"], answer["value"]
-    requests.insert_response(
-        conn,
-        {
-            "tenant_id": tenant_id,
-            "input_request_id": request_id,
-            "id": new_id("rsp"),
-            "user_id": who.user_id,
-            "decision": decision,
-            "value": value,
-            "expected_run_version": answer["expected_run_version"],
-            "expected_request_version": answer["expected_request_version"],
-            "idempotency_key": key,
-            "created_at": tx.now,
-        },
-    )
-    requests.close(conn, tenant_id, request_id, "answered", tx.now)
-    version = run["version"] + 1
-    tx.emit(
-        tenant_id,
-        PendingEvent(
-            "input_request.answered",
-            {
-                "input_request_id": request_id,
-                "run_id": run["run_id"],
-                "decision": decision,
-                "value": value,
-                "answered_by": who.user_id,
-                "answered_at": views.iso(tx.now),
-                "version": version,
-                "request_version": req["version"],
-            },
-            run_id=run["run_id"],
-        ),
-    )
-    # Resolved everywhere: this closes every channel's pending deliveries at once.
-    for note in notes.open_for_run(conn, tenant_id, run["run_id"]):
-        if note.get("input_request_id") == request_id:
-            close_notification(tx, note, "resolved", f"answered by {who.user_id}")
-    run, _ = transitions.apply(
-        rb,
-        tx,
-        run,
-        RunState.WORKING.value,
-        sequence=None,
-        source_id=None,
-        event_id=None,
-        reason=f"answered: {decision}",
-        error=None,
-        effects_verified=None,
-    )
-    req = requests.get(conn, tenant_id, request_id)
-    assert req is not None
-    result: dict[str, Any] = {
-        "response": {
-            "input_request_id": request_id,
-            "decision": decision,
-            "value": value,
-            "answered_by": {"id": req["answered_by_id"], "email": req["answered_by_email"]},
-            "answered_at": views.iso(req["answered_at"]),
-            "expected_run_version": answer["expected_run_version"],
-            "expected_request_version": answer["expected_request_version"],
-        },
-        # Without details: this body is stored for replays, and details stay in one place.
-        "input_request": views.input_request_view(req),
-        "run": views.run_view(run),
-    }
-    log.info("input_request.answered", input_request_id=request_id, decision=decision)
-    # Keys sorted, as documented; the answer is stored byte for byte for replays.
-    return idempotency.settle(tx, rb.box, ik, 200, _canonical(result))
-
-
-def _check_current(
-    tx: Tx, req: dict[str, Any], run: dict[str, Any], answer: dict[str, Any]
-) -> Conflict | None:
-    """Raise the 409 for a request that cannot take this answer now.
-
-    An expiry found here is committed (the request is marked expired), so that one is
-    returned for the caller to raise after the commit rather than raised.
-    """
-    state = req["state"]
-    if state == "answered":
-        raise Conflict(
-            f"This request was already answered by {req['answered_by_email']} "
-            f"at {_words(req['answered_at'])}.",
-            current=_current(run, req),
-        )
-    if state == "superseded":
-        raise Conflict(
-            f"A newer request replaced this one ({req['superseded_by']}).",
-            current=_current(run, req),
-        )
-    if state == "cancelled":
-        raise Conflict(
-            f"This request was cancelled at {_words(req['closed_at'])}: the run stopped "
-            f"waiting for it (it is now {run['state']}).",
-            current=_current(run, req),
-        )
-    expires_at = req["expires_at"]
-    if state == "expired" or (expires_at is not None and expires_at <= tx.now):
-        if state == "pending":
-            expire_in_tx(tx, req, run)
-            req = {**req, "state": "expired", "closed_at": tx.now}
-        return Conflict(
-            f"This request expired at {_words(expires_at or req['closed_at'])}.",
-            current=_current(run, req),
-        )
-    if run["state"] != RunState.INPUT_REQUIRED:
-        raise Conflict(
-            f"The run is no longer waiting for input (it is now {run['state']}).",
-            current=_current(run, req),
-        )
-    if run["version"] != answer["expected_run_version"]:
-        raise Conflict(
-            "The run changed since this page was loaded "
-            f"(version {answer['expected_run_version']} → {run['version']}).",
-            current=_current(run, req),
-        )
-    if req["version"] != answer["expected_request_version"]:
-        raise Conflict(
-            "The request changed since this page was loaded "
-            f"(version {answer['expected_request_version']} → {req['version']}).",
-            current=_current(run, req),
-        )
-    return None
-
-
-def _check_decision(req: dict[str, Any], answer: dict[str, Any]) -> None:
-    kind, decision, value = req["kind"], answer["decision"], answer["value"]
-    allowed = DECISIONS[kind]
-    if decision not in allowed:
-        raise ValidationFailed(
-            f"an {kind} request takes decision {' or '.join(allowed)}, not {decision}"
-            if kind == "approval"
-            else f"a {kind} request takes decision answer, not {decision}",
-            field="decision",
-        )
-    if kind == "approval":
-        if value is not None:
-            raise ValidationFailed("an approval takes no value", field="value")
-    elif kind == "choice":
-        ids = [o["id"] for o in req.get("options") or []]
-        if value not in ids:
-            raise ValidationFailed(
-                f"value must be one of the option ids: {', '.join(ids)}", field="value"
-            )
-    elif not isinstance(value, str) or not value.strip():
-        raise ValidationFailed("a text request needs a non-empty value", field="value")
-
-
-def _answer_fields(body: dict[str, Any]) -> dict[str, Any]:
-    decision = body.get("decision")
-    if decision not in ("approve", "reject", "answer"):
-        raise ValidationFailed("decision must be approve, reject or answer", field="decision")
-    value = body.get("value")
-    if value is not None and not isinstance(value, str):
-        raise ValidationFailed("value must be a string", field="value")
-    if value is not None and len(value) > MAX_TEXT:
-        raise ValidationFailed(f"value is at most {MAX_TEXT} characters", field="value")
-    out: dict[str, Any] = {"decision": decision, "value": value}
-    for name in ("expected_run_version", "expected_request_version"):
-        given = body.get(name)
-        if isinstance(given, bool) or not isinstance(given, int) or given < 1:
-            raise ValidationFailed(f"{name} must be a positive integer", field=name)
-        out[name] = given
-    return out
-
-
 # --- expiry and cancellation ---------------------------------------------------------
 
 
@@ -670,22 +397,11 @@ def expire_in_tx(tx: Tx, req: dict[str, Any], run: dict[str, Any]) -> None:
 # --- helpers -------------------------------------------------------------------------
 
 
-def _current(run: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
+def current_of(run: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
     """The ``current`` of a 409: the run and the request now, without details."""
     return {"run": views.run_view(run), "input_request": views.input_request_view(req)}
 
 
-def _digest(doc: dict[str, Any]) -> str:
+def fingerprint(doc: dict[str, Any]) -> str:
+    """A stable hash of a request's (or an answer's) fields."""
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _canonical(doc: Any) -> Any:
-    if isinstance(doc, dict):
-        return {k: _canonical(doc[k]) for k in sorted(doc)}
-    if isinstance(doc, list):
-        return [_canonical(v) for v in doc]
-    return doc
-
-
-def _words(at: datetime | None) -> str:
-    return "an unknown time" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runbell import metrics
-from runbell.channels.chat import check_destination as check_chat
-from runbell.channels.chat import redact
+from runbell.channels.chat_urls import check_destination as check_chat
+from runbell.channels.chat_urls import redact
 from runbell.domain.dispatch import ALL_URGENCIES
 from runbell.domain.errors import Conflict, NotFound
 from runbell.domain.principal import Principal

@@ -28,8 +28,7 @@ from fastapi.responses import RedirectResponse, Response
 from runbell.api.deps import Core
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.flows import inbox, pages, receipts, views
-from runbell.flows import input_requests as actions
+from runbell.flows import answers, inbox, pages, receipts, views
 from runbell.flows.context import Runbell
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
@@ -327,7 +326,7 @@ def respond_form(run_id: str, request_id: str, signed: Checked, core: Core) -> R
     if not pages.is_request_of_run(core, v.who, run_id, request_id):
         return no_access(v, 404)
     try:
-        actions.respond(core, v.who, request_id, body, key)
+        answers.respond(core, v.who, request_id, body, key)
     except Conflict as exc:
         return again(conflict=refusal_text(v, exc), status=409)
     except Forbidden as exc:

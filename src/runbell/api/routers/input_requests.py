@@ -11,6 +11,7 @@ from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, InputRequestIn, ResponseIn
+from runbell.flows import answers
 from runbell.flows import input_requests as actions
 
 router = APIRouter(tags=["input requests"])
@@ -59,4 +60,4 @@ def respond(
     ] = None,
 ) -> Response:
     """Answer once. 409 with ``current`` when the request or run moved on."""
-    return answered(actions.answer(core, who, request_id, body.model_dump(), idempotency_key))
+    return answered(answers.answer(core, who, request_id, body.model_dump(), idempotency_key))
