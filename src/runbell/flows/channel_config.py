@@ -3,6 +3,10 @@ private half sealed) and the SMTP relay from settings.
 
 Kept here rather than in the worker's wiring because the faces need them too: browsers
 subscribe with the VAPID public key, and the sign-in page mails links through SMTP.
+
+Invariants kept here (DESIGN §2): secrets sealed at rest — the VAPID private key is
+stored only through the secret box, and a second process that races the first start uses
+the first key (browsers bind subscriptions to it, so it never changes silently).
 """
 
 from __future__ import annotations

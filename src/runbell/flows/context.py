@@ -5,6 +5,10 @@ faces (API, web app, CLI, worker, scheduler), which pass it to the flow they cal
 the database (with its clock and wake-up hub), the secret box, the settings, the presence
 registry, how state readers are built, and the per-process policy cache. A flow module
 takes it as its first argument (``rb``) and owns the transaction it opens.
+
+Invariants kept here (DESIGN §2): none of its own — it only makes sure every unit of work
+registers the tenant-webhook fan-out (``flows.fanout``), so invariant 12 holds for webhook
+messages whichever flow committed the events.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ Runs as a ``Database.before_flush`` hook, so a webhook message exists if and onl
 its event committed (no flush-after-commit gap, no message for a rolled-back change).
 Each message is deduped in the database by (tenant, channel, endpoint, event key) and
 its payload is fixed now, so retries and replays send identical bytes under one id.
+
+Invariants kept here (DESIGN §2): 12 (a message commits with its event, or not at all),
+14 (one stable message identity, so a retried or replayed webhook is the same message),
+5 (progress events are never forwarded), 11 (thin payloads: ids, states, public reason,
+report texts, links — never details or errors).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Idempotency-Key: a POST that creates or acts runs at most once per key (DESIGN §6).
+"""Idempotency-Key: a POST that creates or acts runs at most once per key (DESIGN §6;
+invariant 9 for answers, and its "a repeated action returns the original result" for
+every other create/act POST).
 
 The one mechanism every such endpoint uses. A client sends ``Idempotency-Key: <1 to 200
 characters>``; the key is scoped to the caller (tenant, and API key id or user id) and

@@ -2,6 +2,10 @@
 
 Sensitive run ``details`` appear only where the caller asked for them and may see them;
 the neutral views here never include them.
+
+Invariants kept here (DESIGN §2): 11 (details and errors only in the views that ask for
+them, for callers who may see the run); 9 (``actionable`` says why an action can no longer
+run, in the words the faces show).
 """
 
 from __future__ import annotations
