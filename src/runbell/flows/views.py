@@ -3,8 +3,9 @@
 Sensitive run ``details`` appear only where the caller asked for them and may see them;
 the neutral views here never include them.
 
-Invariants kept here (DESIGN §2): 11 (details and errors only in the views that ask for
-them, for callers who may see the run); 9 (``actionable`` says why an action can no longer
+Invariants kept here (DESIGN §2): 11 (``details`` only in the views that ask for them, and
+a run's ``error`` only in run views for callers who may see the run — never in the feed
+and webhook payloads, ``run_event``); 9 (``actionable`` says why an action can no longer
 run, in the words the faces show).
 """
 
