@@ -47,6 +47,13 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="Re-check interval if a wake-up was missed."
     )
     mismatch_max_checks: int = Field(default=5, ge=1)
+    writer_max_batch: int = Field(
+        default=64,
+        ge=1,
+        le=1000,
+        description="Signals one process commits together at most (group commit); 1 turns "
+        "batching off.",
+    )
     # NoDecode: list settings are parsed by _list_setting below, not as JSON only.
     mismatch_backoff_s: Annotated[tuple[float, ...], NoDecode] = Field(
         default=(5.0, 30.0, 120.0, 600.0, 1800.0), min_length=1

@@ -4,6 +4,8 @@ attention policy's decisions, supersession and run updates (DESIGN §2 inv. 1, 2
 
 from __future__ import annotations
 
+import pytest
+
 from typing import Any
 
 import sqlalchemy as sa
@@ -233,9 +235,11 @@ def test_requested_completion_is_a_normal_push(client: TestClient, creds: Tenant
 
 
 def test_push_queues_email_under_default_consent_and_an_inbox_row(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Runbell, creds: TenantCreds, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Inv. 12: a push commits with its outbox: an accepted inbox row and a queued email."""
+    mailing = core.settings.model_copy(update={"smtp_host": "127.0.0.1"})
+    monkeypatch.setattr(core, "settings", mailing)
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
     (note,) = signal(client, creds, "r1", "e1", "completed")["notifications"]
     by_channel = {d["channel"]: d for d in deliveries(core, creds, note["id"])}
@@ -244,6 +248,18 @@ def test_push_queues_email_under_default_consent_and_an_inbox_row(
     assert by_channel["email"]["destination"] == creds.owner_email
     assert by_channel["email"]["next_attempt_at"] is not None
     assert by_channel["inbox"]["status"] == "accepted"
+
+
+def test_a_server_without_email_queues_no_email(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """No SMTP relay configured: a push queues no email row the worker could only skip
+    (the issue measured two extra write transactions per signal for them)."""
+    assert core.settings.smtp_host is None
+    put_run(client, creds, "r1", state="working", notify_on_complete=True)
+    (note,) = signal(client, creds, "r1", "e1", "completed")["notifications"]
+    assert note["decision"] == "push"
+    assert {d["channel"] for d in deliveries(core, creds, note["id"])} == {"inbox"}
 
 
 def test_new_notification_is_announced_on_the_feed(

@@ -26,15 +26,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 import structlog
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from runbell.store import fast
 from runbell.store import tables as t
+from runbell.store.fast import Statement
 from runbell.store.hub import Hub
+
+if TYPE_CHECKING:
+    from runbell.store.writer import GroupCommitter
 
 log = structlog.get_logger(__name__)
 
@@ -215,25 +220,50 @@ class Tx:
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     dialect: str = "sqlite"
     wake_outbox: bool = False  # set when deliveries became due: wake the workers
+    # Facts read once per transaction (a tenant's policy, a member's role and consent, the
+    # endpoints subscribed to an event type): with group commit one transaction serves a
+    # batch of signals, so each is read once per batch. Only facts no unit of work in the
+    # transaction changes belong here.
+    cache: dict[Any, Any] = field(default_factory=dict)
+    # Notifications written in this transaction, by id, as written (answers need no re-read).
+    written: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def emit(self, tenant_id: str, ev: PendingEvent) -> None:
         self.events.setdefault(tenant_id, []).append(ev)
 
+    def mark(self) -> tuple[dict[str, int], int, bool]:
+        """Where this unit of work starts (see :meth:`rewind`)."""
+        return (
+            {k: len(v) for k, v in self.events.items()},
+            len(self.after_commit),
+            self.wake_outbox,
+        )
+
+    def rewind(self, mark: tuple[dict[str, int], int, bool]) -> None:
+        """Forget the feed events, after-commit callbacks and wake-up a unit of work added
+        since ``mark``: its savepoint was rolled back, so none of it happened."""
+        lengths, callbacks, wake = mark
+        for tenant_id in list(self.events):
+            del self.events[tenant_id][lengths.get(tenant_id, 0) :]
+        del self.after_commit[callbacks:]
+        self.wake_outbox = wake
+
     def flush_events(self) -> dict[str, int]:
-        """Write buffered feed events; returns the head sequence per tenant."""
+        """Write buffered feed events; returns the head sequence per tenant.
+
+        Tenants in id order, so two batches that both touch two tenants lock their
+        counter rows in the same order."""
         heads: dict[str, int] = {}
-        for tenant_id, evs in self.events.items():
+        for tenant_id in sorted(self.events):
+            evs = self.events[tenant_id]
             if not evs:
                 continue
-            head = self.conn.execute(
-                sa.update(t.tenants)
-                .where(t.tenants.c.id == tenant_id)
-                .values(feed_seq=t.tenants.c.feed_seq + len(evs))
-                .returning(t.tenants.c.feed_seq)
-            ).scalar_one()
+            row = _BUMP_FEED.first(self.conn, tenant_id=tenant_id, n=len(evs))
+            assert row is not None, f"no tenant {tenant_id!r}"
+            head = int(row["feed_seq"])
             first = head - len(evs) + 1
-            self.conn.execute(
-                t.feed_events.insert(),
+            _INSERT_FEED.many(
+                self.conn,
                 [
                     {
                         "tenant_id": tenant_id,
@@ -253,6 +283,16 @@ class Tx:
         return heads
 
 
+_BUMP_FEED = Statement(
+    lambda: (
+        sa.update(t.tenants)
+        .where(t.tenants.c.id == sa.bindparam("tenant_id"))
+        .values(feed_seq=t.tenants.c.feed_seq + sa.bindparam("n", type_=sa.BigInteger))
+        .returning(t.tenants.c.feed_seq)
+    )
+)
+_INSERT_FEED = fast.insert(t.feed_events)
+
 OUTBOX_KEY = "*outbox"  # a hub channel no tenant id can collide with
 
 
@@ -266,6 +306,7 @@ class Database:
         clock: Callable[[], datetime],
         hub: Hub | None = None,
         sqlite_busy_timeout_s: float = 30.0,
+        writer_max_batch: int = 64,
     ):
         self.url = url
         self.engine = make_engine(url, sqlite_busy_timeout_s=sqlite_busy_timeout_s)
@@ -277,6 +318,20 @@ class Database:
         # events into tenant-webhook deliveries in the same commit.
         self.before_flush: list[Callable[[Tx], None]] = []
         self._outbox_ticks = itertools.count(1)
+        self.writer_max_batch = writer_max_batch
+        self._writer: GroupCommitter | None = None
+        self._writer_lock = threading.Lock()
+
+    @property
+    def writer(self) -> GroupCommitter:
+        """The process's group committer (:mod:`runbell.store.writer`), started on first use."""
+        if self._writer is None:
+            from runbell.store.writer import GroupCommitter
+
+            with self._writer_lock:
+                if self._writer is None:
+                    self._writer = GroupCommitter(self, max_batch=self.writer_max_batch)
+        return self._writer
 
     @property
     def is_postgres(self) -> bool:
@@ -319,4 +374,6 @@ class Database:
         self.availability.succeeded(started, write=False)
 
     def dispose(self) -> None:
+        if self._writer is not None:
+            self._writer.stop()
         self.engine.dispose()
