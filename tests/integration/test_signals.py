@@ -234,12 +234,19 @@ def test_requested_completion_is_a_normal_push(client: TestClient, creds: Tenant
     )
 
 
+@pytest.fixture
+def mailing(core: Runbell, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This server sends email (an SMTP relay is configured; nothing is sent here)."""
+    monkeypatch.setattr(
+        core, "settings", core.settings.model_copy(update={"smtp_host": "127.0.0.1"})
+    )
+
+
+@pytest.mark.usefixtures("mailing")
 def test_push_queues_email_under_default_consent_and_an_inbox_row(
-    client: TestClient, core: Runbell, creds: TenantCreds, monkeypatch: pytest.MonkeyPatch
+    client: TestClient, core: Runbell, creds: TenantCreds
 ) -> None:
     """Inv. 12: a push commits with its outbox: an accepted inbox row and a queued email."""
-    mailing = core.settings.model_copy(update={"smtp_host": "127.0.0.1"})
-    monkeypatch.setattr(core, "settings", mailing)
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
     (note,) = signal(client, creds, "r1", "e1", "completed")["notifications"]
     by_channel = {d["channel"]: d for d in deliveries(core, creds, note["id"])}
@@ -355,7 +362,8 @@ def test_tenant_policy_override_changes_the_decision(
     put_run(client, creds, "r0", state="working")
     (before,) = signal(client, creds, "r0", "e0", "completed")["notifications"]
     assert before["rule_id"] == "completed.default"
-    policy.set_policy(core,
+    policy.set_policy(
+        core,
         creds.tenant_id,
         {
             "rule": [
@@ -404,6 +412,7 @@ def test_newer_transition_supersedes_open_input_request_alert(
     assert [e["notification_id"] for e in closed] == [n1["id"]]
 
 
+@pytest.mark.usefixtures("mailing")
 def test_superseded_alert_cancels_its_pending_deliveries(
     client: TestClient, core: Runbell, creds: TenantCreds
 ) -> None:

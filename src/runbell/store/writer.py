@@ -41,6 +41,8 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 import structlog
 
+from runbell.store.availability import unavailable_reason
+
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
@@ -165,11 +167,41 @@ class GroupCommitter:
                         job.future.set_exception(exc)
 
     def _batch(self, jobs: list[_Job[Any]]) -> list[_Job[Any]]:
-        """Run ``jobs`` in one transaction; answer them after it commits. Returns the jobs
-        to run again (transient failures)."""
-        answers: list[tuple[_Job[Any], bool, Any]] = []
-        retry: list[_Job[Any]] = []
+        """Run ``jobs`` in one transaction and answer them after it commits; returns the
+        jobs to run again (transient failures).
+
+        First all together, without savepoints (two round trips fewer per unit). If one
+        of them fails, that transaction is rolled back whole — nothing of it happened —
+        and the batch runs again with a savepoint per unit, so the failing one answers
+        its own error and the others commit."""
         started = time.monotonic()
+        try:
+            values = self._together(jobs)
+        except _UnitFailed as failed:
+            if len(jobs) > 1:
+                return self._one_by_one(jobs)
+            return self._settle([(jobs[0], False, failed.exc)])
+        except Exception as exc:
+            if len(jobs) > 1 and unavailable_reason(exc) is None:
+                return self._one_by_one(jobs)
+            for job in jobs:  # nothing of this batch committed: every caller hears why
+                job.future.set_exception(exc)
+            return []
+        log.debug("writer.batch", units=len(jobs), ms=round((time.monotonic() - started) * 1000, 1))
+        return self._settle([(job, True, value) for job, value in zip(jobs, values, strict=True)])
+
+    def _together(self, jobs: list[_Job[Any]]) -> list[Any]:
+        values = []
+        with self.db.transaction() as tx:
+            for job in jobs:
+                try:
+                    values.append(job.unit(tx))
+                except Exception as exc:
+                    raise _UnitFailed(exc) from exc
+        return values
+
+    def _one_by_one(self, jobs: list[_Job[Any]]) -> list[_Job[Any]]:
+        answers: list[tuple[_Job[Any], bool, Any]] = []
         try:
             with self.db.transaction() as tx:
                 for job in jobs:
@@ -182,28 +214,36 @@ class GroupCommitter:
                         if savepoint.is_active:
                             savepoint.rollback()
                         tx.rewind(mark)
-                        if _transient(exc) and job.tries < RETRIES:
-                            job.tries += 1
-                            retry.append(job)
-                        else:
-                            answers.append((job, False, exc))
+                        answers.append((job, False, exc))
                         continue
                     answers.append((job, True, value))
         except Exception as exc:
-            # Nothing of this batch committed: every caller hears why.
             for job in jobs:
-                if not job.future.done():
-                    job.future.set_exception(exc)
+                job.future.set_exception(exc)
             return []
-        self.batches += 1
-        self.units += len(answers)
-        log.debug("writer.batch", units=len(jobs), ms=round((time.monotonic() - started) * 1000, 1))
+        return self._settle(answers)
+
+    def _settle(self, answers: list[tuple[_Job[Any], bool, Any]]) -> list[_Job[Any]]:
+        """Answer each caller (their commit is durable, or their unit failed); a transient
+        failure (deadlock, serialization) goes round again instead, a few times."""
+        retry = []
         for job, ok, value in answers:
             if ok:
+                self.units += 1
                 job.future.set_result(value)
+            elif _transient(value) and job.tries < RETRIES:
+                job.tries += 1
+                retry.append(job)
             else:
                 job.future.set_exception(value)
+        self.batches += 1
         return retry
+
+
+class _UnitFailed(Exception):
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
 
 
 def lock_key(*parts: Hashable) -> tuple[str, ...]:
