@@ -33,6 +33,7 @@ def db_url(pg_template: str | None) -> Iterator[str]:
     """PostgreSQL only: these are its plans (SQLite runs the same statements elsewhere)."""
     yield from pg_database(pg_template)
 
+
 HISTORY = 30_000
 
 
@@ -136,18 +137,18 @@ def test_the_dedupe_lookup_and_the_run_lock_are_primary_key_reads(
         ),
         "pk_inbound_events",
     )
-    assert_indexed(
-        plan(core, runs._LOCK_RUN, tenant_id=seeded["tenant"], run_id="h77"), "pk_runs"
-    )
+    assert_indexed(plan(core, runs._LOCK_RUN, tenant_id=seeded["tenant"], run_id="h77"), "pk_runs")
 
 
 def test_a_feed_page_is_a_primary_key_range(core: Runbell, seeded: dict[str, Any]) -> None:
     fe = t.feed_events
     page = fast.Statement(
-        lambda: sa.select(fe.c.seq, fe.c.type, fe.c.data)
-        .where(fe.c.tenant_id == sa.bindparam("tenant_id"), fe.c.seq > sa.bindparam("after"))
-        .order_by(fe.c.seq)
-        .limit(100)
+        lambda: (
+            sa.select(fe.c.seq, fe.c.type, fe.c.data)
+            .where(fe.c.tenant_id == sa.bindparam("tenant_id"), fe.c.seq > sa.bindparam("after"))
+            .order_by(fe.c.seq)
+            .limit(100)
+        )
     )
     assert_indexed(
         plan(core, page, tenant_id=seeded["tenant"], after=HISTORY - 500), "pk_feed_events"

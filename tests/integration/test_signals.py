@@ -4,10 +4,9 @@ attention policy's decisions, supersession and run updates (DESIGN §2 inv. 1, 2
 
 from __future__ import annotations
 
-import pytest
-
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
@@ -231,14 +230,6 @@ def test_requested_completion_is_a_normal_push(client: TestClient, creds: Tenant
         "push",
         "normal",
         "completed.requested",
-    )
-
-
-@pytest.fixture
-def mailing(core: Runbell, monkeypatch: pytest.MonkeyPatch) -> None:
-    """This server sends email (an SMTP relay is configured; nothing is sent here)."""
-    monkeypatch.setattr(
-        core, "settings", core.settings.model_copy(update={"smtp_host": "127.0.0.1"})
     )
 
 

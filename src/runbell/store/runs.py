@@ -239,33 +239,6 @@ def insert_inbound(conn: Connection, values: dict[str, Any]) -> None:
     _INSERT_INBOUND.execute(conn, **{name: values.get(name) for name in INBOUND_COLUMNS})
 
 
-def finish_inbound(
-    conn: Connection,
-    tenant_id: str,
-    source_id: str,
-    event_id: str,
-    *,
-    outcome: str,
-    reason: str | None,
-    run_version: int | None,
-    notification_ids: list[str],
-) -> None:
-    conn.execute(
-        sa.update(t.inbound_events)
-        .where(
-            t.inbound_events.c.tenant_id == tenant_id,
-            t.inbound_events.c.source_id == source_id,
-            t.inbound_events.c.event_id == event_id,
-        )
-        .values(
-            outcome=outcome,
-            reason=reason,
-            run_version=run_version,
-            notification_ids=notification_ids,
-        )
-    )
-
-
 def prune_inbound(conn: Connection, before: datetime) -> int:
     return int(
         conn.execute(

@@ -18,8 +18,9 @@ transaction, each inside its own SAVEPOINT:
 - the batch commits once; only then is each caller answered. Nobody hears ``applied``
   before the commit is durable, and a crash before the commit loses the whole batch and
   answers nobody (their clients retry; dedupe makes the retry safe);
-- when the commit itself fails (the database went away), every caller of the batch gets
-  that error.
+- when the commit itself fails, nothing of the batch happened: during an outage every
+  caller gets that error; otherwise each unit is tried again alone, so only the one whose
+  rows made the commit fail hears about it.
 
 Invariants kept here (DESIGN §2): 12 (a unit's rows, events and outbox rows commit
 together or not at all — the savepoint is the unit's boundary, the batch's commit is its
@@ -182,11 +183,7 @@ class GroupCommitter:
                 return self._one_by_one(jobs)
             return self._settle([(jobs[0], False, failed.exc)])
         except Exception as exc:
-            if len(jobs) > 1 and unavailable_reason(exc) is None:
-                return self._one_by_one(jobs)
-            for job in jobs:  # nothing of this batch committed: every caller hears why
-                job.future.set_exception(exc)
-            return []
+            return self._failed_commit(jobs, exc)
         log.debug("writer.batch", units=len(jobs), ms=round((time.monotonic() - started) * 1000, 1))
         return self._settle([(job, True, value) for job, value in zip(jobs, values, strict=True)])
 
@@ -218,10 +215,22 @@ class GroupCommitter:
                         continue
                     answers.append((job, True, value))
         except Exception as exc:
+            return self._failed_commit(jobs, exc)
+        return self._settle(answers)
+
+    def _failed_commit(self, jobs: list[_Job[Any]], exc: Exception) -> list[_Job[Any]]:
+        """The batch's own commit failed (its feed flush, fan-out or COMMIT): nothing of
+        it happened. An outage fails everyone — they would fail alone too; anything else
+        may belong to one unit's rows, so each is tried again in a transaction of its own
+        and only the one at fault hears the error."""
+        if len(jobs) == 1 or unavailable_reason(exc) is not None:
             for job in jobs:
                 job.future.set_exception(exc)
             return []
-        return self._settle(answers)
+        retry: list[_Job[Any]] = []
+        for job in jobs:
+            retry += self._batch([job])
+        return retry
 
     def _settle(self, answers: list[tuple[_Job[Any], bool, Any]]) -> list[_Job[Any]]:
         """Answer each caller (their commit is durable, or their unit failed); a transient
