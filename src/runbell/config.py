@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Literal, Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
@@ -94,6 +94,12 @@ class Settings(BaseSettings):
         default=None, description="If set, /metrics requires Authorization: Bearer <token>."
     )
     log_json: bool = False
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO",
+        description="DEBUG adds one line per signal, transition and notification (the feed "
+        "and the trail are their record; at thousands a second the lines cost a third of "
+        "the writer's time).",
+    )
 
     @field_validator("mismatch_backoff_s", "outbound_allow_hosts", mode="before")
     @classmethod

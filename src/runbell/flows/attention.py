@@ -103,7 +103,7 @@ def close_notification(tx: Tx, note: dict[str, Any], state: str, reason: str) ->
             user_id=note["recipient_user_id"],
         ),
     )
-    log.info("notification.closed", notification_id=note["id"], state=state)
+    log.debug("notification.closed", notification_id=note["id"], state=state)
     return True
 
 
@@ -177,7 +177,7 @@ def raise_attention(
     )
     if not decision.notifies:
         tx.after_commit.append(lambda: metrics.SUPPRESSED.labels(attention, decision.kind).inc())
-        log.info(
+        log.debug(
             "attention.no_notification",
             run_id=run_id,
             rule_id=decision.rule_id,
@@ -243,7 +243,7 @@ def raise_attention(
             user_id=recipient,
         ),
     )
-    log.info(
+    log.debug(
         "notification.created",
         notification_id=note_id,
         run_id=run_id,

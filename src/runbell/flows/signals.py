@@ -292,7 +292,7 @@ def _accept_in_tx(
     verdict = judge(run["state"], run["sequence"], signal.state, sequence)
     if not verdict.applies:
         finish(verdict.verdict, verdict.reason, [])
-        log.info(
+        log.debug(
             "signal.not_applied", run_id=run_id, outcome=verdict.verdict, reason=verdict.reason
         )
         return SignalResult(verdict.verdict, verdict.reason, views.run_view(run))

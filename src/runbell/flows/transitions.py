@@ -146,7 +146,7 @@ def apply(
             "reported_at": reported_at,
         },
     )
-    log.info(
+    log.debug(
         "run.transitioned",
         run_id=run_id,
         from_state=before,

@@ -184,7 +184,6 @@ class GroupCommitter:
             return self._settle([(jobs[0], False, failed.exc)])
         except Exception as exc:
             return self._failed_commit(jobs, exc)
-        log.debug("writer.batch", units=len(jobs), ms=round((time.monotonic() - started) * 1000, 1))
         return self._settle([(job, True, value) for job, value in zip(jobs, values, strict=True)])
 
     def _together(self, jobs: list[_Job[Any]]) -> list[Any]:
