@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -175,7 +174,6 @@ class GroupCommitter:
         of them fails, that transaction is rolled back whole — nothing of it happened —
         and the batch runs again with a savepoint per unit, so the failing one answers
         its own error and the others commit."""
-        started = time.monotonic()
         try:
             values = self._together(jobs)
         except _UnitFailed as failed:
