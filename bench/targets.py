@@ -225,8 +225,7 @@ def complete_run(core: Core, tenant: Tenant, run_id: str, event_id: str) -> str:
     from runbell.flows.signals import Signal, accept_signal
 
     result = accept_signal(
-        core,
-        tenant.tenant_id, tenant.source, run_id, Signal(event_id=event_id, state="completed")
+        core, tenant.tenant_id, tenant.source, run_id, Signal(event_id=event_id, state="completed")
     )
     outcome: str = result.outcome
     return outcome
@@ -254,3 +253,22 @@ def run_command_with_app_hook(argv: Sequence[str], hook: Callable[[Any, Core], N
 
     setattr(app_module, "create_app", create_app)  # noqa: B010 (a typed module attribute)
     cli.app(list(argv), prog_name="runbell")
+
+
+def asgi_app_from_env() -> Any:
+    """The API app on the database the environment names (``BENCH_URL``, ``BENCH_DIR``,
+    ``BENCH_KEY``), with the bench routes — for :mod:`bench.asgi_servers`, which serves the
+    same app under different ASGI servers."""
+    import os
+
+    from bench.servers import install_bench_routes
+    from runbell.app import create_app
+    from runbell.logging import configure
+
+    configure(level="WARNING")
+    core = open_core(
+        os.environ["BENCH_URL"], Path(os.environ["BENCH_DIR"]), os.environ["BENCH_KEY"]
+    )
+    app = create_app(core)
+    install_bench_routes(app, core)
+    return app

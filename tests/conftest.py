@@ -141,6 +141,15 @@ def core(settings: Settings, clock: Clock) -> Iterator[Runbell]:
 
 
 @pytest.fixture
+def mailing(core: Runbell, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This server sends email: an SMTP relay is configured (nothing is sent unless a
+    worker runs). Without one, no email rows are queued at all."""
+    monkeypatch.setattr(
+        core, "settings", core.settings.model_copy(update={"smtp_host": "127.0.0.1"})
+    )
+
+
+@pytest.fixture
 def creds(core: Runbell) -> TenantCreds:
     return make_tenant(core)
 

@@ -58,7 +58,9 @@ def open_database(
 ) -> Database:
     """The database alone (no secret key needed), migrated unless told otherwise."""
     prepare_data_dir(settings)
-    db = Database(settings.resolved_database_url(), clock=clock)
+    db = Database(
+        settings.resolved_database_url(), clock=clock, writer_max_batch=settings.writer_max_batch
+    )
     if migrate:
         upgrade(db.engine)
     return db

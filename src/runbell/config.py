@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
@@ -47,6 +47,13 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="Re-check interval if a wake-up was missed."
     )
     mismatch_max_checks: int = Field(default=5, ge=1)
+    writer_max_batch: int = Field(
+        default=64,
+        ge=1,
+        le=1000,
+        description="Signals one process commits together at most (group commit); 1 turns "
+        "batching off.",
+    )
     # NoDecode: list settings are parsed by _list_setting below, not as JSON only.
     mismatch_backoff_s: Annotated[tuple[float, ...], NoDecode] = Field(
         default=(5.0, 30.0, 120.0, 600.0, 1800.0), min_length=1
@@ -87,6 +94,12 @@ class Settings(BaseSettings):
         default=None, description="If set, /metrics requires Authorization: Bearer <token>."
     )
     log_json: bool = False
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO",
+        description="DEBUG adds one line per signal, transition and notification (the feed "
+        "and the trail are their record; at thousands a second the lines cost a third of "
+        "the writer's time).",
+    )
 
     @field_validator("mismatch_backoff_s", "outbound_allow_hosts", mode="before")
     @classmethod

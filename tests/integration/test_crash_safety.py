@@ -94,7 +94,7 @@ def complete(client: TestClient, creds: TenantCreds) -> Any:
 FAULTS = [
     pytest.param((store_notes, "add_deliveries"), id="outbox-insert"),
     pytest.param((store_runs, "add_transition"), id="history-insert"),
-    pytest.param((store_runs, "finish_inbound"), id="dedupe-record"),
+    pytest.param((store_runs, "insert_inbound"), id="dedupe-record"),
     pytest.param((store_db.Tx, "flush_events"), id="feed-flush"),
 ]
 

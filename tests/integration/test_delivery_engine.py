@@ -896,14 +896,14 @@ def test_revoked_recipient_with_many_destinations_is_withdrawn_in_one_pass(
         note_id = notification_id(finish_run(env, "revoked-many", run={"notify_on_complete": True}))
         with env.core.db.transaction() as tx:
             accounts.revoke_member(tx.conn, env.creds.tenant_id, env.creds.owner_id, tx.now)
-        assert d.tick() == 5  # four chat destinations and the email address
+        assert d.tick() == 4  # four chat destinations (no SMTP here: no email row at all)
 
     assert chat.requests == []
     after = trail(env, note_id)
     assert after["state"] == "revoked"
     assert after["summary"] == "Notification withdrawn"
     outbound = [x["status"] for x in after["deliveries"] if x["channel"] != "inbox"]
-    assert outbound == ["cancelled"] * 5
+    assert outbound == ["cancelled"] * 4
 
 
 def test_consent_and_destinations_are_checked_when_the_send_is_due(
@@ -1040,7 +1040,8 @@ def test_metrics_show_created_notifications_and_accepted_deliveries(
     assert metric(env, "runbell_deliveries_accepted_total", channel="webhook") == accepted + 1
     assert metric(env, "runbell_deliveries", channel="webhook", status="accepted") == 1
     assert metric(env, "runbell_deliveries", channel="inbox", status="accepted") == 1
-    # No SMTP is configured here: the queued email is skipped, and says so.
-    assert metric(env, "runbell_deliveries", channel="email", status="skipped") == 1
+    # No SMTP is configured here: no email row was queued (the worker would only skip it).
+    assert metric(env, "runbell_deliveries", channel="email", status="skipped") == 0
+    assert metric(env, "runbell_deliveries", channel="email", status="queued") == 0
     text = env.client.get("/metrics").text
     assert 'runbell_deliveries{channel="webhook",status="accepted"} 1.0' in text

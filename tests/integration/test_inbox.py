@@ -14,6 +14,9 @@ from runbell.flows.context import Runbell
 from runbell.testing import TenantCreds, add_user
 from tests.conftest import bearer
 
+# These tests follow email rows through the outbox: this server has an SMTP relay.
+pytestmark = pytest.mark.usefixtures("mailing")
+
 PLANTED = "SECRET-PLANTED-123"
 
 

@@ -23,6 +23,9 @@ from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer
 
+# These tests follow email rows through the outbox: this server has an SMTP relay.
+pytestmark = pytest.mark.usefixtures("mailing")
+
 T = TypeVar("T")
 PLANTED = "SECRET-ARGS-4711"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
@@ -232,6 +233,7 @@ def test_requested_completion_is_a_normal_push(client: TestClient, creds: Tenant
     )
 
 
+@pytest.mark.usefixtures("mailing")
 def test_push_queues_email_under_default_consent_and_an_inbox_row(
     client: TestClient, core: Runbell, creds: TenantCreds
 ) -> None:
@@ -244,6 +246,18 @@ def test_push_queues_email_under_default_consent_and_an_inbox_row(
     assert by_channel["email"]["destination"] == creds.owner_email
     assert by_channel["email"]["next_attempt_at"] is not None
     assert by_channel["inbox"]["status"] == "accepted"
+
+
+def test_a_server_without_email_queues_no_email(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """No SMTP relay configured: a push queues no email row the worker could only skip
+    (the issue measured two extra write transactions per signal for them)."""
+    assert core.settings.smtp_host is None
+    put_run(client, creds, "r1", state="working", notify_on_complete=True)
+    (note,) = signal(client, creds, "r1", "e1", "completed")["notifications"]
+    assert note["decision"] == "push"
+    assert {d["channel"] for d in deliveries(core, creds, note["id"])} == {"inbox"}
 
 
 def test_new_notification_is_announced_on_the_feed(
@@ -339,7 +353,8 @@ def test_tenant_policy_override_changes_the_decision(
     put_run(client, creds, "r0", state="working")
     (before,) = signal(client, creds, "r0", "e0", "completed")["notifications"]
     assert before["rule_id"] == "completed.default"
-    policy.set_policy(core,
+    policy.set_policy(
+        core,
         creds.tenant_id,
         {
             "rule": [
@@ -388,6 +403,7 @@ def test_newer_transition_supersedes_open_input_request_alert(
     assert [e["notification_id"] for e in closed] == [n1["id"]]
 
 
+@pytest.mark.usefixtures("mailing")
 def test_superseded_alert_cancels_its_pending_deliveries(
     client: TestClient, core: Runbell, creds: TenantCreds
 ) -> None:

@@ -116,7 +116,7 @@ def serve(
     from runbell.logging import configure
 
     settings = common.settings()
-    configure(json=settings.log_json)
+    configure(json=settings.log_json, level=settings.log_level)
     sock = _listen(host, port)
     core = common.core(settings)
     served = _served_url(host, sock.getsockname()[1])
@@ -209,7 +209,7 @@ def worker(
     from runbell.logging import configure
 
     settings = common.settings()
-    configure(json=settings.log_json)
+    configure(json=settings.log_json, level=settings.log_level)
     core = common.core(settings)
     # Links in alerts: RUNBELL_PUBLIC_URL, else where `runbell serve` last served.
     core.settings.public_url = links_base(settings, core.db)

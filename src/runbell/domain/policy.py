@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -185,6 +186,29 @@ def _match(value: Any, cond: Any) -> bool:
     return True
 
 
+def count_cap(rules: Sequence[Rule], fact: str) -> int:
+    """How far a counted ``fact`` must be counted for ``rules`` to decide as if it were
+    counted whole: one past the largest bound any rule compares it with (0 when no rule
+    looks at it). ``min(count, cap)`` satisfies every condition ``count`` does — for
+    ``gte b``, ``lt b``, ``== v`` and ``in [...]`` alike — so the store can stop counting
+    there, and the count's cost no longer grows with history."""
+    cap = 0
+    for rule in rules:
+        cond = rule.when.get(fact)
+        if cond is None:
+            continue
+        if isinstance(cond, Mapping):
+            bounds: list[Any] = []
+            for op, bound in cond.items():
+                bounds += list(bound) if op == "in" else [bound]
+        else:
+            bounds = [cond]
+        for bound in bounds:
+            if isinstance(bound, int | float) and not isinstance(bound, bool):
+                cap = max(cap, math.floor(bound) + 2)
+    return cap
+
+
 class Policy:
     """An ordered rule list. Construct once, call :meth:`decide` per transition."""
 
@@ -199,6 +223,7 @@ class Policy:
         # Urgencies a tenant explicitly lets through quiet hours (invariant 7): only ever
         # from the tenant's own policy document, never from a runtime or a model.
         self.quiet_bypass = quiet_bypass
+        self.recent_completions_cap = count_cap(self.rules, "recent_completions")
 
     def decide(self, facts: Facts) -> Decision:
         seen = facts.as_dict()

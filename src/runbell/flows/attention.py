@@ -68,6 +68,7 @@ class Raised:
     decision: Decision
     notification_id: str | None
     created: bool
+    note: dict[str, Any] | None = None  # the notification as written, when created here
 
 
 def notification_event(note: dict[str, Any]) -> dict[str, Any]:
@@ -102,15 +103,25 @@ def close_notification(tx: Tx, note: dict[str, Any], state: str, reason: str) ->
             user_id=note["recipient_user_id"],
         ),
     )
-    log.info("notification.closed", notification_id=note["id"], state=state)
+    log.debug("notification.closed", notification_id=note["id"], state=state)
     return True
 
 
-def supersede_actionable(tx: Tx, tenant_id: str, run_id: str, version: int) -> list[str]:
-    """Close the run's open actionable notifications from older versions as superseded."""
+def supersede_actionable(
+    tx: Tx,
+    tenant_id: str,
+    run_id: str,
+    version: int,
+    open_notes: list[dict[str, Any]] | None = None,
+) -> list[str]:
+    """Close the run's open actionable notifications from older versions as superseded.
+
+    ``open_notes``: the run's open notifications, when the caller has read them already."""
+    if open_notes is None:
+        open_notes = notes.open_for_run(tx.conn, tenant_id, run_id)
     return [
         note["id"]
-        for note in notes.open_for_run(tx.conn, tenant_id, run_id)
+        for note in open_notes
         if note["attention_type"] in notes.ACTIONABLE_TYPES
         and note["transition_version"] < version
         and close_notification(tx, note, "superseded", f"run moved to version {version}")
@@ -128,7 +139,10 @@ def raise_attention(
     reason: str | None,
     owner_present: bool,
     request: RequestLink | None = None,
+    email: bool = True,
 ) -> Raised:
+    """``email``: whether this server sends email at all (SMTP configured). Without it no
+    email row is queued — the worker would only mark it skipped, two writes for nothing."""
     tenant_id, run_id = run["tenant_id"], run["run_id"]
     if request is not None:
         facts = {
@@ -138,9 +152,15 @@ def raise_attention(
         }
     recipient = run["owner_user_id"]
     recent = 0
-    if attention == "completed":
+    if attention == "completed" and policy.recent_completions_cap:
+        # Counted only as far as a rule can tell the difference (Policy.count_cap).
         recent = notes.count_recent(
-            tx.conn, tenant_id, recipient, "completed", tx.now - timedelta(hours=1)
+            tx.conn,
+            tenant_id,
+            recipient,
+            "completed",
+            tx.now - timedelta(hours=1),
+            up_to=policy.recent_completions_cap,
         )
     duration = None
     if run.get("started_at") is not None:
@@ -157,7 +177,7 @@ def raise_attention(
     )
     if not decision.notifies:
         tx.after_commit.append(lambda: metrics.SUPPRESSED.labels(attention, decision.kind).inc())
-        log.info(
+        log.debug(
             "attention.no_notification",
             run_id=run_id,
             rule_id=decision.rule_id,
@@ -165,7 +185,7 @@ def raise_attention(
         )
         return Raised(decision, None, False)
 
-    role = accounts.membership_role(tx.conn, tenant_id, recipient)
+    role = _cached(tx, ("role", tenant_id, recipient), accounts.membership_role)
     if role is None:
         # The owner left the tenant: nobody to tell. The decision stays on the transition.
         log.info("attention.recipient_gone", run_id=run_id, rule_id=decision.rule_id)
@@ -207,7 +227,9 @@ def raise_attention(
 
     rows = [notes.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
     if decision.kind == "push":
-        rows += _push_deliveries(tx, tenant_id, recipient, note_id, decision.urgency or "low")
+        rows += _push_deliveries(
+            tx, tenant_id, recipient, note_id, decision.urgency or "low", email=email
+        )
     for row in rows:
         row.update(run_id=run_id, urgency=values["urgency"])
     notes.add_deliveries(tx.conn, rows)
@@ -221,7 +243,7 @@ def raise_attention(
             user_id=recipient,
         ),
     )
-    log.info(
+    log.debug(
         "notification.created",
         notification_id=note_id,
         run_id=run_id,
@@ -229,36 +251,47 @@ def raise_attention(
         rule_id=decision.rule_id,
         decision=decision.kind,
     )
-    return Raised(decision, note_id, True)
+    return Raised(decision, note_id, True, note=values)
+
+
+def _cached(tx: Tx, key: tuple[str, str, str], read: Any) -> Any:
+    """A member's fact read once per transaction (a batch of signals shares it)."""
+    if key not in tx.cache:
+        tx.cache[key] = read(tx.conn, key[1], key[2])
+    return tx.cache[key]
 
 
 def _push_deliveries(
-    tx: Tx, tenant_id: str, user_id: str, note_id: str, urgency: str
+    tx: Tx, tenant_id: str, user_id: str, note_id: str, urgency: str, *, email: bool
 ) -> list[dict[str, Any]]:
     """Outbox rows for every channel the recipient consented to at this urgency.
 
     Consent, access and quiet hours are checked again at dispatch (they may change
     meanwhile); this only decides which rows exist, so a crash after commit loses none.
     """
-    consent = destinations.consent_of(tx.conn, tenant_id, user_id)
+    consent = _cached(tx, ("consent", tenant_id, user_id), destinations.consent_of)
 
     def wants(channel: str) -> bool:
         return urgency in consented_urgencies(consent, channel)
 
     rows = []
-    if wants("email"):
-        email = destinations.email_of(tx.conn, user_id)
-        if email is not None:
-            rows.append(notes.delivery_row(tenant_id, note_id, "email", email, "queued", tx.now))
+    if email and wants("email"):
+        address = _cached(
+            tx, ("email", tenant_id, user_id), lambda c, _t, u: destinations.email_of(c, u)
+        )
+        if address is not None:
+            rows.append(notes.delivery_row(tenant_id, note_id, "email", address, "queued", tx.now))
     if wants("webpush"):
         rows += [
             notes.delivery_row(tenant_id, note_id, "webpush", s, "queued", tx.now)
-            for s in destinations.push_subscription_ids(tx.conn, tenant_id, user_id)
+            for s in _cached(
+                tx, ("webpush", tenant_id, user_id), destinations.push_subscription_ids
+            )
         ]
     if wants("chat"):
         rows += [
             notes.delivery_row(tenant_id, note_id, "chat", d, "queued", tx.now)
-            for d in destinations.chat_destination_ids(tx.conn, tenant_id, user_id)
+            for d in _cached(tx, ("chat", tenant_id, user_id), destinations.chat_destination_ids)
         ]
     if rows:
         tx.wake_outbox = True

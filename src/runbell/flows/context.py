@@ -66,6 +66,9 @@ class Runbell:
         self.reader_factory: ReaderFactory = reader_factory or self._http_reader
         # Tests and embedders may pin a reader per source id (e.g. a StaticReader).
         self.reader_overrides: dict[str, StateReader] = {}
+        # Small per-process memos with their own expiry rules (e.g. a key's source,
+        # flows.signals.api_source); flows that change what they remember clear them.
+        self.memo: dict[Any, Any] = {}
         # Tenant-webhook messages are written in the same transaction as their events.
         db.before_flush.append(make_hook(lambda: self.public_url))
 

@@ -76,12 +76,14 @@ def make_hook(public_url: Callable[[], str]) -> Callable[[Tx], None]:
     def fanout(tx: Tx) -> None:
         rows = []
         for tenant_id, events in tx.events.items():
-            cache: dict[str, list[dict[str, Any]]] = {}
+            found: list[dict[str, Any]] | None = None
             for ev in events:
                 for event_type, key, data in messages(tenant_id, ev, public_url()):
-                    if event_type not in cache:
-                        cache[event_type] = endpoints.subscribed(tx.conn, tenant_id, event_type)
-                    for ep in cache[event_type]:
+                    if found is None:  # read once per tenant per transaction (batch)
+                        found = endpoints.for_fanout(tx.conn, tenant_id)
+                    for ep in found:
+                        if not endpoints.wants(ep, event_type):
+                            continue
                         row = notes.delivery_row(
                             tenant_id,
                             None,

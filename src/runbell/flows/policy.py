@@ -18,11 +18,21 @@ from sqlalchemy.engine import Connection
 from runbell.domain.policy import Policy
 from runbell.flows.context import Runbell
 from runbell.store import accounts
+from runbell.store.db import Tx
 
 
 def policy_for(rb: Runbell, conn: Connection, tenant_id: str) -> Policy:
     """The tenant's effective policy (its own rules first, then the defaults)."""
     return rb.policies.get(tenant_id, accounts.tenant_policy(conn, tenant_id))
+
+
+def policy_in(rb: Runbell, tx: Tx, tenant_id: str) -> Policy:
+    """:func:`policy_for`, read once per transaction (a batch of signals shares it)."""
+    key = ("policy", tenant_id)
+    if key not in tx.cache:
+        tx.cache[key] = policy_for(rb, tx.conn, tenant_id)
+    policy: Policy = tx.cache[key]
+    return policy
 
 
 def view(policy: Policy, own: dict[str, Any] | None) -> dict[str, Any]:

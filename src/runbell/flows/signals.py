@@ -17,10 +17,13 @@ Invariants kept here (DESIGN §2):
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from runbell import metrics
@@ -36,7 +39,14 @@ from runbell.store import accounts, runs
 from runbell.store import notifications as notes
 from runbell.store.db import Tx
 
-__all__ = ["Signal", "SignalResult", "accept_signal", "api_source", "public_report"]
+__all__ = [
+    "Signal",
+    "SignalResult",
+    "accept_signal",
+    "accept_signal_async",
+    "api_source",
+    "public_report",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +54,8 @@ log = structlog.get_logger(__name__)
 SUMMARY_MAX = 500
 TRACE_ID_MAX = 200
 LINK_LABEL_MAX = 200
+#: Seconds a process remembers a key's source (see :func:`api_source`).
+SOURCE_TTL_S = 5.0
 
 
 @dataclass
@@ -86,46 +98,119 @@ def public_report(report: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def api_source(rb: Runbell, who: Principal) -> dict[str, Any]:
     """The source a runtime key's signals come from: the key's own, else the tenant's
-    authoritative API source."""
+    authoritative API source.
+
+    Remembered per process for :data:`SOURCE_TTL_S` seconds: a signal would otherwise read
+    two rows that almost never change. A source's trust and reader only decide how *new*
+    signals are checked, so a change reaches every process within that time."""
+    source = remembered_source(rb, who)
+    if source is not None:
+        return source
+    key = ("source", who.tenant_id, who.source_id)
+    now = time.monotonic()
     with rb.db.read() as conn:
         source_id = who.source_id or accounts.api_source_id(conn, who.tenant_id)
-        return accounts.get_source(conn, who.tenant_id, source_id)
+        source = accounts.get_source(conn, who.tenant_id, source_id)
+    rb.memo[key] = (now, source)
+    return source
+
+
+def remembered_source(rb: Runbell, who: Principal) -> dict[str, Any] | None:
+    """:func:`api_source` if this process remembers it (no database read), else None."""
+    found = rb.memo.get(("source", who.tenant_id, who.source_id))
+    if found is not None and time.monotonic() - found[0] < SOURCE_TTL_S:
+        source: dict[str, Any] = found[1]
+        return source
+    return None
+
+
+def checked(signal: Signal) -> Signal:
+    """The signal validated, its public text made safe (before anything stores it)."""
+    if signal.state not in RunState.__members__.values():
+        raise ValidationFailed(f"unknown state {signal.state!r}", field="state")
+    # Public from here on (notifications, feed, webhooks): one short safe line.
+    return replace(
+        signal,
+        reason=public_text(signal.reason, REASON_MAX),
+        report=public_report(signal.report),
+    )
 
 
 def accept_signal(
     rb: Runbell, tenant_id: str, source: dict[str, Any], run_id: str, signal: Signal
 ) -> SignalResult:
-    """Dedupe, reconcile, judge, apply, decide and enqueue — one transaction."""
-    if signal.state not in RunState.__members__.values():
-        raise ValidationFailed(f"unknown state {signal.state!r}", field="state")
-    # Public from here on (notifications, feed, webhooks): one short safe line.
-    signal = replace(
-        signal,
-        reason=public_text(signal.reason, REASON_MAX),
-        report=public_report(signal.report),
-    )
-    with rb.db.read() as conn:
-        seen = runs.find_inbound(conn, tenant_id, source["id"], signal.event_id)
-    if seen is not None:
-        return _duplicate(rb, tenant_id, seen, run_id)
+    """Dedupe, reconcile, judge, apply, decide and enqueue — one unit of work, committed
+    by the process's writer together with whatever other signals are waiting
+    (:mod:`runbell.store.writer`); answered once that commit is durable."""
+    signal = checked(signal)
+    unit = _prepare(rb, tenant_id, source, run_id, signal)
+    if isinstance(unit, SignalResult):
+        return unit
+    try:
+        return rb.db.writer.run(unit, key=(tenant_id, run_id))
+    except IntegrityError:
+        return _lost_race(rb, tenant_id, source, run_id, signal)
 
+
+async def accept_signal_async(
+    rb: Runbell, tenant_id: str, source: dict[str, Any], run_id: str, signal: Signal
+) -> SignalResult:
+    """:func:`accept_signal` for an event loop: the request awaits the writer instead of
+    holding a thread. (An advisory source's state reader still runs in a thread.)"""
+    signal = checked(signal)
+    if source["trust"] == "advisory":
+        from starlette.concurrency import run_in_threadpool
+
+        return await run_in_threadpool(accept_signal, rb, tenant_id, source, run_id, signal)
+    unit = _prepare(rb, tenant_id, source, run_id, signal)
+    assert not isinstance(unit, SignalResult)
+    try:
+        return await rb.db.writer.run_async(unit, key=(tenant_id, run_id))
+    except IntegrityError:
+        from starlette.concurrency import run_in_threadpool
+
+        return await run_in_threadpool(_lost_race, rb, tenant_id, source, run_id, signal)
+
+
+def _prepare(
+    rb: Runbell, tenant_id: str, source: dict[str, Any], run_id: str, signal: Signal
+) -> SignalResult | Callable[[Tx], SignalResult]:
+    """The unit of work for ``signal`` — or, for an advisory source, possibly its answer
+    already (a retry, answered without asking the state reader again)."""
     observed: Observed | None = None
     reader_error: str | None = None
     if source["trust"] == "advisory":
-        observed, reader_error = reconcile.observe(rb, source, run_id)
-    try:
-        with rb.db.transaction() as tx:
-            return _accept_in_tx(rb, tx, tenant_id, source, run_id, signal, observed, reader_error)
-    except IntegrityError:
-        # A concurrent delivery of the same event won the insert: answer as duplicate.
         with rb.db.read() as conn:
             seen = runs.find_inbound(conn, tenant_id, source["id"], signal.event_id)
+            if seen is not None:
+                return _duplicate(conn, tenant_id, seen, run_id, {})
+        observed, reader_error = reconcile.observe(rb, source, run_id)
+
+    def unit(tx: Tx) -> SignalResult:
+        return _accept_in_tx(rb, tx, tenant_id, source, run_id, signal, observed, reader_error)
+
+    return unit
+
+
+def _lost_race(
+    rb: Runbell, tenant_id: str, source: dict[str, Any], run_id: str, signal: Signal
+) -> SignalResult:
+    """A concurrent delivery of the same event (another process) won the dedupe insert:
+    answer as the duplicate it is."""
+    with rb.db.read() as conn:
+        seen = runs.find_inbound(conn, tenant_id, source["id"], signal.event_id)
         if seen is None:
-            raise
-        return _duplicate(rb, tenant_id, seen, run_id)
+            raise RuntimeError("dedupe insert failed but no inbound event is stored")
+        return _duplicate(conn, tenant_id, seen, run_id, {})
 
 
-def _duplicate(rb: Runbell, tenant_id: str, seen: dict[str, Any], run_id: str) -> SignalResult:
+def _duplicate(
+    conn: Connection,
+    tenant_id: str,
+    seen: dict[str, Any],
+    run_id: str,
+    written: dict[str, dict[str, Any]],
+) -> SignalResult:
     metrics.DUPLICATES.labels("signal").inc()
     if seen["run_id"] != run_id:
         # Not a retry: the runtime reused an event id. Dropping it as a duplicate would
@@ -135,9 +220,11 @@ def _duplicate(rb: Runbell, tenant_id: str, seen: dict[str, Any], run_id: str) -
             "source; event ids must be unique per source",
             field="event_id",
         )
-    with rb.db.read() as conn:
-        run = runs.get_run(conn, tenant_id, seen["run_id"])
-        found = notes.get_many(conn, tenant_id, list(seen.get("notification_ids") or []))
+    run = runs.get_run(conn, tenant_id, seen["run_id"])
+    ids = list(seen.get("notification_ids") or [])
+    found = [written[i] for i in sorted(ids) if i in written]
+    if len(found) < len(ids):
+        found = notes.get_many(conn, tenant_id, ids)
     return SignalResult(
         outcome="duplicate",
         reason=seen.get("reason"),
@@ -157,31 +244,29 @@ def _accept_in_tx(
     observed: Observed | None,
     reader_error: str | None,
 ) -> SignalResult:
-    runs.insert_inbound(
-        tx.conn,
-        {
-            "tenant_id": tenant_id,
-            "source_id": source["id"],
-            "event_id": signal.event_id,
-            "run_id": run_id,
-            "claimed_state": signal.state,
-            "sequence": signal.sequence,
-            "outcome": "pending",
-            "received_at": tx.now,
-        },
-    )
+    seen = runs.find_inbound(tx.conn, tenant_id, source["id"], signal.event_id)
+    if seen is not None:  # a retry (perhaps of a signal earlier in this very batch)
+        return _duplicate(tx.conn, tenant_id, seen, run_id, tx.written)
     run = runs.require_run(tx.conn, tenant_id, run_id, for_update=True)
 
     def finish(outcome: str, reason: str | None, ids: list[str]) -> None:
-        runs.finish_inbound(
+        # Written last, with its outcome: the primary key is the dedupe, so a concurrent
+        # retry of this event (another process) fails here and answers as a duplicate.
+        runs.insert_inbound(
             tx.conn,
-            tenant_id,
-            source["id"],
-            signal.event_id,
-            outcome=outcome,
-            reason=reason,
-            run_version=run["version"],
-            notification_ids=ids,
+            {
+                "tenant_id": tenant_id,
+                "source_id": source["id"],
+                "event_id": signal.event_id,
+                "run_id": run_id,
+                "claimed_state": signal.state,
+                "sequence": signal.sequence,
+                "outcome": outcome,
+                "reason": reason,
+                "run_version": run["version"],
+                "notification_ids": ids,
+                "received_at": tx.now,
+            },
         )
 
     sequence = signal.sequence
@@ -207,7 +292,7 @@ def _accept_in_tx(
     verdict = judge(run["state"], run["sequence"], signal.state, sequence)
     if not verdict.applies:
         finish(verdict.verdict, verdict.reason, [])
-        log.info(
+        log.debug(
             "signal.not_applied", run_id=run_id, outcome=verdict.verdict, reason=verdict.reason
         )
         return SignalResult(verdict.verdict, verdict.reason, views.run_view(run))
@@ -231,5 +316,12 @@ def _accept_in_tx(
         "applied",
         verdict.reason,
         views.run_view(run),
-        [views.notification_view(n) for n in notes.get_many(tx.conn, tenant_id, ids)],
+        [views.notification_view(n) for n in _written(tx, tenant_id, ids)],
     )
+
+
+def _written(tx: Tx, tenant_id: str, ids: list[str]) -> list[dict[str, Any]]:
+    """The notifications ``ids`` as this transaction wrote them (read only if it did not)."""
+    if all(i in tx.written for i in ids):
+        return [tx.written[i] for i in sorted(ids)]
+    return notes.get_many(tx.conn, tenant_id, ids)

@@ -32,7 +32,7 @@ from runbell.flows.attention import (
     supersede_actionable,
 )
 from runbell.flows.context import Runbell
-from runbell.flows.policy import policy_for
+from runbell.flows.policy import policy_in
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 from runbell.store import runs
@@ -84,9 +84,9 @@ def apply(
         changes["started_at"] = tx.now
     if is_terminal(state):
         changes.update(finished_at=tx.now, stop_reason=reason, error=error)
-    runs.update_run(tx.conn, tenant_id, run_id, changes)
     before = run["state"]
     run = {**run, **changes}
+    runs.move_run(tx.conn, run)
 
     ids: list[str] = []
     # The transition's own event goes first, so the feed reads cause before effect.
@@ -98,7 +98,8 @@ def apply(
             run_id=run_id,
         ),
     )
-    supersede_actionable(tx, tenant_id, run_id, version)
+    open_notes = notes.open_for_run(tx.conn, tenant_id, run_id)  # read once, used twice
+    superseded = set(supersede_actionable(tx, tenant_id, run_id, version, open_notes))
     if before == RunState.INPUT_REQUIRED and state != RunState.INPUT_REQUIRED:
         cancel_pending(tx, run)  # nobody can answer those any more
     decision = None
@@ -106,7 +107,7 @@ def apply(
     if attention is not None:
         raised = raise_attention(
             tx,
-            policy_for(rb, tx.conn, tenant_id),
+            policy_in(rb, tx, tenant_id),
             run,
             attention=attention.value,
             version=version,
@@ -114,14 +115,18 @@ def apply(
             reason=reason,
             owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"]),
             request=request,
+            email=bool(rb.settings.smtp_host),
         )
         decision = raised.decision.as_dict()
         if raised.notification_id:
             ids.append(raised.notification_id)
+        if raised.note is not None:
+            tx.written[raised.note["id"]] = raised.note
     if is_terminal(state):
-        # A mismatch alert about a run that has now finished is moot.
-        for note in notes.open_for_run(tx.conn, tenant_id, run_id):
-            if note["id"] not in ids and note["attention_type"] == "mismatch":
+        # A mismatch alert about a run that has now finished is moot. (A notification
+        # this transition raised is not among ``open_notes``: they were read before it.)
+        for note in open_notes:
+            if note["id"] not in superseded and note["attention_type"] == "mismatch":
                 close_notification(tx, note, "resolved", f"run is {state}")
     runs.add_transition(
         tx.conn,
@@ -141,7 +146,7 @@ def apply(
             "reported_at": reported_at,
         },
     )
-    log.info(
+    log.debug(
         "run.transitioned",
         run_id=run_id,
         from_state=before,

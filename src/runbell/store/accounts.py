@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 from runbell.domain.errors import NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.ids import new_id, new_token, token_hash
+from runbell.store import fast
 from runbell.store import tables as t
 
 ROLES_MEMBER = ("owner", "admin", "member")
@@ -272,15 +273,18 @@ def first_owner(conn: Connection, tenant_id: str) -> str:
     return str(row[0])
 
 
+_ROLE = fast.Statement(
+    lambda: sa.select(t.memberships.c.role).where(
+        t.memberships.c.tenant_id == sa.bindparam("tenant_id"),
+        t.memberships.c.user_id == sa.bindparam("user_id"),
+        t.memberships.c.revoked_at.is_(None),
+    )
+)
+
+
 def membership_role(conn: Connection, tenant_id: str, user_id: str) -> str | None:
-    row = conn.execute(
-        sa.select(t.memberships.c.role).where(
-            t.memberships.c.tenant_id == tenant_id,
-            t.memberships.c.user_id == user_id,
-            t.memberships.c.revoked_at.is_(None),
-        )
-    ).first()
-    return None if row is None else str(row[0])
+    row = _ROLE.first(conn, tenant_id=tenant_id, user_id=user_id)
+    return None if row is None else str(row["role"])
 
 
 def authenticate(conn: Connection, token: str, now: datetime) -> Principal | None:
@@ -398,10 +402,15 @@ def count_tenants(conn: Connection) -> int:
     return int(conn.execute(sa.select(sa.func.count()).select_from(t.tenants)).scalar_one())
 
 
+_POLICY = fast.Statement(
+    lambda: sa.select(t.tenants.c.policy).where(t.tenants.c.id == sa.bindparam("tenant_id"))
+)
+
+
 def tenant_policy(conn: Connection, tenant_id: str) -> dict[str, Any] | None:
     """The tenant's own policy document (None: the defaults alone)."""
-    doc = conn.execute(sa.select(t.tenants.c.policy).where(t.tenants.c.id == tenant_id)).scalar()
-    return doc or None
+    row = _POLICY.first(conn, tenant_id=tenant_id)
+    return (row["policy"] if row else None) or None
 
 
 def set_tenant_policy(conn: Connection, tenant_id: str, doc: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import NotFound
 from runbell.ids import new_id
+from runbell.store import fast
 from runbell.store import tables as t
 
 WEBHOOK_EVENT_TYPES = (
@@ -124,14 +125,20 @@ def live(secret: dict[str, Any], now: datetime) -> bool:
     return expires is None or datetime.fromisoformat(expires) > now
 
 
-def subscribed(conn: Connection, tenant_id: str, event_type: str) -> list[dict[str, Any]]:
-    """Endpoints that want ``event_type``, enabled or not (a disabled endpoint's messages
-    are kept as ``cancelled`` so that recover can send them once it is fixed)."""
-    rows = conn.execute(
-        sa.select(
-            t.webhook_endpoints.c.id,
-            t.webhook_endpoints.c.event_types,
-            t.webhook_endpoints.c.status,
-        ).where(t.webhook_endpoints.c.tenant_id == tenant_id)
-    ).all()
-    return [dict(r._mapping) for r in rows if not r.event_types or event_type in r.event_types]
+_FOR_FANOUT = fast.Statement(
+    lambda: sa.select(
+        t.webhook_endpoints.c.id,
+        t.webhook_endpoints.c.event_types,
+        t.webhook_endpoints.c.status,
+    ).where(t.webhook_endpoints.c.tenant_id == sa.bindparam("tenant_id"))
+)
+
+
+def for_fanout(conn: Connection, tenant_id: str) -> list[dict[str, Any]]:
+    """Every endpoint of the tenant with what fan-out needs (id, event types, status):
+    one read per tenant per transaction, filtered by :func:`wants` per event."""
+    return _FOR_FANOUT.rows(conn, tenant_id=tenant_id)
+
+
+def wants(endpoint: dict[str, Any], event_type: str) -> bool:
+    return not endpoint["event_types"] or event_type in endpoint["event_types"]

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import NotFound
 from runbell.ids import new_id
+from runbell.store import fast
 from runbell.store import tables as t
 
 # Delivery statuses that will still send something unless stopped.
@@ -18,45 +19,65 @@ PENDING_DELIVERY = ("queued", "retry_scheduled", "deferred", "delivery_unknown")
 ACTIONABLE_TYPES = ("input_required",)
 
 
+NOTIFICATION_COLUMNS = tuple(c.name for c in t.notifications.columns)
+_ONCE = ["tenant_id", "recipient_user_id", "run_id", "transition_version", "attention_type"]
+
+
+def _insert_once_sql(dialect: str) -> sa.Executable:
+    ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(t.notifications)
+    return (
+        ins.values(
+            {c: sa.bindparam(c, type_=t.notifications.c[c].type) for c in NOTIFICATION_COLUMNS}
+        )
+        .on_conflict_do_nothing(index_elements=_ONCE)
+        .returning(t.notifications.c.id)
+    )
+
+
+_INSERT_ONCE = fast.Statement.per_dialect(_insert_once_sql)
+_EXISTING = fast.Statement(
+    lambda: sa.select(t.notifications.c.id).where(
+        *(t.notifications.c[c] == sa.bindparam(c) for c in _ONCE)
+    )
+)
+DELIVERY_COLUMNS = (
+    "id",
+    "tenant_id",
+    "notification_id",
+    "channel",
+    "destination",
+    "status",
+    "attempt_count",
+    "next_attempt_at",
+    "created_at",
+    "updated_at",
+    "run_id",
+    "event_type",
+    "event_key",
+    "payload",
+    "urgency",
+    "last_error",
+)
+_ADD_DELIVERIES = fast.insert(t.deliveries, DELIVERY_COLUMNS)
+
+
 def insert_once(conn: Connection, values: dict[str, Any]) -> tuple[str, bool]:
     """Insert a notification unless its (tenant, recipient, run, version, type) exists.
 
     Returns (id, created). The unique constraint, not this code, is what guarantees one.
     """
-    ins = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(
-        t.notifications
-    )
-    inserted = conn.execute(
-        ins.values(**values)
-        .on_conflict_do_nothing(
-            index_elements=[
-                "tenant_id",
-                "recipient_user_id",
-                "run_id",
-                "transition_version",
-                "attention_type",
-            ]
-        )
-        .returning(t.notifications.c.id)
-    ).first()
+    row = {name: values.get(name) for name in NOTIFICATION_COLUMNS}
     # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
-    if inserted is not None:
+    if _INSERT_ONCE.first(conn, **row) is not None:
         return values["id"], True
-    existing = conn.execute(
-        sa.select(t.notifications.c.id).where(
-            t.notifications.c.tenant_id == values["tenant_id"],
-            t.notifications.c.recipient_user_id == values["recipient_user_id"],
-            t.notifications.c.run_id == values["run_id"],
-            t.notifications.c.transition_version == values["transition_version"],
-            t.notifications.c.attention_type == values["attention_type"],
-        )
-    ).scalar_one()
-    return str(existing), False
+    existing = _EXISTING.first(conn, **{c: values[c] for c in _ONCE})
+    assert existing is not None
+    return str(existing["id"]), False
 
 
 def add_deliveries(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    if rows:
-        conn.execute(t.deliveries.insert(), rows)
+    """Outbox rows, in one statement; every row names every column (:func:`delivery_row`)."""
+    _ADD_DELIVERIES.many(conn, rows)
 
 
 def delivery_row(
@@ -165,17 +186,21 @@ def for_recipient_on_run(
     return [dict(r._mapping) for r in rows]
 
 
-def open_for_run(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
-    rows = conn.execute(
+_OPEN_FOR_RUN = fast.Statement(
+    lambda: (
         sa.select(t.notifications)
         .where(
-            t.notifications.c.tenant_id == tenant_id,
-            t.notifications.c.run_id == run_id,
+            t.notifications.c.tenant_id == sa.bindparam("tenant_id"),
+            t.notifications.c.run_id == sa.bindparam("run_id"),
             t.notifications.c.state == "open",
         )
         .order_by(t.notifications.c.id)
-    ).all()
-    return [dict(r._mapping) for r in rows]
+    )
+)
+
+
+def open_for_run(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+    return _OPEN_FOR_RUN.rows(conn, tenant_id=tenant_id, run_id=run_id)
 
 
 def close(
@@ -260,21 +285,44 @@ def attempts_for(conn: Connection, delivery_id: str) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in rows]
 
 
-def count_recent(
-    conn: Connection, tenant_id: str, user_id: str, attention_type: str, since: datetime
-) -> int:
-    return int(
-        conn.execute(
-            sa.select(sa.func.count())
-            .select_from(t.notifications)
-            .where(
-                t.notifications.c.tenant_id == tenant_id,
-                t.notifications.c.recipient_user_id == user_id,
-                t.notifications.c.attention_type == attention_type,
-                t.notifications.c.created_at >= since,
-            )
-        ).scalar_one()
+_COUNT_RECENT = fast.Statement(
+    lambda: sa.select(sa.func.count()).select_from(
+        sa.select(sa.literal(1))
+        .where(
+            t.notifications.c.tenant_id == sa.bindparam("tenant_id"),
+            t.notifications.c.recipient_user_id == sa.bindparam("user_id"),
+            t.notifications.c.attention_type == sa.bindparam("attention_type"),
+            t.notifications.c.created_at >= sa.bindparam("since", type_=t.UTCDateTime),
+        )
+        .limit(sa.bindparam("up_to", type_=sa.Integer))
+        .subquery()
     )
+)
+
+
+def count_recent(
+    conn: Connection,
+    tenant_id: str,
+    user_id: str,
+    attention_type: str,
+    since: datetime,
+    *,
+    up_to: int,
+) -> int:
+    """How many such notifications since ``since``, counted up to ``up_to`` at most: the
+    cost is bounded by ``up_to`` (index ``ix_notifications_recent``), not by history."""
+    if up_to <= 0:
+        return 0
+    row = _COUNT_RECENT.first(
+        conn,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        attention_type=attention_type,
+        since=since,
+        up_to=up_to,
+    )
+    assert row is not None
+    return int(next(iter(row.values())))
 
 
 def mark_seen(conn: Connection, tenant_id: str, notification_id: str, now: datetime) -> None:

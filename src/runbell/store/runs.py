@@ -10,19 +10,81 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
+from runbell.store import fast
 from runbell.store import tables as t
+
+_RUN = sa.select(t.runs).where(
+    t.runs.c.tenant_id == sa.bindparam("tenant_id"), t.runs.c.run_id == sa.bindparam("run_id")
+)
+_GET_RUN = fast.Statement(lambda: _RUN)
+# The run lock: one writer per run at a time on PostgreSQL. (SQLite's BEGIN IMMEDIATE
+# already serializes writers; its dialect leaves FOR UPDATE out.)
+_LOCK_RUN = fast.Statement(lambda: _RUN.with_for_update())
+
+#: The columns a transition moves (:func:`move_run` writes all of them every time).
+MOVED = (
+    "state",
+    "version",
+    "updated_at",
+    "sequence",
+    "report",
+    "started_at",
+    "finished_at",
+    "stop_reason",
+    "error",
+)
+_MOVE_RUN = fast.Statement(
+    lambda: (
+        sa.update(t.runs)
+        .where(
+            t.runs.c.tenant_id == sa.bindparam("k_tenant"), t.runs.c.run_id == sa.bindparam("k_run")
+        )
+        .values({name: sa.bindparam(name, type_=t.runs.c[name].type) for name in MOVED})
+    )
+)
+TRANSITION_COLUMNS = (
+    "tenant_id",
+    "run_id",
+    "version",
+    "kind",
+    "from_state",
+    "to_state",
+    "source_id",
+    "event_id",
+    "sequence",
+    "reason",
+    "decision",
+    "at",
+    "reported_at",
+)
+_ADD_TRANSITION = fast.insert(t.transitions, TRANSITION_COLUMNS)
+_FIND_INBOUND = fast.Statement(
+    lambda: sa.select(t.inbound_events).where(
+        t.inbound_events.c.tenant_id == sa.bindparam("tenant_id"),
+        t.inbound_events.c.source_id == sa.bindparam("source_id"),
+        t.inbound_events.c.event_id == sa.bindparam("event_id"),
+    )
+)
+INBOUND_COLUMNS = (
+    "tenant_id",
+    "source_id",
+    "event_id",
+    "run_id",
+    "claimed_state",
+    "sequence",
+    "outcome",
+    "reason",
+    "run_version",
+    "notification_ids",
+    "received_at",
+)
+_INSERT_INBOUND = fast.insert(t.inbound_events, INBOUND_COLUMNS)
 
 
 def get_run(
     conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False
 ) -> dict[str, Any] | None:
-    q = sa.select(t.runs).where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
-    if for_update:
-        # The run lock: one writer per run at a time on PostgreSQL. (SQLite's BEGIN
-        # IMMEDIATE already serializes writers.)
-        q = q.with_for_update()
-    row = conn.execute(q).first()
-    return None if row is None else dict(row._mapping)
+    return (_LOCK_RUN if for_update else _GET_RUN).first(conn, tenant_id=tenant_id, run_id=run_id)
 
 
 def require_run(
@@ -46,8 +108,19 @@ def update_run(conn: Connection, tenant_id: str, run_id: str, values: dict[str, 
     )
 
 
+def move_run(conn: Connection, run: dict[str, Any]) -> None:
+    """Write the :data:`MOVED` columns of ``run`` (the run as it is after a transition)."""
+    _MOVE_RUN.execute(
+        conn,
+        k_tenant=run["tenant_id"],
+        k_run=run["run_id"],
+        **{name: run.get(name) for name in MOVED},
+    )
+
+
 def add_transition(conn: Connection, values: dict[str, Any]) -> None:
-    conn.execute(t.transitions.insert().values(**values))
+    """One history row (columns not in ``values`` are NULL)."""
+    _ADD_TRANSITION.execute(conn, **{name: values.get(name) for name in TRANSITION_COLUMNS})
 
 
 def list_transitions(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
@@ -158,45 +231,12 @@ def list_runs(
 def find_inbound(
     conn: Connection, tenant_id: str, source_id: str, event_id: str
 ) -> dict[str, Any] | None:
-    row = conn.execute(
-        sa.select(t.inbound_events).where(
-            t.inbound_events.c.tenant_id == tenant_id,
-            t.inbound_events.c.source_id == source_id,
-            t.inbound_events.c.event_id == event_id,
-        )
-    ).first()
-    return None if row is None else dict(row._mapping)
+    return _FIND_INBOUND.first(conn, tenant_id=tenant_id, source_id=source_id, event_id=event_id)
 
 
 def insert_inbound(conn: Connection, values: dict[str, Any]) -> None:
-    conn.execute(t.inbound_events.insert().values(**values))
-
-
-def finish_inbound(
-    conn: Connection,
-    tenant_id: str,
-    source_id: str,
-    event_id: str,
-    *,
-    outcome: str,
-    reason: str | None,
-    run_version: int | None,
-    notification_ids: list[str],
-) -> None:
-    conn.execute(
-        sa.update(t.inbound_events)
-        .where(
-            t.inbound_events.c.tenant_id == tenant_id,
-            t.inbound_events.c.source_id == source_id,
-            t.inbound_events.c.event_id == event_id,
-        )
-        .values(
-            outcome=outcome,
-            reason=reason,
-            run_version=run_version,
-            notification_ids=notification_ids,
-        )
-    )
+    """The dedupe row; its primary key is what makes a concurrent retry fail here."""
+    _INSERT_INBOUND.execute(conn, **{name: values.get(name) for name in INBOUND_COLUMNS})
 
 
 def prune_inbound(conn: Connection, before: datetime) -> int:

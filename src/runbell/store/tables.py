@@ -279,6 +279,14 @@ sa.Index(
     notifications.c.id,
 )
 sa.Index("ix_notifications_expiry", notifications.c.state, notifications.c.expires_at)
+# count_recent (the policy's recent_completions): bounded by its LIMIT, not by history.
+sa.Index(
+    "ix_notifications_recent",
+    notifications.c.tenant_id,
+    notifications.c.recipient_user_id,
+    notifications.c.attention_type,
+    notifications.c.created_at,
+)
 sa.Index(
     "ix_notifications_run_state",
     notifications.c.tenant_id,

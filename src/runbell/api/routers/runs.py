@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
+from starlette.concurrency import run_in_threadpool
 
 from runbell.api.deps import Core, Runtime, Who
 from runbell.api.openapi import problems
@@ -45,9 +46,11 @@ def list_runs(
 
 
 @router.post("/{run_id}/signals", responses=problems(401, 403, 404, 409, 413, 422, 503))
-def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict[str, Any]:
+async def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict[str, Any]:
     """Report a run state. Outcome: applied | duplicate | stale | mismatch | rejected."""
-    source = signals.api_source(core, who)
+    source = signals.remembered_source(core, who)
+    if source is None:
+        source = await run_in_threadpool(signals.api_source, core, who)
     signal = Signal(
         event_id=body.event_id,
         state=body.state,
@@ -58,7 +61,8 @@ def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict
         effects_verified=body.effects_verified,
         report=body.report.model_dump(exclude_none=True) if body.report else None,
     )
-    return signals.accept_signal(core, who.tenant_id, source, run_id, signal).as_dict()
+    result = await signals.accept_signal_async(core, who.tenant_id, source, run_id, signal)
+    return result.as_dict()
 
 
 @router.post(

@@ -1,0 +1,256 @@
+"""Group commit: one writer thread per process commits concurrent units of work together.
+
+A signal's transaction is a dozen small statements and one commit. Committed one at a
+time, SQLite's single writer lock and PostgreSQL's flush per commit are the limit (the
+issue measured ~100 signals/s); committed together, 64 signals cost one lock, one flush,
+one feed-counter update per tenant and one fan-out query per event type.
+
+:meth:`GroupCommitter.run` hands a *unit* (a function of a :class:`~runbell.store.db.Tx`)
+to the writer thread and waits for its answer. The writer takes every unit that is
+queued (up to ``max_batch``), orders them by their lock key (so two processes' batches
+lock runs in the same order and cannot deadlock each other), and runs them in one
+transaction, each inside its own SAVEPOINT:
+
+- a unit that raises is rolled back to its savepoint — its rows, feed events, after-commit
+  callbacks and wake-ups are dropped — and its caller gets its own exception; the others
+  go on (a deadlock or serialization failure is retried in the next batch, at most
+  ``RETRIES`` times);
+- the batch commits once; only then is each caller answered. Nobody hears ``applied``
+  before the commit is durable, and a crash before the commit loses the whole batch and
+  answers nobody (their clients retry; dedupe makes the retry safe);
+- when the commit itself fails, nothing of the batch happened: during an outage every
+  caller gets that error; otherwise each unit is tried again alone, so only the one whose
+  rows made the commit fail hears about it.
+
+Invariants kept here (DESIGN §2): 12 (a unit's rows, events and outbox rows commit
+together or not at all — the savepoint is the unit's boundary, the batch's commit is its
+durability), and the feed's order equals commit order (the counter is bumped once per
+batch, in the same commit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import sqlalchemy as sa
+import structlog
+
+from runbell.store.availability import unavailable_reason
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+# runbell.store.db builds the writer (Database.writer); typed loosely here so the two
+# modules do not import each other. Tx is runbell.store.db.Tx, Database its Database.
+Tx = Any
+Database = Any
+
+#: PostgreSQL SQLSTATEs worth a second try in the next batch: deadlock, serialization.
+_TRANSIENT = frozenset({"40P01", "40001"})
+RETRIES = 3
+
+
+@dataclass
+class _Job(Generic[T]):
+    unit: Callable[[Tx], T]
+    key: tuple[str, ...]
+    future: Future[T] = field(default_factory=Future)
+    tries: int = 0
+
+
+def _transient(exc: BaseException) -> bool:
+    if not isinstance(exc, sa.exc.DBAPIError):
+        return False
+    return getattr(exc.orig, "sqlstate", None) in _TRANSIENT
+
+
+class GroupCommitter:
+    """The process's writer thread (see the module docstring)."""
+
+    def __init__(self, db: Database, *, max_batch: int = 64) -> None:
+        self.db = db
+        self.max_batch = max(1, max_batch)
+        self._queue: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self.batches = 0  # committed batches, for tests and /metrics
+        self.units = 0
+
+    # --- callers ---------------------------------------------------------------------
+
+    def submit(self, unit: Callable[[Tx], T], *, key: tuple[str, ...] = ()) -> Future[T]:
+        job: _Job[T] = _Job(unit, key)
+        self._ensure_thread()
+        self._queue.put(job)
+        return job.future
+
+    def run(self, unit: Callable[[Tx], T], *, key: tuple[str, ...] = ()) -> T:
+        """Run ``unit`` in the next batch; its answer once the batch has committed."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a unit of work may not wait for the writer it runs on")
+        return self.submit(unit, key=key).result()
+
+    async def run_async(self, unit: Callable[[Tx], T], *, key: tuple[str, ...] = ()) -> T:
+        import asyncio
+
+        return await asyncio.wrap_future(self.submit(unit, key=key))
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._queue.put(None)
+            thread.join(timeout=10)
+
+    # --- the writer thread -----------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the database is closed")
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="runbell-writer", daemon=True
+                )
+                self._thread.start()
+
+    def _take(self) -> list[_Job[Any]] | None:
+        first = self._queue.get()
+        if first is None:
+            return None
+        jobs = [first]
+        while len(jobs) < self.max_batch:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                self._queue.put(None)  # stop after this batch
+                break
+            jobs.append(job)
+        return jobs
+
+    def _loop(self) -> None:
+        retry: list[_Job[Any]] = []
+        while True:
+            if retry:
+                jobs, retry = retry, []
+                with contextlib.suppress(queue.Empty):
+                    while len(jobs) < self.max_batch:
+                        job = self._queue.get_nowait()
+                        if job is None:
+                            self._queue.put(None)
+                            break
+                        jobs.append(job)
+            else:
+                taken = self._take()
+                if taken is None:
+                    return
+                jobs = taken
+            jobs.sort(key=lambda j: j.key)
+            try:
+                retry = self._batch(jobs)
+            except BaseException as exc:  # pragma: no cover - a bug in the writer itself
+                log.exception("writer.crashed")
+                for job in jobs:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+
+    def _batch(self, jobs: list[_Job[Any]]) -> list[_Job[Any]]:
+        """Run ``jobs`` in one transaction and answer them after it commits; returns the
+        jobs to run again (transient failures).
+
+        First all together, without savepoints (two round trips fewer per unit). If one
+        of them fails, that transaction is rolled back whole — nothing of it happened —
+        and the batch runs again with a savepoint per unit, so the failing one answers
+        its own error and the others commit."""
+        try:
+            values = self._together(jobs)
+        except _UnitFailed as failed:
+            if len(jobs) > 1:
+                return self._one_by_one(jobs)
+            return self._settle([(jobs[0], False, failed.exc)])
+        except Exception as exc:
+            return self._failed_commit(jobs, exc)
+        return self._settle([(job, True, value) for job, value in zip(jobs, values, strict=True)])
+
+    def _together(self, jobs: list[_Job[Any]]) -> list[Any]:
+        values = []
+        with self.db.transaction() as tx:
+            for job in jobs:
+                try:
+                    values.append(job.unit(tx))
+                except Exception as exc:
+                    raise _UnitFailed(exc) from exc
+        return values
+
+    def _one_by_one(self, jobs: list[_Job[Any]]) -> list[_Job[Any]]:
+        answers: list[tuple[_Job[Any], bool, Any]] = []
+        try:
+            with self.db.transaction() as tx:
+                for job in jobs:
+                    mark = tx.mark()
+                    savepoint = tx.conn.begin_nested()
+                    try:
+                        value = job.unit(tx)
+                        savepoint.commit()
+                    except Exception as exc:
+                        if savepoint.is_active:
+                            savepoint.rollback()
+                        tx.rewind(mark)
+                        answers.append((job, False, exc))
+                        continue
+                    answers.append((job, True, value))
+        except Exception as exc:
+            return self._failed_commit(jobs, exc)
+        return self._settle(answers)
+
+    def _failed_commit(self, jobs: list[_Job[Any]], exc: Exception) -> list[_Job[Any]]:
+        """The batch's own commit failed (its feed flush, fan-out or COMMIT): nothing of
+        it happened. An outage fails everyone — they would fail alone too; anything else
+        may belong to one unit's rows, so each is tried again in a transaction of its own
+        and only the one at fault hears the error."""
+        if len(jobs) == 1 or unavailable_reason(exc) is not None:
+            for job in jobs:
+                job.future.set_exception(exc)
+            return []
+        retry: list[_Job[Any]] = []
+        for job in jobs:
+            retry += self._batch([job])
+        return retry
+
+    def _settle(self, answers: list[tuple[_Job[Any], bool, Any]]) -> list[_Job[Any]]:
+        """Answer each caller (their commit is durable, or their unit failed); a transient
+        failure (deadlock, serialization) goes round again instead, a few times."""
+        retry = []
+        for job, ok, value in answers:
+            if ok:
+                self.units += 1
+                job.future.set_result(value)
+            elif _transient(value) and job.tries < RETRIES:
+                job.tries += 1
+                retry.append(job)
+            else:
+                job.future.set_exception(value)
+        self.batches += 1
+        return retry
+
+
+class _UnitFailed(Exception):
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def lock_key(*parts: Hashable) -> tuple[str, ...]:
+    return tuple(str(p) for p in parts)

@@ -1,0 +1,320 @@
+"""Group commit (store/writer.py): signals committed together, each still its own unit.
+
+Issue 9 §2: a failing signal inside a batch answers its own error and the others commit;
+a caller is never told ``applied`` before its commit is durable; a crash with a batch
+half built commits nothing of it. On SQLite and PostgreSQL. Batches are made
+deterministic by holding the writer on a first unit until the others have queued.
+"""
+
+from __future__ import annotations
+
+import os
+import signal as signals_os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from runbell.config import Settings
+from runbell.domain.errors import NotFound
+from runbell.flows import signals
+from runbell.flows.context import Runbell
+from runbell.flows.signals import Signal, SignalResult
+from runbell.store import tables as t
+from runbell.testing import TenantCreds
+from tests.integration.test_concurrency import api_source, create_runs
+
+
+def count(core: Runbell, table: sa.Table, tenant_id: str) -> int:
+    with core.db.read() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).select_from(table).where(table.c.tenant_id == tenant_id)
+            ).scalar_one()
+        )
+
+
+class HeldWriter:
+    """Hold the writer on a first unit until ``n`` more have queued behind it, so those
+    ``n`` are taken as one batch."""
+
+    def __init__(self, core: Runbell) -> None:
+        self.core = core
+        self.gate = threading.Event()
+        started = threading.Event()
+
+        def hold(tx: Any) -> None:
+            started.set()
+            self.gate.wait(30)
+
+        self.held: Future[Any] = core.db.writer.submit(hold)
+        assert started.wait(30), "the writer never started"
+
+    def release_when_queued(self, n: int) -> None:
+        deadline = time.monotonic() + 30
+        while self.core.db.writer._queue.qsize() < n:
+            assert time.monotonic() < deadline, "the units never queued"
+            time.sleep(0.01)
+        self.gate.set()
+        self.held.result(timeout=30)
+
+
+def accept_in_thread(
+    core: Runbell, creds: TenantCreds, run_id: str, event_id: str, state: str = "completed"
+) -> Future[SignalResult]:
+    out: Future[SignalResult] = Future()
+    source = api_source(core, creds.tenant_id)
+
+    def go() -> None:
+        try:
+            out.set_result(
+                signals.accept_signal(
+                    core, creds.tenant_id, source, run_id, Signal(event_id=event_id, state=state)
+                )
+            )
+        except BaseException as exc:
+            out.set_exception(exc)
+
+    threading.Thread(target=go, daemon=True).start()
+    return out
+
+
+def test_signals_waiting_together_commit_in_one_batch(core: Runbell, creds: TenantCreds) -> None:
+    create_runs(core, creds, [f"r{i}" for i in range(8)])
+    held = HeldWriter(core)
+    before = core.db.writer.batches
+    answers = [accept_in_thread(core, creds, f"r{i}", f"e{i}") for i in range(8)]
+    held.release_when_queued(8)
+    assert [a.result(timeout=30).outcome for a in answers] == ["applied"] * 8
+    # One batch for the held unit, one for the eight.
+    assert core.db.writer.batches - before == 2
+    assert count(core, t.inbound_events, creds.tenant_id) == 8
+    assert count(core, t.notifications, creds.tenant_id) == 8
+
+
+def test_a_failing_signal_in_a_batch_answers_its_own_error_and_the_others_commit(
+    core: Runbell, creds: TenantCreds
+) -> None:
+    create_runs(core, creds, ["r0", "r1", "r3", "r4"])
+    held = HeldWriter(core)
+    answers = {
+        run_id: accept_in_thread(core, creds, run_id, f"e-{run_id}")
+        for run_id in ["r0", "r1", "missing", "r3", "r4"]
+    }
+    held.release_when_queued(5)
+    with pytest.raises(NotFound):
+        answers.pop("missing").result(timeout=30)
+    assert {r: a.result(timeout=30).outcome for r, a in answers.items()} == dict.fromkeys(
+        answers, "applied"
+    )
+    with core.db.read() as conn:
+        stored = {
+            r.run_id
+            for r in conn.execute(
+                sa.select(t.inbound_events.c.run_id).where(
+                    t.inbound_events.c.tenant_id == creds.tenant_id
+                )
+            )
+        }
+    assert stored == {"r0", "r1", "r3", "r4"}
+
+
+def test_a_unit_that_raises_after_writing_leaves_nothing_of_itself(
+    core: Runbell, creds: TenantCreds
+) -> None:
+    """The savepoint is the unit's boundary: its rows, feed events and wake-ups go."""
+    create_runs(core, creds, ["r0", "r1"])
+    feed_before = count(core, t.feed_events, creds.tenant_id)
+
+    def writes_then_fails(tx: Any) -> None:
+        tx.conn.execute(
+            sa.update(t.runs)
+            .where(t.runs.c.tenant_id == creds.tenant_id, t.runs.c.run_id == "r1")
+            .values(title="must not stay")
+        )
+        from runbell.store.db import PendingEvent
+
+        tx.emit(creds.tenant_id, PendingEvent("run.updated", {"run_id": "r1"}, run_id="r1"))
+        raise RuntimeError("boom")
+
+    held = HeldWriter(core)
+    good = accept_in_thread(core, creds, "r0", "e0")
+    bad = core.db.writer.submit(writes_then_fails)
+    held.release_when_queued(2)
+    assert good.result(timeout=30).outcome == "applied"
+    with pytest.raises(RuntimeError, match="boom"):
+        bad.result(timeout=30)
+    with core.db.read() as conn:
+        summary = conn.execute(
+            sa.select(t.runs.c.title).where(
+                t.runs.c.tenant_id == creds.tenant_id, t.runs.c.run_id == "r1"
+            )
+        ).scalar()
+    assert summary != "must not stay"  # the title it had
+    # r0's transition and notification events only; nothing of the failed unit.
+    new_events = count(core, t.feed_events, creds.tenant_id) - feed_before
+    with core.db.read() as conn:
+        types = [
+            r.type
+            for r in conn.execute(
+                sa.select(t.feed_events.c.type, t.feed_events.c.run_id).where(
+                    t.feed_events.c.tenant_id == creds.tenant_id,
+                    t.feed_events.c.run_id == "r1",
+                    t.feed_events.c.type == "run.updated",
+                )
+            )
+        ]
+    assert types == []
+    assert new_events >= 2
+
+
+def test_the_same_event_twice_in_one_batch_is_one_signal(core: Runbell, creds: TenantCreds) -> None:
+    create_runs(core, creds, ["r0"])
+    held = HeldWriter(core)
+    first = accept_in_thread(core, creds, "r0", "e0")
+    again = accept_in_thread(core, creds, "r0", "e0")
+    held.release_when_queued(2)
+    outcomes = sorted([first.result(timeout=30).outcome, again.result(timeout=30).outcome])
+    assert outcomes == ["applied", "duplicate"]
+    results = [first.result(), again.result()]
+    assert results[0].notifications == results[1].notifications
+    assert count(core, t.notifications, creds.tenant_id) == 1
+    assert count(core, t.transitions, creds.tenant_id) == 2  # created + completed
+
+
+def test_nobody_hears_applied_before_the_commit_and_a_failed_commit_answers_everyone(
+    core: Runbell, creds: TenantCreds
+) -> None:
+    """Each answer is checked against a fresh connection the moment it arrives; then a
+    batch whose commit fails answers every caller with that error and stores nothing."""
+    create_runs(core, creds, [f"r{i}" for i in range(6)])
+    seen_durable: list[bool] = []
+
+    def check(run_id: str, event_id: str) -> None:
+        result = signals.accept_signal(
+            core,
+            creds.tenant_id,
+            api_source(core, creds.tenant_id),
+            run_id,
+            Signal(event_id=event_id, state="completed"),
+        )
+        assert result.outcome == "applied"
+        with core.db.engine.connect() as conn:  # a separate connection: committed only
+            seen_durable.append(
+                conn.execute(
+                    sa.select(sa.func.count())
+                    .select_from(t.inbound_events)
+                    .where(
+                        t.inbound_events.c.tenant_id == creds.tenant_id,
+                        t.inbound_events.c.event_id == event_id,
+                    )
+                ).scalar_one()
+                == 1
+            )
+
+    threads = [threading.Thread(target=check, args=(f"r{i}", f"e{i}")) for i in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert seen_durable == [True, True, True]
+
+    # Now make the next commit fail (a hook that runs inside the transaction, last).
+    def fail(tx: Any) -> None:
+        if any(ev.run_id in {"r3", "r4", "r5"} for evs in tx.events.values() for ev in evs):
+            raise sa.exc.OperationalError("COMMIT", None, ConnectionResetError("gone"))
+
+    core.db.before_flush.append(fail)
+    try:
+        held = HeldWriter(core)
+        answers = [accept_in_thread(core, creds, f"r{i}", f"e{i}") for i in (3, 4, 5)]
+        held.release_when_queued(3)
+        for a in answers:
+            with pytest.raises(sa.exc.OperationalError):
+                a.result(timeout=30)
+    finally:
+        core.db.before_flush.remove(fail)
+    assert count(core, t.inbound_events, creds.tenant_id) == 3
+
+
+CRASH_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    from runbell.app import build
+    from runbell.config import Settings
+    from runbell.flows import signals
+    from runbell.flows.signals import Signal
+    from runbell.store import accounts
+
+    settings = Settings(**{k: v for k, v in (a.split("=", 1) for a in sys.argv[1:])})
+    core = build(settings, migrate=False)
+    tenant_id = os.environ["TENANT"]
+    with core.db.read() as conn:
+        source = accounts.get_source(conn, tenant_id, accounts.api_source_id(conn, tenant_id))
+    gate, started = threading.Event(), threading.Event()
+    held = core.db.writer.submit(lambda tx: (started.set(), gate.wait(30)))
+    started.wait(30)
+    for i in range(4):
+        threading.Thread(
+            target=signals.accept_signal,
+            args=(core, tenant_id, source, f"r{i}", Signal(event_id=f"e{i}", state="completed")),
+            daemon=True,
+        ).start()
+
+    def crash(tx):
+        print("crashing", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # mid-batch: four signals written, no commit
+        time.sleep(30)
+
+    while core.db.writer._queue.qsize() < 4:
+        time.sleep(0.01)
+    core.db.writer.submit(crash, key=('~',))  # sorts after every tenant: runs last
+    gate.set()
+    time.sleep(30)
+    """
+)
+
+
+def test_a_crash_with_a_batch_half_built_commits_nothing_of_it(
+    core: Runbell, creds: TenantCreds, settings: Settings, tmp_path: Path
+) -> None:
+    create_runs(core, creds, [f"r{i}" for i in range(4)])
+    args = [
+        f"{name}={getattr(settings, name)}"
+        for name in ("database_url", "secret_key", "data_dir", "public_url")
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_SCRIPT, *args],
+        env={**os.environ, "TENANT": creds.tenant_id},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == -signals_os.SIGKILL, proc.stderr[-2000:]
+    assert "crashing" in proc.stdout
+    assert count(core, t.inbound_events, creds.tenant_id) == 0
+    assert count(core, t.notifications, creds.tenant_id) == 0
+    with core.db.read() as conn:
+        states = {
+            r.state
+            for r in conn.execute(
+                sa.select(t.runs.c.state).where(t.runs.c.tenant_id == creds.tenant_id)
+            )
+        }
+    assert states == {"working"}
+    # And the database is whole: the same signals now go through.
+    source = api_source(core, creds.tenant_id)
+    for i in range(4):
+        assert (
+            signals.accept_signal(
+                core, creds.tenant_id, source, f"r{i}", Signal(event_id=f"e{i}", state="completed")
+            ).outcome
+            == "applied"
+        )
