@@ -173,6 +173,7 @@ def create_app(
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
+            rb.presence.close()  # other processes stop counting this one's viewers now
             if pg:
                 pg.stop()
 

@@ -52,6 +52,17 @@ class Settings(BaseSettings):
         default=(5.0, 30.0, 120.0, 600.0, 1800.0), min_length=1
     )
     scheduler_interval_s: float = Field(default=1.0, gt=0)
+    presence_ttl_s: float = Field(
+        default=30.0,
+        ge=3,
+        description="A viewer's presence row lives this long unless its process refreshes it "
+        "(every third of it); a process that died stops counting as watching after this.",
+    )
+    presence_cache_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="How long a process trusts what it read about viewers on other processes.",
+    )
     outbound_allow_hosts: Annotated[frozenset[str], NoDecode] = Field(
         default=frozenset(),
         description="Hosts (host or host:port) outbound calls may reach over http or at "
