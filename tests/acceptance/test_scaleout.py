@@ -334,8 +334,9 @@ def test_a_transaction_held_open_does_not_stop_the_queue(
         rx = stack.enter_context(Receiver(secret))
         seeded = seed(core, rx.url, secret, runs=1)
         (locked,) = seeded.delivery_ids
-        hold = sa.create_engine(pg_url).connect()
-        stack.callback(hold.close)
+        engine = sa.create_engine(pg_url)
+        stack.callback(engine.dispose)
+        hold = stack.enter_context(engine.connect())
         hold.execute(sa.text("SELECT count(*) FROM deliveries"))
         hold.execute(sa.text("SELECT id FROM deliveries WHERE id = :id FOR UPDATE"), {"id": locked})
         hold.execute(
@@ -369,3 +370,93 @@ def test_a_transaction_held_open_does_not_stop_the_queue(
         clean(worker.output)
 
     assert rx.ids() == Counter(dict.fromkeys(seeded.delivery_ids, 1))
+
+
+# --- two schedulers -------------------------------------------------------------------------
+
+RUNS = 8
+CHECKS = 4
+
+
+class SchedulerProc(WorkerProc):
+    """`runbell worker --scheduler`: a delivery worker that also runs the sweeps."""
+
+    def launch(self) -> None:
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [RUNBELL, "worker", "--scheduler"],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+
+def test_two_schedulers_run_each_sweep_once(tmp_path: Path, pg_url: str) -> None:
+    """Two `runbell worker --scheduler` processes ticking every 0.1 s over mismatches due
+    every 0.5 s: each re-check runs once (one state-reader call each, counted by the
+    runtime's own endpoint and by the mismatch row), and each escalation alerts once."""
+    from fastapi.testclient import TestClient
+
+    from runbell.app import create_app
+    from tests.integration.test_reconcile import RuntimeStub, advisory_source, claim, start_run
+
+    settings = make_settings(
+        tmp_path, pg_url, mismatch_backoff_s=(0.5,), mismatch_max_checks=CHECKS
+    )
+    core = build(settings, migrate=False)
+    creds = make_tenant(core)
+    env = child_env(
+        tmp_path,
+        pg_url,
+        RUNBELL_SCHEDULER_INTERVAL_S="0.1",
+        RUNBELL_MISMATCH_BACKOFF_S="0.5",
+        RUNBELL_MISMATCH_MAX_CHECKS=str(CHECKS),
+    )
+    with ExitStack() as stack:
+        runtime = stack.enter_context(RuntimeStub())
+        client = stack.enter_context(TestClient(create_app(core, bridge=False)))
+        stack.callback(core.db.dispose)
+        _, auth = advisory_source(client, core, creds, runtime.url_template)
+        schedulers = [SchedulerProc(env, tmp_path / f"scheduler{n}.log") for n in (1, 2)]
+        for proc in schedulers:
+            stack.callback(proc.kill)
+            proc.launch()
+        for proc in schedulers:
+            proc.ready()
+        for n in range(RUNS):
+            run_id = f"r{n}"
+            start_run(client, auth, creds, run_id)
+            runtime.say(run_id, "working")  # the runtime never agrees: escalates
+            assert claim(client, auth, f"e{n}", "completed", run_id)["outcome"] == "mismatch"
+
+        def escalated() -> int:
+            with core.db.read() as conn:
+                return int(
+                    conn.execute(
+                        sa.select(sa.func.count())
+                        .select_from(t.mismatches)
+                        .where(t.mismatches.c.status == "escalated")
+                    ).scalar_one()
+                )
+
+        wait_for(lambda: escalated() == RUNS, "every mismatch to escalate", schedulers)
+        time.sleep(1.5)  # three more re-check periods: nothing further may run
+        for proc in schedulers:
+            assert proc.stop() == 0
+            clean(proc.output)
+
+        with core.db.read() as conn:
+            checks = [r[0] for r in conn.execute(sa.select(t.mismatches.c.checks)).all()]
+            alerts = Counter(
+                conn.execute(
+                    sa.select(t.notifications.c.run_id).where(
+                        t.notifications.c.attention_type == "mismatch"
+                    )
+                ).scalars()
+            )
+        reads = Counter(path.removeprefix("/runs/") for path in runtime.requests)
+
+    assert checks == [CHECKS] * RUNS
+    # The signal's own read, then one per re-check: a sweep run twice would read twice.
+    assert reads == Counter({f"r{n}": 1 + CHECKS for n in range(RUNS)})
+    assert alerts == Counter({f"r{n}": 1 for n in range(RUNS)})
