@@ -17,7 +17,6 @@ template; every wait polls a condition with a deadline.
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -36,10 +35,10 @@ from runbell.flows.context import Runbell
 from runbell.ingress.signatures import new_secret
 from runbell.store import tables as t
 from runbell.testing import make_tenant
+from tests.acceptance.processes import ApiProc, SchedulerProc, start_all, start_apis
 from tests.acceptance.receivers import Receiver
 from tests.acceptance.test_database_outage import Stream
 from tests.acceptance.test_worker_processes import (
-    RUNBELL,
     WorkerProc,
     child_env,
     clean,
@@ -49,7 +48,7 @@ from tests.acceptance.test_worker_processes import (
     wait_for,
     webhook_rows,
 )
-from tests.conftest import free_port, make_settings, pg_database
+from tests.conftest import make_settings, pg_database
 
 pytestmark = pytest.mark.postgres
 
@@ -64,44 +63,6 @@ def core(tmp_path: Path, pg_url: str) -> Iterator[Runbell]:
     rb = build(make_settings(tmp_path, pg_url), migrate=False)
     yield rb
     rb.db.dispose()
-
-
-class ApiProc(WorkerProc):
-    """One `runbell api` child on a free loopback port (a WorkerProc's log and kill)."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        super().__init__(env, log)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def launch(self) -> None:
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [RUNBELL, "api", "--host", "127.0.0.1", "--port", str(self.port)],
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def ready(self) -> None:
-        def answers() -> bool:
-            try:
-                return httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        # Start-up is mostly imports: slow on a loaded machine.
-        wait_for(answers, f"{self.log.name} to answer", [self], timeout=90)
-
-
-def start_apis(stack: ExitStack, env: dict[str, str], logs: Path, count: int) -> list[ApiProc]:
-    apis = [ApiProc(env, logs / f"api{n}.log") for n in range(1, count + 1)]
-    for api in apis:
-        stack.callback(api.kill)
-        api.launch()
-    for api in apis:
-        api.ready()
-    return apis
 
 
 def presence_rows(core: Runbell) -> int:
@@ -378,19 +339,6 @@ RUNS = 8
 CHECKS = 4
 
 
-class SchedulerProc(WorkerProc):
-    """`runbell worker --scheduler`: a delivery worker that also runs the sweeps."""
-
-    def launch(self) -> None:
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [RUNBELL, "worker", "--scheduler"],
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-
 def test_two_schedulers_run_each_sweep_once(tmp_path: Path, pg_url: str) -> None:
     """Two `runbell worker --scheduler` processes ticking every 0.1 s over mismatches due
     every 0.5 s: each re-check runs once (one state-reader call each, counted by the
@@ -418,11 +366,7 @@ def test_two_schedulers_run_each_sweep_once(tmp_path: Path, pg_url: str) -> None
         stack.callback(core.db.dispose)
         _, auth = advisory_source(client, core, creds, runtime.url_template)
         schedulers = [SchedulerProc(env, tmp_path / f"scheduler{n}.log") for n in (1, 2)]
-        for proc in schedulers:
-            stack.callback(proc.kill)
-            proc.launch()
-        for proc in schedulers:
-            proc.ready()
+        start_all(stack, list(schedulers))
         for n in range(RUNS):
             run_id = f"r{n}"
             start_run(client, auth, creds, run_id)
