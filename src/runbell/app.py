@@ -79,13 +79,14 @@ def migrate(settings: Settings) -> tuple[str | None, str]:
         engine.dispose()
 
 
-def start_wakeups(db: Database) -> PgBridge | None:
+def start_wakeups(db: Database, listen_url: str | None = None) -> PgBridge | None:
     """On PostgreSQL, start the LISTEN/NOTIFY bridge that wakes this process's waiters
     (workers, long-polls, streams) for commits made by other processes; None on SQLite.
-    Stop it with ``.stop()``."""
+    ``listen_url`` is ``RUNBELL_LISTEN_DATABASE_URL`` (default: ``db``'s). Stop it with
+    ``.stop()``."""
     from runbell.store.wakeup import start_bridge
 
-    return start_bridge(db)
+    return start_bridge(db, listen_url)
 
 
 SERVED_URL = "served_url"
@@ -164,7 +165,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        pg = start_bridge(rb.db) if bridge else None
+        pg = start_bridge(rb.db, rb.settings.listen_database_url) if bridge else None
         stop = asyncio.Event()
         jobs = [*([worker.run] if worker else []), *background]
         tasks = [asyncio.create_task(job(stop)) for job in jobs]

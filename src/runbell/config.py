@@ -27,6 +27,12 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL; default sqlite:///<data_dir>/runbell.db. "
         "PostgreSQL: postgresql+psycopg://user@host/db",
     )
+    listen_database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL URL for the one LISTEN connection per process (cross-process "
+        "wake-ups); default RUNBELL_DATABASE_URL. Set it to a direct (or session-pooled) URL "
+        "when RUNBELL_DATABASE_URL goes through PgBouncer in transaction mode.",
+    )
     secret_key: str | None = Field(
         default=None,
         description="Fernet key sealing stored secrets; generated into data_dir when unset.",
@@ -133,7 +139,7 @@ class Settings(BaseSettings):
             )
         return value.strip()
 
-    @field_validator("database_url")
+    @field_validator("database_url", "listen_database_url")
     @classmethod
     def _supported_database(cls, value: str | None) -> str | None:
         """SQLite or PostgreSQL through psycopg 3; ``postgres://`` and ``postgresql://``
