@@ -546,6 +546,8 @@ kv = sa.Table(
 # Who is watching the live UI, shared by every API process (store/presence.py). One row per
 # (tenant, user, holding process), refreshed by that process's heartbeat; a row past
 # expires_at is ignored (its process died) and deleted by the next heartbeat of any process.
+# No index on expires_at: the table holds one row per viewer and process, and an unindexed
+# expires_at keeps the heartbeat's updates HOT (no index writes, see docs/operations.md).
 presence = sa.Table(
     "presence",
     metadata,
@@ -554,4 +556,3 @@ presence = sa.Table(
     sa.Column("holder", sa.String(64), primary_key=True),
     sa.Column("expires_at", UTCDateTime, nullable=False),
 )
-sa.Index("ix_presence_expires", presence.c.expires_at)

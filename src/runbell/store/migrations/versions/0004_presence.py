@@ -27,11 +27,7 @@ def upgrade() -> None:
         sa.Column("expires_at", runbell.store.tables.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("tenant_id", "user_id", "holder", name=op.f("pk_presence")),
     )
-    with op.batch_alter_table("presence", schema=None) as batch_op:
-        batch_op.create_index("ix_presence_expires", ["expires_at"], unique=False)
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("presence", schema=None) as batch_op:
-        batch_op.drop_index("ix_presence_expires")
     op.drop_table("presence")
