@@ -173,12 +173,15 @@ class Presence:
                     tx.conn.execute(
                         _DROP, [{"t_id": k[0], "u_id": k[1], "h": self.holder} for k in gone]
                     )
-                if heartbeat:
-                    tx.conn.execute(_EXPIRED, {"now": tx.now})
         except Exception:
             with self._lock:
                 self._dirty |= changed
             raise
+        if heartbeat:
+            # Apart from the upsert: a transaction holding its own rows while it waits on
+            # another process's could deadlock with that process doing the same.
+            with self.db.transaction() as tx:
+                tx.conn.execute(_EXPIRED, {"now": tx.now})
 
     def _ensure_thread(self) -> None:
         if self.db is None or self._thread is not None:
