@@ -78,12 +78,14 @@ def test_a_viewer_on_one_api_process_is_watching_for_a_signal_on_another(
 ) -> None:
     """The owner's live stream is open on API A; the run completes through API B. B's
     policy sees the owner watching (inbox, no push); once the stream closes, the next
-    completion through B pushes again."""
+    completion through B pushes again. A viewer on an A that is SIGKILLed stops counting
+    once its row expires."""
     creds = make_tenant(core)
     env = child_env(
         tmp_path,
         pg_url,
         RUNBELL_PRESENCE_CACHE_S="0",  # each signal reads what the table says now
+        RUNBELL_PRESENCE_TTL_S="3",
         RUNBELL_FEED_FALLBACK_POLL_S="0.5",  # the closed stream is noticed quickly
         RUNBELL_SSE_KEEPALIVE_S="0.5",
     )
@@ -112,13 +114,28 @@ def test_a_viewer_on_one_api_process_is_watching_for_a_signal_on_another(
         assert stream.error is None
         wait_for(lambda: presence_rows(core) == 0, "A to forget the closed stream", [a, b])
         unwatched = complete(b, "unwatched")
+        assert a.stop() == 0
+        clean(a.output)
+        assert presence_rows(core) == 0, "a clean stop leaves no row behind"
+
+        a = ApiProc(env, tmp_path / "api1-again.log")
+        start_all(stack, [a])
+        with Stream(a.url, creds.owner_token):
+            wait_for(lambda: presence_rows(core) == 1, "the new A to record the viewer", [a, b])
+            a.kill()  # no leave, no clean stop: the row stays behind
+        tries = iter(range(10_000))
+        wait_for(
+            lambda: complete(b, f"after-kill-{next(tries)}")["decision"] == "push",
+            "the dead process's viewer to stop counting",
+            [b],
+        )
+        assert presence_rows(core) == 1, "expired, not deleted: only a heartbeat deletes it"
+        assert b.stop() == 0
         for api in (a, b):
-            api.stop()
             clean(api.output)
 
     assert (watched["decision"], watched["rule_id"]) == ("inbox", "completed.owner_present")
     assert (unwatched["decision"], unwatched["rule_id"]) == ("push", "completed.requested")
-    assert presence_rows(core) == 0, "a clean stop leaves no row behind"
 
 
 # --- two APIs, two workers, SIGKILL under load ----------------------------------------------
