@@ -24,6 +24,7 @@ from runbell.store.migrate import upgrade
 
 if TYPE_CHECKING:
     from fastapi import APIRouter, FastAPI
+    from sqlalchemy.engine import Engine
 
     from runbell.dispatch.worker import Worker
     from runbell.store.wakeup import PgBridge
@@ -59,9 +60,24 @@ def open_database(
     """The database alone (no secret key needed), migrated unless told otherwise."""
     prepare_data_dir(settings)
     db = Database(settings.resolved_database_url(), clock=clock)
+    pooler_safe(db.engine, settings)
     if migrate:
         upgrade(db.engine)
     return db
+
+
+def pooler_safe(engine: Engine, settings: Settings) -> None:
+    """With ``RUNBELL_DATABASE_PREPARED_STATEMENTS=false``, psycopg never prepares a
+    statement on the server: a pooler in transaction mode that does not track them
+    (PgBouncer < 1.21) would hand one connection's prepared statements to another client
+    (``prepared statement "_pg3_0" already exists``)."""
+    if settings.database_prepared_statements or engine.dialect.name != "postgresql":
+        return
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _no_prepare(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.prepare_threshold = None
 
 
 def migrate(settings: Settings) -> tuple[str | None, str]:
@@ -72,6 +88,7 @@ def migrate(settings: Settings) -> tuple[str | None, str]:
 
     prepare_data_dir(settings)
     engine = make_engine(settings.resolved_database_url())
+    pooler_safe(engine, settings)
     try:
         upgrade(engine)
         return current_revision(engine), engine.dialect.name

@@ -33,6 +33,12 @@ class Settings(BaseSettings):
         "wake-ups); default RUNBELL_DATABASE_URL. Set it to a direct (or session-pooled) URL "
         "when RUNBELL_DATABASE_URL goes through PgBouncer in transaction mode.",
     )
+    database_prepared_statements: bool = Field(
+        default=True,
+        description="Let psycopg prepare statements it runs often on the server. Turn off "
+        "behind PgBouncer in transaction mode older than 1.21 (or with max_prepared_statements "
+        "= 0), which hands one client's prepared statements to another.",
+    )
     secret_key: str | None = Field(
         default=None,
         description="Fernet key sealing stored secrets; generated into data_dir when unset.",

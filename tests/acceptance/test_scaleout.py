@@ -49,6 +49,7 @@ from tests.acceptance.test_worker_processes import (
     webhook_rows,
 )
 from tests.conftest import make_settings, pg_database
+from tests.pgbouncer import PgBouncer, PgBouncerUnavailable
 
 pytestmark = pytest.mark.postgres
 
@@ -350,16 +351,83 @@ def test_a_transaction_held_open_does_not_stop_the_queue(
     assert rx.ids() == Counter(dict.fromkeys(seeded.delivery_ids, 1))
 
 
+# --- PgBouncer in transaction mode ------------------------------------------------------------
+
+
+def through_pgbouncer(stack: ExitStack, pg_url: str) -> dict[str, str]:
+    """Start a private PgBouncer (transaction mode) in front of ``pg_url``'s server; the
+    settings docs/operations.md gives for it: the pooled URL, LISTEN on the direct one, no
+    server-side prepared statements (PgBouncer < 1.21)."""
+    try:
+        bouncer = stack.enter_context(PgBouncer.start(pg_url, pool_size=10))
+    except PgBouncerUnavailable as exc:
+        pytest.skip(str(exc))
+    return {
+        "RUNBELL_DATABASE_URL": bouncer.url(pg_url),
+        "RUNBELL_LISTEN_DATABASE_URL": pg_url,
+        "RUNBELL_DATABASE_PREPARED_STATEMENTS": "false",
+    }
+
+
+@pytest.mark.slow
+def test_two_apis_and_two_workers_through_pgbouncer_in_transaction_mode(
+    tmp_path: Path, pg_url: str, core: Runbell
+) -> None:
+    """The production topology of docs/operations.md: two APIs and two workers (with the
+    scheduler) through one PgBouncer in transaction mode with ten server connections for
+    up to 4 x 33 clients, LISTEN on the direct URL. Every signal is stored once and every
+    message delivered once, with no database error in any log."""
+    secret = new_secret()
+    with ExitStack() as stack:
+        rx = stack.enter_context(Receiver(secret))
+        seeded = seed(core, rx.url, secret, runs=0)
+        env = child_env(tmp_path, pg_url, RUNBELL_WEBHOOK_RATE_PER_S="1000")
+        env.update(through_pgbouncer(stack, pg_url))
+        apis = start_apis(stack, env, tmp_path, 2)
+        workers = [SchedulerProc(env, tmp_path / f"worker{n}.log") for n in (1, 2)]
+        start_all(stack, list(workers))
+        _, runtime_key = accounts.create_key(core, seeded.tenant_id, "runtime")
+        with SignalLoad(apis, runtime_key, seeded.owner_email) as load:
+            wait_for(lambda: load.count() >= 150, "150 signals", [*apis, *workers])
+        total = load.count()
+        wait_for(
+            lambda: statuses(core) == {"accepted": total},
+            f"{total} deliveries accepted",
+            [*apis, *workers],
+        )
+        for proc in (*apis, *workers):
+            assert proc.stop() == 0
+            clean(proc.output)
+            assert "prepared statement" not in proc.output
+            assert "database.unavailable" not in proc.output, proc.output[-3000:]
+
+    assert load.errors == [], load.errors[:5]
+    assert {(s.status, s.outcome) for s in load.sent} == {(200, "applied")}
+    with core.db.read() as conn:
+        stored = Counter(
+            conn.execute(
+                sa.select(t.inbound_events.c.event_id).where(
+                    t.inbound_events.c.tenant_id == seeded.tenant_id
+                )
+            ).scalars()
+        )
+    assert stored == Counter(s.event_id for s in load.sent)
+    assert rx.ids() == Counter(dict.fromkeys(webhook_rows(core), 1)), "each exactly once"
+
+
 # --- two schedulers -------------------------------------------------------------------------
 
 RUNS = 8
 CHECKS = 4
 
 
-def test_two_schedulers_run_each_sweep_once(tmp_path: Path, pg_url: str) -> None:
+@pytest.mark.parametrize("route", ["direct", "pgbouncer"])
+def test_two_schedulers_run_each_sweep_once(tmp_path: Path, pg_url: str, route: str) -> None:
     """Two `runbell worker --scheduler` processes ticking every 0.1 s over mismatches due
     every 0.5 s: each re-check runs once (one state-reader call each, counted by the
-    runtime's own endpoint and by the mismatch row), and each escalation alerts once."""
+    runtime's own endpoint and by the mismatch row), and each escalation alerts once.
+    Also through PgBouncer in transaction mode: the advisory lock that elects the leader is
+    taken and released in one transaction, so it holds there too."""
     from fastapi.testclient import TestClient
 
     from runbell.app import create_app
@@ -370,14 +438,16 @@ def test_two_schedulers_run_each_sweep_once(tmp_path: Path, pg_url: str) -> None
     )
     core = build(settings, migrate=False)
     creds = make_tenant(core)
-    env = child_env(
-        tmp_path,
-        pg_url,
-        RUNBELL_SCHEDULER_INTERVAL_S="0.1",
-        RUNBELL_MISMATCH_BACKOFF_S="0.5",
-        RUNBELL_MISMATCH_MAX_CHECKS=str(CHECKS),
-    )
     with ExitStack() as stack:
+        env = child_env(
+            tmp_path,
+            pg_url,
+            RUNBELL_SCHEDULER_INTERVAL_S="0.1",
+            RUNBELL_MISMATCH_BACKOFF_S="0.5",
+            RUNBELL_MISMATCH_MAX_CHECKS=str(CHECKS),
+        )
+        if route == "pgbouncer":
+            env.update(through_pgbouncer(stack, pg_url))
         runtime = stack.enter_context(RuntimeStub())
         client = stack.enter_context(TestClient(create_app(core, bridge=False)))
         stack.callback(core.db.dispose)
