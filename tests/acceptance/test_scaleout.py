@@ -9,7 +9,10 @@ processes on one database (DESIGN §2 invariants 1, 12, 14; §5; issue 9 §4).
   recorded, which arrive again under the same webhook-id with the same bytes (the
   at-least-once edge tests/acceptance/test_worker_processes.py pins down);
 - a transaction left open on another connection, holding row locks: the queue keeps
-  draining around it.
+  draining around it;
+- two schedulers: each sweep's work is done once (directly, and through PgBouncer);
+- the whole topology through a PgBouncer in transaction mode (skipped without a
+  ``pgbouncer`` binary).
 
 Children are real processes on loopback, on a fresh database cloned from the migrated
 template; every wait polls a condition with a deadline.
