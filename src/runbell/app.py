@@ -24,6 +24,7 @@ from runbell.store.migrate import upgrade
 
 if TYPE_CHECKING:
     from fastapi import APIRouter, FastAPI
+    from sqlalchemy.engine import Engine
 
     from runbell.dispatch.worker import Worker
     from runbell.store.wakeup import PgBridge
@@ -61,9 +62,24 @@ def open_database(
     db = Database(
         settings.resolved_database_url(), clock=clock, writer_max_batch=settings.writer_max_batch
     )
+    pooler_safe(db.engine, settings)
     if migrate:
         upgrade(db.engine)
     return db
+
+
+def pooler_safe(engine: Engine, settings: Settings) -> None:
+    """With ``RUNBELL_DATABASE_PREPARED_STATEMENTS=false``, psycopg never prepares a
+    statement on the server: a pooler in transaction mode that does not track them
+    (PgBouncer < 1.21) would hand one connection's prepared statements to another client
+    (``prepared statement "_pg3_0" already exists``)."""
+    if settings.database_prepared_statements or engine.dialect.name != "postgresql":
+        return
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _no_prepare(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.prepare_threshold = None
 
 
 def migrate(settings: Settings) -> tuple[str | None, str]:
@@ -74,6 +90,7 @@ def migrate(settings: Settings) -> tuple[str | None, str]:
 
     prepare_data_dir(settings)
     engine = make_engine(settings.resolved_database_url())
+    pooler_safe(engine, settings)
     try:
         upgrade(engine)
         return current_revision(engine), engine.dialect.name
@@ -81,13 +98,14 @@ def migrate(settings: Settings) -> tuple[str | None, str]:
         engine.dispose()
 
 
-def start_wakeups(db: Database) -> PgBridge | None:
+def start_wakeups(db: Database, listen_url: str | None = None) -> PgBridge | None:
     """On PostgreSQL, start the LISTEN/NOTIFY bridge that wakes this process's waiters
     (workers, long-polls, streams) for commits made by other processes; None on SQLite.
-    Stop it with ``.stop()``."""
+    ``listen_url`` is ``RUNBELL_LISTEN_DATABASE_URL`` (default: ``db``'s). Stop it with
+    ``.stop()``."""
     from runbell.store.wakeup import start_bridge
 
-    return start_bridge(db)
+    return start_bridge(db, listen_url)
 
 
 SERVED_URL = "served_url"
@@ -166,7 +184,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        pg = start_bridge(rb.db) if bridge else None
+        pg = start_bridge(rb.db, rb.settings.listen_database_url) if bridge else None
         stop = asyncio.Event()
         jobs = [*([worker.run] if worker else []), *background]
         tasks = [asyncio.create_task(job(stop)) for job in jobs]
@@ -175,6 +193,7 @@ def create_app(
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
+            rb.presence.close()  # other processes stop counting this one's viewers now
             if pg:
                 pg.stop()
 

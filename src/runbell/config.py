@@ -27,6 +27,18 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL; default sqlite:///<data_dir>/runbell.db. "
         "PostgreSQL: postgresql+psycopg://user@host/db",
     )
+    listen_database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL URL for the one LISTEN connection per process (cross-process "
+        "wake-ups); default RUNBELL_DATABASE_URL. Set it to a direct (or session-pooled) URL "
+        "when RUNBELL_DATABASE_URL goes through PgBouncer in transaction mode.",
+    )
+    database_prepared_statements: bool = Field(
+        default=True,
+        description="Let psycopg prepare statements it runs often on the server. Turn off "
+        "behind PgBouncer in transaction mode older than 1.21 (or with max_prepared_statements "
+        "= 0), which hands one client's prepared statements to another.",
+    )
     secret_key: str | None = Field(
         default=None,
         description="Fernet key sealing stored secrets; generated into data_dir when unset.",
@@ -59,6 +71,17 @@ class Settings(BaseSettings):
         default=(5.0, 30.0, 120.0, 600.0, 1800.0), min_length=1
     )
     scheduler_interval_s: float = Field(default=1.0, gt=0)
+    presence_ttl_s: float = Field(
+        default=30.0,
+        ge=3,
+        description="A viewer's presence row lives this long unless its process refreshes it "
+        "(every third of it); a process that died stops counting as watching after this.",
+    )
+    presence_cache_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="How long a process trusts what it read about viewers on other processes.",
+    )
     outbound_allow_hosts: Annotated[frozenset[str], NoDecode] = Field(
         default=frozenset(),
         description="Hosts (host or host:port) outbound calls may reach over http or at "
@@ -135,7 +158,7 @@ class Settings(BaseSettings):
             )
         return value.strip()
 
-    @field_validator("database_url")
+    @field_validator("database_url", "listen_database_url")
     @classmethod
     def _supported_database(cls, value: str | None) -> str | None:
         """SQLite or PostgreSQL through psycopg 3; ``postgres://`` and ``postgresql://``

@@ -2,7 +2,8 @@
 nothing that was answered 2xx is lost (DESIGN §2 invariant 12, §6 errors).
 
 A private cluster (``tests.pgcluster``; the shared one is never touched) backs a real
-``runbell serve`` process (API, delivery worker and scheduler). Four threads send runs and
+``runbell serve`` process (API, delivery worker and scheduler), or, in the scale-out
+shape, a ``runbell api`` and a separate ``runbell worker --scheduler``. Four threads send runs and
 signals; the cluster is stopped mid-load, kept down until the API has answered some
 requests with 503, and started again. Runbell is not restarted. Afterwards every run and
 signal that got a 2xx answer is in the database, the worker still delivers, and the log
@@ -12,10 +13,9 @@ has one warning for the outage and one for its end, with no traceback.
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,15 +29,15 @@ from runbell.ingress.signatures import new_secret
 from runbell.store import endpoints
 from runbell.store import tables as t
 from runbell.testing import make_tenant
+from tests.acceptance.processes import ApiProc, SchedulerProc, ServeProc, start_all
 from tests.acceptance.receivers import Receiver
-from tests.acceptance.test_worker_processes import RUNBELL, child_env
-from tests.conftest import IN_CI, free_port, make_settings
+from tests.acceptance.test_worker_processes import WorkerProc, child_env, wait_for
+from tests.conftest import IN_CI, make_settings
 from tests.pgcluster import PgCluster, PgUnavailable
 
 pytestmark = pytest.mark.postgres
 
 THREADS = 4
-WAIT_S = 30.0
 
 
 @pytest.fixture
@@ -180,32 +180,17 @@ class Stream:
             self.opened.set()
 
 
-def wait_until(
-    condition: Callable[[], bool],
-    what: str,
-    proc: subprocess.Popen[bytes],
-    log: Path,
-    timeout: float = WAIT_S,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"runbell exited while waiting for {what}:\n{log.read_text()[-4000:]}"
-            )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f}s: {what}\n{log.read_text()[-4000:]}")
-        time.sleep(0.02)
-
-
+@pytest.mark.parametrize("topology", ["serve", "api+worker"])
 def test_postgres_restart_under_load_answers_503_and_recovers_losing_nothing(
-    tmp_path: Path, cluster: PgCluster
+    tmp_path: Path, cluster: PgCluster, topology: str
 ) -> None:
+    """``serve``: one process does it all; ``api+worker``: the scale-out shape, a `runbell
+    api` and a separate `runbell worker --scheduler`, each riding out the outage alone."""
     url = cluster.url()
     core = build(make_settings(tmp_path, url))  # migrates the private cluster
     creds = make_tenant(core)
     secret = new_secret()
-    with Receiver(secret) as receiver:
+    with Receiver(secret) as receiver, ExitStack() as stack:
         with core.db.transaction() as tx:
             endpoints.create(
                 tx.conn,
@@ -219,64 +204,55 @@ def test_postgres_restart_under_load_answers_503_and_recovers_losing_nothing(
             )
         core.db.dispose()
 
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        log = tmp_path / "serve.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [RUNBELL, "serve", "--host", "127.0.0.1", "--port", str(port)],
-                env=child_env(
-                    tmp_path,
-                    url,
-                    RUNBELL_SCHEDULER_INTERVAL_S="0.2",
-                    RUNBELL_SSE_KEEPALIVE_S="0.5",
-                    RUNBELL_FEED_FALLBACK_POLL_S="0.5",
-                ),
-                stdout=out,
-                stderr=subprocess.STDOUT,
+        env = child_env(
+            tmp_path,
+            url,
+            RUNBELL_SCHEDULER_INTERVAL_S="0.2",
+            RUNBELL_SSE_KEEPALIVE_S="0.5",
+            RUNBELL_FEED_FALLBACK_POLL_S="0.5",
+        )
+        if topology == "serve":
+            api: ApiProc = ServeProc(env, tmp_path / "serve.log")
+            procs: list[WorkerProc] = [api]
+        else:
+            api = ApiProc(env, tmp_path / "api.log")
+            procs = [api, SchedulerProc(env, tmp_path / "worker.log")]
+        start_all(stack, procs)
+        base = api.url
+        pids = [p.proc.pid for p in procs if p.proc is not None]
+        with (
+            Stream(base, creds.runtime_key) as stream,
+            Load(base, creds.runtime_key, creds.owner_email) as load,
+        ):
+            wait_for(lambda: load.count(2) >= 40, "a warm load", procs)
+            cluster.stop("fast")
+            load.phase = "down"
+            wait_for(lambda: load.count(503, "down") >= 6, "503s while down", procs)
+            cluster.start()
+            load.phase = "after"
+            wait_for(lambda: load.count(2, "after") >= 40, "successes after", procs)
+            # The stream opened before the outage carries on with what committed after.
+            after_runs = {a.run_id for a in load.answers if a.phase == "after" and a.status < 300}
+            wait_for(
+                lambda: any(run in after_runs for _, _, run in stream.events),
+                "the open stream to deliver events committed after the restart",
+                procs,
             )
-        try:
-            # Start-up is mostly imports: slow on a loaded machine, hence the longer wait.
-            wait_until(lambda: _ready(base), "serve to be ready", proc, log, timeout=90)
-            pid = proc.pid
-            with (
-                Stream(base, creds.runtime_key) as stream,
-                Load(base, creds.runtime_key, creds.owner_email) as load,
-            ):
-                wait_until(lambda: load.count(2) >= 40, "a warm load", proc, log)
-                cluster.stop("fast")
-                load.phase = "down"
-                wait_until(lambda: load.count(503, "down") >= 6, "503s while down", proc, log)
-                cluster.start()
-                load.phase = "after"
-                wait_until(lambda: load.count(2, "after") >= 40, "successes after", proc, log)
-                # The stream opened before the outage carries on with what committed after.
-                after_runs = {
-                    a.run_id for a in load.answers if a.phase == "after" and a.status < 300
-                }
-                wait_until(
-                    lambda: any(run in after_runs for _, _, run in stream.events),
-                    "the open stream to deliver events committed after the restart",
-                    proc,
-                    log,
-                )
 
-            # The worker and the scheduler survived too: a run finished now is delivered.
-            with httpx.Client(base_url=base, headers=load.auth, timeout=15) as finish:
-                made = finish.put("/v1/runs/final", json={"owner": creds.owner_email})
-                assert made.is_success, made.text
-                done = finish.post(
-                    "/v1/runs/final/signals",
-                    json={"event_id": "final-done", "state": "completed"},
-                )
-                assert done.status_code == 200, done.text
-            wait_until(lambda: len(receiver.processed) == 1, "the run.finished webhook", proc, log)
-            assert proc.poll() is None and proc.pid == pid  # never restarted
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+        # The worker and the scheduler survived too: a run finished now is delivered.
+        with httpx.Client(base_url=base, headers=load.auth, timeout=15) as finish:
+            made = finish.put("/v1/runs/final", json={"owner": creds.owner_email})
+            assert made.is_success, made.text
+            done = finish.post(
+                "/v1/runs/final/signals",
+                json={"event_id": "final-done", "state": "completed"},
+            )
+            assert done.status_code == 200, done.text
+        wait_for(lambda: len(receiver.processed) == 1, "the run.finished webhook", procs)
+        assert [p.proc.pid for p in procs if p.alive() and p.proc] == pids  # never restarted
+        for p in procs:
+            p.stop()
 
-    output = log.read_text(errors="replace")
     assert load.errors == [], load.errors[:5]
     assert (stream.error, stream.ended) == (None, False)
     ids = [event_id for event_id, _, _ in stream.events]
@@ -320,16 +296,12 @@ def test_postgres_restart_under_load_answers_503_and_recovers_losing_nothing(
     assert {a.event_id for a in answered_signals} <= stored_events
     assert {a.run_id for a in answered_signals if a.body["outcome"] == "applied"} <= working
 
-    # One warning when the outage started, one when it ended; never a traceback.
-    assert "Traceback" not in output, output[-4000:]
-    assert output.count("database.unavailable") == 1, output[-4000:]
-    assert output.count("database.recovered") == 1, output[-4000:]
-    for noise in ("api.unhandled", "tick_failed", "process_failed"):
-        assert noise not in output, output[-4000:]
-
-
-def _ready(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    # In each process, one warning when the outage started, one when it ended; never a
+    # traceback.
+    for p in procs:
+        output = p.output
+        assert "Traceback" not in output, output[-4000:]
+        assert output.count("database.unavailable") == 1, output[-4000:]
+        assert output.count("database.recovered") == 1, output[-4000:]
+        for noise in ("api.unhandled", "tick_failed", "process_failed"):
+            assert noise not in output, output[-4000:]

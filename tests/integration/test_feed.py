@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.app import build
@@ -449,13 +450,26 @@ def test_long_poll_is_woken_by_the_commit(
     assert poll.elapsed is not None and poll.elapsed < 5, poll.elapsed
 
 
-def test_long_poll_is_woken_by_a_commit_in_another_process(db_url: str, tmp_path: Path) -> None:
-    """On PostgreSQL a commit through server B wakes a long-poll on server A (LISTEN/NOTIFY)."""
+@pytest.mark.parametrize("listen", ["database_url", "listen_database_url"])
+def test_long_poll_is_woken_by_a_commit_in_another_process(
+    db_url: str, tmp_path: Path, listen: str
+) -> None:
+    """On PostgreSQL a commit through server B wakes a long-poll on server A (LISTEN/NOTIFY),
+    over RUNBELL_DATABASE_URL or, when set, RUNBELL_LISTEN_DATABASE_URL (what a deployment
+    behind PgBouncer in transaction mode points at the database directly)."""
     if not db_url.startswith("postgresql"):
         pytest.skip("cross-process wake-up uses PostgreSQL LISTEN/NOTIFY; SQLite is one process")
+    extra: dict[str, Any] = {"feed_fallback_poll_s": 30}
+    if listen == "listen_database_url":
+        # The same database under a name the bridge's sessions can be recognised by.
+        extra["listen_database_url"] = (
+            sa.make_url(db_url)
+            .update_query_dict({"application_name": "runbell-listen"})
+            .render_as_string(hide_password=False)
+        )
     # A long fallback poll: only a NOTIFY from B can wake A before the 20 s wait ends.
-    core_a = build(make_settings(tmp_path / "a", db_url, feed_fallback_poll_s=30), migrate=False)
-    core_b = build(make_settings(tmp_path / "b", db_url, feed_fallback_poll_s=30), migrate=False)
+    core_a = build(make_settings(tmp_path / "a", db_url, **extra), migrate=False)
+    core_b = build(make_settings(tmp_path / "b", db_url, **extra), migrate=False)
     try:
         creds = make_tenant(core_a)
         with (
@@ -481,9 +495,17 @@ def test_long_poll_is_woken_by_a_commit_in_another_process(db_url: str, tmp_path
             wait_until(lambda: core_a.db.hub.waiter_count() >= 1, "the long-poll on A to wait")
             signal(via_b, creds.runtime_key, "r1", "r1-done", "completed")
             response = poll.join()
+            with core_a.db.read() as conn:
+                listening = conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE application_name = 'runbell-listen' AND datname = current_database()"
+                    )
+                ).scalar_one()
         assert response.status_code == 200
         assert kinds(response.json()["events"]) == [("run.transitioned", "r1")]
         assert poll.elapsed is not None and poll.elapsed < 5, poll.elapsed
+        assert listening == (2 if listen == "listen_database_url" else 0), "one per process"
     finally:
         core_a.db.dispose()
         core_b.db.dispose()

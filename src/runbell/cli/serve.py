@@ -216,7 +216,7 @@ def worker(
     sched = Scheduler(core)
     if scheduler:
         sched.start()
-    bridge = start_wakeups(core.db)
+    bridge = start_wakeups(core.db, settings.listen_database_url)
     the_worker = Worker(core, build_channels(core))
     if metrics_port is not None:
         from prometheus_client import start_http_server

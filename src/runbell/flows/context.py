@@ -61,7 +61,9 @@ class Runbell:
         self.settings = settings
         self.db = db
         self.box = box
-        self.presence = presence or Presence()
+        self.presence = presence or Presence(
+            db, ttl_s=settings.presence_ttl_s, cache_s=settings.presence_cache_s
+        )
         self.policies = PolicyCache()
         self.reader_factory: ReaderFactory = reader_factory or self._http_reader
         # Tests and embedders may pin a reader per source id (e.g. a StaticReader).

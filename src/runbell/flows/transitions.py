@@ -113,7 +113,7 @@ def apply(
             version=version,
             facts={"effects_verified": effects_verified, **error_facts(error)},
             reason=reason,
-            owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"]),
+            owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
             request=request,
             email=bool(rb.settings.smtp_host),
         )

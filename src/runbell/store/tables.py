@@ -550,3 +550,17 @@ kv = sa.Table(
     sa.Column("key", sa.String(100), primary_key=True),
     sa.Column("value", JSON, nullable=False),
 )
+
+# Who is watching the live UI, shared by every API process (store/presence.py). One row per
+# (tenant, user, holding process), refreshed by that process's heartbeat; a row past
+# expires_at is ignored (its process died) and deleted by the next heartbeat of any process.
+# No index on expires_at: the table holds one row per viewer and process, and an unindexed
+# expires_at keeps the heartbeat's updates HOT (no index writes, see docs/operations.md).
+presence = sa.Table(
+    "presence",
+    metadata,
+    sa.Column("tenant_id", Id, primary_key=True),
+    sa.Column("user_id", Id, primary_key=True),
+    sa.Column("holder", sa.String(64), primary_key=True),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+)

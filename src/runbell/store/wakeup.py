@@ -12,6 +12,7 @@ import contextlib
 import queue
 import threading
 
+import sqlalchemy as sa
 import structlog
 
 from runbell.store.db import Database
@@ -82,11 +83,14 @@ class PgBridge:
                     self.hub.publish(peer_tenant, int(peer_seq), local=False)
 
 
-def start_bridge(db: Database) -> PgBridge | None:
-    """Start the LISTEN/NOTIFY bridge for ``db`` when it is PostgreSQL."""
+def start_bridge(db: Database, listen_url: str | None = None) -> PgBridge | None:
+    """Start the LISTEN/NOTIFY bridge for ``db`` when it is PostgreSQL, listening on
+    ``listen_url`` when given (``RUNBELL_LISTEN_DATABASE_URL``: LISTEN needs a session of
+    its own, which PgBouncer in transaction mode does not give), else on ``db``'s URL."""
     if not db.is_postgres:
         return None
-    dsn = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    url = sa.make_url(listen_url) if listen_url else db.engine.url
+    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
     bridge = PgBridge(dsn, db.hub)
     bridge.start()
     return bridge
