@@ -21,7 +21,6 @@ template; every wait polls a condition with a deadline.
 from __future__ import annotations
 
 import os
-
 import threading
 import time
 from collections import Counter
