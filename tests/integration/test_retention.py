@@ -125,6 +125,17 @@ def closed_history(
     return note
 
 
+def done_runs(client: TestClient, creds: TenantCreds, clock: Clock, n: int) -> None:
+    """``n`` finished runs, alerts acknowledged, each transition a second after the last
+    (a batch ends at an instant, so distinct ages make batch sizes exact)."""
+    for i in range(n):
+        start_run(client, creds, f"r{i}", notify_on_complete=True)
+        clock.advance(1)
+        (note,) = signal(client, creds, f"r{i}", f"r{i}-end", "completed")["notifications"]
+        ack(client, creds, note["id"])
+        clock.advance(1)
+
+
 @pytest.fixture
 def receiver(client: TestClient, creds: TenantCreds) -> Iterator[WebhookReceiver]:
     """A tenant webhook endpoint on a real local receiver: deliveries with attempts."""
@@ -325,8 +336,12 @@ def test_pruning_goes_in_bounded_batches(tmp_path: Path, db_url: str, clock: Clo
         creds = make_tenant(core)
         with TestClient(create_app(core, bridge=False)) as client:
             clock.freeze()
-            for i in range(5):
-                ack(client, creds, finished(client, creds, f"r{i}"))
+            for i in range(5):  # distinct ages: a batch ends at an instant
+                start_run(client, creds, f"r{i}", notify_on_complete=True)
+                clock.advance(1)
+                (note,) = signal(client, creds, f"r{i}", f"r{i}-end", "completed")["notifications"]
+                ack(client, creds, note["id"])
+                clock.advance(1)
         clock.advance(100 * DAY.total_seconds())
         seen = Statements(core.db.engine, "transitions")
         try:
@@ -349,8 +364,7 @@ def test_the_scheduler_sweep_stops_after_its_batch_budget(
         creds = make_tenant(core)
         with TestClient(create_app(core, bridge=False)) as client:
             clock.freeze()
-            for i in range(3):
-                ack(client, creds, finished(client, creds, f"r{i}"))
+            done_runs(client, creds, clock, 3)
         now = clock.advance(100 * DAY.total_seconds())
         retention.sweep(core, now, max_batches=1)
         assert rows(core, "transitions", creds.tenant_id) == 4
@@ -535,3 +549,107 @@ def test_a_scheduler_that_is_not_the_leader_skips_retention(
         holder.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_IDS["retention"]})
     assert done["retention"] == 0 and seen.rowcounts == []
     assert rows(core, "transitions", creds.tenant_id) == 2
+
+
+# --- plans --------------------------------------------------------------------------------
+
+PRUNE_INDEX = {
+    "inbound_events": "ix_inbound_events_tenant_received",
+    "idempotency_keys": "ix_idempotency_keys_tenant_created",
+    "receipts": "ix_receipts_tenant_at",
+    "delivery_attempts": "ix_delivery_attempts_tenant_started",
+    "deliveries": "ix_deliveries_tenant_updated",
+    "notifications": "ix_notifications_tenant_closed",
+    "transitions": "ix_transitions_tenant_at",
+    "mismatches": "ix_mismatches_tenant_created",
+    "operator_events": "ix_operator_events_created",
+}
+HISTORY_ROWS = 20_000
+# Old, finished history (i seconds before now), shaped as the code writes it.
+SEED = (
+    """INSERT INTO runs (tenant_id, run_id, owner_user_id, state, version, created_at,
+         updated_at) SELECT :t, 'r' || i, :u, 'completed', 2, now() - i * :s, now() - i * :s""",
+    """INSERT INTO transitions (tenant_id, run_id, version, kind, to_state, at)
+         SELECT :t, 'r' || i, 2, 'state', 'completed', now() - i * :s""",
+    """INSERT INTO notifications (id, tenant_id, recipient_user_id, run_id,
+         transition_version, attention_type, urgency, decision, rule_id, inputs, summary,
+         state, closed_at, created_at) SELECT 'n' || i, :t, :u, 'r' || i, 2, 'completed',
+         'low', 'inbox', 'x', '{}', 'done', 'acknowledged', now() - i * :s, now() - i * :s""",
+    """INSERT INTO deliveries (id, tenant_id, notification_id, channel, destination, status,
+         created_at, updated_at) SELECT 'd' || i, :t, 'n' || i, 'inbox', :u, 'accepted',
+         now() - i * :s, now() - i * :s""",
+    """INSERT INTO delivery_attempts (id, tenant_id, delivery_id, attempt_no, started_at,
+         outcome) SELECT 'a' || i, :t, 'd' || i, 1, now() - i * :s, 'accepted'""",
+    """INSERT INTO receipts (id, tenant_id, notification_id, kind, at)
+         SELECT 'c' || i, :t, 'n' || i, 'opened', now() - i * :s""",
+    """INSERT INTO inbound_events (tenant_id, source_id, event_id, run_id, claimed_state,
+         outcome, received_at) SELECT :t, 's', 'e' || i, 'r' || i, 'completed', 'applied',
+         now() - i * :s""",
+    """INSERT INTO idempotency_keys (tenant_id, principal, key, request_hash, status_code,
+         response, created_at) SELECT :t, 'p', 'k' || i, 'h', 200, '{}', now() - i * :s""",
+    """INSERT INTO mismatches (id, tenant_id, run_id, source_id, event_id, claimed, status,
+         created_at) SELECT 'm' || i, :t, 'r' || i, 's', 'e' || i, '{}', 'resolved',
+         now() - i * :s""",
+    """INSERT INTO operator_events (id, tenant_id, kind, detail, created_at)
+         SELECT 'o' || i, :t, 'k', '{}', now() - i * :s""",
+    """INSERT INTO feed_events (tenant_id, seq, type, data, created_at)
+         SELECT :t, i, 'run.transitioned', '{}', now() - (:n - i) * :s""",
+    """INSERT INTO input_requests (tenant_id, id, run_id, kind, summary, version,
+         run_version, state, request_hash, created_at) SELECT :t, 'q' || i, 'r' || i,
+         'approval', 'ok?', 1, 1, 'answered', 'h', now() - i * :s""",
+)
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_every_prune_batch_walks_an_index_on_postgres(core: Runbell, creds: TenantCreds) -> None:
+    """With 20,000 rows of old history in every table (analyzed), each batch's two
+    statements walk the table's (tenant, age) index and reach every guard through an
+    index: no sequential scan of any history table, so a batch costs the same at any
+    history size."""
+    from runbell.store import retention as store
+
+    with core.db.engine.begin() as conn:
+        for statement in SEED:
+            conn.execute(
+                sa.text(statement + f" FROM generate_series(1, {HISTORY_ROWS}) AS g(i)"),
+                {
+                    "t": creds.tenant_id,
+                    "u": creds.owner_id,
+                    "s": timedelta(seconds=1),
+                    "n": HISTORY_ROWS,
+                },
+            )
+    with core.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("ANALYZE")
+        conn.execute(
+            sa.text("UPDATE tenants SET feed_seq = :n WHERE id = :t"),
+            {"n": HISTORY_ROWS, "t": creds.tenant_id},
+        )
+    seeded = {"runs", "input_requests", "feed_events", *PRUNE_INDEX}
+
+    def plan(conn: sa.Connection, stmt: Any) -> str:
+        compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+        found = conn.exec_driver_sql("EXPLAIN " + str(compiled), compiled.params)
+        return "\n".join(r[0] for r in found)
+
+    cutoff = core.db.clock()  # all of it is old: the first sweep over a long history
+    wrong: list[str] = []
+    with core.db.engine.connect() as conn:
+        for table, index in PRUNE_INDEX.items():
+            tenant = None if table == "operator_events" else creds.tenant_id
+            boundary = store.boundary_statement(table, tenant, None, cutoff, 1000)
+            through = conn.execute(boundary).scalar()
+            assert through is not None
+            for shown in (
+                plan(conn, boundary),
+                plan(conn, store.prune_statement(table, tenant, cutoff, None, through)),
+            ):
+                scanned = [t for t in seeded if f"Seq Scan on {t} " in shown]
+                if index not in shown or scanned:
+                    wrong.append(f"{table} (scans {scanned}):\n{shown}")
+        shown = plan(conn, store.feed_batch_statement(creds.tenant_id, 0, 1000))
+        if "pk_feed_events" not in shown or "Seq Scan" in shown:
+            wrong.append(f"feed_events:\n{shown}")
+    assert not wrong, "\n\n".join(wrong)

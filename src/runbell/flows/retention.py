@@ -53,11 +53,11 @@ def defaults(settings: Settings) -> dict[str, timedelta]:
 
 @dataclass
 class Report:
-    """Rows pruned (or, for a dry run, prunable now) per table, and statements run."""
+    """Rows pruned (or, for a dry run, prunable now) per table, and batches run."""
 
     dry_run: bool
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(policy.TABLES, 0))
-    statements: int = 0
+    batches: int = 0
 
     @property
     def total(self) -> int:
@@ -111,17 +111,20 @@ def _table(
             report.counts[table] += store.count_prunable(conn, table, tenant_id, cutoff)
         return
     batches = 0
+    after: datetime | None = None
     while max_batches is None or batches < max_batches:
         with rb.db.transaction() as tx:
             if table == "feed_events":
                 assert tenant_id is not None
                 deleted = store.prune_feed_batch(tx.conn, tenant_id, cutoff, limit)
+                done = deleted < limit
             else:
-                deleted = store.prune_batch(tx.conn, table, tenant_id, cutoff, limit)
+                deleted, after = store.prune_batch(tx.conn, table, tenant_id, cutoff, limit, after)
+                done = after is None
         batches += 1
-        report.statements += 1
+        report.batches += 1
         report.counts[table] += deleted
-        if deleted < limit:
+        if done:
             return
 
 

@@ -1,15 +1,17 @@
 """Pruning history in bounded batches, and the tenants' retention overrides.
 
-Each prune statement deletes at most ``limit`` rows of one tenant:
+A batch is two statements on one tenant's rows: find the age of the ``limit``-th oldest
+row (a walk of ``limit`` entries of the table's ``(tenant_id, <age>)`` index), then delete
+the rows up to that age that may go:
 
-    DELETE FROM x WHERE pk IN (SELECT pk FROM x AS c WHERE <eligible c> ORDER BY age
-                               LIMIT :limit) AND <eligible x>
+    SELECT age FROM x WHERE tenant_id = :t AND age > :after AND age < :cutoff
+      ORDER BY age OFFSET :limit - 1 LIMIT 1
+    DELETE FROM x WHERE tenant_id = :t AND age > :after AND age <= :through
+      AND age < :cutoff AND <guards>
 
-The inner select walks an index on ``(tenant_id, <age column>)`` from the oldest row, so a
-batch costs the same at any history size; the conditions are repeated on the deleted row
-so that on PostgreSQL a row changed meanwhile (a dead letter replayed) is re-checked
-against its new version and kept. What each table keeps whatever its age (the guards) is
-in :func:`eligible`; ``docs/operations.md`` "Retention" lists the same.
+so a batch costs the same at any history size and never stalls behind rows a guard
+keeps. What each table keeps whatever its age (the guards) is in :func:`eligible`;
+``docs/operations.md`` "Retention" lists the same. Run rows are never pruned.
 """
 
 from __future__ import annotations
@@ -53,9 +55,20 @@ _AGE = {
 }
 
 
-def _open_notification(notification_id: Any) -> sa.Exists:
+def _probe(column: Any, *where: Any) -> Any:
+    """``column`` of the first row matching ``where``, as a correlated scalar subquery:
+    an index probe per candidate row. (PostgreSQL turns ``EXISTS`` into a join and may
+    then hash a whole guard table for one batch; it never does that with this.)"""
+    return sa.select(column).where(*where).limit(1).scalar_subquery()
+
+
+def _none(column: Any, *where: Any) -> Any:
+    return _probe(column, *where).is_(None)
+
+
+def _no_open_notification(notification_id: Any) -> Any:
     n = t.notifications.alias("g_note")
-    return sa.exists().where(n.c.id == notification_id, n.c.state == "open")
+    return _none(n.c.id, n.c.id == notification_id, n.c.state == "open")
 
 
 def eligible(table: str, x: FromClause, tenant_id: str | None, cutoff: datetime) -> Any:
@@ -68,31 +81,33 @@ def eligible(table: str, x: FromClause, tenant_id: str | None, cutoff: datetime)
         # A claimed key whose transaction has not finished is not an answer yet.
         where.append(c.status_code != 0)
     elif table == "receipts":
-        where.append(~_open_notification(c.notification_id))
+        where.append(_no_open_notification(c.notification_id))
     elif table == "delivery_attempts":
+        # Its delivery is finished and serves no open notification (NULL: no such row).
         d = t.deliveries.alias("g_delivery")
-        where.append(
-            sa.exists().where(
-                d.c.id == c.delivery_id,
-                d.c.status.not_in(UNFINISHED_DELIVERY),
-                ~_open_notification(d.c.notification_id),
-            )
+        finished = _probe(
+            d.c.status,
+            d.c.id == c.delivery_id,
+            d.c.status.not_in(UNFINISHED_DELIVERY),
+            _no_open_notification(d.c.notification_id),
         )
+        where.append(finished.is_not(None))
     elif table == "deliveries":
         a = t.delivery_attempts.alias("g_attempt")
         where += [
             c.status.not_in(UNFINISHED_DELIVERY),
-            ~_open_notification(c.notification_id),
+            _no_open_notification(c.notification_id),
             # Its attempts go first (their own period); the delivery waits for them.
-            ~sa.exists().where(a.c.delivery_id == c.id),
+            _none(a.c.id, a.c.delivery_id == c.id),
         ]
     elif table == "notifications":
         d = t.deliveries.alias("g_delivery")
         r = t.input_requests.alias("g_request")
         where += [
             c.state != "open",
-            ~sa.exists().where(d.c.notification_id == c.id),
-            ~sa.exists().where(
+            _none(d.c.id, d.c.notification_id == c.id),
+            _none(
+                r.c.id,
                 r.c.tenant_id == c.tenant_id,
                 r.c.id == c.input_request_id,
                 r.c.state == "pending",
@@ -103,16 +118,17 @@ def eligible(table: str, x: FromClause, tenant_id: str | None, cutoff: datetime)
         n = t.notifications.alias("g_note")
         r = t.input_requests.alias("g_request")
         where += [
-            sa.exists().where(
+            _probe(
+                run.c.state,
                 run.c.tenant_id == c.tenant_id,
                 run.c.run_id == c.run_id,
                 run.c.state.in_(TERMINAL_RUN),
+            ).is_not(None),
+            _none(
+                n.c.id, n.c.tenant_id == c.tenant_id, n.c.run_id == c.run_id, n.c.state == "open"
             ),
-            ~sa.exists().where(
-                n.c.tenant_id == c.tenant_id, n.c.run_id == c.run_id, n.c.state == "open"
-            ),
-            ~sa.exists().where(
-                r.c.tenant_id == c.tenant_id, r.c.run_id == c.run_id, r.c.state == "pending"
+            _none(
+                r.c.id, r.c.tenant_id == c.tenant_id, r.c.run_id == c.run_id, r.c.state == "pending"
             ),
         ]
     elif table == "mismatches":
@@ -120,32 +136,58 @@ def eligible(table: str, x: FromClause, tenant_id: str | None, cutoff: datetime)
     return sa.and_(*where)
 
 
-def _key(x: FromClause, table: sa.Table) -> Any:
-    cols = [x.c[col.name] for col in table.primary_key.columns]
-    return cols[0] if len(cols) == 1 else sa.tuple_(*cols)
-
-
-def prune_statement(table: str, tenant_id: str | None, cutoff: datetime, limit: int) -> Any:
-    """The DELETE of one batch (public so a test can EXPLAIN it)."""
+def boundary_statement(
+    table: str, tenant_id: str | None, after: datetime | None, cutoff: datetime, limit: int
+) -> Any:
+    """The age of the ``limit``-th oldest row after ``after`` (whether it may go or not):
+    a walk of ``limit`` entries of the table's retention index."""
     real = _TABLES[table]
-    c = real.alias("c")
-    batch = (
-        sa.select(*[c.c[col.name] for col in real.primary_key.columns])
-        .where(eligible(table, c, tenant_id, cutoff))
-        .order_by(c.c[_AGE[table]])
-        .limit(limit)
-    )
-    inner = batch.scalar_subquery() if len(real.primary_key.columns) == 1 else batch
-    return sa.delete(real).where(
-        _key(real, real).in_(inner), eligible(table, real, tenant_id, cutoff)
-    )
+    age = real.c[_AGE[table]]
+    q = sa.select(age).where(age < cutoff)
+    if tenant_id is not None:
+        q = q.where(real.c.tenant_id == tenant_id)
+    if after is not None:
+        q = q.where(age > after)
+    return q.order_by(age).offset(limit - 1).limit(1)
+
+
+def prune_statement(
+    table: str,
+    tenant_id: str | None,
+    cutoff: datetime,
+    after: datetime | None = None,
+    through: datetime | None = None,
+) -> Any:
+    """The DELETE of one batch: the prunable rows aged in ``(after, through]`` (public so
+    a test can EXPLAIN it)."""
+    real = _TABLES[table]
+    age = real.c[_AGE[table]]
+    where = eligible(table, real, tenant_id, cutoff)
+    if after is not None:
+        where = sa.and_(where, age > after)
+    if through is not None:
+        where = sa.and_(where, age <= through)
+    return sa.delete(real).where(where)
 
 
 def prune_batch(
-    conn: Connection, table: str, tenant_id: str | None, cutoff: datetime, limit: int
-) -> int:
-    """Delete up to ``limit`` prunable rows of one tenant (``None``: tables of no tenant)."""
-    return int(conn.execute(prune_statement(table, tenant_id, cutoff, limit)).rowcount)
+    conn: Connection,
+    table: str,
+    tenant_id: str | None,
+    cutoff: datetime,
+    limit: int,
+    after: datetime | None = None,
+) -> tuple[int, datetime | None]:
+    """Delete the prunable rows among the next ``limit`` oldest after ``after`` (of one
+    tenant; ``None``: tables of no tenant). Returns (rows deleted, where the next batch
+    starts), the latter ``None`` once the batch reached ``cutoff``.
+
+    Rows a guard keeps are walked past, not waited on, so a batch never stalls behind
+    them. A batch deletes at most ``limit`` rows, plus any sharing the boundary instant.
+    """
+    through = conn.execute(boundary_statement(table, tenant_id, after, cutoff, limit)).scalar()
+    deleted = conn.execute(prune_statement(table, tenant_id, cutoff, after, through)).rowcount
+    return int(deleted), through
 
 
 def count_prunable(conn: Connection, table: str, tenant_id: str | None, cutoff: datetime) -> int:
