@@ -20,7 +20,7 @@ from runbell.dispatch.scheduler import LOCK_IDS, Scheduler
 from runbell.flows import retention
 from runbell.flows.context import Runbell
 from runbell.testing import Clock, TenantCreds, make_tenant
-from tests.conftest import bearer, make_settings
+from tests.conftest import bearer, free_port, make_settings
 from tests.peers import Dispatcher, WebhookReceiver
 
 DAY = timedelta(days=1)
@@ -324,6 +324,25 @@ def test_inbound_dedupe_holds_for_its_whole_window(
     clock.advance(2 * 3600)
     assert retention.run(core, clock()).counts["inbound_events"] == 1
     assert signal(client, creds, "r", "e1", "working")["outcome"] != "duplicate"
+
+
+def test_an_open_mismatch_is_kept(
+    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+) -> None:
+    """Invariant 3: an advisory claim still being re-checked stays, whatever its age."""
+    from tests.integration.test_reconcile import advisory_source, claim
+    from tests.integration.test_reconcile import start_run as start_advised
+
+    clock.freeze()
+    closed = f"http://127.0.0.1:{free_port()}/runs/{{run_id}}"  # the runtime is down
+    _, auth = advisory_source(client, core, creds, closed)
+    start_advised(client, auth, creds)
+    assert claim(client, auth, "e1", "completed")["outcome"] == "mismatch"
+    clock.advance(100 * DAY.total_seconds())
+
+    retention.run(core, clock())
+
+    assert rows(core, "mismatches", creds.tenant_id) == 1
 
 
 # --- batches ------------------------------------------------------------------------------
