@@ -266,6 +266,28 @@ def test_a_pending_delivery_and_its_attempts_are_kept(
     assert rows(core, "notifications", creds.tenant_id) == 0  # its alert went: acknowledged
 
 
+def test_a_message_never_tried_yet_is_kept(
+    client: TestClient,
+    core: Runbell,
+    clock: Clock,
+    creds: TenantCreds,
+    receiver: WebhookReceiver,
+) -> None:
+    """A queued tenant-webhook message (no worker ran: no attempt) is never pruned."""
+    clock.freeze()
+    ack(client, creds, finished(client, creds, "queued-hook"))
+    clock.advance(100 * DAY.total_seconds())
+
+    retention.run(core, clock())
+
+    with core.db.engine.connect() as conn:
+        left = conn.execute(
+            sa.text("SELECT status, channel FROM deliveries WHERE tenant_id = :t"),
+            {"t": creds.tenant_id},
+        ).all()
+    assert [tuple(r) for r in left] == [("queued", "webhook")]
+
+
 def test_a_pending_input_request_keeps_its_notification(
     client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
 ) -> None:
