@@ -51,7 +51,7 @@ class Settings(BaseSettings):
         default=1000, ge=1, le=10_000, description="Rows per prune statement (one transaction)."
     )
     retention_interval_s: float = Field(
-        default=60.0, gt=0, description="How often the leader's retention sweep runs."
+        default=60.0, ge=60, description="How often the leader's retention sweep runs."
     )
     longpoll_max_s: float = Field(default=30.0, gt=0, le=30.0)
     sse_keepalive_s: float = Field(default=15.0, gt=0)

@@ -1,19 +1,19 @@
 """Retention: pruning history tables in bounded batches, each its own short transaction,
-by the scheduler's leader (and by ``runbell retention run``); a tenant's overrides.
+by the scheduler's leader (and by ``runbell prune``); a tenant's overrides.
 
 Invariants kept here (DESIGN §2):
 
 - 17: the feed is pruned as a prefix of each tenant's sequence, moving
   ``feed_pruned_through`` in the same transaction, so a cursor older than what is kept
   answers 410 with a snapshot (``flows.feed``), never a silent gap.
-- 1 and 12 (nothing doubled): inbound event ids and Idempotency-Key records are kept at
+- 1 and 9 (nothing doubled): inbound event ids and Idempotency-Key records are kept at
   least ``domain.retention.DEDUPE_FLOOR_DAYS``, so a retry within the documented window
   is still answered as a duplicate; run rows (and so their versions) are never pruned.
-- 6, 8, 9 and 13-style "still live" state is never pruned: an open notification and
-  everything it points at, a delivery that may still be sent, a pending input request's
-  notifications and run history, the transitions of a run that is not terminal, an open
-  mismatch (``store.retention.eligible`` holds the guards).
-- Tenant isolation: every prune statement names one tenant, with that tenant's periods.
+- 3, 6, 9, 12 (nothing live lost): an open notification and what it points at, a
+  delivery that may still be sent, a pending input request's notifications, the
+  transitions of a run that is not terminal, an open mismatch are never pruned
+  (``store.retention.eligible`` holds the guards).
+- Tenant isolation: every prune statement names one tenant and uses that tenant's periods.
 """
 
 from __future__ import annotations
