@@ -49,7 +49,22 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
     feed_retention_s: int = Field(default=7 * 24 * 3600, ge=60)
-    inbound_retention_s: int = Field(default=30 * 24 * 3600, ge=3600)
+    # Never under three days: the dedupe window a retried signal or request relies on.
+    inbound_retention_s: int = Field(default=30 * 24 * 3600, ge=3 * 24 * 3600)
+    # --- retention (docs/operations.md "Retention"; a tenant may override each) ---------
+    retention_transitions_days: int = Field(default=90, ge=1)
+    retention_notifications_days: int = Field(default=90, ge=1)
+    retention_deliveries_days: int = Field(default=30, ge=1)
+    retention_delivery_attempts_days: int = Field(default=30, ge=1)
+    retention_receipts_days: int = Field(default=90, ge=1)
+    retention_mismatches_days: int = Field(default=30, ge=1)
+    retention_operator_events_days: int = Field(default=90, ge=1)
+    retention_batch: int = Field(
+        default=1000, ge=1, le=10_000, description="Rows per prune statement (one transaction)."
+    )
+    retention_interval_s: float = Field(
+        default=60.0, ge=60, description="How often the leader's retention sweep runs."
+    )
     longpoll_max_s: float = Field(default=30.0, gt=0, le=30.0)
     sse_keepalive_s: float = Field(default=15.0, gt=0)
     sse_access_recheck_s: float = Field(

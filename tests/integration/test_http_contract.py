@@ -126,6 +126,8 @@ CAN_RETURN: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/events/stream"): {*AUTH, 422},
     ("get", "/v1/policy"): {*ROLE},
     ("put", "/v1/policy"): {*WRITE},
+    ("get", "/v1/policy/retention"): {*ROLE},
+    ("patch", "/v1/policy/retention"): {*WRITE},
     ("get", "/v1/deliveries"): {*ROLE, 422},
     ("get", "/v1/deliveries/{delivery_id}"): {*ROLE, 404},
     ("post", "/v1/deliveries/{delivery_id}/replay"): {*WRITE, 404, 409},

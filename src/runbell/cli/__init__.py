@@ -2,7 +2,8 @@
 
 One module per concept: :mod:`~runbell.cli.serve` (``migrate``, ``serve``, ``api``,
 ``worker``), :mod:`~runbell.cli.admin` (``tenant``, ``key``, ``user``, ``source``),
-:mod:`~runbell.cli.deliveries` (``deliveries``); :mod:`~runbell.cli.welcome` is the first
+:mod:`~runbell.cli.deliveries` (``deliveries``), :mod:`~runbell.cli.retention`
+(``tenant retention``, ``prune``); :mod:`~runbell.cli.welcome` is the first
 start's text and :mod:`~runbell.cli.common` what every command shares. This module only
 puts them together as one Typer application, :data:`app` (the ``runbell`` entry point).
 """
@@ -11,19 +12,20 @@ from __future__ import annotations
 
 import typer
 
-from runbell.cli import admin, deliveries, serve
+from runbell.cli import admin, deliveries, retention, serve
 
 app = typer.Typer(
     help="Runbell: trustworthy attention for background AI-agent work.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+admin.tenant_app.add_typer(retention.retention_app, name="retention")
 app.add_typer(admin.tenant_app, name="tenant")
 app.add_typer(admin.key_app, name="key")
 app.add_typer(admin.user_app, name="user")
 app.add_typer(admin.source_app, name="source")
 app.add_typer(deliveries.deliveries_app, name="deliveries")
-for command in (serve.migrate, serve.serve, serve.api, serve.worker):
+for command in (serve.migrate, serve.serve, serve.api, serve.worker, retention.prune):
     app.command()(command)
 
 __all__ = ["app"]

@@ -13,7 +13,7 @@ from datetime import datetime
 
 import structlog
 
-from runbell.flows import reconcile, sweeps
+from runbell.flows import reconcile, retention, sweeps
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import expire_requests
 from runbell.store.leader import leading
@@ -49,7 +49,7 @@ class Scheduler:
         }
         if self._last_retention is None or (now - self._last_retention).total_seconds() > 60:
             self._last_retention = now
-            done["retention"] = self._leader("retention", lambda: sweeps.prune(self.core, now))
+            done["retention"] = self._leader("retention", lambda: retention.sweep(self.core, now))
         return done
 
     def start(self) -> None:

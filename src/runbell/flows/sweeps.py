@@ -1,20 +1,21 @@
-"""Time-driven sweeps the scheduler runs: notification expiry and retention.
+"""Time-driven sweeps the scheduler runs: notification expiry (retention, the other
+sweep here once, now lives in ``flows.retention``).
 
 (Input-request expiry lives with input requests, mismatch re-checks with reconciliation;
 ``runbell.dispatch.scheduler`` runs them all, one leader per sweep.)
 
 Invariants kept here (DESIGN §2): 6 — an expired notification closes, cancelling what it
-still had queued on every channel; 17 — the feed is pruned by age only, so a cursor
-older than what is kept gets an explicit 410 with a snapshot, never a silent gap.
+still had queued on every channel; 17 — kept by ``flows.retention``, which :func:`prune`
+calls.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from runbell.flows import retention
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Runbell
-from runbell.store import accounts, feed, idempotency, runs
 from runbell.store import notifications as notes
 
 
@@ -29,17 +30,6 @@ def expire_notifications(rb: Runbell, now: datetime, limit: int = 500) -> int:
 
 
 def prune(rb: Runbell, now: datetime) -> int:
-    """Drop feed events, inbound-event dedupe rows and Idempotency-Key records past their
-    retention; returns how many feed events went."""
-    cutoff = now - timedelta(seconds=rb.settings.feed_retention_s)
-    total = 0
-    with rb.db.read() as conn:
-        tenant_ids = accounts.tenant_ids(conn)
-    for tenant_id in tenant_ids:
-        with rb.db.transaction(now=now) as tx:
-            total += feed.prune(tx.conn, tenant_id, cutoff)
-    with rb.db.transaction(now=now) as tx:
-        before = now - timedelta(seconds=rb.settings.inbound_retention_s)
-        runs.prune_inbound(tx.conn, before)
-        idempotency.prune(tx.conn, before)  # same retention as signal dedupe
-    return total
+    """Prune every table past its retention now (``flows.retention.run``); returns how
+    many feed events went."""
+    return retention.run(rb, now).counts["feed_events"]

@@ -57,7 +57,3 @@ def settle(
         .where(k.c.tenant_id == tenant_id, k.c.principal == principal, k.c.key == key)
         .values(status_code=status_code, response=response)
     )
-
-
-def prune(conn: Connection, before: datetime) -> int:
-    return int(conn.execute(sa.delete(k).where(k.c.created_at < before)).rowcount)

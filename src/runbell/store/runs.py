@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -237,14 +236,6 @@ def find_inbound(
 def insert_inbound(conn: Connection, values: dict[str, Any]) -> None:
     """The dedupe row; its primary key is what makes a concurrent retry fail here."""
     _INSERT_INBOUND.execute(conn, **{name: values.get(name) for name in INBOUND_COLUMNS})
-
-
-def prune_inbound(conn: Connection, before: datetime) -> int:
-    return int(
-        conn.execute(
-            sa.delete(t.inbound_events).where(t.inbound_events.c.received_at < before)
-        ).rowcount
-    )
 
 
 def get_transition(

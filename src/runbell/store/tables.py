@@ -64,6 +64,8 @@ tenants = sa.Table(
     sa.Column("feed_seq", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("feed_pruned_through", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("policy", JSON, nullable=True),
+    # {table: days}: this tenant's retention where it differs from the settings' defaults
+    sa.Column("retention", JSON, nullable=True),
 )
 sa.Index("ix_tenants_name", tenants.c.name, unique=True)  # the CLI addresses tenants by name
 
@@ -196,6 +198,8 @@ transitions = sa.Table(
     sa.Column("reported_at", UTCDateTime, nullable=True),  # the runtime's own clock, as sent
     sa.PrimaryKeyConstraint("tenant_id", "run_id", "version"),
 )
+# The retention indexes (here and below): each prune batch walks one from its oldest row.
+sa.Index("ix_transitions_tenant_at", transitions.c.tenant_id, transitions.c.at)
 
 inbound_events = sa.Table(
     "inbound_events",
@@ -213,7 +217,9 @@ inbound_events = sa.Table(
     sa.Column("received_at", UTCDateTime, nullable=False),
     sa.PrimaryKeyConstraint("tenant_id", "source_id", "event_id"),
 )
-sa.Index("ix_inbound_events_received", inbound_events.c.received_at)
+sa.Index(
+    "ix_inbound_events_tenant_received", inbound_events.c.tenant_id, inbound_events.c.received_at
+)
 
 mismatches = sa.Table(
     "mismatches",
@@ -234,6 +240,7 @@ mismatches = sa.Table(
 )
 sa.Index("ix_mismatches_due", mismatches.c.status, mismatches.c.next_check_at)
 sa.Index("ix_mismatches_run", mismatches.c.tenant_id, mismatches.c.run_id)
+sa.Index("ix_mismatches_tenant_created", mismatches.c.tenant_id, mismatches.c.created_at)
 
 notifications = sa.Table(
     "notifications",
@@ -293,6 +300,7 @@ sa.Index(
     notifications.c.run_id,
     notifications.c.state,
 )
+sa.Index("ix_notifications_tenant_closed", notifications.c.tenant_id, notifications.c.closed_at)
 
 deliveries = sa.Table(
     "deliveries",
@@ -323,6 +331,7 @@ deliveries = sa.Table(
 )
 sa.Index("ix_deliveries_due", deliveries.c.status, deliveries.c.next_attempt_at)
 sa.Index("ix_deliveries_tenant_status", deliveries.c.tenant_id, deliveries.c.status)
+sa.Index("ix_deliveries_tenant_updated", deliveries.c.tenant_id, deliveries.c.updated_at)
 
 delivery_attempts = sa.Table(
     "delivery_attempts",
@@ -341,6 +350,11 @@ delivery_attempts = sa.Table(
     sa.Column("response_excerpt", sa.String(1000), nullable=True),
 )
 sa.Index("ix_delivery_attempts_delivery", delivery_attempts.c.delivery_id)
+sa.Index(
+    "ix_delivery_attempts_tenant_started",
+    delivery_attempts.c.tenant_id,
+    delivery_attempts.c.started_at,
+)
 
 feed_events = sa.Table(
     "feed_events",
@@ -503,7 +517,11 @@ idempotency_keys = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.PrimaryKeyConstraint("tenant_id", "principal", "key"),
 )
-sa.Index("ix_idempotency_keys_created", idempotency_keys.c.created_at)
+sa.Index(
+    "ix_idempotency_keys_tenant_created",
+    idempotency_keys.c.tenant_id,
+    idempotency_keys.c.created_at,
+)
 
 # Channel telemetry, kept apart from decisions (invariant 10).
 receipts = sa.Table(
@@ -518,6 +536,7 @@ receipts = sa.Table(
     sa.Column("at", UTCDateTime, nullable=False),
 )
 sa.Index("ix_receipts_notification", receipts.c.notification_id)
+sa.Index("ix_receipts_tenant_at", receipts.c.tenant_id, receipts.c.at)
 
 login_links = sa.Table(
     "login_links",

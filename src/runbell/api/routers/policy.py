@@ -1,15 +1,16 @@
-"""The tenant's attention policy: read it, replace the tenant's own rules."""
+"""The tenant's attention policy (read it, replace the tenant's own rules) and its
+retention periods (read them, override some)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictBool, StrictInt
 
 from runbell.api.deps import Admin, Core
 from runbell.api.openapi import problems
-from runbell.flows import policy
+from runbell.flows import policy, retention
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
 
@@ -33,3 +34,33 @@ def get_policy(who: Admin, core: Core) -> dict[str, Any]:
 def put_policy(body: PolicyDoc, who: Admin, core: Core) -> dict[str, Any]:
     """Replace the tenant's rules; they are validated whole before anything is stored."""
     return policy.set_policy(core, who.tenant_id, body.model_dump())
+
+
+class RetentionChange(RootModel[dict[str, StrictInt | None]]):
+    """``{table: days}``; ``null`` drops that table's override."""
+
+    root: dict[str, StrictInt | None] = Field(max_length=50)
+
+
+def _retention_view(core: Core, tenant_id: str) -> dict[str, Any]:
+    return {
+        "tables": {
+            table: {"days": days, "source": origin}
+            for table, (days, origin) in retention.periods(core, tenant_id).items()
+        }
+    }
+
+
+@router.get("/retention", responses=problems(401, 403, 503))
+def get_retention(who: Admin, core: Core) -> dict[str, Any]:
+    """Each table's retention in days for this tenant, and whether it is the tenant's own
+    (``tenant``) or the server's (``default``)."""
+    return _retention_view(core, who.tenant_id)
+
+
+@router.patch("/retention", responses=problems(401, 403, 413, 422, 503))
+def patch_retention(body: RetentionChange, who: Admin, core: Core) -> dict[str, Any]:
+    """Override some tables' retention (days; ``null`` drops an override). Checked whole
+    before anything is stored: an unknown table or a period under its floor is a 422."""
+    retention.set_override(core, who.tenant_id, body.root)
+    return _retention_view(core, who.tenant_id)
