@@ -1,0 +1,63 @@
+"""A lean Server-Sent Events response: the stream's own task writes what its iterator
+yields, and one waiter on ``receive`` notices the client leaving.
+
+It replaces sse-starlette's per-stream task group (a ping timer, a disconnect poller and a
+shutdown watcher for every stream): keep-alives come from the iterator
+(``runbell.store.streams`` flags them on every stream from one shared ticker), so an idle
+stream costs one parked coroutine and no CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+
+class EventStreamResponse(Response):
+    """``text/event-stream`` written from ``chunks``; ``on_disconnect`` is called when the
+    client goes away (so that an iterator waiting for news can end) and again when the
+    response is over, however it ended: it must be idempotent."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        *,
+        on_disconnect: Callable[[], None],
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.chunks = chunks
+        self.on_disconnect = on_disconnect
+        self.status_code = 200
+        self.background = None
+        self.init_headers(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        watcher = asyncio.ensure_future(watch())
+        watcher.add_done_callback(lambda _: self.on_disconnect())
+        try:
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+            )
+            async for chunk in self.chunks:
+                if watcher.done():
+                    break
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            with contextlib.suppress(OSError):  # the client may be gone already
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass  # the client went away mid-write (servers that raise instead of dropping)
+        finally:
+            watcher.cancel()
+            aclose = getattr(self.chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
