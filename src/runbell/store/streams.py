@@ -136,7 +136,7 @@ class Streams:
             for sub in list(self.subscribers):
                 sub.keepalive_due |= keepalive
                 sub.recheck_due |= recheck
-                sub.wake.set()
+                sub.wake()
 
     def close(self) -> None:
         """End every stream (server shutdown); they answer None from :meth:`Subscriber.next`."""
@@ -200,7 +200,7 @@ class Tail:
                 if failing or full is not None:
                     failing = False
                     for sub in self.subscribers:
-                        sub.wake.set()
+                        sub.wake()
                 if not full:
                     # Woken by the commit itself; the timeout only covers a lost wake-up.
                     await listener.wait(self.streams.fallback_s)
@@ -273,15 +273,24 @@ class Subscriber:
         self.limited = feed.limited(who)
         # Keys see the same events whoever holds them: their chunks are built once.
         self.audience = f"{who.role}-key" if who.kind == "key" else None
-        self.wake = asyncio.Event()
+        # A bare future while waiting, not an asyncio.Event (a deque and more per stream).
+        self._waiter: asyncio.Future[None] | None = None
+        self._woken = False
         self.keepalive_due = False
         self.recheck_due = False
         self.ended = False
 
+    def wake(self) -> None:
+        """Something may be new: :meth:`next` looks again."""
+        self._woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     def end(self) -> None:
         """Make :meth:`next` answer None (client gone, access ended, shutdown)."""
         self.ended = True
-        self.wake.set()
+        self.wake()
 
     def close(self) -> None:
         """End and forget this stream (idempotent)."""
@@ -292,7 +301,7 @@ class Subscriber:
         """The next bytes to write: events, an ``id:`` frame, a keep-alive, or ``b""`` when
         a credential re-check is due (see :attr:`recheck_due`); None once ended."""
         while not self.ended:
-            self.wake.clear()
+            self._woken = False
             try:
                 chunk = await self._pending()
             except Exception as exc:
@@ -306,7 +315,12 @@ class Subscriber:
                 return KEEP_ALIVE
             if self.recheck_due:
                 return b""
-            await self.wake.wait()
+            if not self._woken:
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
         return None
 
     async def _pending(self) -> bytes:
