@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 HANDOFF = "runbell.sse_handoff"  # scope key: where a response leaves itself to be streamed
+_FRAMEWORK_KEYS = ("fastapi_astack", "fastapi_inner_astack", "fastapi_function_astack")
 
 
 class StreamHandoff:
@@ -38,6 +39,8 @@ class StreamHandoff:
         scope[HANDOFF] = slot
         await self.app(scope, receive, send)
         if slot:
+            for key in _FRAMEWORK_KEYS:  # closed exit stacks: nothing to keep for hours
+                scope.pop(key, None)
             await slot[0].stream(receive, send)
 
 
