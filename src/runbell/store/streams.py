@@ -196,7 +196,12 @@ class Tail:
                     failing = True
                     await listener.wait(self.streams.fallback_s)
                     continue
-                full = self._append(head, rows, access, users)
+                try:
+                    full = self._append(head, rows, access, users)
+                except Exception:  # a bug, not an outage: keep the tail alive, say so
+                    log.exception("feed.tail_append_failed", tenant_id=self.tenant_id)
+                    await listener.wait(self.streams.fallback_s)
+                    continue
                 if failing or full is not None:
                     failing = False
                     for sub in self.subscribers:
