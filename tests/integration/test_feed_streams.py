@@ -323,3 +323,37 @@ def test_sub_second_keep_alives_flow(db_url: str, tmp_path: Path) -> None:
             )
     finally:
         core.db.dispose()
+
+
+def test_the_id_moves_past_unseen_events_with_the_next_keep_alive(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Events a stream may not see wake nothing and write nothing at once; its
+    Last-Event-ID still moves past them, with the next keep-alive."""
+    core = build(make_settings(tmp_path, db_url, sse_keepalive_s=0.3), migrate=False)
+    try:
+        creds = make_tenant(core)
+        with LiveServer(core) as server, httpx.Client(base_url=server.url, timeout=10) as http:
+            put_run(http, creds.runtime_key, "r1", creds.owner_email, notify_on_complete=True)
+            signal(http, creds.runtime_key, "r1", "r1-done", "completed")
+            with http.stream("GET", "/v1/events/stream", headers=bearer(creds.runtime_key)) as r:
+                lines = r.iter_lines()
+                assert next(lines).startswith("retry:")
+                inbox = http.get("/v1/notifications", headers=bearer(creds.owner_token)).json()
+                (note,) = inbox["notifications"]
+                acked = http.post(
+                    f"/v1/notifications/{note['id']}/ack", headers=bearer(creds.owner_token)
+                )
+                assert acked.status_code == 200, acked.text
+                head = all_events(http, creds.admin_key)[-1]
+                assert head["type"] == "notification.closed"  # the owner's, not the runtime's
+                ids = []
+                for line in lines:
+                    assert not line.startswith(("event:", "data:")), line
+                    if line.startswith("id:"):
+                        ids.append(line.removeprefix("id:").strip())
+                        if ids[-1] == head["id"]:
+                            break
+                assert ids[-1] == head["id"]
+    finally:
+        core.db.dispose()

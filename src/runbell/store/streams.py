@@ -67,6 +67,8 @@ class Batch:
     head: int
     events: tuple[Event, ...]
     checked: frozenset[str]  # members whose run access was read with this batch
+    run_events: bool  # any event of a run (not addressed to one person)
+    users: frozenset[str]  # the people the other events are addressed to
     by_audience: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # keys' chunks
 
 
@@ -203,9 +205,13 @@ class Tail:
                     await listener.wait(self.streams.fallback_s)
                     continue
                 if failing or full is not None:
-                    failing = False
+                    batch = self.batches[-1] if full is not None and self.batches else None
                     for sub in self.subscribers:
-                        sub.wake()
+                        # Streams that can see nothing of it only move on: no wake-up,
+                        # no write (the id rides on the next keep-alive).
+                        if failing or batch is None or not sub.skip(batch):
+                            sub.wake()
+                    failing = False
                 if not full:
                     # Woken by the commit itself; the timeout only covers a lost wake-up.
                     await listener.wait(self.streams.fallback_s)
@@ -244,7 +250,15 @@ class Tail:
         )
         full = len(rows) >= PAGE
         moved_to = events[-1].seq if full else head
-        self.batches.append(Batch(self.head, moved_to, events, users))
+        batch = Batch(
+            self.head,
+            moved_to,
+            events,
+            users,
+            run_events=any(e.user_id is None for e in events),
+            users=frozenset(e.user_id for e in events if e.user_id is not None),
+        )
+        self.batches.append(batch)
         self.buffered += len(events)
         self.head = moved_to
         while self.buffered > self.streams.buffer_events and len(self.batches) > 1:
@@ -284,6 +298,20 @@ class Subscriber:
         self.keepalive_due = False
         self.recheck_due = False
         self.ended = False
+        self.reading = False  # a catch-up read is in flight
+        self.id_pending = False  # moved past unseen events; the id is not sent yet
+
+    def skip(self, batch: Batch) -> bool:
+        """Move past ``batch`` without a wake-up if it surely holds nothing for us."""
+        if self.reading or self.position != batch.after or batch.run_events:
+            return False
+        if self.who.kind == "key" and self.who.role != "runtime":
+            return False  # admin keys see every event
+        if self.who.user_id is not None and self.who.user_id in batch.users:
+            return False
+        self.position = batch.head
+        self.id_pending = True
+        return True
 
     def wake(self) -> None:
         """Something may be new: :meth:`next` looks again."""
@@ -314,9 +342,13 @@ class Subscriber:
                     raise
                 chunk = b""  # the database is away: read again on the next wake-up
             if chunk:
+                self.id_pending = False  # every chunk ends at the current position
                 return chunk
             if self.keepalive_due:
                 self.keepalive_due = False
+                if self.id_pending:
+                    self.id_pending = False
+                    return id_frame(self.position) + KEEP_ALIVE
                 return KEEP_ALIVE
             if self.recheck_due:
                 return b""
@@ -354,17 +386,24 @@ class Subscriber:
                 last = shown[1]
             position = batch.head
         self.position = tail.head
+        if not parts:
+            # Only events this viewer may not see: its Last-Event-ID moves on with the
+            # next keep-alive (so a reconnect does not start from an aging cursor).
+            self.id_pending = True
+            return b""
         if last != self.position:
-            # Only events this viewer may not see at the end: move its Last-Event-ID on
-            # too, so a reconnect does not start from an aging cursor.
             parts.append(id_frame(self.position))
         return b"".join(parts)
 
     async def _from_database(self) -> bytes:
         loop = asyncio.get_running_loop()
-        rows, moved_to = await loop.run_in_executor(
-            self.streams.page_reader, self._read_page, self.position
-        )
+        self.reading = True
+        try:
+            rows, moved_to = await loop.run_in_executor(
+                self.streams.page_reader, self._read_page, self.position
+            )
+        finally:
+            self.reading = False
         if self.ended:
             return b""
         render = self.streams.render
