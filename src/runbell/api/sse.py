@@ -57,10 +57,11 @@ class EventStreamResponse(Response):
         *,
         on_disconnect: Callable[[], None],
         headers: Mapping[str, str] | None = None,
+        status_code: int = 200,  # FastAPI's OpenAPI reads the default from here
     ) -> None:
         self.chunks = chunks
         self.on_disconnect = on_disconnect
-        self.status_code = 200
+        self.status_code = status_code
         self.background = None
         self.init_headers(headers)
 
@@ -79,9 +80,8 @@ class EventStreamResponse(Response):
         watcher = asyncio.ensure_future(watch())
         watcher.add_done_callback(lambda _: self.on_disconnect())
         try:
-            await send(
-                {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-            )
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
             async for chunk in self.chunks:
                 if watcher.done():
                     break
