@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -357,3 +358,44 @@ def test_the_id_moves_past_unseen_events_with_the_next_keep_alive(
                 assert ids[-1] == head["id"]
     finally:
         core.db.dispose()
+
+
+def test_a_commit_in_another_process_reaches_the_streams(db_url: str, tmp_path: Path) -> None:
+    """On PostgreSQL a commit through server B reaches streams held by server A at once:
+    A's tail is woken over LISTEN/NOTIFY (its fallback re-read is 30 s away)."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("cross-process wake-up uses PostgreSQL LISTEN/NOTIFY; SQLite is one process")
+    core_a = build(make_settings(tmp_path / "a", db_url, feed_fallback_poll_s=30), migrate=False)
+    core_b = build(make_settings(tmp_path / "b", db_url, feed_fallback_poll_s=30), migrate=False)
+    try:
+        creds = make_tenant(core_a)
+        with (
+            LiveServer(core_a) as server_a,
+            LiveServer(core_b) as server_b,
+            httpx.Client(base_url=server_b.url, timeout=10) as via_b,
+        ):
+            put_run(via_b, creds.runtime_key, "r1", creds.owner_email)
+            # Both bridges connect in the background: wait until B's commits reach A's hub.
+            deadline = time.monotonic() + 15
+            while core_a.db.hub.head(creds.tenant_id) is None:
+                assert time.monotonic() < deadline, "process A never heard of B's commits"
+                r = via_b.post(
+                    "/v1/runs/r1/progress",
+                    json={"message": "warming up"},
+                    headers=bearer(creds.runtime_key),
+                )
+                assert r.status_code == 202, r.text
+                time.sleep(0.2)
+            with Streams_(server_a.url, [creds.runtime_key] * 3) as streams:
+                signal(via_b, creds.runtime_key, "r1", "r1-done", "completed")
+                wait_until(
+                    lambda: all(
+                        any(e["type"] == "run.transitioned" for e in streams.events(i))
+                        for i in range(3)
+                    ),
+                    "the commit on B to reach the streams on A",
+                    timeout=15,
+                )
+    finally:
+        core_a.db.dispose()
+        core_b.db.dispose()
