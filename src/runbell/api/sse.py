@@ -22,7 +22,15 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 HANDOFF = "runbell.sse_handoff"  # scope key: where a response leaves itself to be streamed
-_FRAMEWORK_KEYS = ("fastapi_astack", "fastapi_inner_astack", "fastapi_function_astack")
+# What the framework left in the scope for its own use while routing (closed exit stacks,
+# route context); nothing of it is needed once the handler has returned.
+_FRAMEWORK_KEYS = (
+    "fastapi",
+    "fastapi_middleware_astack",
+    "fastapi_astack",
+    "fastapi_inner_astack",
+    "fastapi_function_astack",
+)
 
 
 class StreamHandoff:
