@@ -98,14 +98,18 @@ class Streams:
         self.tails: dict[str, Tail] = {}
         self.subscribers: set[Subscriber] = set()
         # The tails' reads, one at a time, off the API's thread pool; catch-up reads
-        # apart, so a reconnecting crowd does not delay the live tail.
-        self.tail_reader = ThreadPoolExecutor(1, thread_name_prefix="runbell-feed-tail")
-        self.page_reader = ThreadPoolExecutor(2, thread_name_prefix="runbell-feed-pages")
+        # apart, so a reconnecting crowd does not delay the live tail. Made with the first
+        # stream, let go with the last.
+        self.tail_reader: ThreadPoolExecutor | None = None
+        self.page_reader: ThreadPoolExecutor | None = None
         self.reads = 0  # tail reads done (for tests and metrics)
         self._ticker: asyncio.Task[None] | None = None
 
     def subscribe(self, who: Principal, position: int) -> Subscriber:
         """A stream for ``who`` reading after ``position``; close it when done."""
+        if self.tail_reader is None or self.page_reader is None:
+            self.tail_reader = ThreadPoolExecutor(1, thread_name_prefix="runbell-feed-tail")
+            self.page_reader = ThreadPoolExecutor(2, thread_name_prefix="runbell-feed-pages")
         tail = self.tails.get(who.tenant_id)
         if tail is None:
             tail = self.tails[who.tenant_id] = Tail(self, who.tenant_id)
@@ -123,9 +127,14 @@ class Streams:
         if not tail.subscribers and self.tails.get(tail.tenant_id) is tail:
             del self.tails[tail.tenant_id]
             tail.stop()
-        if not self.subscribers and self._ticker is not None:
-            self._ticker.cancel()
-            self._ticker = None
+        if not self.subscribers:
+            if self._ticker is not None:
+                self._ticker.cancel()
+                self._ticker = None
+            for pool in (self.tail_reader, self.page_reader):
+                if pool is not None:
+                    pool.shutdown(wait=False)  # a read in flight finishes on its own
+            self.tail_reader = self.page_reader = None
 
     async def _tick(self) -> None:
         """Flag keep-alives and re-checks on every stream at once (one timer in all)."""
