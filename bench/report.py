@@ -249,10 +249,11 @@ def write(
         lines += [f"- {_cell(f)}" for f in ctx.failures]
     lines += ["", "## Notes", ""]
     lines += [f"- {n}" for n in (*standard_notes(ctx), *ctx.notes)]
-    lines += [
-        "",
-        "## Profile",
-        "",
+    lines += ["", "## Profile", ""]
+    # One file of findings per area (bench/profile/*.md), written by hand from py-spy /
+    # tracemalloc runs, so that the findings survive every regeneration of this report.
+    notes = sorted((Path(__file__).parent / "profile").glob("*.md"))
+    lines += [n.read_text().strip() + "\n" for n in notes] or [
         "_To be filled from py-spy/pyinstrument runs._",
         "",
     ]

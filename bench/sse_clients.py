@@ -43,6 +43,10 @@ class Stream:
         self.failed: str | None = None
         self.ended = False
         self.events: list[tuple[str, int, float]] = []  # (run_id, event id, latency ms)
+        # Frames as they arrived, parsed later (in watch/expect): parsing on arrival would
+        # queue the other streams' reads behind it and add the harness's own delay to the
+        # latency it measures.
+        self.raw: list[tuple[str, bytes, float]] = []
         # only events of the watched type are kept (the others are counted)
         self.other = 0
         self.matched = 0  # events of the watched prefix
@@ -93,7 +97,7 @@ class Clients:
                     line = raw.rstrip(b"\r")
                     if not line:
                         if event_type and data:
-                            self._event(s, event_type, b"\n".join(data), now)
+                            s.raw.append((event_type, b"\n".join(data), now))
                         event_type, data = None, []
                         continue
                     name, _, value = line.partition(b":")
@@ -131,7 +135,14 @@ class Clients:
         if run_id.startswith(self.prefix):
             s.matched += 1
 
+    def _parse(self) -> None:
+        for s in self.streams:
+            raw, s.raw = s.raw, []
+            for event_type, data, now in raw:
+                self._event(s, event_type, data, now)
+
     def watch(self, prefix: str) -> dict[str, Any]:
+        self._parse()
         self.prefix = prefix
         for s in self.streams:
             s.matched = sum(1 for e in s.events if e[0].startswith(prefix))
@@ -172,9 +183,11 @@ class Clients:
         if prefix != self.prefix:
             self.watch(prefix)
         while time.monotonic() < deadline:
+            self._parse()
             if all(s.matched >= count for s in self.streams if not s.ended):
                 break
             await asyncio.sleep(0.05)
+        self._parse()
         per_stream = []
         latencies: list[float] = []
         duplicates = out_of_order = 0

@@ -139,6 +139,7 @@ class Stream:
         self.events: list[tuple[int, str, str | None]] = []
         self.ended = False
         self.error: str | None = None
+        self.keepalives = 0  # `:` comment lines seen
         self.opened = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run)
@@ -166,6 +167,9 @@ class Stream:
                 for line in r.iter_lines():
                     if self._stop.is_set():
                         return
+                    if line.startswith(":"):
+                        self.keepalives += 1
+                        continue
                     if line:
                         name, _, value = line.partition(":")
                         fields[name] = value.strip()
@@ -228,6 +232,14 @@ def test_postgres_restart_under_load_answers_503_and_recovers_losing_nothing(
             cluster.stop("fast")
             load.phase = "down"
             wait_for(lambda: load.count(503, "down") >= 6, "503s while down", procs)
+            # The open stream is not left silent while the database is away (a silent
+            # stream is what a client or proxy times out): keep-alives go on.
+            quiet_from = stream.keepalives
+            wait_for(
+                lambda: stream.keepalives >= quiet_from + 3,
+                "keep-alives on the open stream while the database is down",
+                procs,
+            )
             cluster.start()
             load.phase = "after"
             wait_for(lambda: load.count(2, "after") >= 40, "successes after", procs)

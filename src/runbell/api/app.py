@@ -22,6 +22,7 @@ from runbell.api.routers import (
     sources,
     webhook_endpoints,
 )
+from runbell.api.sse import StreamHandoff
 from runbell.flows.context import Runbell
 
 
@@ -52,6 +53,7 @@ def install(app: FastAPI, rb: Runbell, *, listen_host: str | None = None) -> Non
     ):
         app.include_router(router)
     app.add_middleware(BodyLimit, max_bytes=rb.settings.max_body_bytes)
+    app.add_middleware(StreamHandoff)  # outermost: streams outlive the framework's frames
 
 
 def _serve_openapi_as_json(app: FastAPI) -> None:

@@ -23,15 +23,24 @@ def migrate() -> None:
     out.print(f"schema at revision {revision} ({dialect})")
 
 
-def _serve(asgi: Any, sock: socket.socket, **config: Any) -> None:
+def _serve(
+    asgi: Any, sock: socket.socket, on_exit: Any = None, **config: Any
+) -> None:
     """uvicorn, minus its habit of re-raising SIGTERM after a graceful shutdown (which
-    kills the process before our cleanup runs and leaves the SQLite WAL unmerged)."""
+    kills the process before our cleanup runs and leaves the SQLite WAL unmerged);
+    ``on_exit()`` runs when a stop signal arrives (open event streams end at once instead
+    of holding the graceful shutdown for its whole timeout)."""
     import contextlib
     from collections.abc import Iterator
 
     import uvicorn
 
     class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            if on_exit is not None:
+                on_exit()
+
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             with super().capture_signals():
@@ -160,12 +169,15 @@ def serve(
             markup=False,
             highlight=False,
         )
+    from runbell.flows.feed import end_streams
+
     try:
         _serve(
             create_app(
                 core, worker=worker, background=background, routers=routers, listen_host=host
             ),
             sock,
+            lambda: end_streams(core),
             host=host,
             port=sock.getsockname()[1],
             log_level="warning",

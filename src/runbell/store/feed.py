@@ -1,4 +1,9 @@
-"""Reading the event feed with per-principal visibility, and pruning it by retention."""
+"""Reading the event feed with per-principal visibility, and pruning it by retention.
+
+Visibility is written twice, once as SQL (:func:`_visible`, for pages and catch-up reads)
+and once in Python (:func:`visible`, for the stream fan-out, which reads a tenant's new
+events once and filters them per subscriber); a test holds the two equal.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +38,75 @@ def _visible(who: Principal) -> sa.ColumnElement[bool]:
     if not who.sees_all_runs:
         run_events = sa.and_(run_events, fe.c.run_id.in_(visible_run_ids(who)))
     return sa.or_(fe.c.user_id == who.user_id, run_events)
+
+
+def visible(
+    who: Principal, user_id: str | None, run_id: str | None, run_access: frozenset[str]
+) -> bool:
+    """:func:`_visible` for one event in Python: ``user_id`` is the event's audience (None:
+    a run event) and ``run_access`` the users (at least ``who``, if it is a member who
+    does not see every run) allowed to see the event's run."""
+    if who.kind == "key":
+        return user_id is None if who.role == "runtime" else True
+    if user_id is not None:
+        return user_id == who.user_id
+    if who.sees_all_runs:
+        return True
+    return run_id is not None and who.user_id in run_access
+
+
+def limited(who: Principal) -> bool:
+    """Whether what ``who`` sees of run events depends on ``run_access`` rows."""
+    return who.kind == "user" and not who.sees_all_runs
+
+
+_TAIL = sa.select(
+    t.feed_events.c.seq,
+    t.feed_events.c.type,
+    t.feed_events.c.run_id,
+    t.feed_events.c.notification_id,
+    t.feed_events.c.user_id,
+    t.feed_events.c.data,
+    t.feed_events.c.created_at,
+).where(
+    t.feed_events.c.tenant_id == sa.bindparam("tenant_id"),
+    t.feed_events.c.seq > sa.bindparam("after"),
+    t.feed_events.c.seq <= sa.bindparam("head"),
+)
+_HEAD = sa.select(t.tenants.c.feed_seq).where(t.tenants.c.id == sa.bindparam("tenant_id"))
+
+
+def read_tail(
+    conn: Connection, tenant_id: str, after: int | None, limit: int, users: frozenset[str]
+) -> tuple[int, list[dict[str, Any]], dict[str, frozenset[str]]]:
+    """Every event of the tenant after ``after`` (whoever may see it), for the stream
+    fan-out: ``(head, events, run_access)``. ``after=None`` reads the head only.
+
+    ``run_access`` maps each run id among the events to those of ``users`` allowed to see
+    it (read in the same transaction, so it is what the per-subscriber query would see).
+    The events are the ones up to the head read first: all committed (see :func:`read`).
+    """
+    head = int(conn.execute(_HEAD, {"tenant_id": tenant_id}).scalar_one())
+    if after is None or head <= after:
+        return head, [], {}
+    rows = conn.execute(
+        _TAIL.order_by(t.feed_events.c.seq).limit(limit),
+        {"tenant_id": tenant_id, "after": after, "head": head},
+    ).all()
+    events = [dict(r._mapping) for r in rows]
+    run_ids = {e["run_id"] for e in events if e["run_id"] is not None and e["user_id"] is None}
+    access: dict[str, set[str]] = {}
+    if users and run_ids:
+        ra = t.run_access
+        for run_id, user_id in conn.execute(
+            sa.select(ra.c.run_id, ra.c.user_id).where(
+                ra.c.tenant_id == tenant_id,
+                ra.c.user_id.in_(sorted(users)),
+                ra.c.run_id.in_(sorted(run_ids)),
+            )
+        ):
+            access.setdefault(run_id, set()).add(user_id)
+    return head, events, {k: frozenset(v) for k, v in access.items()}
 
 
 def read(

@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import queue
 import threading
+import weakref
 from collections import defaultdict
+from typing import Any
 
 
 class Hub:
@@ -23,6 +25,10 @@ class Hub:
             defaultdict(set)
         )
         self.remote_publish: queue.SimpleQueue[tuple[str, int]] | None = None
+        # Per event loop: the stream fan-out (``runbell.store.streams.Streams``) there.
+        self.per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def head(self, tenant_id: str) -> int | None:
         return self._heads.get(tenant_id)

@@ -6,17 +6,20 @@ commit order (see ``runbell.store.db``), so resuming from a cursor never skips a
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from runbell.api.deps import Core, Who, principal
+from runbell.api.deps import SESSION_COOKIE, Core, Who, principal
 from runbell.api.openapi import problems
+from runbell.api.sse import EventStreamResponse
 from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
 from runbell.flows import feed
@@ -65,9 +68,68 @@ def snapshot(who: Who, core: Core) -> dict[str, Any]:
     return feed.snapshot(core, who)
 
 
+class SharedRecheck:
+    """Credentials re-checked at most once per interval, however many streams share them
+    (10,000 streams on one runtime key cost one look-up, not 10,000)."""
+
+    def __init__(self) -> None:
+        self._checked: dict[str, tuple[float, asyncio.Future[Principal | None]]] = {}
+
+    async def check(self, request: Request, who: Principal, interval: float) -> bool | None:
+        """True if the caller is still ``who``, False if not, None if it cannot be told
+        now (the database is away)."""
+        key = hashlib.sha256(
+            (request.headers.get("authorization") or "").encode()
+            + b"\0"
+            + (request.cookies.get(SESSION_COOKIE) or "").encode()
+        ).hexdigest()
+        now = time.monotonic()
+        hit = self._checked.get(key)
+        if hit is None or now - hit[0] >= interval / 2:
+            if len(self._checked) > 1024:
+                self._checked = {
+                    k: v for k, v in self._checked.items() if now - v[0] < 2 * interval
+                }
+            future: asyncio.Future[Principal | None] = asyncio.ensure_future(
+                self._principal(request)
+            )
+            hit = self._checked[key] = (now, future)
+        try:
+            still = await asyncio.shield(hit[1])
+        except Exception as exc:
+            self._checked.pop(key, None)
+            if request.app.state.core.db.availability.observe(exc) is None:
+                raise
+            return None
+        return still == who
+
+    @staticmethod
+    async def _principal(request: Request) -> Principal | None:
+        try:
+            return await principal(request)
+        except RunbellError:
+            return None
+
+
+_rechecks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedRecheck] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _recheck() -> SharedRecheck:
+    loop = asyncio.get_running_loop()
+    found = _rechecks.get(loop)
+    if found is None:
+        found = _rechecks[loop] = SharedRecheck()
+    return found
+
+
+RETRY = b"retry: 3000\r\n\r\n"
+
+
 @router.get(
     "/stream",
-    response_class=EventSourceResponse,
+    response_class=EventStreamResponse,
     responses={
         200: {
             "description": "the feed as Server-Sent Events (an expired cursor is an "
@@ -83,90 +145,44 @@ async def stream(
     core: Core,
     after: Annotated[str | None, Query(max_length=20)] = None,
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
-) -> EventSourceResponse:
+) -> EventStreamResponse:
     """The feed as Server-Sent Events. ``Last-Event-ID`` wins over ``?after=``."""
     requested = last_event_id or after or "latest"
     field = "Last-Event-ID" if last_event_id else "after"
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     try:
-        cursor: int | None = await run_in_threadpool(
-            feed.resolve_cursor, core, who, requested, field
-        )
-        expired: Gone | None = None
+        cursor = await run_in_threadpool(feed.resolve_cursor, core, who, requested, field)
     except Gone as exc:
-        cursor, expired = None, exc
+        body = json.dumps({"detail": exc.detail, **exc.extra}, separators=(",", ":"))
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
-        yield ServerSentEvent(retry=3000)
-        if expired is not None:
-            yield ServerSentEvent(
-                event="cursor_expired",
-                data=json.dumps({"detail": expired.detail, **expired.extra}, separators=(",", ":")),
-            )
-            return
-        assert cursor is not None
-        position = cursor
-        recheck_at = time.monotonic() + core.settings.sse_access_recheck_s
-        yield ServerSentEvent(id=str(position))  # priming id: resume point even if idle
+        async def expired() -> AsyncIterator[bytes]:
+            yield RETRY + f"event: cursor_expired\r\ndata: {body}\r\n\r\n".encode()
+
+        return EventStreamResponse(expired(), on_disconnect=lambda: None, headers=headers)
+
+    sub = feed.subscribe(core, who, cursor)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        # The priming id is the resume point even if nothing ever arrives.
+        yield RETRY + feed.id_frame(cursor)
         if who.user_id:
             core.presence.enter(who.tenant_id, who.user_id)
         try:
-            with core.db.hub.listen(who.tenant_id) as listener:
-                while True:
-                    try:
-                        batch, moved_to = await run_in_threadpool(
-                            feed.read, core, who, position, PAGE_MAX
-                        )
-                    except Exception as exc:
-                        if core.db.availability.observe(exc) is None:
-                            raise
-                        # The database is away (logged once per outage): keep the stream
-                        # open, keep-alives flowing, and read again from the same position.
-                        if await request.is_disconnected():
-                            return
-                        await listener.wait(core.settings.feed_fallback_poll_s)
-                        continue
-                    for e in batch:
-                        yield ServerSentEvent(
-                            id=str(e["seq"]),
-                            event=e["type"],
-                            data=json.dumps(feed.event_view(e), separators=(",", ":")),
-                        )
-                    if len(batch) == PAGE_MAX:
-                        position = moved_to
-                        continue
-                    if moved_to != position and (not batch or batch[-1]["seq"] != moved_to):
-                        # Only events this viewer may not see: move its Last-Event-ID on
-                        # too, so a reconnect does not start from an aging cursor.
-                        yield ServerSentEvent(id=str(moved_to))
-                    position = moved_to
-                    if await request.is_disconnected():
+            while (chunk := await sub.next()) is not None:
+                if chunk:
+                    yield chunk
+                if sub.recheck_due:
+                    # A long-lived stream must not outlive revoked or reduced access: check
+                    # the credentials again now and then; end the stream if the caller is
+                    # gone or no longer the same principal (e.g. demoted).
+                    sub.recheck_due = False
+                    same = await _recheck().check(request, who, core.settings.sse_access_recheck_s)
+                    if same is False:  # None: cannot check now; check again next time
+                        yield b"event: access_ended\r\ndata: {}\r\n\r\n"
                         return
-                    if time.monotonic() >= recheck_at:
-                        # A long-lived stream must not outlive revoked or reduced access:
-                        # check the credentials again now and then; end the stream if the
-                        # caller is gone or no longer the same principal (e.g. demoted).
-                        recheck_at = time.monotonic() + core.settings.sse_access_recheck_s
-                        try:
-                            still = await principal(request)
-                        except RunbellError:
-                            still = None
-                        except Exception as exc:
-                            if core.db.availability.observe(exc) is None:
-                                raise
-                            still = who  # cannot check now; check again next time
-                            recheck_at = time.monotonic()
-                        if still != who:  # revoked, or the role changed: start over
-                            yield ServerSentEvent(event="access_ended", data="{}")
-                            return
-                    # Woken by the commit itself; the timeout only covers a lost wake-up.
-                    await listener.wait(core.settings.feed_fallback_poll_s)
         finally:
+            sub.close()
             if who.user_id:
                 core.presence.leave(who.tenant_id, who.user_id)
 
-    return EventSourceResponse(
-        events(),
-        ping=int(core.settings.sse_keepalive_s),
-        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return EventStreamResponse(chunks(), on_disconnect=sub.close, headers=headers)
