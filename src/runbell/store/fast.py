@@ -7,7 +7,9 @@ time goes"), :class:`Statement` compiles the Core statement once per dialect and
 SQLAlchemy's own bind and result processors, so values go in and come out exactly as
 through ``conn.execute`` (aware UTC datetimes, JSON) — only the per-call overhead is gone.
 
-It runs on the connection's current transaction (and savepoint). A driver error comes back
+It runs on the connection's current transaction (and savepoint), and fires the engine's
+``before_cursor_execute``/``after_cursor_execute`` events like any statement (with no
+execution context), so statement counters and tracing see it. A driver error comes back
 as SQLAlchemy's own ``DBAPIError`` subclass (``IntegrityError``, ``OperationalError``…),
 with the connection invalidated when the driver says it was lost, so callers and
 :func:`runbell.store.db.unavailable_reason` treat it as they treat any other.
@@ -96,6 +98,11 @@ class Statement:
         assert dbapi_conn is not None
         cursor = dbapi_conn.cursor()
         args = [c.params(p) for p in params]
+        sent = args if many else args[0]
+        # Listeners (statement counters, tracing) see these statements as they see any.
+        observed = conn._has_events or conn.engine._has_events
+        if observed:
+            conn.dispatch.before_cursor_execute(conn, cursor, c.sql, sent, None, many)
         try:
             if many:
                 cursor.executemany(c.sql, args)
@@ -104,6 +111,8 @@ class Statement:
         except conn.dialect.loaded_dbapi.Error as exc:
             cursor.close()
             raise _wrapped(conn, c.sql, exc, dbapi_conn, cursor) from exc
+        if observed:
+            conn.dispatch.after_cursor_execute(conn, cursor, c.sql, sent, None, many)
         return c, cursor
 
     def rows(self, conn: Connection, **params: Any) -> list[dict[str, Any]]:
