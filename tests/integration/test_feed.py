@@ -305,6 +305,36 @@ def test_expired_cursor_answers_410_with_where_to_resume(
     ]
 
 
+def test_a_prune_between_the_cursor_check_and_the_read_is_a_410_not_a_gap(
+    client: TestClient,
+    core: Runbell,
+    clock: Clock,
+    creds: TenantCreds,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cursor passed the retention check, then a prune batch committed before the
+    page was read: the reader gets 410 (retention is checked again after the read)."""
+    from runbell.flows import feed as feed_flow
+
+    clock.freeze()
+    finished_run(client, creds, "old-1")
+    old = [e["id"] for e in all_events(client, creds.admin_key)]
+    position = "0"  # a reader that has seen nothing yet: every old event is still due
+    clock.advance(core.settings.feed_retention_s + DAY_S)
+    put_run(client, creds.runtime_key, "new-1", creds.owner_email)
+    real = feed_flow.resolve_cursor
+
+    def checked_then_pruned(*args: Any, **kwargs: Any) -> int:
+        found = real(*args, **kwargs)  # passes: nothing is pruned yet
+        assert sweeps.prune(core, clock()) == len(old)  # ... then the old events go
+        return found
+
+    monkeypatch.setattr(feed_flow, "resolve_cursor", checked_then_pruned)
+    r = client.get("/v1/events", params={"after": position}, headers=bearer(creds.admin_key))
+    assert r.status_code == 410, r.text
+    assert r.json()["oldest_available_cursor"] == old[-1]
+
+
 def test_scheduler_retention_sweep_expires_cursors(
     client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
 ) -> None:

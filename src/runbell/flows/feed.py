@@ -104,21 +104,33 @@ def resolve_cursor(rb: Runbell, who: Principal, after: str | None, field: str = 
             "cursor is ahead of this feed's head; it is not from this feed", field=field
         )
     if cursor < pruned:
-        raise Gone(
-            "the cursor is older than the feed's retention; load the snapshot and "
-            "resume from its head_cursor",
-            oldest_available_cursor=str(pruned),
-            head_cursor=str(head),
-            snapshot_url=SNAPSHOT_URL,
-        )
+        raise _expired(head, pruned)
     return cursor
+
+
+def _expired(head: int, pruned: int) -> Gone:
+    return Gone(
+        "the cursor is older than the feed's retention; load the snapshot and "
+        "resume from its head_cursor",
+        oldest_available_cursor=str(pruned),
+        head_cursor=str(head),
+        snapshot_url=SNAPSHOT_URL,
+    )
 
 
 def read(rb: Runbell, who: Principal, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:
     """Up to ``limit`` events ``who`` may see after ``after`` (as stored: ``seq``,
-    ``type``, …; :func:`event_view` shows one), and the position to resume from."""
+    ``type``, …; :func:`event_view` shows one), and the position to resume from.
+
+    Retention is checked again *after* the rows are read: a prune batch that committed
+    between :func:`resolve_cursor` and this read (deleting events this reader still
+    needed) makes it a 410, never a silent gap."""
     with rb.db.read() as conn:
-        return feed.read(conn, who, after, limit)
+        events, position = feed.read(conn, who, after, limit)
+        head, pruned = feed.bounds(conn, who.tenant_id)
+    if after < pruned:
+        raise _expired(head, pruned)
+    return events, position
 
 
 def head_cursor(rb: Runbell, who: Principal) -> int:
