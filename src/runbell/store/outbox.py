@@ -76,6 +76,30 @@ def renew_lease(
     )
 
 
+def lock_claimed_many(
+    conn: Connection, pairs: list[tuple[str, str | None]]
+) -> dict[str, dict[str, Any]]:
+    """Lock a batch of deliveries to settle them, in one statement per table: their
+    notifications first (in id order), then the deliveries (in id order) — the order
+    :func:`lock_claimed` and every ack use, so batches and acks never deadlock."""
+    if not pairs:
+        return {}
+    d = t.deliveries
+    ids = sorted({delivery_id for delivery_id, _ in pairs})
+    q = sa.select(d).where(d.c.id.in_(ids)).order_by(d.c.id)
+    if conn.dialect.name == "postgresql":
+        note_ids = sorted({n for _, n in pairs if n is not None})
+        if note_ids:
+            conn.execute(
+                sa.select(t.notifications.c.id)
+                .where(t.notifications.c.id.in_(note_ids))
+                .order_by(t.notifications.c.id)
+                .with_for_update()
+            )
+        q = q.with_for_update()
+    return {r.id: dict(r._mapping) for r in conn.execute(q)}
+
+
 def lock_claimed(
     conn: Connection, delivery_id: str, notification_id: str | None = None
 ) -> dict[str, Any] | None:
@@ -104,6 +128,37 @@ def settle(conn: Connection, delivery_id: str, now: datetime, **values: Any) -> 
         sa.update(t.deliveries)
         .where(t.deliveries.c.id == delivery_id)
         .values(lease_until=None, claimed_by=None, updated_at=now, **values)
+    )
+
+
+def settle_many(conn: Connection, delivery_ids: list[str], now: datetime, **values: Any) -> None:
+    """:func:`settle` for many deliveries moving to the same state, in one statement."""
+    if delivery_ids:
+        conn.execute(
+            sa.update(t.deliveries)
+            .where(t.deliveries.c.id.in_(delivery_ids))
+            .values(lease_until=None, claimed_by=None, updated_at=now, **values)
+        )
+
+
+def release(conn: Connection, held: list[tuple[str, datetime]], now: datetime) -> None:
+    """Give claimed deliveries back unsent, each due again at its own time (a rate limit
+    has no room for it yet): not an attempt, so the claim's count is taken back."""
+    if not held:
+        return
+    d = t.deliveries
+    conn.execute(
+        sa.update(d)
+        .where(d.c.id == sa.bindparam("b_id"))
+        .values(
+            status="queued",
+            next_attempt_at=sa.bindparam("b_at"),
+            attempt_count=d.c.attempt_count - 1,
+            lease_until=None,
+            claimed_by=None,
+            updated_at=now,
+        ),
+        [{"b_id": delivery_id, "b_at": at} for delivery_id, at in held],
     )
 
 
@@ -136,6 +191,13 @@ def add_attempt(conn: Connection, delivery: dict[str, Any], **values: Any) -> No
             **values,
         )
     )
+
+
+def add_attempts(conn: Connection, attempts: list[dict[str, Any]]) -> None:
+    """Many attempt rows in one statement; each dict holds ``tenant_id``, ``delivery_id``,
+    ``attempt_no`` and the attempt's columns."""
+    if attempts:
+        conn.execute(t.delivery_attempts.insert(), [{"id": new_id("att"), **a} for a in attempts])
 
 
 def get(conn: Connection, tenant_id: str, delivery_id: str) -> dict[str, Any]:
