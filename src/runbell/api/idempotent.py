@@ -56,4 +56,3 @@ async def idempotency_key(
 
 
 IdemKey = Annotated[IdempotencyKey | None, Depends(idempotency_key)]
-
