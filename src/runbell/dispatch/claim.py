@@ -40,6 +40,9 @@ class Claimed:
     prepared: Prepared | None
     fresh_until: float
     send_at: float = 0.0
+    # Preparing the webhook failed (a secret that will not open, a bug): the worker
+    # records it as a failed attempt, like any failure of its own.
+    error: Exception | None = None
 
 
 @dataclass
@@ -91,13 +94,16 @@ def claim_batch(
     for row in rows:
         if row["id"] in back:
             continue
-        prepared = None
+        prepared, error = None, None
         if row["channel"] == "webhook":
             ep = eps.get((row["tenant_id"], row["destination"]))
-            prepared = prepare_webhook(rb, ep, row, now_claimed, opened)
+            try:
+                prepared = prepare_webhook(rb, ep, row, now_claimed, opened)
+            except Exception as exc:  # one bad row must not take its batch down
+                error = exc
         at = slots.get(row["id"])
         send_at = 0.0 if at is None else t0 + max(0.0, (at - now_claimed).total_seconds())
-        claimed.append(Claimed(row, prepared, fresh_until, send_at))
+        claimed.append(Claimed(row, prepared, fresh_until, send_at, error))
     return Batch(claimed, next_due)
 
 

@@ -200,6 +200,8 @@ class Worker:
 
     async def _check_and_send(self, c: Claimed) -> Done | None:
         row = c.row
+        if c.error is not None:
+            raise c.error
         prepared = c.prepared
         if prepared is None:
             prepared = await asyncio.to_thread(self._prepare, row)
