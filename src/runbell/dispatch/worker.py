@@ -1,21 +1,22 @@
 """The delivery worker: claim due outbox rows, check them *now*, send, record.
 
-One delivery goes through three short steps, each its own unit of work:
+A delivery goes through four steps; the first and the last are shared by a batch:
 
-1. **claim** (one statement, many rows): ``status → sending`` with a lease;
-2. **prepare** (a read): load the notification, run, membership, consent, quiet hours or
-   the webhook endpoint *as they are now* and ask :func:`runbell.domain.dispatch.gate`;
-   render the :class:`~runbell.channels.base.Outbound` — neutral texts and an opaque id;
-3. **send** outside any transaction, then **record** (a transaction): one attempt row, and
-   the next state from the pure retry policy.
+1. **claim** (one transaction per batch, :mod:`runbell.dispatch.claim`): ``status →
+   sending`` with a lease, the batch's webhook endpoints read, the sends planned against
+   the rate limits every worker shares;
+2. **prepare** (:mod:`runbell.dispatch.prepare`): the gate
+   (:func:`runbell.domain.dispatch.gate`) on the state of things *now* — for webhooks
+   from the endpoints read at the claim, for person channels one read each — and the
+   :class:`~runbell.channels.base.Outbound`, neutral texts and an opaque id;
+3. **send** outside any transaction, up to ``worker_concurrency`` at once;
+4. **record** (:mod:`runbell.dispatch.record`): the results of the sends that finished
+   together, in one transaction (group commit, :class:`Recorder`).
 
-A worker killed between 1 and 3 leaves the row ``sending`` with an expired lease; the next
-claim takes it and sends it again under the same identity (the delivery id is the
-webhook-id, the push Topic source and the email Message-ID), so receivers can dedupe.
-
-This module is the loop: claiming, concurrency, rate limits, the lease renewal and the
-send. Step 2 lives in :mod:`runbell.dispatch.prepare`, settling an outcome (sent or not)
-in :mod:`runbell.dispatch.record`.
+A worker killed between 1 and 4 leaves the rows ``sending`` with a lease that runs out;
+the next claim takes them and sends them again under the same identity (the delivery id
+is the webhook-id, the push Topic source and the email Message-ID), so receivers can
+dedupe: at least once, never under a new id.
 """
 
 from __future__ import annotations
