@@ -42,6 +42,12 @@ def test_a_row_waits_for_the_strictest_of_its_limits() -> None:
     assert plan.send_at == {"d0": NOW + timedelta(seconds=0.5), "d1": NOW}
 
 
+def test_a_bucket_time_from_a_clock_far_ahead_does_not_hold_the_limit_shut() -> None:
+    limit = Limit("tenant:t", rate=2.0, burst=2.0)
+    plan = schedule({"tenant:t": NOW + timedelta(days=3)}, [("d0", [limit])], NOW, 1.0)
+    assert plan.send_at == {"d0": NOW}
+
+
 @given(
     st.lists(st.floats(min_value=0, max_value=5), min_size=1, max_size=60),
     st.floats(min_value=0.5, max_value=20),

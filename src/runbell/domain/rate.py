@@ -9,7 +9,8 @@ turns on it in the claim transaction, :mod:`runbell.store.rate_limits`).
 
 :func:`schedule` gives each claimed row its send time under every limit it counts
 against; a row whose time is further ahead than the horizon is given back instead, due
-again at the time it would have had.
+again at the time it would have had. A bucket time further ahead than any plan could
+have put it (a clock that ran ahead wrote it) is forgotten.
 
 Example::
 
@@ -56,6 +57,7 @@ def schedule(
 ) -> Plan:
     """Send times for ``rows`` (``(id, limits)``, in claim order) from the buckets'
     ``state``. Rows with no limits are not mentioned in the plan (they go at once)."""
+    state = _sane(state, rows, now, horizon_s)
     real: dict[str, datetime | None] = dict(state)
     # What the buckets would hold had every row been kept: a row given back is due at
     # the time it would have had, so a backlog comes back in the order and pace it can go.
@@ -78,3 +80,22 @@ def schedule(
         plan.given_back.append((row_id, due))
     plan.state = {k: v for k, v in real.items() if v is not None and v != state.get(k)}
     return plan
+
+
+def _sane(
+    state: Mapping[str, datetime | None],
+    rows: Sequence[tuple[str, Sequence[Limit]]],
+    now: datetime,
+    horizon_s: float,
+) -> dict[str, datetime | None]:
+    """Forget a bucket time further ahead than any plan could have put it: it was written
+    by a clock that ran ahead (another host's, a test's), and would hold the limit shut
+    until this clock caught up."""
+    sane = dict(state)
+    for _, limits in rows:
+        for lim in limits:
+            tat = sane.get(lim.key)
+            ahead = horizon_s + (lim.burst + 1) / lim.rate + 1.0
+            if tat is not None and tat > now + timedelta(seconds=ahead):
+                sane[lim.key] = None
+    return sane
