@@ -1,7 +1,7 @@
 """Outbound rate-limit buckets shared by every worker: one row per limit key.
 
 A row holds the bucket's theoretical arrival time (:mod:`runbell.domain.rate`). The
-claim transaction locks the rows its batch needs (``FOR UPDATE``, in key order, so two
+claim transaction locks the rows its batch needs (an upsert, in key order, so two
 claimers never deadlock; SQLite's write lock serializes them anyway), plans the sends,
 and stores the new times before it commits: the workers take turns, and together keep
 each limit.
@@ -19,20 +19,19 @@ from runbell.store import tables as t
 
 
 def lock(conn: Connection, keys: set[str], now: datetime) -> dict[str, datetime | None]:
-    """The buckets ``keys`` (created when new), locked until the transaction ends."""
+    """The buckets ``keys`` (created when new), locked until the transaction ends: one
+    upsert whose no-op update takes each row's lock, in key order, and returns it."""
     if not keys:
         return {}
     rl = t.rate_limits
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    conn.execute(
-        insert(rl)
-        .values([{"key": k, "tat": None, "updated_at": now} for k in sorted(keys)])
-        .on_conflict_do_nothing(index_elements=[rl.c.key])
-    )
-    q = sa.select(rl.c.key, rl.c.tat).where(rl.c.key.in_(sorted(keys))).order_by(rl.c.key)
-    if conn.dialect.name == "postgresql":
-        q = q.with_for_update()
-    return {r.key: r.tat for r in conn.execute(q)}
+    stmt = insert(rl).values([{"key": k, "tat": None, "updated_at": now} for k in sorted(keys)])
+    rows = conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[rl.c.key], set_={"updated_at": rl.c.updated_at}
+        ).returning(rl.c.key, rl.c.tat)
+    ).all()
+    return {r.key: r.tat for r in rows}
 
 
 def store(conn: Connection, state: dict[str, datetime], now: datetime) -> None:
