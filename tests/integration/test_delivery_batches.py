@@ -177,3 +177,38 @@ def test_a_crash_between_claim_and_record_redelivers_under_the_same_ids(
         assert before.body == after.body and before.verified and after.verified
         assert attempts(core, delivery_id) == [(2, "accepted", 200)]
     assert statuses(core) == {"accepted": len(ids)}
+
+
+def test_rows_the_rate_limit_has_no_room_for_are_given_back_as_they_were(
+    tmp_path: Path, db_url: str, clock: Clock
+) -> None:
+    """A tenant limit of 1/s and five due retries: the claim keeps what can go within its
+    horizon and gives the rest back unsent — same status, same attempt count, no attempt
+    row — due again at their turns, one second apart."""
+    settings = make_settings(tmp_path, db_url, worker_lease_s=LEASE_S, webhook_rate_per_s=1.0)
+    core = build(settings, clock=clock, migrate=False)
+    secret = new_secret()
+    try:
+        with Receiver(secret) as rx:
+            ids = seed(core, rx.url, secret, runs=5).delivery_ids
+            now = clock.freeze()
+            with core.db.transaction() as tx:
+                tx.conn.execute(
+                    sa.update(t.deliveries)
+                    .where(t.deliveries.c.id.in_(ids))
+                    .values(status="retry_scheduled", attempt_count=1, next_attempt_at=now)
+                )
+            sent = run_once(core)
+        rows = webhook_rows(core)
+        kept = sorted(i for i, r in rows.items() if r["status"] == "accepted")
+        back = sorted(i for i, r in rows.items() if r["status"] != "accepted")
+        assert sent == len(kept) == 2, "a burst of 1, then one more within the 1 s horizon"
+        assert sorted(rx.ids()) == kept
+        assert {rows[i]["status"] for i in back} == {"retry_scheduled"}
+        assert {rows[i]["attempt_count"] for i in back} == {1}, "not an attempt"
+        assert not any(attempts(core, i) for i in back)
+        due = sorted((rows[i]["next_attempt_at"] - now).total_seconds() for i in back)
+        assert due == [2.0, 3.0, 4.0]
+        assert {rows[i]["claimed_by"] for i in back} == {None}
+    finally:
+        core.db.dispose()

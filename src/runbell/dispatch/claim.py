@@ -85,7 +85,8 @@ def claim_batch(
             )
             rate_limits.store(tx.conn, plan.state, tx.now)
             slots, given_back = plan.send_at, plan.given_back
-            outbox.release(tx.conn, given_back, tx.now)
+            by_id = {r["id"]: r for r in rows}
+            outbox.release(tx.conn, [(by_id[i], at) for i, at in given_back], tx.now)
             next_due = min((at for _, at in given_back), default=None)
         now_claimed = tx.now
     fresh_until = t0 + lease_cover(s.worker_lease_s, s.outbound_timeout_s)

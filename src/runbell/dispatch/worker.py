@@ -127,29 +127,30 @@ class Worker:
         with self.core.db.hub.listen(OUTBOX_KEY) as listener:
             while not stop.is_set():
                 room = batch - len(active)
-                claimed, next_due = 0, None
-                if room >= max(1, batch // 4) or not active:
-                    try:
-                        got = await asyncio.to_thread(self._claim, room)
-                    except Exception as exc:
-                        # A database outage is logged once by Availability; we poll again.
-                        if self.core.db.availability.observe(exc) is None:
-                            log.exception("worker.tick_failed")
-                        got = Batch([])
-                    claimed, next_due = len(got.claimed), got.next_due
-                    for c in got.claimed:
-                        task = asyncio.ensure_future(self._deliver(c))
-                        active.add(task)
-                        task.add_done_callback(active.discard)
-                        task.add_done_callback(lambda _: freed.set())
-                if claimed and claimed >= room:
-                    # Full: wait for room (or stop), then claim again.
+                if active and room < max(1, batch // 4):
+                    # Nearly full: wait for room (or stop) rather than claim a few rows.
                     freed.clear()
                     await _first(stop.wait(), freed.wait())
                     continue
+                try:
+                    got = await asyncio.to_thread(self._claim, room)
+                except Exception as exc:
+                    # A database outage is logged once by Availability; we poll again.
+                    if self.core.db.availability.observe(exc) is None:
+                        log.exception("worker.tick_failed")
+                    got = Batch([])
+                for c in got.claimed:
+                    task = asyncio.ensure_future(self._deliver(c))
+                    active.add(task)
+                    task.add_done_callback(active.discard)
+                    task.add_done_callback(lambda _: freed.set())
+                if got.claimed and len(got.claimed) >= room:
+                    continue  # there may be more: claim again as soon as there is room
+                # Nothing more is due: sleep until a commit queues work, a row given back
+                # for the rate limits is due again, or the poll interval.
                 wait = self.settings.worker_poll_s
-                if next_due is not None:
-                    wait = min(wait, max(0.01, (next_due - self.clock()).total_seconds()))
+                if got.next_due is not None:
+                    wait = min(wait, max(0.01, (got.next_due - self.clock()).total_seconds()))
                 await _first(stop.wait(), listener.wait(wait))
             if active:
                 await asyncio.wait(active)

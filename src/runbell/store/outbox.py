@@ -39,27 +39,39 @@ STATUSES = (
 def claim(
     conn: Connection, *, now: datetime, worker_id: str, lease_s: float, limit: int
 ) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` due deliveries, in one statement; each row also carries the
+    status it had (``was_status``), so one given back unsent keeps it (:func:`release`)."""
     d = t.deliveries
     due = sa.or_(
         sa.and_(d.c.status.in_(DUE), d.c.next_attempt_at <= now),
         sa.and_(d.c.status == "sending", d.c.lease_until < now),
     )
-    candidates = sa.select(d.c.id).where(due).order_by(d.c.next_attempt_at).limit(limit)
+    candidates = (
+        sa.select(d.c.id, d.c.status.label("was_status"))
+        .where(due)
+        .order_by(d.c.next_attempt_at)
+        .limit(limit)
+    )
+    claimed = sa.update(d).values(
+        status="sending",
+        claimed_by=worker_id,
+        lease_until=now + timedelta(seconds=lease_s),
+        attempt_count=d.c.attempt_count + 1,
+        updated_at=now,
+    )
     if conn.dialect.name == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
-    rows = conn.execute(
-        sa.update(d)
-        .where(d.c.id.in_(candidates.scalar_subquery()))
-        .values(
-            status="sending",
-            claimed_by=worker_id,
-            lease_until=now + timedelta(seconds=lease_s),
-            attempt_count=d.c.attempt_count + 1,
-            updated_at=now,
-        )
-        .returning(*d.c)
-    ).all()
-    return [dict(r._mapping) for r in rows]
+        picked = candidates.with_for_update(skip_locked=True).subquery("picked")
+        rows = conn.execute(
+            claimed.where(d.c.id == picked.c.id).returning(*d.c, picked.c.was_status)
+        ).all()
+        return [dict(r._mapping) for r in rows]
+    # SQLite: RETURNING sees only the updated table, so the old statuses are read first
+    # (the write lock BEGIN IMMEDIATE took keeps them as read).
+    was = {r.id: r.was_status for r in conn.execute(candidates)}
+    if not was:
+        return []
+    rows = conn.execute(claimed.where(d.c.id.in_(list(was))).returning(*d.c)).all()
+    return [{**r._mapping, "was_status": was[r.id]} for r in rows]
 
 
 def renew_lease(
@@ -141,9 +153,11 @@ def settle_many(conn: Connection, delivery_ids: list[str], now: datetime, **valu
         )
 
 
-def release(conn: Connection, held: list[tuple[str, datetime]], now: datetime) -> None:
+def release(conn: Connection, held: list[tuple[dict[str, Any], datetime]], now: datetime) -> None:
     """Give claimed deliveries back unsent, each due again at its own time (a rate limit
-    has no room for it yet): not an attempt, so the claim's count is taken back."""
+    has no room for it yet): not an attempt, so the claim's count is taken back, and the
+    row keeps the status it had — an orphan of a dead worker (``sending``) becomes
+    ``delivery_unknown``, which is what it is."""
     if not held:
         return
     d = t.deliveries
@@ -151,14 +165,23 @@ def release(conn: Connection, held: list[tuple[str, datetime]], now: datetime) -
         sa.update(d)
         .where(d.c.id == sa.bindparam("b_id"))
         .values(
-            status="queued",
+            status=sa.bindparam("b_status"),
             next_attempt_at=sa.bindparam("b_at"),
             attempt_count=d.c.attempt_count - 1,
             lease_until=None,
             claimed_by=None,
             updated_at=now,
         ),
-        [{"b_id": delivery_id, "b_at": at} for delivery_id, at in held],
+        [
+            {
+                "b_id": row["id"],
+                "b_at": at,
+                "b_status": "delivery_unknown"
+                if row["was_status"] == "sending"
+                else row["was_status"],
+            }
+            for row, at in held
+        ],
     )
 
 
