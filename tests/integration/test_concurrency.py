@@ -83,12 +83,8 @@ def test_fifty_runs_completing_at_once_each_keep_their_record(
     source = api_source(core, creds.tenant_id)
 
     def complete(run_id: str) -> Callable[[], Any]:
-        return lambda: signals.accept_signal(
-            core,
-            creds.tenant_id,
-            source,
-            run_id,
-            Signal(event_id=f"done-{run_id}", state="completed"),
+        return lambda: signals.accept_signal(core,
+            creds.tenant_id, source, run_id, Signal(event_id=f"done-{run_id}", state="completed")
         )
 
     results = race(16, [complete(r) for r in run_ids])
@@ -176,8 +172,8 @@ def test_different_events_claiming_completion_apply_once(core: Runbell, creds: T
     source = api_source(core, creds.tenant_id)
 
     def complete(i: int) -> Callable[[], Any]:
-        return lambda: signals.accept_signal(
-            core, creds.tenant_id, source, "r1", Signal(event_id=f"evt-{i}", state="completed")
+        return lambda: signals.accept_signal(core,
+            creds.tenant_id, source, "r1", Signal(event_id=f"evt-{i}", state="completed")
         )
 
     results = race(8, [complete(i) for i in range(8)])

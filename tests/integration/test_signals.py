@@ -339,8 +339,7 @@ def test_tenant_policy_override_changes_the_decision(
     put_run(client, creds, "r0", state="working")
     (before,) = signal(client, creds, "r0", "e0", "completed")["notifications"]
     assert before["rule_id"] == "completed.default"
-    policy.set_policy(
-        core,
+    policy.set_policy(core,
         creds.tenant_id,
         {
             "rule": [

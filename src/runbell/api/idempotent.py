@@ -56,3 +56,4 @@ async def idempotency_key(
 
 
 IdemKey = Annotated[IdempotencyKey | None, Depends(idempotency_key)]
+

@@ -53,7 +53,6 @@ __all__ = ["ChatChannel"]
 _HTTP_ERROR = re.compile(r"\berror=([1-5][0-9]{2})[0-9]*\b", re.ASCII)
 _CONNECTION_ERROR = "connection error"
 
-
 def _harden(plugin: Any, timeout: float) -> None:
     """Make one plugin instance behave like a Runbell channel: one try, no detours."""
     plugin.retry = 0  # the dispatcher retries, with backoff, under the delivery's identity

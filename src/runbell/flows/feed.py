@@ -70,7 +70,9 @@ def resolve_cursor(rb: Runbell, who: Principal, after: str | None, field: str = 
     return cursor
 
 
-def read(rb: Runbell, who: Principal, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+def read(
+    rb: Runbell, who: Principal, after: int, limit: int
+) -> tuple[list[dict[str, Any]], int]:
     """Up to ``limit`` events ``who`` may see after ``after`` (as stored: ``seq``,
     ``type``, …; :func:`event_view` shows one), and the position to resume from."""
     with rb.db.read() as conn:

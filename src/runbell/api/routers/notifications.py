@@ -28,8 +28,8 @@ def inbox(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
     """Your notifications, newest first. Pass ``next_cursor`` back as ``cursor``."""
-    return inbox_flow.list_notifications(
-        core, who, states=list(state) if state else None, before=cursor, limit=limit
+    return inbox_flow.list_notifications(core,
+        who, states=list(state) if state else None, before=cursor, limit=limit
     )
 
 

@@ -42,4 +42,6 @@ def rotate_secret(source_id: str, who: Admin, core: Core, key: IdemKey) -> Respo
 async def provider_webhook(source_id: str, request: Request, core: Core) -> dict[str, Any]:
     """A Standard Webhooks-signed provider event, mapped to signals and accepted."""
     body = await request.body()
-    return await run_in_threadpool(sources.provider_webhook, core, source_id, body, request.headers)
+    return await run_in_threadpool(
+        sources.provider_webhook, core, source_id, body, request.headers
+    )
