@@ -153,7 +153,8 @@ def record_attempts(
                 _failed(tx, row, result.error)
             elif result.outcome != "accepted":
                 _retry_or_dead(rb, tx, row, cur, prepared, result, rng)
-    for row, prepared, result in done:
+    # Only what this worker settled is counted and logged (as each row's own write did).
+    for row, _, prepared, result in ours:
         _observe(row, prepared, result, tx.now)
 
 
