@@ -249,13 +249,13 @@ def write(
         lines += [f"- {_cell(f)}" for f in ctx.failures]
     lines += ["", "## Notes", ""]
     lines += [f"- {n}" for n in (*standard_notes(ctx), *ctx.notes)]
-    # Profile findings are kept by hand, one file per area, in bench/profiles/*.md.
-    found = sorted((REPO / "bench" / "profiles").glob("*.md"))
-    lines += ["", "## Profile", ""]
-    for found_path in found:
-        lines += [found_path.read_text().strip(), ""]
-    if not found:
-        lines += ["_To be filled from py-spy/pyinstrument runs._", ""]
+    lines += [
+        "",
+        "## Profile",
+        "",
+        "_To be filled from py-spy/pyinstrument runs._",
+        "",
+    ]
     path.write_text("\n".join(lines))
 
 
