@@ -115,7 +115,9 @@ class Settings(BaseSettings):
     )
     worker_poll_s: float = Field(default=2.0, gt=0, description="Fallback if a wake-up is lost.")
     outbound_timeout_s: float = Field(default=10.0, gt=0, le=60)
-    webhook_rate_per_s: float = Field(default=50.0, gt=0, description="Per tenant, per worker.")
+    webhook_rate_per_s: float = Field(
+        default=50.0, gt=0, description="Per tenant, across all workers."
+    )
     webhook_disable_after_dead: int = Field(
         default=5, ge=1, description="Consecutive dead letters that disable an endpoint."
     )

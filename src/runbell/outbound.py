@@ -162,10 +162,13 @@ def safe_async_client(
     timeout: float = 10.0,
     *,
     resolve: Resolver | None = None,
+    limits: httpx.Limits | None = None,
 ) -> httpx.AsyncClient:
-    """The async twin of ``safe_client``."""
+    """The async twin of ``safe_client`` (``limits``: the connection pool's, httpx's
+    defaults when not given)."""
+    pool = {} if limits is None else {"limits": limits}
     return httpx.AsyncClient(
-        transport=AsyncSafeTransport(allow_hosts=allow_hosts, resolve=resolve),
+        transport=AsyncSafeTransport(allow_hosts=allow_hosts, resolve=resolve, **pool),
         follow_redirects=False,
         trust_env=False,
         timeout=timeout,

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -33,6 +34,8 @@ class Arrival:
     body: bytes
     verified: bool
     user_agent: str
+    # When it arrived (monotonic, this process's clock): rate-limit tests count per window.
+    at: float = field(default_factory=time.monotonic)
 
 
 class _Server(ThreadingHTTPServer):

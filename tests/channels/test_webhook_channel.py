@@ -9,6 +9,7 @@ proves.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,7 +32,7 @@ from runbell.channels.base import (
     Sent,
     TransientDeliveryError,
 )
-from runbell.channels.webhook import WebhookChannel, sign_all
+from runbell.channels.webhook import ClientLanes, WebhookChannel, sign_all
 from runbell.ingress.signatures import new_secret
 from runbell.outbound import AsyncSafeTransport, safe_async_client
 
@@ -465,3 +467,28 @@ def test_sign_all_signs_once_per_distinct_secret() -> None:
     assert len(headers["webhook-signature"].split(" ")) == 2
     with pytest.raises(ValueError, match="no signing secret"):
         sign_all(b"{}", [], "msg_1", at)
+
+
+async def test_every_lane_of_the_workers_webhook_client_is_guarded(tmp_path: Path) -> None:
+    """The worker sends webhooks through several single-connection clients (ClientLanes);
+    sends in flight at once each take another lane, and every lane refuses a hostile
+    destination before connecting."""
+    from runbell.app import build
+    from runbell.dispatch.wiring import build_channels
+    from tests.conftest import make_settings
+
+    core = build(make_settings(tmp_path, f"sqlite:///{tmp_path / 'rb.db'}"), migrate=True)
+    try:
+        channel = build_channels(core)["webhook"]
+        lanes = core.settings.worker_concurrency
+        msg = make_msg("http://169.254.169.254/latest/meta-data", [new_secret()])
+        results = await asyncio.gather(
+            *(channel.send(msg) for _ in range(lanes)), return_exceptions=True
+        )
+        assert all(isinstance(r, PermanentDeliveryError) for r in results), results
+        assert all(r.operator_alert for r in results if isinstance(r, PermanentDeliveryError))
+        assert isinstance(channel, WebhookChannel)
+        assert isinstance(channel._client, ClientLanes) and len(channel._client._clients) == lanes
+        await channel._client.aclose()
+    finally:
+        core.db.dispose()

@@ -28,8 +28,8 @@ token), a secret or the payload; the endpoint's host is named instead.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing, asynccontextmanager
 from datetime import datetime
 from typing import Any, cast
 
@@ -46,7 +46,7 @@ from runbell.domain.errors import UnsafeDestination
 from runbell.domain.retry import parse_retry_after
 from runbell.ingress.signatures import HEADER_SIGNATURE, sign_headers
 
-__all__ = ["USER_AGENT", "WebhookChannel", "sign_all"]
+__all__ = ["USER_AGENT", "ClientLanes", "WebhookChannel", "sign_all"]
 
 USER_AGENT = "Runbell-Webhooks/1"
 EXCERPT_CHARS = 500
@@ -78,6 +78,37 @@ def sign_all(body: bytes, secrets: Sequence[str], msg_id: str, at: datetime) -> 
     return headers
 
 
+class ClientLanes:
+    """Several keep-alive clients used as one: each send takes the least busy lane.
+
+    httpcore's pool looks at every pooled connection on every request, so one client with
+    many connections spends more time choosing a connection than sending; lanes of one
+    connection each keep that cost flat while as many requests run at once. Each lane is
+    a complete client (build them with ``runbell.outbound.safe_async_client``: every lane
+    is SSRF-guarded on its own).
+    """
+
+    def __init__(self, clients: Sequence[httpx.AsyncClient]) -> None:
+        if not clients:
+            raise ValueError("at least one client")
+        self._clients = list(clients)
+        self._busy = [0] * len(self._clients)
+
+    @asynccontextmanager
+    async def stream(self, method: str, url: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
+        lane = min(range(len(self._busy)), key=self._busy.__getitem__)
+        self._busy[lane] += 1
+        try:
+            async with self._clients[lane].stream(method, url, **kwargs) as response:
+                yield response
+        finally:
+            self._busy[lane] -= 1
+
+    async def aclose(self) -> None:
+        for client in self._clients:
+            await client.aclose()
+
+
 class WebhookChannel:
     """Deliver one :class:`Outbound` to a tenant webhook endpoint.
 
@@ -90,7 +121,7 @@ class WebhookChannel:
     # Never logged or echoed: the URL's path may hold a token, the secrets sign requests.
     secret_fields = ("url", "secrets")
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient | ClientLanes) -> None:
         self._client = client
 
     async def send(self, msg: Outbound) -> Sent:

@@ -49,14 +49,21 @@ def prepare(rb: Runbell, row: dict[str, Any], now: datetime) -> Prepared:
     """Check a claimed delivery row against the state of things at ``now``."""
     with rb.db.read() as conn:
         if row["channel"] == "webhook":
-            return _prepare_webhook(rb, conn, row, now)
+            eps = endpoints.get_many(conn, {(row["tenant_id"], row["destination"])})
+            return prepare_webhook(rb, eps.get((row["tenant_id"], row["destination"])), row, now)
         return _prepare_person(rb, conn, row, now)
 
 
-def _prepare_webhook(rb: Runbell, conn: Connection, row: dict[str, Any], now: datetime) -> Prepared:
-    try:
-        ep = endpoints.get(conn, row["tenant_id"], row["destination"])
-    except Exception:
+def prepare_webhook(
+    rb: Runbell,
+    ep: dict[str, Any] | None,
+    row: dict[str, Any],
+    now: datetime,
+    opened: dict[str, str] | None = None,
+) -> Prepared:
+    """The gate and message for a webhook row, given its endpoint as read at claim time
+    (``None``: deleted). ``opened`` caches unsealed secrets across calls (the worker's)."""
+    if ep is None:
         return Prepared(Gate("cancel", "endpoint deleted"))
     ctx = DispatchContext(
         channel="webhook",
@@ -67,7 +74,7 @@ def _prepare_webhook(rb: Runbell, conn: Connection, row: dict[str, Any], now: da
     decided = gate(ctx, now)
     if decided.action != "send":
         return Prepared(decided, created_at=row["created_at"])
-    secrets = [rb.box.open(s["sealed"]) for s in ep["secrets"] if endpoints.live(s, now)]
+    secrets = [_open(rb, s["sealed"], opened) for s in ep["secrets"] if endpoints.live(s, now)]
     base = rb.public_url
     msg = Outbound(
         delivery_id=row["id"],
@@ -91,6 +98,17 @@ def _prepare_webhook(rb: Runbell, conn: Connection, row: dict[str, Any], now: da
         },
     )
     return Prepared(decided, msg, created_at=row["created_at"])
+
+
+def _open(rb: Runbell, sealed: str, opened: dict[str, str] | None) -> str:
+    if opened is None:
+        return rb.box.open(sealed)
+    plain = opened.get(sealed)
+    if plain is None:
+        if len(opened) > 1000:  # rotated secrets pile up; start again rather than grow
+            opened.clear()
+        plain = opened[sealed] = rb.box.open(sealed)
+    return plain
 
 
 def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: datetime) -> Prepared:

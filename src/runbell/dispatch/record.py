@@ -1,4 +1,4 @@
-"""Record: settle a claimed delivery, in one transaction per outcome.
+"""Record: settle claimed deliveries — a batch of sends in one transaction.
 
 Two ways a claim ends:
 
@@ -18,7 +18,7 @@ the notification before its delivery, the order every other path uses.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -111,46 +111,81 @@ def record_attempt(
     rng: random.Random,
     clock: Callable[[], datetime],
 ) -> None:
-    """Write what one send did. Safe to call late: a row that is no longer ours only
-    gets its attempt noted."""
-    err = result.error
-    channel = row["channel"]
+    """Write what one send did (:func:`record_attempts` for a batch of one)."""
+    record_attempts(rb, [(row, prepared, result)], worker_id=worker_id, rng=rng, clock=clock)
+
+
+def record_attempts(
+    rb: Runbell,
+    done: Sequence[tuple[dict[str, Any], Prepared, Result]],
+    *,
+    worker_id: str,
+    rng: random.Random,
+    clock: Callable[[], datetime],
+) -> None:
+    """Write what a batch of sends did, in one transaction: one lock statement per table,
+    the attempt rows in one insert, the accepted deliveries in one update; only the rarer
+    outcomes (retry, dead, failed) are settled row by row. Safe to call late: a row that
+    is no longer ours only gets its attempt noted."""
+    if not done:
+        return
     with rb.db.transaction(now=clock()) as tx:
-        cur = outbox.lock_claimed(tx.conn, row["id"], row["notification_id"])
-        if cur is None:
-            return
-        outbox.add_attempt(
-            tx.conn,
-            {**cur, "attempt_count": row["attempt_count"]},
-            started_at=result.started_at or tx.now,
-            finished_at=tx.now,
-            outcome=result.outcome,
-            status_code=(result.sent.status_code if result.sent else err and err.status_code),
-            provider_message_id=result.sent.provider_message_id if result.sent else None,
-            duration_ms=result.duration_ms,
-            error=None if err is None else err.detail[:500],
-            response_excerpt=(
-                (result.sent.response_excerpt if result.sent else err and err.response_excerpt)
-                or None
-            ),
+        current = outbox.lock_claimed_many(
+            tx.conn, [(row["id"], row["notification_id"]) for row, _, _ in done]
         )
-        if cur["status"] != "sending" or cur["claimed_by"] != worker_id:
+        attempts: list[dict[str, Any]] = []
+        ours: list[tuple[dict[str, Any], dict[str, Any], Prepared, Result]] = []
+        for row, prepared, result in done:
+            cur = current.get(row["id"])
+            if cur is None:
+                continue
+            attempts.append(_attempt(cur, row, result, tx.now))
             # Acknowledged (cancelled) or re-claimed while in flight: the attempt is
             # recorded, nothing is repeated.
-            return
-        if result.outcome == "accepted":
-            _accepted(tx, row)
-        elif result.outcome == "permanent":
-            assert isinstance(err, PermanentDeliveryError)
-            _failed(tx, row, err)
-        else:
-            _retry_or_dead(rb, tx, row, cur, prepared, result, rng)
+            if cur["status"] == "sending" and cur["claimed_by"] == worker_id:
+                ours.append((row, cur, prepared, result))
+        outbox.add_attempts(tx.conn, attempts)
+        accepted = [row for row, _, _, result in ours if result.outcome == "accepted"]
+        _accepted(tx, accepted)
+        for row, cur, prepared, result in ours:
+            if result.outcome == "permanent":
+                assert isinstance(result.error, PermanentDeliveryError)
+                _failed(tx, row, result.error)
+            elif result.outcome != "accepted":
+                _retry_or_dead(rb, tx, row, cur, prepared, result, rng)
+    # Only what this worker settled is counted and logged (as each row's own write did).
+    for row, _, prepared, result in ours:
+        _observe(row, prepared, result, tx.now)
+
+
+def _attempt(
+    cur: dict[str, Any], row: dict[str, Any], result: Result, now: datetime
+) -> dict[str, Any]:
+    err, sent = result.error, result.sent
+    return {
+        "tenant_id": cur["tenant_id"],
+        "delivery_id": cur["id"],
+        "attempt_no": row["attempt_count"],
+        "started_at": result.started_at or now,
+        "finished_at": now,
+        "outcome": result.outcome,
+        "status_code": sent.status_code if sent else err and err.status_code,
+        "provider_message_id": sent.provider_message_id if sent else None,
+        "duration_ms": result.duration_ms,
+        "error": None if err is None else err.detail[:500],
+        "response_excerpt": (sent.response_excerpt if sent else err and err.response_excerpt)
+        or None,
+    }
+
+
+def _observe(row: dict[str, Any], prepared: Prepared, result: Result, now: datetime) -> None:
+    channel = row["channel"]
     labels = (prepared.attention_type, channel)
     if result.outcome == "accepted":
         metrics.ACCEPTED.labels(*labels).inc()
         if prepared.created_at is not None:
             metrics.DISPATCH_LATENCY.labels(*labels).observe(
-                max(0.0, (tx.now - prepared.created_at).total_seconds())
+                max(0.0, (now - prepared.created_at).total_seconds())
             )
     else:
         metrics.FAILURES.labels(channel, result.outcome).inc()
@@ -163,16 +198,28 @@ def record_attempt(
     )
 
 
-def _accepted(tx: Tx, row: dict[str, Any]) -> None:
-    outbox.settle(
-        tx.conn, row["id"], tx.now, status="accepted", next_attempt_at=None, last_error=None
+def _accepted(tx: Tx, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    outbox.settle_many(
+        tx.conn,
+        [row["id"] for row in rows],
+        tx.now,
+        status="accepted",
+        next_attempt_at=None,
+        last_error=None,
     )
-    if row["notification_id"]:
-        notes.mark_delivered(tx.conn, row["tenant_id"], row["notification_id"], tx.now)
-    if row["channel"] == "webhook":
-        endpoints.update(tx.conn, row["tenant_id"], row["destination"], tx.now, dead_streak=0)
-    if row["channel"] == "webpush":
-        destinations.update_push_subscription(tx.conn, row["destination"], last_success_at=tx.now)
+    hooks: set[tuple[str, str]] = set()
+    for row in rows:
+        if row["notification_id"]:
+            notes.mark_delivered(tx.conn, row["tenant_id"], row["notification_id"], tx.now)
+        if row["channel"] == "webhook":
+            hooks.add((row["tenant_id"], row["destination"]))
+        if row["channel"] == "webpush":
+            destinations.update_push_subscription(
+                tx.conn, row["destination"], last_success_at=tx.now
+            )
+    endpoints.reset_dead_streak(tx.conn, hooks, tx.now)
 
 
 def _failed(tx: Tx, row: dict[str, Any], err: PermanentDeliveryError) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
+
 from runbell.channels.base import (
     Channel,
     Outbound,
@@ -15,13 +17,15 @@ from runbell.channels.base import (
 )
 from runbell.channels.chat import ChatChannel
 from runbell.channels.email import EmailChannel
-from runbell.channels.webhook import WebhookChannel
+from runbell.channels.webhook import ClientLanes, WebhookChannel
 from runbell.channels.webpush import WebPushChannel
 from runbell.domain.errors import UnsafeDestination
 from runbell.domain.ssrf import check_url
 from runbell.flows.channel_config import smtp_config, vapid_keys
 from runbell.flows.context import Runbell
 from runbell.outbound import make_resolver, safe_async_client
+
+_ONE_CONNECTION = httpx.Limits(max_connections=1, max_keepalive_connections=1)
 
 
 class GuardedWebPush:
@@ -58,8 +62,18 @@ def build_channels(core: Runbell, **overrides: Any) -> dict[str, Channel]:
     clear reason otherwise); ``overrides`` replace a channel (tests, embedders)."""
     s = core.settings
     channels: dict[str, Channel] = {
+        # One single-connection keep-alive client per concurrent send (ClientLanes).
         "webhook": WebhookChannel(
-            safe_async_client(allow_hosts=s.outbound_allow_hosts, timeout=s.outbound_timeout_s)
+            ClientLanes(
+                [
+                    safe_async_client(
+                        allow_hosts=s.outbound_allow_hosts,
+                        timeout=s.outbound_timeout_s,
+                        limits=_ONE_CONNECTION,
+                    )
+                    for _ in range(s.worker_concurrency)
+                ]
+            )
         ),
         "webpush": GuardedWebPush(
             WebPushChannel(vapid_keys(core), s.vapid_subject, timeout=s.outbound_timeout_s),

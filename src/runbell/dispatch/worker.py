@@ -1,21 +1,22 @@
 """The delivery worker: claim due outbox rows, check them *now*, send, record.
 
-One delivery goes through three short steps, each its own unit of work:
+A delivery goes through four steps; the first and the last are shared by a batch:
 
-1. **claim** (one statement, many rows): ``status → sending`` with a lease;
-2. **prepare** (a read): load the notification, run, membership, consent, quiet hours or
-   the webhook endpoint *as they are now* and ask :func:`runbell.domain.dispatch.gate`;
-   render the :class:`~runbell.channels.base.Outbound` — neutral texts and an opaque id;
-3. **send** outside any transaction, then **record** (a transaction): one attempt row, and
-   the next state from the pure retry policy.
+1. **claim** (one transaction per batch, :mod:`runbell.dispatch.claim`): ``status →
+   sending`` with a lease, the batch's webhook endpoints read, the sends planned against
+   the rate limits every worker shares;
+2. **prepare** (:mod:`runbell.dispatch.prepare`): the gate
+   (:func:`runbell.domain.dispatch.gate`) on the state of things *now* — for webhooks
+   from the endpoints read at the claim, for person channels one read each — and the
+   :class:`~runbell.channels.base.Outbound`, neutral texts and an opaque id;
+3. **send** outside any transaction, up to ``worker_concurrency`` at once;
+4. **record** (:mod:`runbell.dispatch.record`): the results of the sends that finished
+   together, in one transaction (group commit, :class:`Recorder`).
 
-A worker killed between 1 and 3 leaves the row ``sending`` with an expired lease; the next
-claim takes it and sends it again under the same identity (the delivery id is the
-webhook-id, the push Topic source and the email Message-ID), so receivers can dedupe.
-
-This module is the loop: claiming, concurrency, rate limits, the lease renewal and the
-send. Step 2 lives in :mod:`runbell.dispatch.prepare`, settling an outcome (sent or not)
-in :mod:`runbell.dispatch.record`.
+A worker killed between 1 and 4 leaves the rows ``sending`` with a lease that runs out;
+the next claim takes them and sends them again under the same identity (the delivery id
+is the webhook-id, the push Topic source and the email Message-ID), so receivers can
+dedupe: at least once, never under a new id.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -40,8 +41,9 @@ from runbell.channels.base import (
     Sent,
     TransientDeliveryError,
 )
+from runbell.dispatch.claim import Batch, Claimed, claim_batch
 from runbell.dispatch.prepare import Prepared, prepare
-from runbell.dispatch.record import Result, record_attempt, settle_gate
+from runbell.dispatch.record import Result, record_attempts, settle_gate
 from runbell.domain.dispatch import Gate
 from runbell.flows.context import Runbell
 from runbell.ids import new_id
@@ -51,27 +53,45 @@ from runbell.store.db import OUTBOX_KEY
 log = structlog.get_logger(__name__)
 
 
-class TokenBucket:
-    """Per-tenant outbound rate for tenant webhooks (a webhook is an amplifier)."""
+Done = tuple[dict[str, Any], Prepared, Result]
 
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate, self.burst = rate, burst
-        self.tokens, self.stamp = burst, time.monotonic()
 
-    async def take(self) -> None:
-        while True:
-            now = time.monotonic()
-            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-            self.stamp = now
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return
-            await asyncio.sleep((1 - self.tokens) / self.rate)
+class Recorder:
+    """Group commit for results: every send that finishes while a write is running goes
+    into the next one, so a busy worker writes many results per transaction and an idle
+    one writes each result at once (no waiting for a batch to fill)."""
+
+    def __init__(self, write: Callable[[list[Done]], Awaitable[None]]) -> None:
+        self._write = write
+        self._pending: list[tuple[Done, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Future[None] | None = None
+
+    async def record(self, done: Done) -> None:
+        """Returns once the result is written (``write`` never raises)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((done, fut))
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush())
+        await fut
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    await self._write([d for d, _ in batch])
+                finally:
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_result(None)
+        finally:
+            self._flusher = None
 
 
 class Worker:
-    """One delivery worker: ``run`` drains until stopped, ``run_once`` takes one batch,
-    ``process`` carries one claimed row through prepare, send and record."""
+    """One delivery worker: ``run`` drains until stopped (a pipeline: claims, sends and
+    result writes overlap), ``run_once`` takes one batch and writes its results in one
+    transaction."""
 
     def __init__(
         self,
@@ -88,108 +108,161 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[-6:]}"
         self.rng = rng or random.Random()
         self.clock = clock or core.db.clock
-        self._buckets: dict[str, TokenBucket] = {}
+        self._opened: dict[str, str] = {}  # unsealed endpoint secrets, by sealed text
+        self._sending = asyncio.Semaphore(self.settings.worker_concurrency)
+        self._recorder = Recorder(self._record_after_send)
 
     # --- the loop ------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Drain until ``stop``; sleep until a commit queues work (or the poll interval)."""
+        """Drain until ``stop``; sleep until a commit queues work (or the poll interval).
+
+        At most ``worker_batch`` rows are held at a time (claimed, not yet recorded); a
+        new claim takes the room the finished ones left, without waiting for the slowest
+        send of the previous claim."""
         log.info("worker.started", worker_id=self.worker_id, channels=sorted(self.channels))
+        active: set[asyncio.Future[None]] = set()
+        freed = asyncio.Event()
+        batch = self.settings.worker_batch
         with self.core.db.hub.listen(OUTBOX_KEY) as listener:
             while not stop.is_set():
+                room = batch - len(active)
+                if active and room < max(1, batch // 4):
+                    # Nearly full: wait for room (or stop) rather than claim a few rows.
+                    freed.clear()
+                    await _first(stop.wait(), freed.wait())
+                    continue
                 try:
-                    claimed = await self.run_once()
+                    got = await asyncio.to_thread(self._claim, room)
                 except Exception as exc:
                     # A database outage is logged once by Availability; we poll again.
                     if self.core.db.availability.observe(exc) is None:
                         log.exception("worker.tick_failed")
-                    claimed = 0
-                if claimed < self.settings.worker_batch:
-                    stopper = asyncio.ensure_future(stop.wait())
-                    waker = asyncio.ensure_future(listener.wait(self.settings.worker_poll_s))
-                    await asyncio.wait({stopper, waker}, return_when=asyncio.FIRST_COMPLETED)
-                    stopper.cancel()
-                    waker.cancel()
+                    got = Batch([])
+                for c in got.claimed:
+                    task = asyncio.ensure_future(self._deliver(c))
+                    active.add(task)
+                    task.add_done_callback(active.discard)
+                    task.add_done_callback(lambda _: freed.set())
+                if got.claimed and len(got.claimed) >= room:
+                    continue  # there may be more: claim again as soon as there is room
+                # Nothing more is due: sleep until a commit queues work, a row given back
+                # for the rate limits is due again, or the poll interval.
+                wait = self.settings.worker_poll_s
+                if got.next_due is not None:
+                    wait = min(wait, max(0.01, (got.next_due - self.clock()).total_seconds()))
+                await _first(stop.wait(), listener.wait(wait))
+            if active:
+                await asyncio.wait(active)
         log.info("worker.stopped", worker_id=self.worker_id)
 
     async def run_once(self) -> int:
-        """Claim one batch of due deliveries and carry each to its next state."""
-        rows = await asyncio.to_thread(self._claim)
-        if not rows:
+        """Claim one batch of due deliveries, carry each to its next state, and write the
+        results of the sends in one transaction."""
+        got = await asyncio.to_thread(self._claim, self.settings.worker_batch)
+        if not got.claimed:
             return 0
-        limit = asyncio.Semaphore(self.settings.worker_concurrency)
+        sent = await asyncio.gather(*(self._carry(c) for c in got.claimed))
+        await self._record_after_send([d for d in sent if d is not None])
+        return len(got.claimed)
 
-        async def one(row: dict[str, Any]) -> None:
-            async with limit:
-                try:
-                    await self.process(row)
-                except Exception as exc:
-                    if self.core.db.availability.observe(exc) is not None:
-                        # The database went away mid-delivery: nothing to record now. The
-                        # row stays claimed; when its lease runs out it is claimed again
-                        # and carried on under the same identity.
-                        log.info("delivery.interrupted", delivery_id=row["id"])
-                        return
-                    # Our own failure (a secret that will not open, a bug): recorded as a
-                    # failed attempt, so it follows the retry schedule and ends dead
-                    # instead of being re-claimed forever without a trace.
-                    log.exception("delivery.process_failed", delivery_id=row["id"])
-                    await self._record_internal_failure(row, exc)
+    def _claim(self, limit: int) -> Batch:
+        return claim_batch(
+            self.core,
+            worker_id=self.worker_id,
+            limit=limit,
+            now=self.clock(),
+            opened=self._opened,
+        )
 
-        await asyncio.gather(*(one(r) for r in rows))
-        return len(rows)
+    async def _deliver(self, c: Claimed) -> None:
+        done = await self._carry(c)
+        if done is not None:
+            await self._recorder.record(done)
 
-    def _claim(self) -> list[dict[str, Any]]:
-        with self.core.db.transaction(now=self.clock()) as tx:
-            return outbox.claim(
-                tx.conn,
-                now=tx.now,
-                worker_id=self.worker_id,
-                lease_s=self.settings.worker_lease_s,
-                limit=self.settings.worker_batch,
-            )
+    async def _carry(self, c: Claimed) -> Done | None:
+        """Check, wait for the rate limits' turn, send; the result to record, or None
+        when there is nothing to record (not sent, or already settled)."""
+        row = c.row
+        try:
+            return await self._check_and_send(c)
+        except Exception as exc:
+            if self.core.db.availability.observe(exc) is not None:
+                # The database went away mid-delivery: nothing to record now. The row
+                # stays claimed; when its lease runs out it is claimed again and carried
+                # on under the same identity.
+                log.info("delivery.interrupted", delivery_id=row["id"])
+                return None
+            # Our own failure (a secret that will not open, a bug): recorded as a failed
+            # attempt, so it follows the retry schedule and ends dead instead of being
+            # re-claimed forever without a trace.
+            log.exception("delivery.process_failed", delivery_id=row["id"])
+            await self._record_internal_failure(row, exc)
+            return None
 
-    async def process(self, row: dict[str, Any]) -> None:
-        prepared = await asyncio.to_thread(self._prepare, row)
+    async def _check_and_send(self, c: Claimed) -> Done | None:
+        row = c.row
+        if c.error is not None:
+            raise c.error
+        prepared = c.prepared
+        if prepared is None:
+            prepared = await asyncio.to_thread(self._prepare, row)
         if prepared.gate.action != "send" or prepared.message is None:
             await asyncio.to_thread(self._settle_gate, row, prepared.gate)
-            return
+            return None
         channel = self.channels.get(row["channel"])
         if channel is None:
             await asyncio.to_thread(
                 self._settle_gate, row, Gate("skip", f"channel {row['channel']} not configured")
             )
-            return
-        if row["channel"] == "webhook":
-            await self._bucket(row["tenant_id"], self.settings.webhook_rate_per_s).take()
-            own_rate = prepared.message.target.get("rate_limit_per_s")
-            if own_rate:
-                await self._bucket(f"endpoint:{row['destination']}", own_rate).take()
-        # Waiting for a concurrency slot or the rate limit may have eaten the lease: renew
-        # it, and if another worker took the row meanwhile, leave the send to it.
-        if not await asyncio.to_thread(self._renew_lease, row["id"]):
-            log.info("delivery.lease_lost", delivery_id=row["id"])
-            return
-        result = await self._send(channel, prepared.message)
-        await self._record_after_send(row, prepared, result)
+            return None
+        # The send time the shared rate limits gave this row at its claim.
+        delay = c.send_at - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        async with self._sending:
+            # The claim's lease covers a prompt send; a row that waited long (a slow
+            # receiver ahead of it) renews it first, and if another worker took the row
+            # meanwhile, leaves the send to it.
+            if time.monotonic() > c.fresh_until and not await asyncio.to_thread(
+                self._renew_lease, row["id"]
+            ):
+                log.info("delivery.lease_lost", delivery_id=row["id"])
+                return None
+            result = await self._send(channel, prepared.message)
+        return row, prepared, result
 
-    async def _record_after_send(
-        self, row: dict[str, Any], prepared: Prepared, result: Result
-    ) -> None:
-        """Record what the send did, waiting out a database outage (up to the lease): a
-        send that happened must not be repeated because its record could not be written.
-        Recording late is safe: ``_record`` only notes the attempt if the row was re-claimed."""
+    async def _record_after_send(self, done: list[Done]) -> None:
+        """Record what the sends did, in one transaction, waiting out a database outage
+        (up to the lease): a send that happened must not be repeated because its record
+        could not be written. Recording late is safe: a row that was re-claimed meanwhile
+        only gets its attempt noted. A batch that fails otherwise is written row by row,
+        so one bad row cannot keep the others from being recorded. Never raises."""
+        if not done:
+            return
         give_up = time.monotonic() + self.settings.worker_lease_s
         delay = 0.1
         while True:
             try:
-                await asyncio.to_thread(self._record, row, prepared, result)
+                await asyncio.to_thread(self._record, done)
                 return
             except Exception as exc:
-                if self.core.db.availability.observe(exc) is None or time.monotonic() > give_up:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+                outage = self.core.db.availability.observe(exc) is not None
+                if outage and time.monotonic() <= give_up:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                if len(done) > 1 and not outage:
+                    for one in done:
+                        await self._record_after_send([one])
+                    return
+                for row, _, _ in done:
+                    if outage:
+                        log.info("delivery.interrupted", delivery_id=row["id"])
+                    else:
+                        log.exception("delivery.process_failed", delivery_id=row["id"])
+                        await self._record_internal_failure(row, exc)
+                return
 
     def _renew_lease(self, delivery_id: str) -> bool:
         with self.core.db.transaction(now=self.clock()) as tx:
@@ -199,23 +272,15 @@ class Worker:
 
     async def _record_internal_failure(self, row: dict[str, Any], exc: Exception) -> None:
         error = TransientDeliveryError(f"internal error before sending: {type(exc).__name__}")
+        done = (
+            row,
+            Prepared(Gate("send", "internal failure")),
+            Result("transient", None, error, 0, self.clock()),
+        )
         try:
-            await asyncio.to_thread(
-                self._record,
-                row,
-                Prepared(Gate("send", "internal failure")),
-                Result("transient", None, error, 0, self.clock()),
-            )
+            await asyncio.to_thread(self._record, [done])
         except Exception:
             log.exception("delivery.record_failed", delivery_id=row["id"])
-
-    def _bucket(self, key: str, rate: float) -> TokenBucket:
-        """Outbound rate per tenant (a webhook is an amplifier a compromised account could
-        aim at a third party), and per endpoint when the endpoint sets its own."""
-        bucket = self._buckets.get(key)
-        if bucket is None or bucket.rate != rate:
-            bucket = self._buckets[key] = TokenBucket(rate, burst=max(1.0, rate))
-        return bucket
 
     async def _send(self, channel: Channel, msg: Outbound) -> Result:
         started = self.clock()
@@ -245,13 +310,15 @@ class Worker:
     def _settle_gate(self, row: dict[str, Any], decided: Gate) -> None:
         settle_gate(self.core, row, decided, worker_id=self.worker_id, clock=self.clock)
 
-    def _record(self, row: dict[str, Any], prepared: Prepared, result: Result) -> None:
-        record_attempt(
-            self.core,
-            row,
-            prepared,
-            result,
-            worker_id=self.worker_id,
-            rng=self.rng,
-            clock=self.clock,
-        )
+    def _record(self, done: list[Done]) -> None:
+        record_attempts(self.core, done, worker_id=self.worker_id, rng=self.rng, clock=self.clock)
+
+
+async def _first(*waits: Awaitable[Any]) -> None:
+    """Wait until the first of ``waits`` is done; cancel the others."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()

@@ -73,6 +73,27 @@ def get(
     return dict(row._mapping)
 
 
+def get_many(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Endpoints by ``(tenant_id, endpoint_id)``, in one read (a claimed batch's)."""
+    if not keys:
+        return {}
+    ep = t.webhook_endpoints
+    rows = conn.execute(sa.select(ep).where(ep.c.id.in_(sorted({k[1] for k in keys})))).all()
+    return {(r.tenant_id, r.id): dict(r._mapping) for r in rows if (r.tenant_id, r.id) in keys}
+
+
+def reset_dead_streak(conn: Connection, keys: set[tuple[str, str]], now: datetime) -> None:
+    """A delivery got through: the endpoints' dead-letter streaks start again. Rows already
+    at 0 are not written, so concurrent settles of one endpoint do not queue on its row."""
+    ep = t.webhook_endpoints
+    for tenant_id, endpoint_id in sorted(keys):
+        conn.execute(
+            sa.update(ep)
+            .where(ep.c.tenant_id == tenant_id, ep.c.id == endpoint_id, ep.c.dead_streak != 0)
+            .values(dead_streak=0, updated_at=now)
+        )
+
+
 def list_all(conn: Connection, tenant_id: str) -> list[dict[str, Any]]:
     rows = conn.execute(
         sa.select(t.webhook_endpoints)

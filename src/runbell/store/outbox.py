@@ -39,27 +39,39 @@ STATUSES = (
 def claim(
     conn: Connection, *, now: datetime, worker_id: str, lease_s: float, limit: int
 ) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` due deliveries, in one statement; each row also carries the
+    status it had (``was_status``), so one given back unsent keeps it (:func:`release`)."""
     d = t.deliveries
     due = sa.or_(
         sa.and_(d.c.status.in_(DUE), d.c.next_attempt_at <= now),
         sa.and_(d.c.status == "sending", d.c.lease_until < now),
     )
-    candidates = sa.select(d.c.id).where(due).order_by(d.c.next_attempt_at).limit(limit)
+    candidates = (
+        sa.select(d.c.id, d.c.status.label("was_status"))
+        .where(due)
+        .order_by(d.c.next_attempt_at)
+        .limit(limit)
+    )
+    claimed = sa.update(d).values(
+        status="sending",
+        claimed_by=worker_id,
+        lease_until=now + timedelta(seconds=lease_s),
+        attempt_count=d.c.attempt_count + 1,
+        updated_at=now,
+    )
     if conn.dialect.name == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
-    rows = conn.execute(
-        sa.update(d)
-        .where(d.c.id.in_(candidates.scalar_subquery()))
-        .values(
-            status="sending",
-            claimed_by=worker_id,
-            lease_until=now + timedelta(seconds=lease_s),
-            attempt_count=d.c.attempt_count + 1,
-            updated_at=now,
-        )
-        .returning(*d.c)
-    ).all()
-    return [dict(r._mapping) for r in rows]
+        picked = candidates.with_for_update(skip_locked=True).subquery("picked")
+        rows = conn.execute(
+            claimed.where(d.c.id == picked.c.id).returning(*d.c, picked.c.was_status)
+        ).all()
+        return [dict(r._mapping) for r in rows]
+    # SQLite: RETURNING sees only the updated table, so the old statuses are read first
+    # (the write lock BEGIN IMMEDIATE took keeps them as read).
+    was = {r.id: r.was_status for r in conn.execute(candidates)}
+    if not was:
+        return []
+    rows = conn.execute(claimed.where(d.c.id.in_(list(was))).returning(*d.c)).all()
+    return [{**r._mapping, "was_status": was[r.id]} for r in rows]
 
 
 def renew_lease(
@@ -74,6 +86,30 @@ def renew_lease(
             .values(lease_until=now + timedelta(seconds=lease_s))
         ).rowcount
     )
+
+
+def lock_claimed_many(
+    conn: Connection, pairs: list[tuple[str, str | None]]
+) -> dict[str, dict[str, Any]]:
+    """Lock a batch of deliveries to settle them, in one statement per table: their
+    notifications first (in id order), then the deliveries (in id order) — the order
+    :func:`lock_claimed` and every ack use, so batches and acks never deadlock."""
+    if not pairs:
+        return {}
+    d = t.deliveries
+    ids = sorted({delivery_id for delivery_id, _ in pairs})
+    q = sa.select(d).where(d.c.id.in_(ids)).order_by(d.c.id)
+    if conn.dialect.name == "postgresql":
+        note_ids = sorted({n for _, n in pairs if n is not None})
+        if note_ids:
+            conn.execute(
+                sa.select(t.notifications.c.id)
+                .where(t.notifications.c.id.in_(note_ids))
+                .order_by(t.notifications.c.id)
+                .with_for_update()
+            )
+        q = q.with_for_update()
+    return {r.id: dict(r._mapping) for r in conn.execute(q)}
 
 
 def lock_claimed(
@@ -107,6 +143,48 @@ def settle(conn: Connection, delivery_id: str, now: datetime, **values: Any) -> 
     )
 
 
+def settle_many(conn: Connection, delivery_ids: list[str], now: datetime, **values: Any) -> None:
+    """:func:`settle` for many deliveries moving to the same state, in one statement."""
+    if delivery_ids:
+        conn.execute(
+            sa.update(t.deliveries)
+            .where(t.deliveries.c.id.in_(delivery_ids))
+            .values(lease_until=None, claimed_by=None, updated_at=now, **values)
+        )
+
+
+def release(conn: Connection, held: list[tuple[dict[str, Any], datetime]], now: datetime) -> None:
+    """Give claimed deliveries back unsent, each due again at its own time (a rate limit
+    has no room for it yet): not an attempt, so the claim's count is taken back, and the
+    row keeps the status it had — an orphan of a dead worker (``sending``) becomes
+    ``delivery_unknown``, which is what it is."""
+    if not held:
+        return
+    d = t.deliveries
+    conn.execute(
+        sa.update(d)
+        .where(d.c.id == sa.bindparam("b_id"))
+        .values(
+            status=sa.bindparam("b_status"),
+            next_attempt_at=sa.bindparam("b_at"),
+            attempt_count=d.c.attempt_count - 1,
+            lease_until=None,
+            claimed_by=None,
+            updated_at=now,
+        ),
+        [
+            {
+                "b_id": row["id"],
+                "b_at": at,
+                "b_status": "delivery_unknown"
+                if row["was_status"] == "sending"
+                else row["was_status"],
+            }
+            for row, at in held
+        ],
+    )
+
+
 def cancel_pending_to(
     conn: Connection, channel: str, destination: str, now: datetime, reason: str
 ) -> int:
@@ -136,6 +214,13 @@ def add_attempt(conn: Connection, delivery: dict[str, Any], **values: Any) -> No
             **values,
         )
     )
+
+
+def add_attempts(conn: Connection, attempts: list[dict[str, Any]]) -> None:
+    """Many attempt rows in one statement; each dict holds ``tenant_id``, ``delivery_id``,
+    ``attempt_no`` and the attempt's columns."""
+    if attempts:
+        conn.execute(t.delivery_attempts.insert(), [{"id": new_id("att"), **a} for a in attempts])
 
 
 def get(conn: Connection, tenant_id: str, delivery_id: str) -> dict[str, Any]:

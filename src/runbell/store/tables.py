@@ -451,6 +451,16 @@ operator_events = sa.Table(
 )
 sa.Index("ix_operator_events_created", operator_events.c.created_at)
 
+# Outbound rate-limit buckets shared by all workers (runbell.store.rate_limits): the
+# theoretical arrival time of the next message per key ("tenant:…", "endpoint:…").
+rate_limits = sa.Table(
+    "rate_limits",
+    metadata,
+    sa.Column("key", sa.String(100), primary_key=True),
+    sa.Column("tat", UTCDateTime, nullable=True),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
 # --- people act: input requests, responses, receipts, web sessions (issue 4) --------
 
 input_requests = sa.Table(

@@ -1,9 +1,9 @@
 """Wake-ups between processes: PostgreSQL LISTEN/NOTIFY feeding the in-process Hub.
 
 :class:`PgBridge` carries the :class:`~runbell.store.hub.Hub`'s wake-ups between processes
-over LISTEN/NOTIFY on one dedicated connection per process; NOTIFY is sent after commit,
-off the hot transaction. Waiters still re-check on a slow timer, so a lost wake-up costs
-latency, never an event.
+over LISTEN/NOTIFY: one listening connection per process, and one that sends each NOTIFY
+as soon as a commit queues it (after commit, off the hot transaction). Waiters still
+re-check on a slow timer, so a lost wake-up costs latency, never an event.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 import structlog
@@ -24,7 +26,9 @@ CHANNEL = "runbell_feed"
 
 
 class PgBridge:
-    """One LISTEN connection per process; relays local commits to peers and back."""
+    """One LISTEN connection per process, and one connection that sends: a local commit's
+    NOTIFY goes out as soon as it is queued (never after a listening poll), and peers'
+    NOTIFYs are relayed to the hub as they arrive."""
 
     def __init__(self, dsn: str, hub: Hub) -> None:
         self.dsn = dsn
@@ -32,52 +36,66 @@ class PgBridge:
         self._outbox: queue.SimpleQueue[tuple[str, int]] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runbell-pg-bridge", daemon=True)
+        self._sender = threading.Thread(
+            target=self._send_loop, name="runbell-pg-notify", daemon=True
+        )
 
     def start(self) -> None:
         self.hub.remote_publish = self._outbox
         self._thread.start()
+        self._sender.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._outbox.put(("", -1))
         self._thread.join(timeout=5)
+        self._sender.join(timeout=5)
 
     def _run(self) -> None:
+        self._connected(self._pump, listen=True)
+
+    def _send_loop(self) -> None:
+        self._connected(self._send, listen=False)
+
+    def _connected(self, work: Callable[[Any], None], *, listen: bool) -> None:
         import psycopg
 
         failing = False
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self.dsn, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    if listen:
+                        conn.execute(f"LISTEN {CHANNEL}")
                     if failing:
-                        log.info("feed.bridge_reconnected")
+                        log.info("feed.bridge_reconnected", listen=listen)
                         failing = False
-                    self._pump(conn)
+                    work(conn)
             except Exception as exc:  # reconnect after any connection failure
                 # Once per outage, not once a second while the database is down.
                 if not failing:
-                    log.warning("feed.bridge_reconnect", error=type(exc).__name__)
+                    log.warning("feed.bridge_reconnect", error=type(exc).__name__, listen=listen)
                 failing = True
                 self._stop.wait(1.0)
 
-    def _pump(self, conn: object) -> None:
-        import psycopg
-
-        assert isinstance(conn, psycopg.Connection)
+    def _send(self, conn: Any) -> None:
+        """Send what committed locally as soon as it is queued, coalesced per tenant."""
         while not self._stop.is_set():
-            # Send what committed locally (coalesced per tenant), then read peers' news.
             pending: dict[str, int] = {}
+            tenant_id, seq = self._outbox.get()  # blocks until a commit (or stop)
             while True:
+                if tenant_id:
+                    pending[tenant_id] = max(seq, pending.get(tenant_id, -1))
                 try:
                     tenant_id, seq = self._outbox.get_nowait()
                 except queue.Empty:
                     break
-                if tenant_id:
-                    pending[tenant_id] = max(seq, pending.get(tenant_id, -1))
-            for tenant_id, seq in pending.items():
-                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{tenant_id}:{seq}"))
-            for note in conn.notifies(timeout=0.05, stop_after=100):
+            for tenant, latest in pending.items():
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{tenant}:{latest}"))
+
+    def _pump(self, conn: Any) -> None:
+        """Relay peers' news to the hub as it arrives."""
+        while not self._stop.is_set():
+            for note in conn.notifies(timeout=1.0, stop_after=100):
                 peer_tenant, _, peer_seq = note.payload.rpartition(":")
                 with contextlib.suppress(ValueError):
                     self.hub.publish(peer_tenant, int(peer_seq), local=False)
