@@ -93,8 +93,9 @@ def complete(client: TestClient, creds: TenantCreds) -> Any:
 
 FAULTS = [
     pytest.param((store_notes, "add_deliveries"), id="outbox-insert"),
-    pytest.param((store_runs, "add_transition"), id="history-insert"),
-    pytest.param((store_runs, "insert_inbound"), id="dedupe-record"),
+    pytest.param((store_runs, "defer_transition"), id="history-insert"),
+    pytest.param((store_db.Tx, "flush_deferred"), id="deferred-flush"),
+    pytest.param((store_runs, "defer_inbound"), id="dedupe-record"),
     pytest.param((store_db.Tx, "flush_events"), id="feed-flush"),
 ]
 
@@ -197,7 +198,7 @@ def test_crash_log_does_not_contain_the_callers_credentials(
         logger_factory=structlog.PrintLoggerFactory(file=sink), cache_logger_on_first_use=False
     )
     try:
-        monkeypatch.setattr(store_runs, "add_transition", boom)
+        monkeypatch.setattr(store_runs, "defer_transition", boom)
         assert complete(lenient, creds).status_code == 500
     finally:
         structlog.configure(**saved)

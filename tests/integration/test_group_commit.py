@@ -318,3 +318,29 @@ def test_a_crash_with_a_batch_half_built_commits_nothing_of_it(
             ).outcome
             == "applied"
         )
+
+
+def test_a_batch_counts_its_own_recent_completions(core: Runbell, creds: TenantCreds) -> None:
+    """recent_completions is read once per batch and then counted in memory: five quiet
+    completions for one owner in one batch decide exactly as five one at a time would
+    (the default rule makes the fourth and later a digest)."""
+    create_runs(core, creds, [f"r{i}" for i in range(5)])
+    held = HeldWriter(core)
+    answers = [accept_in_thread(core, creds, f"r{i}", f"e{i}") for i in range(5)]
+    held.release_when_queued(5)
+    decided = sorted(
+        (n["rule_id"], n["decision"]) for a in answers for n in a.result(timeout=30).notifications
+    )
+    assert decided == sorted(
+        [("completed.default", "inbox")] * 3 + [("completed.many_quiet", "digest")] * 2
+    )
+    with core.db.read() as conn:
+        counted = sorted(
+            r.inputs["recent_completions"]
+            for r in conn.execute(
+                sa.select(t.notifications.c.inputs).where(
+                    t.notifications.c.tenant_id == creds.tenant_id
+                )
+            )
+        )
+    assert counted == [0, 1, 2, 3, 4]

@@ -23,9 +23,7 @@ def migrate() -> None:
     out.print(f"schema at revision {revision} ({dialect})")
 
 
-def _serve(
-    asgi: Any, sock: socket.socket, on_exit: Any = None, **config: Any
-) -> None:
+def _serve(asgi: Any, sock: socket.socket, on_exit: Any = None, **config: Any) -> None:
     """uvicorn, minus its habit of re-raising SIGTERM after a graceful shutdown (which
     kills the process before our cleanup runs and leaves the SQLite WAL unmerged);
     ``on_exit()`` runs when a stop signal arrives (open event streams end at once instead

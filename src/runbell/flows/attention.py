@@ -154,14 +154,7 @@ def raise_attention(
     recent = 0
     if attention == "completed" and policy.recent_completions_cap:
         # Counted only as far as a rule can tell the difference (Policy.count_cap).
-        recent = notes.count_recent(
-            tx.conn,
-            tenant_id,
-            recipient,
-            "completed",
-            tx.now - timedelta(hours=1),
-            up_to=policy.recent_completions_cap,
-        )
+        recent = _recent(tx, tenant_id, recipient, "completed", policy.recent_completions_cap)
     duration = None
     if run.get("started_at") is not None:
         duration = (tx.now - run["started_at"]).total_seconds()
@@ -252,6 +245,30 @@ def raise_attention(
         decision=decision.kind,
     )
     return Raised(decision, note_id, True, note=values)
+
+
+def _recent(tx: Tx, tenant_id: str, recipient: str, attention: str, up_to: int) -> int:
+    """Notifications of ``attention`` for ``recipient`` in the last hour, counted up to
+    ``up_to``: read once per transaction, plus what this transaction wrote since (a batch
+    of signals for one person counts each other without a statement each)."""
+    key = ("recent", tenant_id, recipient, attention)
+    if key not in tx.cache:
+        since = tx.now - timedelta(hours=1)
+        counted = notes.count_recent(tx.conn, tenant_id, recipient, attention, since, up_to=up_to)
+        tx.cache[key] = (counted, len(tx.written))
+    counted, seen = tx.cache[key]
+    if counted >= up_to:
+        return int(counted)
+    since = tx.now - timedelta(hours=1)
+    later = sum(
+        1
+        for note in list(tx.written.values())[seen:]
+        if note["tenant_id"] == tenant_id
+        and note["recipient_user_id"] == recipient
+        and note["attention_type"] == attention
+        and note["created_at"] >= since
+    )
+    return int(min(up_to, counted + later))
 
 
 def _cached(tx: Tx, key: tuple[str, str, str], read: Any) -> Any:

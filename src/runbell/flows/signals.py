@@ -244,16 +244,19 @@ def _accept_in_tx(
     observed: Observed | None,
     reader_error: str | None,
 ) -> SignalResult:
-    seen = runs.find_inbound(tx.conn, tenant_id, source["id"], signal.event_id)
+    seen = runs.pending_inbound(tx, tenant_id, source["id"], signal.event_id) or runs.find_inbound(
+        tx.conn, tenant_id, source["id"], signal.event_id
+    )
     if seen is not None:  # a retry (perhaps of a signal earlier in this very batch)
         return _duplicate(tx.conn, tenant_id, seen, run_id, tx.written)
     run = runs.require_run(tx.conn, tenant_id, run_id, for_update=True)
 
     def finish(outcome: str, reason: str | None, ids: list[str]) -> None:
-        # Written last, with its outcome: the primary key is the dedupe, so a concurrent
-        # retry of this event (another process) fails here and answers as a duplicate.
-        runs.insert_inbound(
-            tx.conn,
+        # Written with its outcome at the end of the transaction: the primary key is the
+        # dedupe, so a concurrent retry of this event (another process) fails the commit
+        # and, tried again alone, answers as a duplicate.
+        runs.defer_inbound(
+            tx,
             {
                 "tenant_id": tenant_id,
                 "source_id": source["id"],

@@ -128,8 +128,8 @@ def apply(
         for note in open_notes:
             if note["id"] not in superseded and note["attention_type"] == "mismatch":
                 close_notification(tx, note, "resolved", f"run is {state}")
-    runs.add_transition(
-        tx.conn,
+    runs.defer_transition(
+        tx,
         {
             "tenant_id": tenant_id,
             "run_id": run_id,

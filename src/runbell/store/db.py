@@ -118,6 +118,15 @@ class PendingEvent:
     user_id: str | None = None
 
 
+@dataclass(frozen=True)
+class Mark:
+    events: dict[str, int]
+    callbacks: int
+    wake: bool
+    deferred: dict[Statement, int]
+    written: int
+
+
 @dataclass
 class Tx:
     conn: Connection
@@ -133,26 +142,50 @@ class Tx:
     cache: dict[Any, Any] = field(default_factory=dict)
     # Notifications written in this transaction, by id, as written (answers need no re-read).
     written: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Rows nothing reads back inside the transaction (history, dedupe records), written
+    # with one multi-row statement each just before the feed: see :meth:`defer`.
+    deferred: dict[Statement, list[dict[str, Any]]] = field(default_factory=dict)
 
     def emit(self, tenant_id: str, ev: PendingEvent) -> None:
         self.events.setdefault(tenant_id, []).append(ev)
 
-    def mark(self) -> tuple[dict[str, int], int, bool]:
+    def defer(self, stmt: Statement, row: dict[str, Any]) -> None:
+        """Write ``row`` with ``stmt`` when the transaction ends, together with every other
+        row deferred to it (one ``executemany``). For rows no statement of this transaction
+        reads back; a constraint they break fails the commit, so nothing is lost either."""
+        self.deferred.setdefault(stmt, []).append(row)
+
+    def pending(self, stmt: Statement) -> list[dict[str, Any]]:
+        """The rows deferred to ``stmt`` so far."""
+        return self.deferred.get(stmt, [])
+
+    def flush_deferred(self) -> None:
+        for stmt, rows in self.deferred.items():
+            stmt.many(self.conn, rows)
+        self.deferred.clear()
+
+    def mark(self) -> Mark:
         """Where this unit of work starts (see :meth:`rewind`)."""
-        return (
+        return Mark(
             {k: len(v) for k, v in self.events.items()},
             len(self.after_commit),
             self.wake_outbox,
+            {k: len(v) for k, v in self.deferred.items()},
+            len(self.written),
         )
 
-    def rewind(self, mark: tuple[dict[str, int], int, bool]) -> None:
-        """Forget the feed events, after-commit callbacks and wake-up a unit of work added
-        since ``mark``: its savepoint was rolled back, so none of it happened."""
-        lengths, callbacks, wake = mark
+    def rewind(self, mark: Mark) -> None:
+        """Forget the feed events, after-commit callbacks, wake-up, deferred rows and
+        written notifications a unit of work added since ``mark``: its savepoint was rolled
+        back, so none of it happened."""
         for tenant_id in list(self.events):
-            del self.events[tenant_id][lengths.get(tenant_id, 0) :]
-        del self.after_commit[callbacks:]
-        self.wake_outbox = wake
+            del self.events[tenant_id][mark.events.get(tenant_id, 0) :]
+        del self.after_commit[mark.callbacks :]
+        self.wake_outbox = mark.wake
+        for stmt in list(self.deferred):
+            del self.deferred[stmt][mark.deferred.get(stmt, 0) :]
+        for note_id in list(self.written)[mark.written :]:
+            del self.written[note_id]
 
     def flush_events(self) -> dict[str, int]:
         """Write buffered feed events; returns the head sequence per tenant.
@@ -252,6 +285,7 @@ class Database:
                 tx = Tx(conn=conn, now=now or self.clock(), dialect=self.dialect)
                 with conn.begin():
                     yield tx
+                    tx.flush_deferred()
                     for before in self.before_flush:
                         before(tx)
                     heads = tx.flush_events()

@@ -11,6 +11,7 @@ from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
 from runbell.store import fast
 from runbell.store import tables as t
+from runbell.store.db import Tx
 
 _RUN = sa.select(t.runs).where(
     t.runs.c.tenant_id == sa.bindparam("tenant_id"), t.runs.c.run_id == sa.bindparam("run_id")
@@ -122,6 +123,12 @@ def add_transition(conn: Connection, values: dict[str, Any]) -> None:
     _ADD_TRANSITION.execute(conn, **{name: values.get(name) for name in TRANSITION_COLUMNS})
 
 
+def defer_transition(tx: Tx, values: dict[str, Any]) -> None:
+    """:func:`add_transition` at the end of ``tx``, in one statement with the others (no
+    statement of a transaction reads the history it writes)."""
+    tx.defer(_ADD_TRANSITION, {name: values.get(name) for name in TRANSITION_COLUMNS})
+
+
 def list_transitions(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
     rows = conn.execute(
         sa.select(t.transitions)
@@ -231,6 +238,24 @@ def find_inbound(
     conn: Connection, tenant_id: str, source_id: str, event_id: str
 ) -> dict[str, Any] | None:
     return _FIND_INBOUND.first(conn, tenant_id=tenant_id, source_id=source_id, event_id=event_id)
+
+
+def defer_inbound(tx: Tx, values: dict[str, Any]) -> None:
+    """:func:`insert_inbound` at the end of ``tx``; :func:`pending_inbound` finds it before
+    then. A concurrent retry's row makes the commit fail on the primary key."""
+    tx.defer(_INSERT_INBOUND, {name: values.get(name) for name in INBOUND_COLUMNS})
+
+
+def pending_inbound(tx: Tx, tenant_id: str, source_id: str, event_id: str) -> dict[str, Any] | None:
+    """The dedupe row ``tx`` is about to write for this event, if any."""
+    for row in tx.pending(_INSERT_INBOUND):
+        if (row["tenant_id"], row["source_id"], row["event_id"]) == (
+            tenant_id,
+            source_id,
+            event_id,
+        ):
+            return row
+    return None
 
 
 def insert_inbound(conn: Connection, values: dict[str, Any]) -> None:
