@@ -61,7 +61,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         rx = self.server.receiver
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length)
+        if len(body) < length:
+            # The sender died (SIGKILL) between its headers and its body: like any HTTP
+            # server, this is a broken request, not a delivery. Nothing is recorded.
+            self.close_connection = True
+            return
         headers = {k.lower(): v for k, v in self.headers.items()}
         try:
             Webhook(rx.secret).verify(body, headers)
