@@ -593,3 +593,14 @@ presence = sa.Table(
     sa.Column("holder", sa.String(64), primary_key=True),
     sa.Column("expires_at", UTCDateTime, nullable=False),
 )
+
+# --- the runs overview (issue 10): migration 0012_overview --------------------------------
+# "finished": a tenant's terminal runs, most recent first, paged.
+sa.Index("ix_runs_tenant_finished", runs.c.tenant_id, runs.c.finished_at)
+# "needs review": a tenant's notifications of one attention type in one state.
+sa.Index(
+    "ix_notifications_tenant_attention",
+    notifications.c.tenant_id,
+    notifications.c.attention_type,
+    notifications.c.state,
+)

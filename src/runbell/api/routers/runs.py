@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from runbell.api.deps import Core, Runtime, Who
 from runbell.api.openapi import problems
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
-from runbell.flows import runs, signals
+from runbell.flows import overview, runs, signals
 from runbell.flows.signals import Signal
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
@@ -38,11 +38,28 @@ def get_run(run_id: RunId, who: Who, core: Core) -> dict[str, Any]:
 def list_runs(
     who: Who,
     core: Core,
-    state: Annotated[list[str] | None, Query()] = None,
-    after: Annotated[str | None, Query(max_length=200)] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    state: Annotated[
+        list[str] | None,
+        Query(description="keep runs in these states (repeatable, or a comma list)"),
+    ] = None,
+    group: Annotated[
+        list[str] | None,
+        Query(
+            description="the runs overview: needs_you, stalled, needs_review, working, "
+            "finished (repeatable, or a comma list); each run then carries its `group`"
+        ),
+    ] = None,
+    after: Annotated[
+        str | None,
+        Query(max_length=200, description="next_cursor of the previous page"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=200, description="runs per page (per group)")] = 50,
 ) -> dict[str, Any]:
-    return runs.list_runs(core, who, states=state, after=after, limit=limit)
+    """The runs the caller may see: by id, or grouped as the runs overview (``group=``).
+
+    Tenant owners, admins and API keys see every run of the tenant; others the runs they
+    own or whose authority names them."""
+    return overview.list_runs(core, who, groups=group, states=state, after=after, limit=limit)
 
 
 @router.post("/{run_id}/signals", responses=problems(401, 403, 404, 409, 413, 422, 503))

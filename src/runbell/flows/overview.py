@@ -1,0 +1,170 @@
+"""The runs overview: every run the viewer may see, in the group that says what it needs
+(``GET /v1/runs?group=…`` and the ``/runs`` page).
+
+Groups, in the order a run is placed (the first that applies, ``domain.overview``): needs
+you, stalled, needs review, working, finished. One bounded query per group
+(``store.overview``), no query per row; the finished group is paged.
+
+Invariants kept here (DESIGN §2):
+
+- 8 and tenant isolation: visibility is checked in the queries themselves, as for
+  ``GET /v1/runs``: tenant owners and admins (and API keys) see the tenant's runs, anyone
+  else only the runs they own or whose authority names them; another tenant's runs never
+  appear.
+- 9: "needs you" lists a request only for someone who may answer it (the owner, the users
+  and roles the run's authority names); admins see such runs under "working" otherwise.
+- 10: reading is not deciding: nothing here answers, acknowledges or marks seen.
+- 15: a row's counts say what they count ("9 confirmed, 2 conflicts"), never "N of M".
+- 17: the page's live-update cursor is read before the groups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runbell.domain import overview as rules
+from runbell.domain.principal import Principal
+from runbell.flows import runs, views
+from runbell.flows.context import Runbell
+from runbell.store import feed
+from runbell.store import overview as q
+
+#: Rows per group when none is asked for (the page), and at most.
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+
+
+def _row(group: str, run: dict[str, Any]) -> dict[str, Any]:
+    out = views.run_view(run)
+    out["group"] = group
+    out["counts_text"] = counts_text(out)
+    if run.get("request_id") is not None:
+        out["pending_input_request"] = {
+            "id": run["request_id"],
+            "summary": run["request_summary"],
+            "expires_at": views.iso(run.get("request_expires_at")),
+        }
+    return out
+
+
+def counts_text(run: dict[str, Any]) -> str:
+    """What a row's counts count: the run's operations text when the run view has one,
+    else its last progress counts as "N label" pairs."""
+    operations = run.get("operations")
+    if isinstance(operations, dict) and operations.get("text"):
+        return str(operations["text"])
+    progress = run.get("progress")
+    return rules.counts_text(progress.get("counts") if isinstance(progress, dict) else None)
+
+
+def overview(
+    rb: Runbell,
+    who: Principal,
+    *,
+    groups: list[str] | None = None,
+    states: list[str] | None = None,
+    after: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    """The viewer's runs by group: ``{head_cursor, groups: {name: {runs, more}},
+    next_cursor}``.
+
+    ``groups``: the groups to read (all when empty); ``states``: keep only runs in these
+    states; ``limit``: rows per group; ``after``: the finished group's cursor
+    (``next_cursor`` of the previous page, None when there is no further page).
+    A run is placed in the first group that applies even when that group was not asked
+    for, so a run never shows in two groups."""
+    wanted = list(groups or rules.GROUPS)
+    cursor = rules.decode_cursor(after) if after else None
+    limit = max(1, min(limit, MAX_LIMIT))
+    placed: set[str] = set()
+    found: dict[str, list[dict[str, Any]]] = {}
+    more: dict[str, bool] = {}
+    with rb.db.read() as conn:
+        head, _ = feed.bounds(conn, who.tenant_id)  # before the reads: no gap to the stream
+
+        def take(name: str, rows: list[dict[str, Any]]) -> None:
+            kept = [r for r in rows if r["run_id"] not in placed]
+            placed.update(r["run_id"] for r in kept)
+            if name in wanted:
+                found[name] = kept[:limit]
+                more[name] = len(kept) > limit
+
+        # "needs you" is read for "working" too: its runs are active, and it takes them
+        # out of "working", which reads that many more. ("working" leaves out stalled
+        # runs, and "finished" runs in review, in their own queries.)
+        spare = 0
+        if "needs_you" in wanted or "working" in wanted:
+            asked = [
+                r
+                for r in q.needs_you(conn, who, states=states, limit=limit + 1)
+                if rules.may_answer(who.user_id, who.role, r, bool(r["answerable"]))
+            ]
+            take("needs_you", asked)
+            spare = len(asked)
+        if "stalled" in wanted:
+            take("stalled", q.stalled(conn, who, states=states, limit=limit + 1))
+        if "needs_review" in wanted:
+            take("needs_review", q.needs_review(conn, who, states=states, limit=limit + 1))
+        if "working" in wanted:
+            take("working", q.working(conn, who, states=states, limit=limit + 1 + spare))
+        if "finished" in wanted:
+            # The query itself leaves out runs still in review.
+            rows = q.finished(conn, who, states=states, after=cursor, limit=limit + 1)
+            found["finished"] = rows[:limit]
+            more["finished"] = len(rows) > limit
+    next_cursor = None
+    if more.get("finished") and found["finished"]:
+        last = found["finished"][-1]
+        next_cursor = rules.encode_cursor(last["finished_at"], last["run_id"])
+    return {
+        "head_cursor": head,
+        "groups": {
+            name: {"runs": [_row(name, r) for r in found[name]], "more": more[name]}
+            for name in rules.GROUPS
+            if name in wanted
+        },
+        "next_cursor": next_cursor,
+    }
+
+
+def list_grouped(
+    rb: Runbell,
+    who: Principal,
+    *,
+    groups: list[str],
+    states: list[str] | None,
+    after: str | None,
+    limit: int,
+) -> dict[str, Any]:
+    """``GET /v1/runs?group=…``: the asked groups' runs as one list (group by group, in
+    the order of :data:`runbell.domain.overview.GROUPS`), each run with its ``group``;
+    ``more`` says which groups had more rows than ``limit``; ``next_cursor`` pages the
+    finished group."""
+    shown = overview(rb, who, groups=groups, states=states, after=after, limit=limit)
+    return {
+        "runs": [run for group in shown["groups"].values() for run in group["runs"]],
+        "more": {name: group["more"] for name, group in shown["groups"].items()},
+        "next_cursor": shown["next_cursor"],
+    }
+
+
+def list_runs(
+    rb: Runbell,
+    who: Principal,
+    *,
+    groups: list[str] | None,
+    states: list[str] | None,
+    after: str | None,
+    limit: int,
+) -> dict[str, Any]:
+    """``GET /v1/runs``: ``state`` and ``group`` as given (repeatable, comma lists; an
+    unknown value is 422 naming the field). Without ``group``, the runs by id, paged by
+    run id (``runs.list_runs``); with it, :func:`list_grouped`."""
+    wanted_states = rules.parse_list(states, rules.STATES, "state") or None
+    wanted_groups = rules.parse_list(groups, rules.GROUPS, "group")
+    if not wanted_groups:
+        return runs.list_runs(rb, who, states=wanted_states, after=after, limit=limit)
+    return list_grouped(
+        rb, who, groups=wanted_groups, states=wanted_states, after=after, limit=limit
+    )

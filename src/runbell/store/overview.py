@@ -1,0 +1,227 @@
+"""The runs overview's reads: one bounded, indexed query per group.
+
+Each function answers the rows of one group for one viewer, newest first, at most
+``limit`` (the caller asks for one more to know whether there are more). Visibility is
+the same as :func:`runbell.store.runs.list_runs`: tenant owners, admins and API keys see
+every run of the tenant, everyone else the runs ``run_access`` names them on (their own
+and those whose authority names them).
+
+Where each group's rows come from (and the index that keeps it independent of history):
+
+=============  ===========================================================================
+needs_you      ``input_required`` runs with a pending input request (``ix_runs_tenant_state``,
+               then ``ix_input_requests_run``); whether the viewer may answer is decided
+               by the flow from the ``answerable`` and ``authority`` columns
+stalled        active runs with an open ``stalled`` notification (``ix_runs_tenant_state``,
+               then ``ix_notifications_run_state``)
+needs_review   ``needs_review`` notifications still open or acknowledged, at the run's
+               current version (``ix_notifications_tenant_attention``)
+working        active runs without an open ``stalled`` notification (``ix_runs_tenant_state``)
+finished       terminal runs by ``finished_at`` (``ix_runs_tenant_finished``), paged by
+               ``(finished_at, run_id)``, without the runs in ``needs_review``
+=============  ===========================================================================
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from runbell.domain.principal import Principal
+from runbell.store import tables as t
+from runbell.store.runs import visible_run_ids
+
+ACTIVE_STATES = ("queued", "working", "input_required", "stopping")
+TERMINAL_STATES = ("completed", "failed", "cancelled")
+#: A review stays to do until it is resolved or replaced: acknowledging it says "I saw
+#: it", not "the effects were checked" (DESIGN §2, 10).
+REVIEW_STATES = ("open", "acknowledged")
+
+_R = t.runs
+_N = t.notifications
+
+#: Every column of a run but its sensitive ``details``.
+ROW_COLUMNS = tuple(c for c in _R.c if c.name != "details")
+
+
+def _visible(q: sa.Select[Any], who: Principal) -> sa.Select[Any]:
+    q = q.where(_R.c.tenant_id == who.tenant_id)
+    if not who.sees_all_runs:
+        q = q.where(_R.c.run_id.in_(visible_run_ids(who)))
+    return q
+
+
+def _states(q: sa.Select[Any], states: list[str] | None) -> sa.Select[Any]:
+    return q if not states else q.where(_R.c.state.in_(states))
+
+
+def _open_note(*types: str) -> sa.Exists:
+    n = _N.alias("o_note")
+    return sa.exists().where(
+        n.c.tenant_id == _R.c.tenant_id,
+        n.c.run_id == _R.c.run_id,
+        n.c.state == "open",
+        n.c.attention_type.in_(types),
+    )
+
+
+def _rows(conn: Connection, q: sa.Select[Any]) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in conn.execute(q).all()]
+
+
+def needs_you(
+    conn: Connection, who: Principal, *, states: list[str] | None, limit: int
+) -> list[dict[str, Any]]:
+    """``input_required`` runs with a pending request the viewer may be able to answer:
+    each row with ``request_id``, ``request_summary``, ``request_expires_at``,
+    ``answerable`` (the viewer is the owner or named in the authority) and ``authority``
+    (for the roles it names). A viewer who is neither, and whose role the authority does
+    not name, is filtered out by the flow; an API key has nobody to ask."""
+    if not who.is_user or who.user_id is None:
+        return []
+    req = t.input_requests
+    access = t.run_access.alias("me")
+    named = (
+        sa.exists()
+        .where(
+            access.c.tenant_id == _R.c.tenant_id,
+            access.c.run_id == _R.c.run_id,
+            access.c.user_id == who.user_id,
+        )
+        .correlate(_R)
+    )
+    mine = _N.alias("mine")
+    notified = (
+        sa.exists()
+        .where(
+            mine.c.tenant_id == _R.c.tenant_id,
+            mine.c.run_id == _R.c.run_id,
+            mine.c.state == "open",
+            mine.c.attention_type == "input_required",
+            mine.c.recipient_user_id == who.user_id,
+        )
+        .correlate(_R)
+    )
+    q: sa.Select[Any] = (
+        sa.select(
+            *ROW_COLUMNS,
+            req.c.id.label("request_id"),
+            req.c.summary.label("request_summary"),
+            req.c.expires_at.label("request_expires_at"),
+            sa.or_(named, notified).label("answerable"),
+        )
+        .select_from(
+            _R.join(
+                req,
+                sa.and_(
+                    req.c.tenant_id == _R.c.tenant_id,
+                    req.c.run_id == _R.c.run_id,
+                    req.c.state == "pending",
+                ),
+            )
+        )
+        .where(_R.c.state == "input_required")
+        # Only rows the flow can keep: the viewer is named, notified, or a role may be.
+        .where(sa.or_(named, notified, _R.c.authority.is_not(None)))
+    )
+    q = _states(_visible(q, who), states)
+    q = q.order_by(req.c.created_at.desc(), _R.c.run_id).limit(limit)
+    return _rows(conn, q)
+
+
+def stalled(
+    conn: Connection, who: Principal, *, states: list[str] | None, limit: int
+) -> list[dict[str, Any]]:
+    """Active runs with an open ``stalled`` notification (whoever it was for), the
+    longest silent first."""
+    q = sa.select(*ROW_COLUMNS).where(_R.c.state.in_(ACTIVE_STATES), _open_note("stalled"))
+    q = _states(_visible(q, who), states)
+    q = q.order_by(
+        sa.func.coalesce(_R.c.last_progress_at, _R.c.started_at, _R.c.created_at),
+        _R.c.run_id,
+    ).limit(limit)
+    return _rows(conn, q)
+
+
+def needs_review(
+    conn: Connection, who: Principal, *, states: list[str] | None, limit: int
+) -> list[dict[str, Any]]:
+    """Runs whose current version has a ``needs_review`` notification still to do (open,
+    or acknowledged but not resolved), the most recent review first. Each row carries
+    ``review_at`` (when the review was raised)."""
+    n = _N.alias("review")
+    review = (
+        sa.select(
+            n.c.run_id.label("run_id"),
+            n.c.transition_version.label("version"),
+            sa.func.max(n.c.created_at).label("review_at"),
+        )
+        .where(
+            n.c.tenant_id == who.tenant_id,
+            n.c.attention_type == "needs_review",
+            n.c.state.in_(REVIEW_STATES),
+        )
+        .group_by(n.c.run_id, n.c.transition_version)
+        .subquery("reviews")
+    )
+    q: sa.Select[Any] = sa.select(*ROW_COLUMNS, review.c.review_at).select_from(
+        review.join(
+            _R,
+            sa.and_(
+                _R.c.tenant_id == who.tenant_id,
+                _R.c.run_id == review.c.run_id,
+                _R.c.version == review.c.version,
+            ),
+        )
+    )
+    q = _states(_visible(q, who), states)
+    q = q.order_by(review.c.review_at.desc(), _R.c.run_id).limit(limit)
+    return _rows(conn, q)
+
+
+def working(
+    conn: Connection, who: Principal, *, states: list[str] | None, limit: int
+) -> list[dict[str, Any]]:
+    """Active runs without an open ``stalled`` notification, most recently changed
+    first (the flow removes those that are in ``needs_you``)."""
+    q = sa.select(*ROW_COLUMNS).where(_R.c.state.in_(ACTIVE_STATES), ~_open_note("stalled"))
+    q = _states(_visible(q, who), states)
+    q = q.order_by(_R.c.updated_at.desc(), _R.c.run_id).limit(limit)
+    return _rows(conn, q)
+
+
+def finished(
+    conn: Connection,
+    who: Principal,
+    *,
+    states: list[str] | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Terminal runs, most recently finished first, after the ``(finished_at, run_id)``
+    of the previous page's last row; without those still in ``needs_review``."""
+    n = _N.alias("f_review")
+    in_review = sa.exists().where(
+        n.c.tenant_id == _R.c.tenant_id,
+        n.c.run_id == _R.c.run_id,
+        n.c.transition_version == _R.c.version,
+        n.c.attention_type == "needs_review",
+        n.c.state.in_(REVIEW_STATES),
+    )
+    q = sa.select(*ROW_COLUMNS).where(
+        _R.c.state.in_(TERMINAL_STATES), _R.c.finished_at.is_not(None), ~in_review
+    )
+    if after is not None:
+        at, run_id = after
+        q = q.where(
+            sa.or_(
+                _R.c.finished_at < at,
+                sa.and_(_R.c.finished_at == at, _R.c.run_id < run_id),
+            )
+        )
+    q = _states(_visible(q, who), states)
+    q = q.order_by(_R.c.finished_at.desc(), _R.c.run_id.desc()).limit(limit)
+    return _rows(conn, q)
