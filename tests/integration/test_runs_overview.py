@@ -6,6 +6,7 @@ appear. One query per group, whatever the number of runs."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -325,3 +326,80 @@ def _principal(core: Runbell, creds: TenantCreds) -> Any:
     from runbell.domain.principal import Principal
 
     return Principal(tenant_id=creds.tenant_id, kind="user", role="owner", user_id=creds.owner_id)
+
+
+# --- the /runs page (both databases; the browser test covers what a person sees) --------
+
+
+def page_groups(html: str) -> dict[str, list[str]]:
+    """The run ids each group of a rendered /runs page links to, in order."""
+    out: dict[str, list[str]] = {}
+    for name in GROUPS:
+        start = html.index(f'id="group-{name}"')
+        end = html.find("<section", start + 1)
+        section = html[start : end if end != -1 else len(html)]
+        out[name] = re.findall(r'class="run-link" href="/runs/([^"]+)"', section)
+    return out
+
+
+def test_the_runs_page_shows_the_groups_to_whoever_is_signed_in(
+    core: Runbell, client: TestClient, creds: TenantCreds, world: dict[str, Any]
+) -> None:
+    from tests.integration.test_web import sign_in
+
+    sign_in(client, core, creds.tenant_id, creds.owner_id)
+    r = client.get("/runs")
+    assert r.status_code == 200, r.text
+    assert 'href="/runs" aria-current="page"' in r.text
+    groups = page_groups(r.text)
+    assert groups["needs_you"] == ["ask"]
+    assert groups["stalled"] == ["quiet"]
+    assert groups["needs_review"] == ["review"]
+    assert sorted(groups["working"]) == ["admins", "busy", "mine", "shared"]
+    assert groups["finished"] == ["done-2", "done-1", "done-0"]
+    assert "9 confirmed, 2 conflicts" in r.text
+    assert "Waiting for: Go ahead?" in r.text
+
+
+def test_the_runs_page_of_a_member_and_its_empty_groups(
+    core: Runbell, client: TestClient, creds: TenantCreds, world: dict[str, Any]
+) -> None:
+    from tests.integration.test_web import sign_in
+
+    sign_in(client, core, creds.tenant_id, world["member_id"])
+    r = client.get("/runs")
+    assert r.status_code == 200, r.text
+    groups = page_groups(r.text)
+    assert sorted(groups["needs_you"]) == ["admins", "mine"]
+    assert groups["working"] == ["shared"]
+    assert groups["stalled"] == groups["needs_review"] == groups["finished"] == []
+    assert "No run has stopped making progress." in r.text
+    assert "No run has finished yet." in r.text
+    for hidden in ("Run ask", "Run busy", "Run quiet", "Run review"):
+        assert hidden not in r.text
+
+
+def test_the_runs_page_pages_finished_runs(
+    core: Runbell,
+    client: TestClient,
+    creds: TenantCreds,
+    clock: Clock,
+    world: dict[str, Any],
+) -> None:
+    from tests.integration.test_web import sign_in
+
+    sign_in(client, core, creds.tenant_id, creds.owner_id)
+    for n in range(3, 3 + overview.DEFAULT_LIMIT):
+        clock.advance(1)
+        put_run(client, creds, f"done-{n}")
+        signal(client, creds, f"done-{n}", "completed", effects_verified=True)
+    first = client.get("/runs")
+    assert page_groups(first.text)["finished"][0] == f"done-{2 + overview.DEFAULT_LIMIT}"
+    older = re.search(r'href="(/runs\?after=[^"]+)" id="older-runs"', first.text)
+    assert older, "a full page of finished runs links to the older ones"
+    second = client.get(older.group(1))
+    assert page_groups(second.text)["finished"] == ["done-2", "done-1", "done-0"]
+    assert 'id="older-runs"' not in second.text
+    bad = client.get("/runs?after=nonsense")
+    assert bad.status_code == 422
+    assert "does not exist" in bad.text

@@ -341,6 +341,98 @@
     runSource = openStream(handlers);
   }
 
+  // --- runs overview ------------------------------------------------------------------
+  //
+  // When the feed says a run moved on (a transition, a request opened or answered, a
+  // notification raised or closed), the page fetches itself again and swaps in the
+  // groups. Progress is a heartbeat: at most one fetch every five seconds for it. Focus
+  // is never taken: if it was inside the groups it goes to the heading.
+
+  if (page === "runs") {
+    const notice = document.getElementById("runs-changed");
+    const heading = document.getElementById("runs-heading");
+    let timer = null;
+    let due = 0;
+    let busy = false;
+    let again = false;
+
+    async function refreshRuns() {
+      if (busy) {
+        again = true;
+        return;
+      }
+      busy = true;
+      try {
+        do {
+          again = false;
+          const response = await fetch(window.location.pathname + window.location.search, {
+            credentials: "same-origin",
+            cache: "no-store",
+            headers: { Accept: "text/html" },
+          });
+          if (!response.ok || response.redirected) {
+            if (runsSource) runsSource.close();
+            stopped();
+            return;
+          }
+          const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+          const theirs = fresh.querySelector('[data-live="groups"]');
+          const mine = document.querySelector('[data-live="groups"]');
+          if (!fresh.body || fresh.body.dataset.page !== "runs" || !theirs || !mine) continue;
+          if (theirs.innerHTML === mine.innerHTML) continue;
+          const hadFocus = mine.contains(document.activeElement);
+          mine.replaceWith(document.adoptNode(theirs));
+          if (hadFocus && heading) heading.focus();
+          notice.textContent = "Updated: the runs below are as they are now.";
+          notice.hidden = false;
+        } while (again);
+      } catch (e) {
+        // A network blip: the next event from the feed tries again.
+      } finally {
+        busy = false;
+      }
+    }
+
+    function scheduleRuns(delay) {
+      const at = Date.now() + delay;
+      if (timer && due <= at) return;
+      if (timer) window.clearTimeout(timer);
+      due = at;
+      timer = window.setTimeout(function () {
+        timer = null;
+        refreshRuns();
+      }, delay);
+    }
+
+    const runTypes = [
+      "run.created",
+      "run.transitioned",
+      "run.updated",
+      "run.progress",
+      "run.stalled",
+      "run.cancel_requested",
+      "input_request.opened",
+      "input_request.answered",
+      "input_request.expired",
+      "input_request.superseded",
+      "input_request.cancelled",
+      "notification.created",
+      "notification.closed",
+    ];
+    const runHandlers = {};
+    runTypes.forEach(function (t) {
+      runHandlers[t] = function (ev) {
+        scheduleRuns(ev.type === "run.progress" ? 5000 : 150);
+      };
+    });
+    let runsSource = null;
+    runHandlers.cursor_expired = function () {
+      if (runsSource) runsSource.close();
+      stopped();
+    };
+    runsSource = openStream(runHandlers);
+  }
+
   // --- settings -----------------------------------------------------------------------
 
   if (page === "settings") {
