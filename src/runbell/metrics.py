@@ -2,6 +2,25 @@
 
 Counters and histograms count what *this process* did; the ``runbell_deliveries`` gauge
 is read from the database at scrape time, so it is right however many workers run.
+
+What the attention seed asks an operator to watch, and where each is counted (every one
+after its transaction commits, so a rolled-back attempt counts nothing):
+
+==============================  ===================================================
+records created                 ``NOTIFICATIONS`` (``flows.attention``)
+policy-suppressed               ``SUPPRESSED`` (``flows.attention``)
+duplicates suppressed           ``DUPLICATES`` by kind (``flows.signals``, ``flows.attention``)
+dispatch latency                ``FIRST_ATTEMPT_LATENCY`` (created → first send attempt);
+                                ``DISPATCH_LATENCY`` (created → accepted) (``dispatch.record``)
+provider acceptance             ``ATTEMPTS`` by outcome, ``ACCEPTED``, ``FAILURES``
+delivery when known             ``DISPLAYED`` (``displayed`` receipts, ``flows.receipts``)
+opens                           ``OPENS`` (``opened``/``clicked`` receipts)
+acknowledgement time            ``ACK_SECONDS`` (``flows.inbox``)
+stale opens                     ``STALE_OPENS`` by ``via`` (API read, web deep link, receipt)
+expired input requests          ``EXPIRED_REQUESTS`` (``flows.input_requests``)
+escalation / fallback use       ``ESCALATIONS`` (incremented by the escalation sweep)
+opt-outs after delivery         ``OPT_OUTS_AFTER_DELIVERY`` (``flows.preferences``)
+==============================  ===================================================
 """
 
 from __future__ import annotations
@@ -73,14 +92,59 @@ ACK_SECONDS = Histogram(
 )
 STALE_OPENS = Counter(
     "runbell_stale_opens_total",
-    "Notifications opened after their action could no longer run",
-    ["attention_type"],
+    "Notifications opened after they closed or their action could no longer run",
+    # via: "api" (GET /v1/notifications/{id}), "deep_link" (/n/{id} in a browser), or the
+    # channel a device's opened/clicked receipt names (webpush, email, chat, inbox)
+    ["attention_type", "via"],
     registry=REGISTRY,
 )
 OPT_OUTS = Counter(
     "runbell_opt_outs_total",
     "Consent withdrawn for a channel and urgency",
     ["channel", "urgency"],
+    registry=REGISTRY,
+)
+FIRST_ATTEMPT_LATENCY = Histogram(
+    "runbell_first_attempt_latency_seconds",
+    "Notification (or webhook message) created → its first send attempt on a channel",
+    ["attention_type", "channel"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600, 36000),
+    registry=REGISTRY,
+)
+ATTEMPTS = Counter(
+    "runbell_delivery_attempts_total",
+    "Send attempts by what the provider answered: accepted, transient, unknown, permanent",
+    ["attention_type", "channel", "outcome"],
+    registry=REGISTRY,
+)
+DISPLAYED = Counter(
+    "runbell_delivered_total",
+    "Deliveries a device confirmed it showed (displayed receipts): delivery, when known",
+    ["attention_type", "channel"],
+    registry=REGISTRY,
+)
+OPENS = Counter(
+    "runbell_opens_total",
+    "Notifications opened or clicked (receipts), by the channel the receipt names",
+    ["attention_type", "channel", "kind"],
+    registry=REGISTRY,
+)
+EXPIRED_REQUESTS = Counter(
+    "runbell_input_requests_expired_total",
+    "Input requests that expired before anyone answered",
+    ["kind"],
+    registry=REGISTRY,
+)
+ESCALATIONS = Counter(
+    "runbell_escalations_total",
+    "Escalation steps taken: an unacknowledged notification sent on to a further channel",
+    ["attention_type", "channel"],
+    registry=REGISTRY,
+)
+OPT_OUTS_AFTER_DELIVERY = Counter(
+    "runbell_opt_outs_after_delivery_total",
+    "Consent withdrawn for a channel after a delivery on it (attention_type: the last one)",
+    ["attention_type", "channel", "urgency"],
     registry=REGISTRY,
 )
 OPERATOR_ALERTS = Counter(

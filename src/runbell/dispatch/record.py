@@ -181,6 +181,12 @@ def _attempt(
 def _observe(row: dict[str, Any], prepared: Prepared, result: Result, now: datetime) -> None:
     channel = row["channel"]
     labels = (prepared.attention_type, channel)
+    metrics.ATTEMPTS.labels(*labels, result.outcome).inc()
+    if row["attempt_count"] == 1 and prepared.created_at is not None:
+        started = result.started_at or now
+        metrics.FIRST_ATTEMPT_LATENCY.labels(*labels).observe(
+            max(0.0, (started - prepared.created_at).total_seconds())
+        )
     if result.outcome == "accepted":
         metrics.ACCEPTED.labels(*labels).inc()
         if prepared.created_at is not None:

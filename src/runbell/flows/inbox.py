@@ -53,15 +53,22 @@ def list_notifications(
     }
 
 
-def get_notification(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
+def get_notification(
+    rb: Runbell, who: Principal, notification_id: str, *, via: str = "api"
+) -> dict[str, Any]:
+    """The notification with the run as it is now and whether it is still actionable.
+
+    ``via`` names the door for the stale-open metric: ``api`` (``GET
+    /v1/notifications/{id}``) or ``deep_link`` (``/n/{id}`` in a browser). Opening a
+    closed notification, or a request that can no longer be answered, is a stale open."""
     with rb.db.read() as conn:
         note = own_note(conn, who, notification_id)
         run = runs.require_run(conn, who.tenant_id, note["run_id"])
         can_see = runs.can_see_run(conn, who, note["run_id"])
         request = get_for_notification(conn, note)
     ok, why = actionable(rb, note, run, request, can_see)
-    if note["attention_type"] == "input_required" and not ok:
-        metrics.STALE_OPENS.labels(note["attention_type"]).inc()
+    if note["state"] != "open" or (note["attention_type"] == "input_required" and not ok):
+        metrics.STALE_OPENS.labels(note["attention_type"], via).inc()
     out = views.notification_view(note)
     if not can_see:
         # The pointer stays; what it pointed at does not (invariant 8): only the run's

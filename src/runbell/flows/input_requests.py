@@ -35,6 +35,7 @@ from typing import Any
 
 import structlog
 
+from runbell import metrics
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.runs import RunState
@@ -373,6 +374,7 @@ def expire_in_tx(tx: Tx, req: dict[str, Any], run: dict[str, Any]) -> None:
     tenant_id = req["tenant_id"]
     if not requests.close(tx.conn, tenant_id, req["id"], "expired", tx.now):
         return
+    tx.after_commit.append(metrics.EXPIRED_REQUESTS.labels(req["kind"]).inc)
     for note in notes.open_for_run(tx.conn, tenant_id, run["run_id"]):
         if note.get("input_request_id") == req["id"]:
             close_notification(tx, note, "expired", "input request expired")

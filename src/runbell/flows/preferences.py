@@ -35,7 +35,7 @@ from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.views import iso
 from runbell.ids import new_id
 from runbell.outbound import make_resolver
-from runbell.store import destinations
+from runbell.store import destinations, engagement
 from runbell.store.db import Tx
 
 CHANNELS = ("email", "webpush", "chat")
@@ -103,8 +103,11 @@ def save_preferences(
                 "given_at": tx.now.isoformat(),
                 "how": "user",
             }
-            for u in before - after:
+            withdrawn = before - after
+            for u in withdrawn:
                 tx.after_commit.append(metrics.OPT_OUTS.labels(channel, u).inc)
+            if withdrawn:
+                _opt_out_after_delivery(tx, who, channel, withdrawn)
         values: dict[str, Any] = {"consent": record, "updated_at": tx.now}
         if quiet_hours is not None:
             values["quiet_hours"] = windows
@@ -114,6 +117,17 @@ def save_preferences(
             values["locale"] = locale
         destinations.save_preferences(tx.conn, who.tenant_id, who.user_id, values)
     return preferences_of(rb, who)
+
+
+def _opt_out_after_delivery(tx: Tx, who: Principal, channel: str, withdrawn: set[str]) -> None:
+    """Count an opt-out that followed a delivery on the same channel, with the attention
+    type of the last notification it delivered (what may have driven the person away)."""
+    assert who.user_id is not None
+    attention = engagement.last_delivered_attention(tx.conn, who.tenant_id, who.user_id, channel)
+    if attention is None:
+        return
+    for u in withdrawn:
+        tx.after_commit.append(metrics.OPT_OUTS_AFTER_DELIVERY.labels(attention, channel, u).inc)
 
 
 # --- web push subscriptions ----------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runbell import metrics
 from runbell.domain.errors import Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.flows import views
@@ -75,4 +76,20 @@ def receipt_in(
     requests.add_receipt(tx.conn, values)
     if kind in ("opened", "clicked"):
         notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
+    _count(tx, note, kind, channel)
     return views.receipt_view(values)
+
+
+def _count(tx: Tx, note: dict[str, Any], kind: str, channel: str | None) -> None:
+    """The receipt's metrics, after commit: a ``displayed`` one is a delivery the device
+    confirmed; ``opened``/``clicked`` an open, and a stale open when the notification had
+    closed already. A receipt without a channel (the web deep link records one) is not
+    counted as a stale open here: the deep link counts its own (``via="deep_link"``)."""
+    attention = note["attention_type"]
+    label = channel or "unknown"
+    if kind == "displayed":
+        tx.after_commit.append(metrics.DISPLAYED.labels(attention, label).inc)
+    elif kind in ("opened", "clicked"):
+        tx.after_commit.append(metrics.OPENS.labels(attention, label, kind).inc)
+        if channel is not None and note["state"] != "open":
+            tx.after_commit.append(metrics.STALE_OPENS.labels(attention, channel).inc)

@@ -233,7 +233,7 @@ def _when(value: str | None) -> datetime | None:
 def deep_link(notification_id: str, session: Session, core: Core) -> Response:
     v = viewer(core, session)
     try:
-        note = inbox.get_notification(core, v.who, notification_id)
+        note = inbox.get_notification(core, v.who, notification_id, via="deep_link")
     except NotFound:
         return no_access(v, 404)
     if note["actionable_reason"] == "access lost":
