@@ -14,8 +14,9 @@ needs_you      ``input_required`` runs with a pending input request (``ix_runs_t
                by the flow from the ``answerable`` and ``authority`` columns
 stalled        active runs with an open ``stalled`` notification (``ix_runs_tenant_state``,
                then ``ix_notifications_run_state``)
-needs_review   ``needs_review`` notifications still open or acknowledged, at the run's
-               current version (``ix_notifications_tenant_attention``)
+needs_review   the newest ``needs_review`` notifications still open or acknowledged
+               (``ix_notifications_tenant_attention``), then their runs at that version
+               (``pk_runs``)
 working        active runs without an open ``stalled`` notification (``ix_runs_tenant_state``)
 finished       terminal runs by ``finished_at`` (``ix_runs_tenant_finished``), paged by
                ``(finished_at, run_id)``, without the runs in ``needs_review``
@@ -111,7 +112,7 @@ def needs_you(
             req.c.id.label("request_id"),
             req.c.summary.label("request_summary"),
             req.c.expires_at.label("request_expires_at"),
-            sa.or_(named, notified).label("answerable"),
+            sa.or_(_R.c.owner_user_id == who.user_id, named, notified).label("answerable"),
         )
         .select_from(
             _R.join(
@@ -125,7 +126,14 @@ def needs_you(
         )
         .where(_R.c.state == "input_required")
         # Only rows the flow can keep: the viewer is named, notified, or a role may be.
-        .where(sa.or_(named, notified, _R.c.authority.is_not(None)))
+        .where(
+            sa.or_(
+                _R.c.owner_user_id == who.user_id,
+                named,
+                notified,
+                _R.c.authority.is_not(None),
+            )
+        )
     )
     q = _states(_visible(q, who), states)
     q = q.order_by(req.c.created_at.desc(), _R.c.run_id).limit(limit)
@@ -153,33 +161,37 @@ def needs_review(
     or acknowledged but not resolved), the most recent review first. Each row carries
     ``review_at`` (when the review was raised)."""
     n = _N.alias("review")
-    review = (
-        sa.select(
-            n.c.run_id.label("run_id"),
-            n.c.transition_version.label("version"),
-            sa.func.max(n.c.created_at).label("review_at"),
-        )
-        .where(
-            n.c.tenant_id == who.tenant_id,
-            n.c.attention_type == "needs_review",
-            n.c.state.in_(REVIEW_STATES),
-        )
-        .group_by(n.c.run_id, n.c.transition_version)
-        .subquery("reviews")
+    # The newest reviews first, bounded before the join (so the join is ``limit`` primary
+    # key reads of runs, not a pass over them); twice as many as asked, for those that
+    # fall out after it (an older version of the run, a state filter).
+    recent = sa.select(n.c.run_id, n.c.transition_version, n.c.created_at.label("review_at")).where(
+        n.c.tenant_id == who.tenant_id,
+        n.c.attention_type == "needs_review",
+        n.c.state.in_(REVIEW_STATES),
     )
-    q: sa.Select[Any] = sa.select(*ROW_COLUMNS, review.c.review_at).select_from(
-        review.join(
+    if not who.sees_all_runs:
+        recent = recent.where(n.c.run_id.in_(visible_run_ids(who)))
+    reviews = recent.order_by(n.c.created_at.desc()).limit(limit * 2).subquery("reviews")
+    q: sa.Select[Any] = sa.select(*ROW_COLUMNS, reviews.c.review_at).select_from(
+        reviews.join(
             _R,
             sa.and_(
                 _R.c.tenant_id == who.tenant_id,
-                _R.c.run_id == review.c.run_id,
-                _R.c.version == review.c.version,
+                _R.c.run_id == reviews.c.run_id,
+                _R.c.version == reviews.c.transition_version,
             ),
         )
     )
-    q = _states(_visible(q, who), states)
-    q = q.order_by(review.c.review_at.desc(), _R.c.run_id).limit(limit)
-    return _rows(conn, q)
+    q = _states(q, states)
+    q = q.order_by(reviews.c.review_at.desc(), _R.c.run_id).limit(limit)
+    # One review per recipient: a run whose owner changed may have two; keep the newest.
+    seen: set[str] = set()
+    out = []
+    for row in _rows(conn, q):
+        if row["run_id"] not in seen:
+            seen.add(row["run_id"])
+            out.append(row)
+    return out
 
 
 def working(
