@@ -120,6 +120,25 @@ def test_records_created_and_duplicates_suppressed(env: Env) -> None:
     assert sample(env, "runbell_duplicates_suppressed_total", kind="signal") == dupes + 1
 
 
+def test_duplicates_by_kind_idempotency_key_and_input_request(env: Env) -> None:
+    keyed = sample(env, "runbell_duplicates_suppressed_total", kind="idempotency_key")
+    asked = sample(env, "runbell_duplicates_suppressed_total", kind="input_request")
+    nid = note_id(finish(env, "m-dupe"))
+    headers = {**env.owner, "Idempotency-Key": "ack-once"}
+    first = ok(env.client.post(f"/v1/notifications/{nid}/ack", headers=headers))
+    again = ok(env.client.post(f"/v1/notifications/{nid}/ack", headers=headers))
+    assert again == first
+    assert sample(env, "runbell_duplicates_suppressed_total", kind="idempotency_key") == (keyed + 1)
+
+    body = {"owner": env.creds.owner_email, "state": "working"}
+    ok(env.client.put("/v1/runs/m-ask", json=body, headers=env.runtime), 201)
+    request = {"input_request_id": "m-ask-1", "kind": "approval", "summary": "Go?"}
+    for _ in range(2):  # the same request again: answered as before, nothing new opened
+        r = env.client.post("/v1/runs/m-ask/input-requests", json=request, headers=env.runtime)
+        assert r.status_code in (200, 201), r.text
+    assert sample(env, "runbell_duplicates_suppressed_total", kind="input_request") == asked + 1
+
+
 def test_policy_suppressed(env: Env) -> None:
     before = sample(env, "runbell_policy_suppressed_total", attention_type="failed")
     finish(env, "m-retrying", "failed", error={"retryable": True, "message": "retrying"})

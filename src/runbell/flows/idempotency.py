@@ -43,6 +43,7 @@ import structlog
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from runbell import metrics
 from runbell.crypto import SecretBox
 from runbell.domain.errors import ValidationFailed
 from runbell.flows.views import json_body
@@ -97,12 +98,18 @@ def fingerprint(doc: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+#: A repeated request answered from its Idempotency-Key record, nothing done again.
+REPLAYED = metrics.DUPLICATES.labels("idempotency_key")
+
+
 def stored(conn: Connection, box: SecretBox, key: IdempotencyKey) -> Answer | None:
     """The committed answer for this key, if any (422 when it was another request's)."""
     found = records.get(conn, key.tenant_id, key.principal, key.key)
     if found is None or found["status_code"] == records.CLAIMED:
         return None
-    return _replay(box, key, found)
+    answer = _replay(box, key, found)
+    REPLAYED.inc()  # a read: nothing to commit
+    return answer
 
 
 def claim(tx: Tx, box: SecretBox, key: IdempotencyKey) -> Answer | None:
@@ -112,7 +119,9 @@ def claim(tx: Tx, box: SecretBox, key: IdempotencyKey) -> Answer | None:
     if found is None:
         records.claim(tx.conn, key.tenant_id, key.principal, key.key, key.digest, tx.now)
         return None
-    return _replay(box, key, found)
+    answer = _replay(box, key, found)
+    tx.after_commit.append(REPLAYED.inc)
+    return answer
 
 
 def _replay(box: SecretBox, key: IdempotencyKey, found: dict[str, Any]) -> Answer:

@@ -108,6 +108,7 @@ def _open_in(
                 field="input_request_id",
                 current=current_of(run, existing),
             )
+        tx.after_commit.append(metrics.DUPLICATES.labels("input_request").inc)
         return _opened(conn, existing, run, [], created=False)
     expires_at = fields["expires_at"]
     if expires_at is not None and expires_at <= tx.now:
