@@ -3,13 +3,15 @@ retention periods (read them, override some)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictBool, StrictInt
 
 from runbell.api.deps import Admin, Core
 from runbell.api.openapi import problems
+from runbell.domain.errors import ValidationFailed
 from runbell.flows import dry_run, policy, retention
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
@@ -42,9 +44,11 @@ def dry_run_policy(
     who: Admin,
     core: Core,
     since: Annotated[
-        AwareDatetime | None, Query(description="window start, ISO 8601 with offset")
+        str | None, Query(max_length=40, description="window start, ISO 8601 with offset")
     ] = None,
-    until: Annotated[AwareDatetime | None, Query(description="window end (default: now)")] = None,
+    until: Annotated[
+        str | None, Query(max_length=40, description="window end, ISO 8601 (default: now)")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=dry_run.MAX_TRANSITIONS)] = dry_run.MAX_TRANSITIONS,
 ) -> dict[str, Any]:
     """Replay the tenant's recorded transitions of ``[since, until)`` through the candidate
@@ -52,8 +56,26 @@ def dry_run_policy(
     per decision, attention type and urgency, and the transitions that would change. No
     sends, no writes; ``capped`` says when the window held more than ``limit``."""
     return dry_run.dry_run(
-        core, who.tenant_id, body.model_dump(), since=since, until=until, limit=limit
+        core,
+        who.tenant_id,
+        body.model_dump(),
+        since=_instant(since, "since"),
+        until=_instant(until, "until"),
+        limit=limit,
     )
+
+
+def _instant(text: str | None, name: str) -> datetime | None:
+    """An ISO 8601 instant with its offset (a bare number or a naive time is refused)."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None or not any(c in text for c in "T "):
+        raise ValidationFailed(f"{name} must be an ISO 8601 time with an offset", field=name)
+    return value
 
 
 class RetentionChange(RootModel[dict[str, StrictInt | None]]):
