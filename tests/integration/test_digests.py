@@ -5,7 +5,7 @@ injectable clock; email goes to a real aiosmtpd peer."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +21,7 @@ from runbell.domain.digests import window_of
 from runbell.flows import digests as digest_flow
 from runbell.flows.context import Runbell
 from runbell.store import notifications as store_notes
+from runbell.store import sessions
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import bearer, make_settings
@@ -177,11 +178,21 @@ def test_twelve_quiet_completions_make_one_digest_and_an_urgent_failure_does_not
     assert trail["digest"]["count"] == 12
     assert trail["why"]["inputs"]["items"] == 12
 
-    # The web: the inbox groups it as a digest, and its deep link lists the runs.
+    # The web: the inbox shows the digest, and its deep link lists each run as a link.
     web = TestClient(env.client.app)
-    web.cookies.clear()
-    page = env.client.get(f"/n/{digest['id']}", headers=env.owner)
-    assert page.status_code in (200, 303, 401), page.text
+    with env.core.db.transaction() as tx:
+        link = sessions.create_login_link(tx.conn, env.creds.tenant_id, env.creds.owner_id, tx.now)
+    assert web.get(f"/auth/{link}", follow_redirects=False).status_code == 303
+    inbox = web.get("/")
+    assert inbox.status_code == 200, inbox.text
+    assert f'href="/n/{digest["id"]}"' in inbox.text
+    assert "/runs/digest:" not in inbox.text  # the synthetic run id is never a link
+    page = web.get(f"/n/{digest['id']}")
+    assert page.status_code == 200, page.text
+    assert "12 runs finished" in page.text
+    for run_id in run_ids:
+        assert f'href="/runs/{run_id}"' in page.text
+        assert f"Task {run_id}" in page.text
 
 
 def test_two_flushers_racing_make_exactly_one_digest(env: Env) -> None:
@@ -278,7 +289,8 @@ def test_digest_rules_are_validated_and_an_urgent_digest_rule_pushes(env: Env) -
     assert r.status_code == 422, r.text
     assert "digest_max_items" in r.text
     r = env.client.put(
-        "/v1/policy", json={"rules": [{**DIGEST_RULE, "digest_key": "no spaces"}]},
+        "/v1/policy",
+        json={"rules": [{**DIGEST_RULE, "digest_key": "no spaces"}]},
         headers=env.admin,
     )
     assert r.status_code == 422

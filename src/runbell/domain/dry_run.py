@@ -100,9 +100,7 @@ def side(decision: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def replay(
-    candidate: Policy, recorded: Iterable[Recorded], *, change_limit: int = 200
-) -> Report:
+def replay(candidate: Policy, recorded: Iterable[Recorded], *, change_limit: int = 200) -> Report:
     """Both policies' answers for every recorded decision (the recorded one is "current")."""
     report = Report()
     for row in recorded:

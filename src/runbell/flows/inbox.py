@@ -61,7 +61,9 @@ def get_notification(rb: Runbell, who: Principal, notification_id: str) -> dict[
             out = views.notification_view(note)
             ok, why = views.actionable(note, {}, rb.db.clock())
             out.update(
-                actionable=ok, actionable_reason=why, run=None,
+                actionable=ok,
+                actionable_reason=why,
+                run=None,
                 digest=digests.digest_view(conn, who, note),
             )
             return out
