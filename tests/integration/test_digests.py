@@ -4,6 +4,7 @@ injectable clock; email goes to a real aiosmtpd peer."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from runbell.store import sessions
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import bearer, make_settings
-from tests.peers import Dispatcher, SmtpPeer, mail_text
+from tests.peers import Dispatcher, SmtpPeer, WebhookReceiver, mail_text
 
 WINDOW_S = 600
 DIGEST_RULE = {
@@ -62,6 +63,12 @@ class Env:
 @pytest.fixture
 def smtp() -> Iterator[SmtpPeer]:
     with SmtpPeer() as peer:
+        yield peer
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    with WebhookReceiver() as peer:
         yield peer
 
 
@@ -129,10 +136,19 @@ def twelve(env: Env) -> list[str]:
 
 
 def test_twelve_quiet_completions_make_one_digest_and_an_urgent_failure_does_not_wait(
-    env: Env, smtp: SmtpPeer
+    env: Env, smtp: SmtpPeer, receiver: WebhookReceiver
 ) -> None:
     start = env.clock.freeze(window_start())
     set_up(env)
+    hook = ok(
+        env.client.post(
+            "/v1/webhook-endpoints",
+            json={"url": receiver.url(), "event_types": ["notification.created"]},
+            headers=env.admin,
+        ),
+        201,
+    )
+    receiver.secrets.append(hook["secret"])
     run_ids = twelve(env)
     failed = finish(env, "broken", "failed", error={"user_action_required": True})
     (urgent,) = failed["notifications"]
@@ -174,9 +190,22 @@ def test_twelve_quiet_completions_make_one_digest_and_an_urgent_failure_does_not
     assert "Task quiet" not in text
     trail = ok(env.client.get(f"/v1/notifications/{digest['id']}/trail", headers=env.admin))
     channels = {d["channel"]: d["status"] for d in trail["deliveries"]}
-    assert channels == {"inbox": "accepted", "email": "accepted"}
+    assert channels == {"inbox": "accepted", "email": "accepted", "webhook": "accepted"}
     assert trail["digest"]["count"] == 12
     assert trail["why"]["inputs"]["items"] == 12
+
+    # The tenant's webhook heard of the digest once, thin: ids and counts, no titles.
+    (sent,) = [
+        r.json()["data"]
+        for r in receiver.of_type("notification.created")
+        if r.json()["data"]["attention_type"] == "digest"
+    ]
+    assert (sent["notification_id"], sent["items"], sent["digest_key"]) == (
+        digest["id"],
+        12,
+        "completed",
+    )
+    assert "Task" not in json.dumps(sent)
 
     # The web: the inbox shows the digest, and its deep link lists each run as a link.
     web = TestClient(env.client.app)
@@ -299,3 +328,43 @@ def test_digest_rules_are_validated_and_an_urgent_digest_rule_pushes(env: Env) -
     (note,) = finish(env, "loud")["notifications"]
     assert (note["decision"], note["urgency"]) == ("push", "urgent")
     assert count(env, t.digest_items) == 0
+
+
+def test_a_digest_goes_only_where_its_urgency_is_consented(env: Env) -> None:
+    """Default consent leaves low urgency out of mail: a low digest stays in the inbox;
+    a normal one is mailed (consent is read as the rows are made, and again at send)."""
+    start = env.clock.freeze(window_start())
+    rules = [
+        {**DIGEST_RULE, "when": {"attention": "completed", "notify_on_complete": False}},
+        {
+            **DIGEST_RULE,
+            "id": "completed.digest_asked",
+            "when": {"attention": "completed", "notify_on_complete": True},
+            "urgency": "normal",
+            "digest_key": "asked",
+        },
+    ]
+    ok(env.client.put("/v1/policy", json={"rules": rules}, headers=env.admin))
+    for i in range(3):
+        finish(env, f"quiet-{i}")
+    for i in range(2):
+        body = {"owner": env.creds.owner_email, "state": "working", "notify_on_complete": True}
+        ok(env.client.put(f"/v1/runs/asked-{i}", json=body, headers=env.runtime), 201)
+        ok(
+            env.client.post(
+                f"/v1/runs/asked-{i}/signals",
+                json={"event_id": f"asked-{i}-end", "state": "completed"},
+                headers=env.runtime,
+            )
+        )
+    assert digest_flow.flush_due(env.core, start + timedelta(seconds=WINDOW_S)) == 2
+    channels = {}
+    for note in digest_notes(env):
+        trail = ok(env.client.get(f"/v1/notifications/{note['id']}/trail", headers=env.admin))
+        channels[(note["urgency"], trail["digest"]["key"], trail["digest"]["count"])] = sorted(
+            d["channel"] for d in trail["deliveries"]
+        )
+    assert channels == {
+        ("low", "completed", 3): ["inbox"],
+        ("normal", "asked", 2): ["email", "inbox"],
+    }
