@@ -20,11 +20,12 @@ from runbell.app import build, create_app
 from runbell.dispatch.scheduler import Scheduler
 from runbell.domain.digests import window_of
 from runbell.flows import digests as digest_flow
+from runbell.flows import members
 from runbell.flows.context import Runbell
 from runbell.store import notifications as store_notes
 from runbell.store import sessions
 from runbell.store import tables as t
-from runbell.testing import Clock, TenantCreds, make_tenant
+from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import bearer, make_settings
 from tests.peers import Dispatcher, SmtpPeer, WebhookReceiver, mail_text
 
@@ -368,3 +369,25 @@ def test_a_digest_goes_only_where_its_urgency_is_consented(env: Env) -> None:
         ("low", "completed", 3): ["inbox"],
         ("normal", "asked", 2): ["email", "inbox"],
     }
+
+
+def test_a_former_members_waiting_items_are_never_sent(env: Env) -> None:
+    start = env.clock.freeze(window_start())
+    ok(env.client.put("/v1/policy", json={"rules": [DIGEST_RULE]}, headers=env.admin))
+    user_id, _ = add_user(env.core, env.creds.tenant_id, "leaver@example.com")
+    for i in range(3):
+        body = {"owner": "leaver@example.com", "state": "working"}
+        ok(env.client.put(f"/v1/runs/left-{i}", json=body, headers=env.runtime), 201)
+        ok(
+            env.client.post(
+                f"/v1/runs/left-{i}/signals",
+                json={"event_id": f"left-{i}-end", "state": "completed"},
+                headers=env.runtime,
+            )
+        )
+    assert count(env, t.digest_items) == 3
+    members.revoke_member(env.core, env.creds.tenant_id, user_id)
+    assert digest_flow.flush_due(env.core, start + timedelta(seconds=WINDOW_S)) == 0
+    assert count(env, t.digests) == 0
+    assert count(env, t.digest_items) == 0
+    assert count(env, t.notifications, t.notifications.c.attention_type == "digest") == 0

@@ -18,7 +18,8 @@ Invariants kept here (DESIGN §2):
   after a crash) rolls back and creates nothing.
 - 11: the digest's texts say how many, never which; its items (links to their runs)
   load after authentication, through ``GET /v1/notifications/{id}`` and ``/n/{id}``.
-- 8: an item whose run the person may no longer see is listed as hidden.
+- 8: an item whose run the person may no longer see is listed as hidden; a former
+  member's waiting items are dropped, never sent.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from runbell.flows.attention import _push_deliveries, notification_event
 from runbell.flows.context import Runbell
 from runbell.flows.views import iso
 from runbell.ids import new_id
-from runbell.store import digests, runs
+from runbell.store import accounts, digests, runs
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx
 
@@ -78,6 +79,12 @@ def _flush(rb: Runbell, tx: Tx, group: dict[str, Any], *, closed: bool) -> str |
         # Nothing left (another flusher claimed it), or an open window not yet full.
         return None
     tenant_id, recipient, key = group["tenant_id"], group["recipient_user_id"], group["digest_key"]
+    if accounts.membership_role(tx.conn, tenant_id, recipient) is None:
+        # The owner left the tenant (their open notifications were revoked): nobody to
+        # tell, and nothing is sent to a former member (invariant 8).
+        digests.drop(tx.conn, tenant_id, [i["id"] for i in items])
+        log.info("digest.recipient_gone", digest_key=key, items=len(items))
+        return None
     window_start = group["window_start"]
     note_id, digest_id = new_id("ntf"), new_id("dig")
     ordinal = digests.next_ordinal(tx.conn, tenant_id, recipient, key)

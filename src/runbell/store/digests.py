@@ -136,3 +136,13 @@ def items_of(conn: Connection, tenant_id: str, digest_id: str) -> list[dict[str,
         .order_by(_I.c.created_at, _I.c.id)
     )
     return [dict(r._mapping) for r in rows]
+
+
+def drop(conn: Connection, tenant_id: str, item_ids: list[str]) -> int:
+    """Forget unclaimed items (their recipient is no longer a member: nobody to tell)."""
+    result = conn.execute(
+        sa.delete(_I).where(
+            _I.c.tenant_id == tenant_id, _I.c.id.in_(item_ids), _I.c.digest_id.is_(None)
+        )
+    )
+    return int(result.rowcount)
