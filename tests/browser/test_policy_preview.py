@@ -59,6 +59,8 @@ def test_the_settings_page_previews_a_policy_before_it_is_saved(
     expect(changes.first).to_contain_text("nightly-build")
     expect(changes.first).to_contain_text("push (normal) · failed.default")
     expect(changes.first).to_contain_text("inbox (low) · failed.quiet")
+    preview.scroll_into_view_if_needed()
+    screenshot(page, "policy-preview")
     # The draft survives the preview, and nothing was saved yet.
     assert json.loads(editor.input_value()) == CANDIDATE
     r = runtime.http.get("/v1/policy", headers={"Authorization": f"Bearer {creds.admin_key}"})
