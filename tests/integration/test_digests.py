@@ -17,17 +17,20 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.app import build, create_app
+from runbell.channels.webpush import collapse_topic
 from runbell.dispatch.scheduler import Scheduler
 from runbell.domain.digests import window_of
 from runbell.flows import digests as digest_flow
 from runbell.flows import members
 from runbell.flows.context import Runbell
+from runbell.store import digests as store_digests
 from runbell.store import notifications as store_notes
 from runbell.store import sessions
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
+from tests.channels.push_receiver import PushReceiver
 from tests.conftest import bearer, make_settings
-from tests.peers import Dispatcher, SmtpPeer, WebhookReceiver, mail_text
+from tests.peers import ChatReceiver, Dispatcher, SmtpPeer, WebhookReceiver, mail_text
 
 WINDOW_S = 600
 DIGEST_RULE = {
@@ -225,7 +228,11 @@ def test_twelve_quiet_completions_make_one_digest_and_an_urgent_failure_does_not
         assert f"Task {run_id}" in page.text
 
 
-def test_two_flushers_racing_make_exactly_one_digest(env: Env) -> None:
+@pytest.mark.parametrize("via", ["scheduler", "sweep"])
+def test_two_flushers_racing_make_exactly_one_digest(env: Env, via: str) -> None:
+    """Two schedulers (on PostgreSQL the leader lock already picks one), and two sweeps
+    called directly, past any lock: the unique digest identity and the item claims alone
+    must still make exactly one digest."""
     start = env.clock.freeze(window_start())
     set_up(env)
     twelve(env)
@@ -237,7 +244,10 @@ def test_two_flushers_racing_make_exactly_one_digest(env: Env) -> None:
     def flush() -> None:
         try:
             barrier.wait(timeout=10)
-            made.append(Scheduler(env.core).tick(closed)["digests"])
+            if via == "scheduler":
+                made.append(Scheduler(env.core).tick(closed)["digests"])
+            else:
+                made.append(digest_flow.flush_due(env.core, closed))
         except BaseException as exc:
             errors.append(exc)
 
@@ -391,3 +401,61 @@ def test_a_former_members_waiting_items_are_never_sent(env: Env) -> None:
     assert count(env, t.digests) == 0
     assert count(env, t.digest_items) == 0
     assert count(env, t.notifications, t.notifications.c.attention_type == "digest") == 0
+
+
+def test_a_digest_reaches_web_push_and_chat_as_a_neutral_pointer(env: Env) -> None:
+    """Every person channel renders a digest: its count, never a title, and /n/{id}."""
+    key = str(ok(env.client.get("/v1/push/vapid-public-key"))["public_key"])
+    with (
+        PushReceiver(expected_vapid_key=key) as push,
+        ChatReceiver() as chat,
+        Dispatcher(env.core, env.clock) as d,
+    ):
+        start = env.clock.freeze(window_start())
+        ok(env.client.put("/v1/policy", json={"rules": [DIGEST_RULE]}, headers=env.admin))
+        consent = {"consent": {"webpush": ALL, "chat": ALL, "email": ["urgent"]}}
+        ok(env.client.put("/v1/me/preferences", json=consent, headers=env.owner))
+        sub = push.new_subscription()
+        ok(env.client.post("/v1/me/push-subscriptions", json=sub, headers=env.owner), 201)
+        body = {"url": chat.chat_url()}
+        ok(env.client.post("/v1/me/chat-destinations", json=body, headers=env.owner), 201)
+        for i in range(3):
+            finish(env, f"quiet-{i}")
+        assert d.tick() == 0  # the items themselves are never sent
+        closed = env.clock.freeze(start + timedelta(seconds=WINDOW_S))
+        assert digest_flow.flush_due(env.core, closed) == 1
+        while d.tick():
+            pass
+        (got,) = push.received
+        (posted,) = chat.requests
+
+    (digest,) = digest_notes(env)
+    link = f"http://testserver/n/{digest['id']}"
+    assert (got.payload["title"], got.payload["url"], got.payload["id"]) == (
+        "3 runs finished",
+        link,
+        digest["id"],
+    )
+    assert got.urgency == "low"
+    assert got.topic == collapse_topic(f"{env.creds.tenant_id}:digest:completed")
+    message = posted.json()
+    assert message["title"] == "3 runs finished"
+    assert link in message["message"]
+    assert "Task" not in json.dumps(got.payload) + json.dumps(message)
+
+
+def test_the_database_refuses_a_second_digest_of_one_identity(env: Env) -> None:
+    """The last line of exactly-once, whatever the flushers do: uq_digest_once, and claims
+    that only take unclaimed items."""
+    start = env.clock.freeze(window_start())
+    set_up(env)
+    twelve(env)
+    assert digest_flow.flush_due(env.core, start + timedelta(seconds=WINDOW_S)) == 1
+    with env.core.db.read() as conn:
+        first = dict(conn.execute(sa.select(t.digests)).one()._mapping)
+        item_ids = [r.id for r in conn.execute(sa.select(t.digest_items.c.id))]
+    with env.core.db.transaction() as tx:
+        again = {**first, "id": "dig_again", "notification_id": "ntf_again"}
+        assert store_digests.insert_digest(tx.conn, again) is False
+        assert store_digests.claim(tx.conn, env.creds.tenant_id, "dig_again", item_ids) == 0
+    assert count(env, t.digests) == 1
