@@ -118,11 +118,15 @@ def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: dat
         return Prepared(Gate("cancel", "notification is gone"))
     user_id = n["recipient_user_id"]
     role = accounts.membership_role(conn, tenant_id, user_id)
-    run = runs.get_run(conn, tenant_id, n["run_id"])
-    can_see = role is not None and runs.can_see_run(
-        conn,
-        Principal(tenant_id=tenant_id, kind="user", role=role, user_id=user_id),
-        n["run_id"],
+    digest = n["attention_type"] == "digest"  # no run of its own (flows.digests)
+    run = None if digest else runs.get_run(conn, tenant_id, n["run_id"])
+    can_see = role is not None and (
+        digest
+        or runs.can_see_run(
+            conn,
+            Principal(tenant_id=tenant_id, kind="user", role=role, user_id=user_id),
+            n["run_id"],
+        )
     )
     prefs = destinations.preferences(conn, tenant_id, user_id)
     consent = (prefs["consent"] if prefs else None) or {}
@@ -164,8 +168,13 @@ def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: dat
         attempt_no=row["attempt_count"],
         now=now,
         urgency=n["urgency"],
-        title=NEUTRAL_SUMMARY.get(n["attention_type"], "A run changed"),
-        body=NEUTRAL_BODY.get(n["attention_type"], "Open Runbell for details."),
+        # A digest's summary is neutral too: how many, never which (flows.digests).
+        title=n["summary"] if digest else NEUTRAL_SUMMARY.get(n["attention_type"], "A run changed"),
+        body=(
+            f"{n['summary']}. Open Runbell to see them."
+            if digest
+            else NEUTRAL_BODY.get(n["attention_type"], "Open Runbell for details.")
+        ),
         deep_link=f"{rb.public_url}/n/{n['id']}",
         notification_id=n["id"],
         run_id=n["run_id"],

@@ -1,4 +1,5 @@
-"""Time-driven sweeps: reconciliation re-checks, notification expiry, retention.
+"""Time-driven sweeps: reconciliation re-checks, notification expiry, digest flush,
+retention.
 
 Each sweep is a plain method taking ``now`` (tests drive them with a fixed clock). With
 several processes on PostgreSQL, an advisory lock (:func:`runbell.store.leader.leading`)
@@ -13,14 +14,20 @@ from datetime import datetime
 
 import structlog
 
-from runbell.flows import reconcile, retention, sweeps
+from runbell.flows import digests, reconcile, retention, sweeps
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import expire_requests
 from runbell.store.leader import leading
 
 log = structlog.get_logger(__name__)
 
-LOCK_IDS = {"mismatch": 72_101, "retention": 72_102, "expiry": 72_103, "input_requests": 72_104}
+LOCK_IDS = {
+    "mismatch": 72_101,
+    "retention": 72_102,
+    "expiry": 72_103,
+    "input_requests": 72_104,
+    "digests": 72_107,
+}
 
 
 class Scheduler:
@@ -46,6 +53,8 @@ class Scheduler:
                 "input_requests", lambda: expire_requests(self.core, now)
             ),
             "expiry": self._leader("expiry", lambda: sweeps.expire_notifications(self.core, now)),
+            # Digest latency: a window's digest goes out within one tick of its close.
+            "digests": self._leader("digests", lambda: digests.flush_due(self.core, now)),
         }
         if self._last_retention is None or (now - self._last_retention).total_seconds() > 60:
             self._last_retention = now

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal, cast
 
+from runbell.domain import digests
 from runbell.domain.errors import ValidationFailed
 
 DecisionKind = Literal["push", "digest", "inbox", "live", "suppress"]
@@ -67,6 +68,8 @@ class Decision:
     inputs: dict[str, Any]
     expires_after_s: int | None = None
     digest_window_s: int | None = None
+    digest_key: str | None = None  # a digest's settings, filled in by decide()
+    digest_max_items: int | None = None
 
     @property
     def notifies(self) -> bool:
@@ -84,6 +87,8 @@ class Rule:
     urgency: Urgency | None = None
     expires_after_s: int | None = None
     digest_window_s: int | None = None
+    digest_key: str | None = None
+    digest_max_items: int | None = None
 
     def matches(self, facts: Mapping[str, Any]) -> bool:
         return all(_match(facts.get(name), cond) for name, cond in self.when.items())
@@ -126,18 +131,25 @@ class Rule:
             "urgency",
             "expires_after_s",
             "digest_window_s",
+            "digest_key",
+            "digest_max_items",
         }
         if unknown:
             raise ValidationFailed(
                 f"rule {rule_id!r}: unknown keys {', '.join(sorted(unknown))}", field="rule"
             )
+        window = _opt_int(raw.get("digest_window_s"), rule_id, "digest_window_s")
+        max_items = _opt_int(raw.get("digest_max_items"), rule_id, "digest_max_items")
+        digests.check_rule(rule_id, raw.get("digest_key"), window, max_items)
         return cls(
             id=rule_id,
             decision=cast(DecisionKind, decision),
             when=dict(when),
             urgency=cast("Urgency | None", urgency),
             expires_after_s=_opt_int(raw.get("expires_after_s"), rule_id, "expires_after_s"),
-            digest_window_s=_opt_int(raw.get("digest_window_s"), rule_id, "digest_window_s"),
+            digest_window_s=window,
+            digest_key=raw.get("digest_key"),
+            digest_max_items=max_items,
         )
 
 
@@ -229,13 +241,24 @@ class Policy:
         seen = facts.as_dict()
         for rule in self.rules:
             if rule.matches(seen):
+                if rule.decision == "digest" and not digests.never_waits(rule.urgency):
+                    return Decision(
+                        kind="digest",
+                        urgency=rule.urgency or "low",
+                        rule_id=rule.id,
+                        inputs=seen,
+                        expires_after_s=rule.expires_after_s,
+                        digest_window_s=rule.digest_window_s or digests.DEFAULT_WINDOW_S,
+                        digest_key=rule.digest_key or facts.attention,
+                        digest_max_items=rule.digest_max_items or digests.DEFAULT_MAX_ITEMS,
+                    )
                 return Decision(
-                    kind=rule.decision,
+                    # Urgent and time-sensitive attention never waits for a digest.
+                    kind="push" if rule.decision == "digest" else rule.decision,
                     urgency=rule.urgency,
                     rule_id=rule.id,
                     inputs=seen,
                     expires_after_s=rule.expires_after_s,
-                    digest_window_s=rule.digest_window_s,
                 )
         # Unreachable with the default set (it ends in a catch-all), but a tenant that
         # replaced the defaults may leave gaps: keep the record in the inbox, never drop it.

@@ -16,10 +16,11 @@ from typing import Any
 import structlog
 
 from runbell import metrics
+from runbell.domain import digests as digest_rules
 from runbell.domain.dispatch import DEFAULT_CONSENT
 from runbell.domain.policy import Decision, Facts, Policy
 from runbell.ids import new_id
-from runbell.store import accounts, destinations
+from runbell.store import accounts, destinations, digests
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx
 
@@ -226,6 +227,8 @@ def raise_attention(
     for row in rows:
         row.update(run_id=run_id, urgency=values["urgency"])
     notes.add_deliveries(tx.conn, rows)
+    if decision.kind == "digest":
+        _collect(tx, decision, values)
     tx.emit(
         tenant_id,
         PendingEvent(
@@ -245,6 +248,33 @@ def raise_attention(
         decision=decision.kind,
     )
     return Raised(decision, note_id, True, note=values)
+
+
+def _collect(tx: Tx, decision: Decision, note: dict[str, Any]) -> None:
+    """A digest decision: the item waits for its recipient's digest of its key, written
+    in this transaction (its own notification stays in the inbox, never pushed; the
+    digest that lists it is what goes out on the channels — ``flows.digests``)."""
+    window_s = decision.digest_window_s or digest_rules.DEFAULT_WINDOW_S
+    start, end = digest_rules.window_of(tx.now, window_s)
+    digests.add_item(
+        tx.conn,
+        {
+            "id": new_id("dgi"),
+            "tenant_id": note["tenant_id"],
+            "recipient_user_id": note["recipient_user_id"],
+            "digest_key": decision.digest_key or note["attention_type"],
+            "window_start": start,
+            "closes_at": end,
+            "max_items": decision.digest_max_items or digest_rules.DEFAULT_MAX_ITEMS,
+            "run_id": note["run_id"],
+            "transition_version": note["transition_version"],
+            "attention_type": note["attention_type"],
+            "urgency": note["urgency"],
+            "rule_id": note["rule_id"],
+            "notification_id": note["id"],
+            "created_at": tx.now,
+        },
+    )
 
 
 def _recent(tx: Tx, tenant_id: str, recipient: str, attention: str, up_to: int) -> int:

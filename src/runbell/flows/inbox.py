@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from runbell import metrics
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
-from runbell.flows import views
+from runbell.flows import digests, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
@@ -63,6 +63,17 @@ def get_notification(
     closed notification, or a request that can no longer be answered, is a stale open."""
     with rb.db.read() as conn:
         note = own_note(conn, who, notification_id)
+        if digests.is_digest(note):
+            # No run behind it: its items are the runs, each a link (the viewer's access).
+            out = views.notification_view(note)
+            ok, why = views.actionable(note, {}, rb.db.clock())
+            out.update(
+                actionable=ok,
+                actionable_reason=why,
+                run=None,
+                digest=digests.digest_view(conn, who, note),
+            )
+            return out
         run = runs.require_run(conn, who.tenant_id, note["run_id"])
         can_see = runs.can_see_run(conn, who, note["run_id"])
         request = get_for_notification(conn, note)
@@ -106,6 +117,8 @@ def recipient_sees_run(conn: Connection, note: dict[str, Any]) -> bool:
     may see the run (whoever is asking)."""
     tenant_id, user_id = note["tenant_id"], note["recipient_user_id"]
     role = accounts.membership_role(conn, tenant_id, user_id)
+    if digests.is_digest(note):
+        return role is not None  # a digest names no run of its own; its items are checked
     recipient = Principal(tenant_id=tenant_id, kind="user", role=role or "", user_id=user_id)
     return role is not None and runs.can_see_run(conn, recipient, note["run_id"])
 

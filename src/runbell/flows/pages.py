@@ -68,7 +68,7 @@ def inbox_page(rb: Runbell, who: Principal, now: datetime) -> dict[str, Any]:
             before=None,
             limit=INBOX_CLOSED_LIMIT,
         )
-        run_ids = {n["run_id"] for n in opened + closed}
+        run_ids = {n["run_id"] for n in opened + closed if n["attention_type"] != "digest"}
         run_rows = runs.runs_by_id(conn, who.tenant_id, run_ids)
         visible = runs.visible_among(conn, who, run_ids)
         asks = {n["id"]: get_for_notification(conn, n) for n in opened}
@@ -82,7 +82,12 @@ def inbox_page(rb: Runbell, who: Principal, now: datetime) -> dict[str, Any]:
             _standing(n, run_rows.get(n["run_id"]), n["run_id"] in visible, now) for n in closed
         ],
         "titles": {
-            rid: (run_rows[rid].get("title") or rid) if rid in visible else None for rid in run_ids
+            **{
+                rid: (run_rows[rid].get("title") or rid) if rid in visible else None
+                for rid in run_ids
+            },
+            # A digest's synthetic run id is never a run: its group is the digest itself.
+            **{n["run_id"]: "Digest" for n in opened + closed if n["attention_type"] == "digest"},
         },
     }
 
@@ -95,7 +100,9 @@ def _standing(
     request: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     ok, reason = (False, "access lost")
-    if run is not None and visible:
+    if note["attention_type"] == "digest":
+        ok, reason = views.actionable(note, {}, now)  # no run of its own: informational
+    elif run is not None and visible:
         ok, reason = views.actionable(note, run, now, request)
     return {**note, "actionable": ok, "actionable_reason": reason}
 

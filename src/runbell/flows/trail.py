@@ -12,11 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from runbell.domain.principal import Principal
-from runbell.flows import views
+from runbell.flows import digests, views
 from runbell.flows.context import Runbell
 from runbell.flows.inbox import actionable, recipient_sees_run
 from runbell.flows.input_requests import get_for_notification
-from runbell.store import feed, runs
+from runbell.store import accounts, feed, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 
@@ -32,12 +32,21 @@ def trail(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
         deliveries = notes.deliveries_for(conn, who.tenant_id, notification_id)
         lifecycle = feed.for_notification(conn, who.tenant_id, notification_id)
         receipts = requests.receipts_for(conn, who.tenant_id, notification_id)
-        run = runs.require_run(conn, who.tenant_id, note["run_id"])
-        request = get_for_notification(conn, note)
         sees = recipient_sees_run(conn, note)
+        digest = None
+        if digests.is_digest(note):
+            run: dict[str, Any] = {}
+            request = None
+            role = accounts.membership_role(conn, who.tenant_id, note["recipient_user_id"])
+            digest = digests.digest_view(conn, digests.recipient(note, role or "member"), note)
+        else:
+            run = runs.require_run(conn, who.tenant_id, note["run_id"])
+            request = get_for_notification(conn, note)
     out = views.notification_view(note)
     # "Could the user still act?": the recipient's answer, not the admin asking.
     out["actionable"], out["actionable_reason"] = actionable(rb, note, run, request, sees)
+    if digest is not None:
+        out["digest"] = digest
     out["why"] = {
         "rule_id": note["rule_id"],
         "decision": note["decision"],

@@ -604,3 +604,65 @@ sa.Index(
     notifications.c.attention_type,
     notifications.c.state,
 )
+
+# Digests (migration 0011): attention a rule decided as ``digest``, collected per recipient
+# and key in the transaction of its transition, then sent as ONE ``digest`` notification
+# when its (epoch-aligned) window closes or it reaches its maximum size. The digest's
+# identity is unique, and its items are claimed in the transaction that creates it, so two
+# flushers (or a flush retried after a crash) make it exactly once.
+digest_items = sa.Table(
+    "digest_items",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("recipient_user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("digest_key", sa.String(100), nullable=False),
+    sa.Column("window_start", UTCDateTime, nullable=False),
+    sa.Column("closes_at", UTCDateTime, nullable=False),
+    sa.Column("max_items", sa.Integer, nullable=False),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("transition_version", sa.Integer, nullable=False),
+    sa.Column("attention_type", sa.String(20), nullable=False),
+    sa.Column("urgency", sa.String(20), nullable=False),
+    sa.Column("rule_id", sa.String(200), nullable=False),
+    sa.Column("notification_id", Id, nullable=True),  # the item's own inbox notification
+    sa.Column("digest_id", Id, nullable=True),  # set when a digest claims the item
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint(
+        "tenant_id",
+        "recipient_user_id",
+        "run_id",
+        "transition_version",
+        "attention_type",
+        name="uq_digest_item_once",
+    ),
+)
+# The flush sweep reads unclaimed items only (digest_id IS NULL) by when they close.
+sa.Index("ix_digest_items_due", digest_items.c.digest_id, digest_items.c.closes_at)
+sa.Index("ix_digest_items_digest", digest_items.c.tenant_id, digest_items.c.digest_id)
+
+digests = sa.Table(
+    "digests",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("recipient_user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("digest_key", sa.String(100), nullable=False),
+    sa.Column("window_start", UTCDateTime, nullable=False),
+    sa.Column("part", sa.Integer, nullable=False),
+    sa.Column("window_end", UTCDateTime, nullable=False),
+    sa.Column("ordinal", sa.Integer, nullable=False),  # its notification's transition_version
+    sa.Column("notification_id", Id, nullable=False),
+    sa.Column("item_count", sa.Integer, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.UniqueConstraint(
+        "tenant_id",
+        "recipient_user_id",
+        "digest_key",
+        "window_start",
+        "part",
+        name="uq_digest_once",
+    ),
+)
+sa.Index("ix_digests_notification", digests.c.tenant_id, digests.c.notification_id)
+sa.Index("ix_digests_tenant_created", digests.c.tenant_id, digests.c.created_at)

@@ -239,6 +239,8 @@ def deep_link(notification_id: str, session: Session, core: Core) -> Response:
     if note["actionable_reason"] == "access lost":
         return no_access(v, 403)
     _record_opened(core, v.who, notification_id)
+    if note.get("digest") is not None:
+        return digest_page(v, note)
     banner: list[str] = []
     if not note["actionable"] and (
         note["attention_type"] == "input_required" or note["state"] != "open"
@@ -272,6 +274,22 @@ def deep_link(notification_id: str, session: Session, core: Core) -> Response:
         "actionable": note["actionable"],
     }
     return run_page(core, v, note["run_id"], RunPageState(highlight=highlight, banner=banner))
+
+
+def digest_page(v: Viewer, note: dict[str, Any]) -> Response:
+    """A digest's own page: what it collected, each item a link to its run."""
+    digest = note["digest"]
+    ctx = v.base("digest", note["summary"])
+    ctx.update(
+        note=note,
+        items=[
+            {**item, "when": v.time(_when(item["at"])) if item["at"] else None}
+            for item in digest["items"]
+        ],
+        window_start=v.time(_when(digest["window_start"])) if digest.get("window_start") else None,
+        window_end=v.time(_when(digest["window_end"])) if digest.get("window_end") else None,
+    )
+    return render("digest.html.j2", ctx)
 
 
 def refusal_text(v: Viewer, exc: Conflict) -> str:

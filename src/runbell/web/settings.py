@@ -5,6 +5,8 @@ destinations, and the browsers that get notifications.
 ``GET  /settings``, ``POST /settings``                      consent, quiet hours, timezone
 ``POST /settings/chat``, ``…/chat/{id}/delete``             chat destinations
 ``POST /settings/push/{id}/delete``                         forget a browser
+``POST /settings/policy/preview``, ``POST /settings/policy``  admins: preview a policy against
+                                                            the last 7 days, then save it
 =========================================================  =================================
 
 The form is validated as the API validates ``PUT /v1/me/preferences``; a refused form is
@@ -13,6 +15,7 @@ shown again as it was sent, with why.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter
@@ -21,8 +24,8 @@ from pydantic import ValidationError
 
 from runbell.api.deps import Core
 from runbell.api.schemas import ChatIn, PreferencesIn
-from runbell.domain.errors import RunbellError, ValidationFailed
-from runbell.flows import preferences
+from runbell.domain.errors import Forbidden, RunbellError, ValidationFailed
+from runbell.flows import dry_run, policy, preferences
 from runbell.flows.context import Runbell
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
@@ -57,6 +60,8 @@ COMMON_ZONES = (
     "Pacific/Honolulu",
 )
 
+POLICY_KEYS = frozenset({"rules", "replace_defaults", "quiet_hours_bypass"})
+
 router = APIRouter(include_in_schema=False)
 
 
@@ -68,6 +73,9 @@ def settings_page(
     saved: str | None = None,
     draft: dict[str, Any] | None = None,
     status: int = 200,
+    policy_draft: str | None = None,
+    preview: dict[str, Any] | None = None,
+    policy_error: str | None = None,
 ) -> Response:
     prefs = preferences.preferences_of(core, v.who)
     chats = [{**c, "mine": not c["shared"]} for c in preferences.chat_destinations(core, v.who)]
@@ -92,6 +100,9 @@ def settings_page(
         error=error,
         saved=saved,
         is_admin=v.who.is_admin,
+        policy_text=policy_draft if policy_draft is not None else _own_policy(core, v),
+        preview=preview,
+        policy_error=policy_error,
     )
     return render("settings.html.j2", ctx, status=status)
 
@@ -103,6 +114,7 @@ def settings_view(session: Session, core: Core, saved: str | None = None) -> Res
         "chat": "Chat destination added.",
         "chat-removed": "Chat destination removed.",
         "device-removed": "That browser will no longer get notifications.",
+        "policy": "The attention policy was saved.",
     }
     return settings_page(core, viewer(core, session), saved=words.get(saved or ""))
 
@@ -190,3 +202,52 @@ def settings_delete_chat(destination_id: str, signed: Checked, core: Core) -> Re
 def settings_delete_push(subscription_id: str, signed: Checked, core: Core) -> Response:
     preferences.unsubscribe(core, signed.who, subscription_id)
     return RedirectResponse("/settings?saved=device-removed", status_code=303)
+
+
+def _own_policy(core: Runbell, v: Viewer) -> str:
+    """The tenant's own policy document, as the editor shows it (admins only)."""
+    if not v.who.is_admin:
+        return ""
+    own = policy.get_policy(core, v.who.tenant_id)["tenant_rules"]
+    return json.dumps(own, indent=2, sort_keys=True)
+
+
+def _policy_doc(text: str) -> dict[str, Any]:
+    """The editor's text as a ``PUT /v1/policy`` document (JSON), validated like the API."""
+    try:
+        raw = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        raise ValidationFailed(f"the policy is not valid JSON: {exc.msg}", field="policy") from exc
+    if not isinstance(raw, dict) or not set(raw) <= POLICY_KEYS:
+        raise ValidationFailed(
+            "the policy must be a JSON object with rules, replace_defaults and quiet_hours_bypass",
+            field="policy",
+        )
+    return raw  # the rules themselves are checked by the flow, as PUT /v1/policy does
+
+
+@router.post("/settings/policy/preview")
+def settings_policy_preview(signed: Checked, core: Core) -> Response:
+    """What the edited policy would have decided over the last 7 days (nothing is saved)."""
+    v = viewer(core, signed.session)
+    if not v.who.is_admin:
+        raise Forbidden("only administrators edit the attention policy")
+    text = signed.form.first("policy")
+    try:
+        result = dry_run.dry_run(core, v.who.tenant_id, _policy_doc(text))
+    except ValidationFailed as exc:
+        return settings_page(core, v, policy_draft=text, policy_error=exc.detail, status=422)
+    return settings_page(core, v, policy_draft=text, preview=result)
+
+
+@router.post("/settings/policy")
+def settings_policy_save(signed: Checked, core: Core) -> Response:
+    v = viewer(core, signed.session)
+    if not v.who.is_admin:
+        raise Forbidden("only administrators edit the attention policy")
+    text = signed.form.first("policy")
+    try:
+        policy.set_policy(core, v.who.tenant_id, _policy_doc(text))
+    except ValidationFailed as exc:
+        return settings_page(core, v, policy_draft=text, policy_error=exc.detail, status=422)
+    return RedirectResponse("/settings?saved=policy#policy", status_code=303)

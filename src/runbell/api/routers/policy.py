@@ -3,14 +3,16 @@ retention periods (read them, override some)."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictBool, StrictInt
 
 from runbell.api.deps import Admin, Core
 from runbell.api.openapi import problems
-from runbell.flows import policy, retention
+from runbell.domain.errors import ValidationFailed
+from runbell.flows import dry_run, policy, retention
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
 
@@ -34,6 +36,46 @@ def get_policy(who: Admin, core: Core) -> dict[str, Any]:
 def put_policy(body: PolicyDoc, who: Admin, core: Core) -> dict[str, Any]:
     """Replace the tenant's rules; they are validated whole before anything is stored."""
     return policy.set_policy(core, who.tenant_id, body.model_dump())
+
+
+@router.post("/dry-run", responses=problems(401, 403, 413, 422, 503))
+def dry_run_policy(
+    body: PolicyDoc,
+    who: Admin,
+    core: Core,
+    since: Annotated[
+        str | None, Query(max_length=40, description="window start, ISO 8601 with offset")
+    ] = None,
+    until: Annotated[
+        str | None, Query(max_length=40, description="window end, ISO 8601 (default: now)")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=dry_run.MAX_TRANSITIONS)] = dry_run.MAX_TRANSITIONS,
+) -> dict[str, Any]:
+    """Replay the tenant's recorded transitions of ``[since, until)`` through the candidate
+    policy (the ``PUT /v1/policy`` document) and compare with what was decided: counts
+    per decision, attention type and urgency, and the transitions that would change. No
+    sends, no writes; ``capped`` says when the window held more than ``limit``."""
+    return dry_run.dry_run(
+        core,
+        who.tenant_id,
+        body.model_dump(),
+        since=_instant(since, "since"),
+        until=_instant(until, "until"),
+        limit=limit,
+    )
+
+
+def _instant(text: str | None, name: str) -> datetime | None:
+    """An ISO 8601 instant with its offset (a bare number or a naive time is refused)."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None or not any(c in text for c in "T "):
+        raise ValidationFailed(f"{name} must be an ISO 8601 time with an offset", field=name)
+    return value
 
 
 class RetentionChange(RootModel[dict[str, StrictInt | None]]):

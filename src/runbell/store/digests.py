@@ -1,0 +1,148 @@
+"""Digest items (attention waiting for a digest) and the digests that were sent.
+
+Exactly once: a digest's identity (tenant, recipient, key, window start, part) is unique
+(``uq_digest_once``), and the items it lists are claimed (``digest_id`` set where it was
+NULL) in the transaction that inserts it; a flusher that loses either race rolls back.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from runbell.store import tables as t
+
+_I = t.digest_items
+_D = t.digests
+
+
+def _insert(conn: Connection, table: sa.Table) -> Any:
+    return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
+
+
+def add_item(conn: Connection, row: dict[str, Any]) -> bool:
+    """Collect one item; a second for the same transition and type is a no-op."""
+    stmt = _insert(conn, _I).values(row).on_conflict_do_nothing().returning(_I.c.id)
+    return conn.execute(stmt).first() is not None
+
+
+def due_groups(conn: Connection, now: datetime, limit: int) -> list[dict[str, Any]]:
+    """Unclaimed items' groups whose window has closed or that reached their maximum size.
+
+    Reads only unclaimed items (``ix_digest_items_due``), however many were ever sent."""
+    count = sa.func.count().label("items")
+    rows = conn.execute(
+        sa.select(
+            _I.c.tenant_id,
+            _I.c.recipient_user_id,
+            _I.c.digest_key,
+            _I.c.window_start,
+            count,
+            sa.func.min(_I.c.closes_at).label("closes_at"),
+            sa.func.min(_I.c.max_items).label("max_items"),
+        )
+        .where(_I.c.digest_id.is_(None))
+        .group_by(_I.c.tenant_id, _I.c.recipient_user_id, _I.c.digest_key, _I.c.window_start)
+        .having(sa.or_(sa.func.min(_I.c.closes_at) <= now, count >= sa.func.min(_I.c.max_items)))
+        .order_by(sa.func.min(_I.c.closes_at))
+        .limit(limit)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def unclaimed(
+    conn: Connection, group: dict[str, Any], limit: int, *, lock: bool = False
+) -> list[dict[str, Any]]:
+    """The group's unclaimed items, oldest first, up to ``limit``."""
+    stmt = (
+        sa.select(_I)
+        .where(
+            _I.c.tenant_id == group["tenant_id"],
+            _I.c.recipient_user_id == group["recipient_user_id"],
+            _I.c.digest_key == group["digest_key"],
+            _I.c.window_start == group["window_start"],
+            _I.c.digest_id.is_(None),
+        )
+        .order_by(_I.c.created_at, _I.c.id)
+        .limit(limit)
+    )
+    if lock and conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update()
+    return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def parts_sent(conn: Connection, group: dict[str, Any]) -> int:
+    """How many digests this window has sent already (a full one sends early)."""
+    return int(
+        conn.execute(
+            sa.select(sa.func.count())
+            .select_from(_D)
+            .where(
+                _D.c.tenant_id == group["tenant_id"],
+                _D.c.recipient_user_id == group["recipient_user_id"],
+                _D.c.digest_key == group["digest_key"],
+                _D.c.window_start == group["window_start"],
+            )
+        ).scalar_one()
+    )
+
+
+def next_ordinal(conn: Connection, tenant_id: str, recipient: str, key: str) -> int:
+    """One past the recipient's last digest of ``key``: the digest notification's
+    ``transition_version`` (unique per tenant, recipient, synthetic run id and type)."""
+    last = conn.execute(
+        sa.select(sa.func.max(_D.c.ordinal)).where(
+            _D.c.tenant_id == tenant_id,
+            _D.c.recipient_user_id == recipient,
+            _D.c.digest_key == key,
+        )
+    ).scalar()
+    return int(last or 0) + 1
+
+
+def insert_digest(conn: Connection, row: dict[str, Any]) -> bool:
+    """Insert the digest unless its identity exists (another flusher made it)."""
+    stmt = _insert(conn, _D).values(row).on_conflict_do_nothing().returning(_D.c.id)
+    return conn.execute(stmt).first() is not None
+
+
+def claim(conn: Connection, tenant_id: str, digest_id: str, item_ids: list[str]) -> int:
+    """Mark the items as listed by ``digest_id``; returns how many were still unclaimed."""
+    result = conn.execute(
+        sa.update(_I)
+        .where(_I.c.tenant_id == tenant_id, _I.c.id.in_(item_ids), _I.c.digest_id.is_(None))
+        .values(digest_id=digest_id)
+    )
+    return int(result.rowcount)
+
+
+def for_notification(
+    conn: Connection, tenant_id: str, notification_id: str
+) -> dict[str, Any] | None:
+    row = conn.execute(
+        sa.select(_D).where(_D.c.tenant_id == tenant_id, _D.c.notification_id == notification_id)
+    ).first()
+    return None if row is None else dict(row._mapping)
+
+
+def items_of(conn: Connection, tenant_id: str, digest_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(_I)
+        .where(_I.c.tenant_id == tenant_id, _I.c.digest_id == digest_id)
+        .order_by(_I.c.created_at, _I.c.id)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def drop(conn: Connection, tenant_id: str, item_ids: list[str]) -> int:
+    """Forget unclaimed items (their recipient is no longer a member: nobody to tell)."""
+    result = conn.execute(
+        sa.delete(_I).where(
+            _I.c.tenant_id == tenant_id, _I.c.id.in_(item_ids), _I.c.digest_id.is_(None)
+        )
+    )
+    return int(result.rowcount)
