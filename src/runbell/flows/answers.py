@@ -35,7 +35,7 @@ from sqlalchemy.exc import IntegrityError
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.runs import RunState
-from runbell.flows import idempotency, transitions, views
+from runbell.flows import amendments, idempotency, transitions, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Answer, IdempotencyKey
@@ -125,6 +125,10 @@ def _respond_in_tx(
     run = runs.require_run(conn, tenant_id, found["run_id"], for_update=True)
     req = requests.get(conn, tenant_id, request_id, for_update=True)
     assert req is not None  # requests are never deleted
+    if req.get("purpose") == "amendment":
+        # A proposed change put to the owner: it binds to other versions and never moves
+        # the run's state (flows.amendments says which).
+        return amendments.answer_in_tx(rb, tx, who, run, req, answer, key, digest)
     if not may_answer(conn, who, run):
         raise Forbidden(NOT_AUTHORIZED)
     assert who.user_id is not None

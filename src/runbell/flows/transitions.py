@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from runbell.domain.runs import RunState, attention_for, is_terminal
-from runbell.flows import views
+from runbell.flows import cancellation, views
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
@@ -103,6 +103,14 @@ def apply(
     if before == RunState.INPUT_REQUIRED and state != RunState.INPUT_REQUIRED:
         cancel_pending(tx, run)  # nobody can answer those any more
     decision = None
+    facts: dict[str, Any] = {"effects_verified": effects_verified, **error_facts(error)}
+    note_reason = reason
+    if state == RunState.CANCELLED:
+        # Cancellation is a request with an outcome (invariant 16): the notification says
+        # what was kept and what stays uncertain, and the policy who asked.
+        run = cancellation.settle(tx, run)
+        facts["cancelled_by_owner"] = cancellation.requested_by_person(run)
+        note_reason = run["cancel_summary"]["text"]
     attention = attention_for(state, effects_verified)
     if attention is not None:
         raised = raise_attention(
@@ -111,8 +119,8 @@ def apply(
             run,
             attention=attention.value,
             version=version,
-            facts={"effects_verified": effects_verified, **error_facts(error)},
-            reason=reason,
+            facts=facts,
+            reason=note_reason,
             owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
             request=request,
             email=bool(rb.settings.smtp_host),
