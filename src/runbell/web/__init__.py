@@ -8,6 +8,7 @@ part of the app, each with its routes (no ``/v1`` prefix, not in the OpenAPI doc
 - :mod:`~runbell.web.signin`: ``/login``, ``/auth/{token}``, ``/logout``
 - :mod:`~runbell.web.inbox`: ``/`` and acknowledging from it
 - :mod:`~runbell.web.run_page`: ``/runs/{run_id}``, deep links ``/n/{id}``, answering
+- :mod:`~runbell.web.cancel_form`: cancelling from the run page
 - :mod:`~runbell.web.settings`: ``/settings`` and what hangs off it
 - :mod:`~runbell.web.assets`: ``/sw.js``, ``/favicon.ico``, ``/static``
 - :mod:`~runbell.web.apidocs`: ``/docs`` and ``/redoc``
@@ -29,9 +30,18 @@ def install(app: FastAPI) -> None:
     """Add the pages, static files, the service worker and ``/docs`` + ``/redoc``."""
     from fastapi.staticfiles import StaticFiles
 
-    from runbell.web import apidocs, assets, forms, inbox, run_page, settings, signin
+    from runbell.web import (
+        apidocs,
+        assets,
+        cancel_form,
+        forms,
+        inbox,
+        run_page,
+        settings,
+        signin,
+    )
 
-    for part in (signin, inbox, run_page, settings, assets):
+    for part in (signin, inbox, run_page, cancel_form, settings, assets):
         app.include_router(part.router)
     app.mount("/static", StaticFiles(directory=assets.STATIC_DIR), name="static")
     forms.install_handlers(app)
