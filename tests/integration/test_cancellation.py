@@ -151,7 +151,7 @@ def test_cancel_while_work_is_in_flight_stops_then_settles_with_what_was_kept(
     assert note["attention_type"] == "cancelled"
     assert note["rule_id"] == "cancelled.by_owner"
     assert (note["decision"], note["urgency"]) == ("inbox", "low")
-    assert "Kept: 4 of 5 files pushed to the release branch" in note["reason"]
+    assert "Kept: 4 of 5 files pushed to the release branch." in note["reason"]
     assert "does not undo" in note["reason"]
     assert "undone" not in note["reason"].replace("not undo", "")
     assert "may or may not have landed" in note["reason"]  # no ledger: uncertainty is said

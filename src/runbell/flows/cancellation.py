@@ -78,7 +78,7 @@ def cancel_summary(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
     report = run.get("report") or {}
     kept = report.get("summary") if isinstance(report.get("summary"), str) else None
     parts = ["The run stopped before finishing.", KEPT_NOT_UNDONE]
-    parts.append(f"Kept: {kept}" if kept else NOT_SAID)
+    parts.append(f"Kept: {kept.rstrip('. ')}." if kept else NOT_SAID)
     parts.append(NOT_TRACKED)
     text = " ".join(parts)
     if len(text) > SUMMARY_MAX:
