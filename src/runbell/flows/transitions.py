@@ -13,6 +13,9 @@ Invariants kept here (DESIGN §2):
 - 9: every applied transition bumps the version and supersedes the run's older actionable
   notifications; leaving ``input_required`` cancels its pending requests.
 - 4: each transition gets its own version and history row; nothing is merged.
+- 16: reaching ``cancelled`` stores what was kept and what stays uncertain
+  (``flows.cancellation``) and that text is the notification's reason; the policy sees
+  ``cancelled_by_owner`` when a person with the run's authority asked.
 """
 
 from __future__ import annotations
