@@ -81,3 +81,64 @@ def test_no_button_for_those_who_may_not_cancel_nor_on_a_finished_run(
     r = client.post("/runs/web-c2/cancel", data={"csrf_token": owner_csrf, "idempotency_key": "k2"})
     assert r.status_code == 409 and "Nothing was changed." in r.text
     assert run_state(client, creds, "web-c2") == "completed"
+
+
+def test_a_member_proposes_from_the_page_and_the_owner_approves_there(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
+    """Proposing and deciding without JavaScript: the member's form sends the proposal to
+    the owner; only the owner's page has Approve / Reject, bound to the proposal's run
+    version; approving changes the objective as a new version."""
+    member_id, _ = add_user(core, creds.tenant_id, "bob@acme.test")
+    make_run(
+        client, creds, "web-a1", objective="Fix the flaky test", authority={"users": [member_id]}
+    )
+    csrf = sign_in(client, core, creds.tenant_id, member_id)
+    page = client.get("/runs/web-a1").text
+    form = page.split('id="propose-form"', 1)[1]
+    r = client.post(
+        "/runs/web-a1/amendments",
+        data={
+            "csrf_token": csrf,
+            "idempotency_key": field(form, "idempotency_key"),
+            "text": "Add a regression test too",
+            "objective": "Fix the flaky test and add a regression test",
+        },
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    mine = client.get("/runs/web-a1").text
+    assert "Add a regression test too" in mine
+    assert "Waiting for the run" in mine and "owner to decide." in mine
+    assert "Approve change" not in mine
+    empty = client.post(
+        "/runs/web-a1/amendments", data={"csrf_token": csrf, "idempotency_key": "k2", "text": ""}
+    )
+    assert empty.status_code == 422 and "Nothing was sent." in empty.text
+
+    version = client.get("/v1/runs/web-a1", headers=bearer(creds.runtime_key)).json()
+    [pending] = version["pending_amendments"]
+    assert version["objective"] == "Fix the flaky test"
+
+    owner_csrf = sign_in(client, core, creds.tenant_id, creds.owner_id)
+    shown = client.get("/runs/web-a1").text
+    block = shown.split(f'id="amendment-{pending["id"]}"', 1)[1]
+    assert "Fix the flaky test → <strong>Fix the flaky test and add a regression test" in block
+    r = client.post(
+        f"/runs/web-a1/input-requests/{pending['id']}/respond",
+        data={
+            "csrf_token": owner_csrf,
+            "decision": "approve",
+            "expected_run_version": field(block, "expected_run_version"),
+            "expected_request_version": "1",
+            "idempotency_key": field(block, "idempotency_key"),
+        },
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    after = client.get(r.headers["location"]).text
+    assert "Your answer was recorded: approved" in after
+    assert "No changes are waiting for a decision." in after
+    run = client.get("/v1/runs/web-a1", headers=bearer(creds.runtime_key)).json()
+    assert run["objective"] == "Fix the flaky test and add a regression test"
+    assert run["version"] == version["version"] + 1

@@ -51,6 +51,7 @@ class RunPageState:
     conflict: str | None = None
     form_error: str | None = None
     cancel_error: str | None = None
+    amend_error: str | None = None
     status: int = 200
 
 
@@ -185,6 +186,24 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
         request=request_view,
         may_answer=shown["may_answer"],
         cancel=cancel_view(v, run, snapshot, shown, state),
+        amendments=[
+            {
+                "id": a["id"],
+                "by": "you" if a["proposed_by"] == v.who.user_id else a["proposed_by_email"],
+                "at": v.time(a["created_at"]),
+                "text": a["text"],
+                "changes": [
+                    {"field": name, "now": (a.get("base") or {}).get(name), "to": value}
+                    for name, value in sorted((a.get("changes") or {}).items())
+                ],
+                "run_version": a["run_version"],
+                "key": secrets.token_urlsafe(24),
+            }
+            for a in shown["pending_amendments"]
+        ],
+        may_decide_amendments=run["owner_user_id"] == v.who.user_id,
+        may_propose=not snapshot["terminal"],
+        amend_error=state.amend_error,
         idempotency_key=secrets.token_urlsafe(24),
         transitions=[
             {
