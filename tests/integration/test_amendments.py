@@ -272,6 +272,12 @@ def test_a_finished_run_is_not_amended(
         headers=bearer(creds.runtime_key),
     )
     assert r.status_code == 200
+    # The finish cancelled it and resolved the owner's alert about it.
+    [note] = made["notifications"]
+    shown = client.get(f"/v1/notifications/{note['id']}", headers=bearer(creds.owner_token))
+    assert shown.json()["state"] == "resolved"
+    asked = client.get(f"/v1/input-requests/{rid}", headers=bearer(creds.owner_token)).json()
+    assert asked["input_request"]["state"] == "cancelled"
     body = problem(decide(client, creds.owner_token, rid, "approve", run_version=version), 409)
     assert body["current"]["amendment"]["state"] == "cancelled"
     assert get_run(client, creds.owner_token, "fix-5")["pending_amendments"] == []

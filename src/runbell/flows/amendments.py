@@ -20,7 +20,9 @@ version) does not make every pending amendment stale. What does make an approval
 is what it is about: when a field it changes no longer holds the value it had when the
 amendment was proposed (the runtime edited it, or another amendment was approved), the
 approval is refused with 409 and ``current``; rejecting it is still possible. A finished
-run is not amended: its pending amendments are cancelled when someone tries to answer one.
+run is not amended: its finish cancels its pending amendments and resolves their alert
+(``flows.transitions.apply``); one whose alert had closed already is cancelled when
+someone answers it.
 
 Who: any person who can see the run may propose (its owner and authority too: for them it
 is a two-step change, as PUT is the runtime's); an API key may not (403: a runtime edits

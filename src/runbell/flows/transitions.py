@@ -36,9 +36,9 @@ from runbell.flows.attention import (
 )
 from runbell.flows.context import Runbell
 from runbell.flows.policy import policy_in
+from runbell.store import amendments, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
-from runbell.store import runs
 from runbell.store.db import PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
@@ -137,8 +137,10 @@ def apply(
         # A mismatch alert about a run that has now finished is moot. (A notification
         # this transition raised is not among ``open_notes``: they were read before it.)
         for note in open_notes:
-            if note["id"] not in superseded and note["attention_type"] == "mismatch":
+            if note["id"] not in superseded and note["attention_type"] in _MOOT_WHEN_FINISHED:
                 close_notification(tx, note, "resolved", f"run is {state}")
+        if any(note["attention_type"] == "amendment" for note in open_notes):
+            _cancel_amendments(tx, run)  # a finished run is not amended
     runs.defer_transition(
         tx,
         {
@@ -166,6 +168,21 @@ def apply(
         notifications=len(ids),
     )
     return run, ids
+
+
+# Open notifications that a run's finish makes moot: a mismatch about its state, and a
+# proposed change to it (flows.amendments).
+_MOOT_WHEN_FINISHED = ("mismatch", "amendment")
+
+
+def _cancel_amendments(tx: Tx, run: dict[str, Any]) -> None:
+    """The run finished with proposed changes pending: they can no longer apply. (Looked
+    for only when one had an open notification, so an ordinary finish reads nothing more;
+    one that had none is cancelled when someone answers it.)"""
+    tenant_id = run["tenant_id"]
+    for pending in amendments.for_run(tx.conn, tenant_id, run["run_id"]):
+        requests.close(tx.conn, tenant_id, pending["input_request_id"], "cancelled", tx.now)
+        amendments.decide(tx.conn, tenant_id, pending["id"], "cancelled", by=None, at=tx.now)
 
 
 def cancel_pending(tx: Tx, run: dict[str, Any]) -> list[str]:
