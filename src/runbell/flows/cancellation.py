@@ -23,19 +23,11 @@ from typing import Any
 
 import structlog
 
+from runbell.domain.cancellation import outcome
 from runbell.store import runs
 from runbell.store.db import Tx
 
 log = structlog.get_logger(__name__)
-
-SUMMARY_MAX = 500  # notifications.reason is 500 characters
-
-KEPT_NOT_UNDONE = "Work the run had already done was kept; cancelling does not undo it."
-NOT_TRACKED = (
-    "Runbell has no record of this run's individual effects, so anything that was in "
-    "flight when it stopped may or may not have landed."
-)
-NOT_SAID = "The runtime did not say what it had done."
 
 
 def requested_by_person(run: dict[str, Any]) -> bool:
@@ -71,19 +63,14 @@ def cancel_summary(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
     knows the run's individual effects; ``text`` one line for the notification and the
     run page. The wording never claims to undo anything.
 
-    SEAM (operations ledger): once operations exist, this counts them ("9 confirmed,
-    1 uncertain, 3 not started", with the ledger's one text function), names the
-    uncertain ones in ``uncertain`` and sets ``tracked``.
+    SEAM (operations ledger): once operations exist, this counts them and calls
+    ``outcome(kept, tracked=True, counts=…, counts_text=<the ledger's one text function>,
+    uncertain=<the uncertain ones named, or None>)``; the wording is
+    :func:`runbell.domain.cancellation.outcome`'s either way.
     """
     report = run.get("report") or {}
     kept = report.get("summary") if isinstance(report.get("summary"), str) else None
-    parts = ["The run stopped before finishing.", KEPT_NOT_UNDONE]
-    parts.append(f"Kept: {kept.rstrip('. ')}." if kept else NOT_SAID)
-    parts.append(NOT_TRACKED)
-    text = " ".join(parts)
-    if len(text) > SUMMARY_MAX:
-        text = text[: SUMMARY_MAX - 1] + "…"
-    return {"kept": kept, "uncertain": None, "counts": None, "tracked": False, "text": text}
+    return outcome(kept or None, tracked=False)
 
 
 def settle(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
