@@ -6,6 +6,7 @@ tenant webhook receiver. Every test runs on SQLite and on PostgreSQL, with the t
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -13,8 +14,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from runbell.flows.context import Runbell
+from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
-from tests.conftest import bearer
+from tests.conftest import LiveServer, bearer
+from tests.integration.test_input_requests import race, rows
 from tests.peers import Dispatcher, WebhookReceiver
 
 # --- helpers -----------------------------------------------------------------------------
@@ -331,3 +334,42 @@ def test_run_cancel_requested_is_delivered_to_a_real_receiver(
         assert data["cancel_requested"]["reason"] == "not needed"
         assert data["cancel_requested"]["by"] == creds.owner_id
         assert len(rx.requests) == 1  # only the subscribed type
+
+
+# --- races -------------------------------------------------------------------------------
+
+
+def test_six_devices_cancelling_at_once_make_one_request(core: Runbell, creds: TenantCreds) -> None:
+    """Six real concurrent cancels under different keys (the owner on every device): one
+    202, five 200 ``already_stopping``, one ``cancel`` transition, one event."""
+    with LiveServer(core, bridge=False) as server:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            c.put(
+                "/v1/runs/race-c",
+                json={"owner": creds.owner_email, "state": "working"},
+                headers=bearer(creds.runtime_key),
+            ).raise_for_status()
+
+        def post(i: int) -> httpx.Response:
+            with httpx.Client(base_url=server.url, timeout=60) as c:
+                return c.post(
+                    "/v1/runs/race-c/cancel",
+                    json={"reason": f"device {i}"},
+                    headers={**bearer(creds.owner_token), "Idempotency-Key": f"dev-{i}"},
+                )
+
+        answers = race(6, post)
+    assert Counter(r.status_code for r in answers) == Counter({202: 1, 200: 5}), [
+        r.text for r in answers
+    ]
+    [first] = [r.json() for r in answers if r.status_code == 202]
+    reason = first["run"]["cancel_requested"]["reason"]
+    assert all(
+        r.json()["run"]["cancel_requested"]["reason"] == reason
+        for r in answers
+        if r.status_code == 200
+    )
+    kinds = [tr["kind"] for tr in rows(core, t.transitions, creds.tenant_id, run_id="race-c")]
+    assert kinds.count("cancel") == 1
+    events = rows(core, t.feed_events, creds.tenant_id, run_id="race-c")
+    assert [e["type"] for e in events].count("run.cancel_requested") == 1
