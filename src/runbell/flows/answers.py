@@ -17,6 +17,11 @@ Invariants kept here (DESIGN §2):
   pending deliveries in the same transaction.
 - 1: one response per request is the table's key; of two concurrent answers one wins.
 
+An amendment's request (purpose ``amendment``: a change someone proposed, put to the
+owner) is answered here too, and handed to :func:`runbell.flows.amendments.answer_in_tx`:
+only the owner answers it, it binds to the run version it was proposed against, and it
+never moves the run's state.
+
 Example (what the API router and the web app call)::
 
     answer(rb, person, "push-1",
