@@ -373,3 +373,39 @@ def test_six_devices_cancelling_at_once_make_one_request(core: Runbell, creds: T
     assert kinds.count("cancel") == 1
     events = rows(core, t.feed_events, creds.tenant_id, run_id="race-c")
     assert [e["type"] for e in events].count("run.cancel_requested") == 1
+
+
+def test_a_runtime_long_polling_the_feed_hears_the_request(
+    core: Runbell, creds: TenantCreds
+) -> None:
+    """The runtime's long-poll (waiting after the feed's head) is answered with the
+    request: the transition to stopping and ``run.cancel_requested``."""
+    with LiveServer(core) as server, httpx.Client(base_url=server.url, timeout=60) as c:
+        rt = bearer(creds.runtime_key)
+        c.put(
+            "/v1/runs/poll-1",
+            json={"owner": creds.owner_email, "state": "working"},
+            headers=rt,
+        ).raise_for_status()
+        head = c.get("/v1/events?after=latest", headers=rt).json()["next_cursor"]
+
+        def job(i: int) -> httpx.Response:
+            if i == 0:  # the runtime, waiting
+                with httpx.Client(base_url=server.url, timeout=60) as poller:
+                    return poller.get(f"/v1/events?after={head}&wait=25", headers=rt)
+            with httpx.Client(base_url=server.url, timeout=60) as owner:
+                return owner.post(
+                    "/v1/runs/poll-1/cancel",
+                    json={"reason": "enough"},
+                    headers=bearer(creds.owner_token),
+                )
+
+        polled, asked = race(2, job)
+        assert asked.status_code == 202, asked.text
+        # One commit carries both events, so the one answer has both, cause first.
+        seen = polled.json()["events"]
+        assert [e["type"] for e in seen] == ["run.transitioned", "run.cancel_requested"]
+        requested = [e for e in seen if e["type"] == "run.cancel_requested"]
+        assert len(requested) == 1
+        assert requested[0]["data"]["cancel_requested"]["reason"] == "enough"
+        assert requested[0]["data"]["state"] == "stopping"
