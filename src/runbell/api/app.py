@@ -11,6 +11,8 @@ from runbell.api import openapi, problems
 from runbell.api.limits import BodyLimit
 from runbell.api.responses import JSON
 from runbell.api.routers import (
+    amendments,
+    cancellation,
     deliveries,
     events,
     health,
@@ -41,6 +43,8 @@ def install(app: FastAPI, rb: Runbell, *, listen_host: str | None = None) -> Non
     for router in (
         runs.router,
         input_requests.router,
+        cancellation.router,
+        amendments.router,
         sources.router,
         notifications.router,
         events.router,

@@ -17,6 +17,11 @@ Invariants kept here (DESIGN §2):
   pending deliveries in the same transaction.
 - 1: one response per request is the table's key; of two concurrent answers one wins.
 
+An amendment's request (purpose ``amendment``: a change someone proposed, put to the
+owner) is answered here too, and handed to :func:`runbell.flows.amendments.answer_in_tx`:
+only the owner answers it, it binds to the run version it was proposed against, and it
+never moves the run's state.
+
 Example (what the API router and the web app call)::
 
     answer(rb, person, "push-1",
@@ -35,7 +40,7 @@ from sqlalchemy.exc import IntegrityError
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.runs import RunState
-from runbell.flows import idempotency, transitions, views
+from runbell.flows import amendments, idempotency, transitions, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Answer, IdempotencyKey
@@ -125,6 +130,10 @@ def _respond_in_tx(
     run = runs.require_run(conn, tenant_id, found["run_id"], for_update=True)
     req = requests.get(conn, tenant_id, request_id, for_update=True)
     assert req is not None  # requests are never deleted
+    if req.get("purpose") == "amendment":
+        # A proposed change put to the owner: it binds to other versions and never moves
+        # the run's state (flows.amendments says which).
+        return amendments.answer_in_tx(rb, tx, who, run, req, answer, key, digest)
     if not may_answer(conn, who, run):
         raise Forbidden(NOT_AUTHORIZED)
     assert who.user_id is not None

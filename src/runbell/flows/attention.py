@@ -36,6 +36,7 @@ NEUTRAL_BODY = {
     "cancelled": "A run was cancelled. Open Runbell for what was kept.",
     "mismatch": "What a run reported and its actual state disagree. Open Runbell to check.",
     "digest": "Several runs finished. Open Runbell to see them.",
+    "amendment": "Someone proposed a change to one of your runs. Open Runbell to decide.",
 }
 
 NEUTRAL_SUMMARY = {
@@ -47,6 +48,7 @@ NEUTRAL_SUMMARY = {
     "cancelled": "A run was cancelled",
     "mismatch": "A run's reported state could not be confirmed",
     "digest": "Several runs finished",
+    "amendment": "A change to your run was proposed",
 }
 
 

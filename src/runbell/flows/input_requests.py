@@ -38,7 +38,7 @@ import structlog
 from runbell import metrics
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.runs import RunState
+from runbell.domain.runs import RunState, is_terminal
 from runbell.flows import transitions, views
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Runbell
@@ -280,7 +280,11 @@ def get_request(rb: Runbell, who: Principal, request_id: str) -> dict[str, Any]:
     with rb.db.read() as conn:
         req = requests.get(conn, who.tenant_id, request_id)
         run = None if req is None else runs.get_run(conn, who.tenant_id, req["run_id"])
-        may = run is not None and may_answer(conn, who, run)
+        may = run is not None and (
+            may_answer(conn, who, run)
+            if req is None or req.get("purpose", "run") == "run"
+            else who.is_user and who.user_id == run["owner_user_id"]  # amendments: the owner
+        )
         if req is None or run is None or not (may or runs.can_see_run(conn, who, run["run_id"])):
             raise NotFound(f"no input request {request_id!r}")
     ok, why = request_actionable(req, run, rb.db.clock())
@@ -337,6 +341,10 @@ def request_actionable(req: dict[str, Any], run: dict[str, Any], now: datetime) 
     blocked = views.request_blocked(req, now)
     if blocked is not None:
         return False, blocked
+    if req.get("purpose") == "amendment":  # put to the owner; the run need not wait
+        if is_terminal(run["state"]):
+            return False, f"run is now {run['state']}"
+        return True, "awaiting the owner's decision"
     if run["state"] != RunState.INPUT_REQUIRED:
         return False, f"run is now {run['state']}"
     return True, "awaiting an answer"

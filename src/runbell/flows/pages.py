@@ -25,7 +25,7 @@ from runbell.flows import views
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import get_for_notification, may_answer
 from runbell.flows.runs import get_run
-from runbell.store import destinations, feed, runs
+from runbell.store import amendments, destinations, feed, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 
@@ -113,10 +113,12 @@ def run_page(
     """A run as its page shows it; :class:`~runbell.domain.errors.NotFound` when ``who``
     may not see it.
 
-    ``{head_cursor, snapshot, run, owner_email, transitions, pending_request, may_answer,
-    my_notifications, answered_request}``: ``snapshot`` is what ``GET /v1/runs/{id}``
-    answers; ``run`` the stored row (times as datetimes); ``transitions`` oldest first;
-    ``pending_request`` the newest pending input request or None; ``my_notifications``
+    ``{head_cursor, snapshot, run, owner_email, cancel_requested_by_email,
+    pending_amendments, transitions, pending_request, may_answer, my_notifications,
+    answered_request}``: ``snapshot`` is
+    what ``GET /v1/runs/{id}`` answers; ``run`` the stored row (times as datetimes);
+    ``transitions`` oldest first; ``pending_request`` the newest pending input request or
+    None; ``my_notifications``
     this person's own about the run (up to 50, newest first), each with its
     ``deliveries``; ``answered_request`` the request named by ``answered_request`` when
     it is of this run and this person answered it, else None.
@@ -134,6 +136,9 @@ def run_page(
         for note in mine:
             note["deliveries"] = notes.deliveries_for(conn, who.tenant_id, note["id"])
         owner = destinations.email_of(conn, run["owner_user_id"])
+        proposed = amendments.for_run(conn, who.tenant_id, run_id)
+        asked_by = run.get("cancel_requested_by")
+        cancel_by = destinations.email_of(conn, asked_by) if asked_by else None
         answered = None
         if answered_request:
             answered = requests.get(conn, who.tenant_id, answered_request)
@@ -148,6 +153,8 @@ def run_page(
         "snapshot": snapshot,
         "run": run,
         "owner_email": str(owner),
+        "cancel_requested_by_email": None if cancel_by is None else str(cancel_by),
+        "pending_amendments": proposed,
         "transitions": transitions,
         "pending_request": waiting[-1] if waiting else None,
         "may_answer": may,

@@ -13,6 +13,9 @@ Invariants kept here (DESIGN §2):
 - 9: every applied transition bumps the version and supersedes the run's older actionable
   notifications; leaving ``input_required`` cancels its pending requests.
 - 4: each transition gets its own version and history row; nothing is merged.
+- 16: reaching ``cancelled`` stores what was kept and what stays uncertain
+  (``flows.cancellation``) and that text is the notification's reason; the policy sees
+  ``cancelled_by_owner`` when a person with the run's authority asked.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 import structlog
 
 from runbell.domain.runs import RunState, attention_for, is_terminal
-from runbell.flows import views
+from runbell.flows import cancellation, views
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
@@ -33,9 +36,9 @@ from runbell.flows.attention import (
 )
 from runbell.flows.context import Runbell
 from runbell.flows.policy import policy_in
+from runbell.store import amendments, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
-from runbell.store import runs
 from runbell.store.db import PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
@@ -103,6 +106,14 @@ def apply(
     if before == RunState.INPUT_REQUIRED and state != RunState.INPUT_REQUIRED:
         cancel_pending(tx, run)  # nobody can answer those any more
     decision = None
+    facts: dict[str, Any] = {"effects_verified": effects_verified, **error_facts(error)}
+    note_reason = reason
+    if state == RunState.CANCELLED:
+        # Cancellation is a request with an outcome (invariant 16): the notification says
+        # what was kept and what stays uncertain, and the policy who asked.
+        run = cancellation.settle(tx, run)
+        facts["cancelled_by_owner"] = cancellation.requested_by_person(run)
+        note_reason = run["cancel_summary"]["text"]
     attention = attention_for(state, effects_verified)
     if attention is not None:
         raised = raise_attention(
@@ -111,8 +122,8 @@ def apply(
             run,
             attention=attention.value,
             version=version,
-            facts={"effects_verified": effects_verified, **error_facts(error)},
-            reason=reason,
+            facts=facts,
+            reason=note_reason,
             owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
             request=request,
             email=bool(rb.settings.smtp_host),
@@ -126,8 +137,10 @@ def apply(
         # A mismatch alert about a run that has now finished is moot. (A notification
         # this transition raised is not among ``open_notes``: they were read before it.)
         for note in open_notes:
-            if note["id"] not in superseded and note["attention_type"] == "mismatch":
+            if note["id"] not in superseded and note["attention_type"] in _MOOT_WHEN_FINISHED:
                 close_notification(tx, note, "resolved", f"run is {state}")
+        if any(note["attention_type"] == "amendment" for note in open_notes):
+            _cancel_amendments(tx, run)  # a finished run is not amended
     runs.defer_transition(
         tx,
         {
@@ -155,6 +168,21 @@ def apply(
         notifications=len(ids),
     )
     return run, ids
+
+
+# Open notifications that a run's finish makes moot: a mismatch about its state, and a
+# proposed change to it (flows.amendments).
+_MOOT_WHEN_FINISHED = ("mismatch", "amendment")
+
+
+def _cancel_amendments(tx: Tx, run: dict[str, Any]) -> None:
+    """The run finished with proposed changes pending: they can no longer apply. (Looked
+    for only when one had an open notification, so an ordinary finish reads nothing more;
+    one that had none is cancelled when someone answers it.)"""
+    tenant_id = run["tenant_id"]
+    for pending in amendments.for_run(tx.conn, tenant_id, run["run_id"]):
+        requests.close(tx.conn, tenant_id, pending["input_request_id"], "cancelled", tx.now)
+        amendments.decide(tx.conn, tenant_id, pending["id"], "cancelled", by=None, at=tx.now)
 
 
 def cancel_pending(tx: Tx, run: dict[str, Any]) -> list[str]:

@@ -56,10 +56,29 @@ def run_view(run: dict[str, Any], *, include_details: bool = False) -> dict[str,
         "started_at": iso(run.get("started_at")),
         "finished_at": iso(run.get("finished_at")),
         "last_progress_at": iso(run.get("last_progress_at")),
+        "cancel_requested": cancel_requested_view(run),
+        # Once cancelled: what was kept and what stays uncertain (flows.cancellation).
+        "cancellation": run.get("cancel_summary"),
     }
     if include_details:
         out["details"] = run.get("details")
     return out
+
+
+def cancel_requested_view(run: dict[str, Any]) -> dict[str, Any] | None:
+    """``{at, by, by_kind, reason}`` of the run's cancellation request, or None: ``by`` is
+    the person who asked (``by_kind: user``), or None when the runtime asked with its API
+    key (``by_kind: runtime``)."""
+    at = run.get("cancel_requested_at")
+    if at is None:
+        return None
+    by = run.get("cancel_requested_by")
+    return {
+        "at": iso(at),
+        "by": by,
+        "by_kind": "user" if by else "runtime",
+        "reason": run.get("cancel_reason"),
+    }
 
 
 def run_event(run: dict[str, Any]) -> dict[str, Any]:
@@ -169,6 +188,15 @@ def actionable(
     the stored row with its answer), the request's own fate comes first: ``answered by
     <email>``, ``superseded by a newer request``, ``request cancelled``, ``expired``.
     """
+    if note["attention_type"] == "amendment":
+        # A proposal put to the owner: open while its request waits and the run goes on.
+        if request is not None and request_blocked(request, now) is not None:
+            return False, str(request_blocked(request, now))
+        if note["state"] != "open":
+            return False, note["state"]
+        if is_terminal(run["state"]):
+            return False, f"run is now {run['state']}"
+        return True, "awaiting your decision"
     if note["attention_type"] == "input_required" and request is not None:
         blocked = request_blocked(request, now)
         if blocked is not None:

@@ -26,6 +26,10 @@ WEBHOOK_EVENT_TYPES = (
     "input_request.expired",
     "input_request.superseded",
     "input_request.cancelled",
+    "run.cancel_requested",
+    "amendment.proposed",
+    "amendment.approved",
+    "amendment.rejected",
 )
 
 

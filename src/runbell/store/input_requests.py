@@ -45,11 +45,23 @@ def _with_answer(conn: Connection, req: dict[str, Any]) -> dict[str, Any]:
 
 
 def pending_for_run(
-    conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False
+    conn: Connection,
+    tenant_id: str,
+    run_id: str,
+    *,
+    for_update: bool = False,
+    purpose: str = "run",
 ) -> list[dict[str, Any]]:
+    """The run's pending requests of ``purpose``: ``run`` (the runtime's own questions,
+    which block it) unless asked for ``amendment`` (proposals put to the owner)."""
     q = (
         sa.select(ir)
-        .where(ir.c.tenant_id == tenant_id, ir.c.run_id == run_id, ir.c.state == "pending")
+        .where(
+            ir.c.tenant_id == tenant_id,
+            ir.c.run_id == run_id,
+            ir.c.state == "pending",
+            ir.c.purpose == purpose,
+        )
         .order_by(ir.c.created_at)
     )
     if for_update:

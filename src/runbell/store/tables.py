@@ -666,3 +666,44 @@ digests = sa.Table(
 )
 sa.Index("ix_digests_notification", digests.c.tenant_id, digests.c.notification_id)
 sa.Index("ix_digests_tenant_created", digests.c.tenant_id, digests.c.created_at)
+
+# --- cancellation as a request, amendments by other people (issue 10) ---------------
+#
+# The run's cancellation request (who asked, when, why) and, once it is cancelled, the
+# summary of what was kept and what stays uncertain (flows.cancellation). Columns of
+# ``runs``, appended here so the table's own block stays as it was.
+runs.append_column(sa.Column("cancel_requested_at", UTCDateTime, nullable=True))
+# The person who asked; NULL with cancel_requested_at set: the runtime (an API key) asked.
+runs.append_column(sa.Column("cancel_requested_by", Id, nullable=True))
+runs.append_column(sa.Column("cancel_reason", sa.String(500), nullable=True))
+runs.append_column(sa.Column("cancel_summary", JSON, nullable=True))
+
+# ``run``: the runtime's own question (it blocks the run); ``amendment``: a proposed change
+# put to the run's owner (it never blocks the run; flows.amendments).
+input_requests.append_column(
+    sa.Column("purpose", sa.String(16), nullable=False, server_default="run")
+)
+
+# A change to a run proposed by someone else; it becomes an input request to the owner.
+amendments = sa.Table(
+    "amendments",
+    metadata,
+    _tenant(),
+    sa.Column("id", Id, nullable=False),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("input_request_id", sa.String(200), nullable=False),
+    sa.Column("proposed_by", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("changes", JSON, nullable=True),  # {"objective": …, "title": …}
+    sa.Column("base", JSON, nullable=True),  # those fields' values when it was proposed
+    sa.Column("run_version", sa.Integer, nullable=False),  # the run version it was made on
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("decided_by", Id, nullable=True),
+    sa.Column("decided_at", UTCDateTime, nullable=True),
+    sa.Column("applied_version", sa.Integer, nullable=True),  # the run version it made
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "id"),
+    sa.CheckConstraint("state in ('pending','approved','rejected','cancelled')", name="state"),
+)
+sa.Index("ix_amendments_run", amendments.c.tenant_id, amendments.c.run_id, amendments.c.state)
+sa.Index("ix_amendments_tenant_created", amendments.c.tenant_id, amendments.c.created_at)

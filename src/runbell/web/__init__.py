@@ -9,6 +9,8 @@ part of the app, each with its routes (no ``/v1`` prefix, not in the OpenAPI doc
 - :mod:`~runbell.web.inbox`: ``/`` and acknowledging from it
 - :mod:`~runbell.web.runs_page`: ``/runs``, the runs overview
 - :mod:`~runbell.web.run_page`: ``/runs/{run_id}``, deep links ``/n/{id}``, answering
+- :mod:`~runbell.web.cancel_form`: cancelling from the run page
+- :mod:`~runbell.web.amend_form`: proposing a change from the run page
 - :mod:`~runbell.web.settings`: ``/settings`` and what hangs off it
 - :mod:`~runbell.web.assets`: ``/sw.js``, ``/favicon.ico``, ``/static``
 - :mod:`~runbell.web.apidocs`: ``/docs`` and ``/redoc``
@@ -31,8 +33,10 @@ def install(app: FastAPI) -> None:
     from fastapi.staticfiles import StaticFiles
 
     from runbell.web import (
+        amend_form,
         apidocs,
         assets,
+        cancel_form,
         forms,
         inbox,
         run_page,
@@ -41,7 +45,7 @@ def install(app: FastAPI) -> None:
         signin,
     )
 
-    for part in (signin, inbox, runs_page, run_page, settings, assets):
+    for part in (signin, inbox, runs_page, run_page, cancel_form, amend_form, settings, assets):
         app.include_router(part.router)
     app.mount("/static", StaticFiles(directory=assets.STATIC_DIR), name="static")
     forms.install_handlers(app)

@@ -50,7 +50,42 @@ class RunPageState:
     answered_request: str | None = None
     conflict: str | None = None
     form_error: str | None = None
+    cancel_error: str | None = None
+    amend_error: str | None = None
     status: int = 200
+
+
+def cancel_view(
+    v: Viewer,
+    run: dict[str, Any],
+    snapshot: dict[str, Any],
+    shown: dict[str, Any],
+    state: RunPageState,
+) -> dict[str, Any]:
+    """The Cancellation block: the request (who, when, why), the outcome once cancelled,
+    and whether this person may still ask (the run's authority, while it goes on and
+    nobody has asked yet)."""
+    requested = snapshot.get("cancel_requested")
+    by = None
+    if requested:
+        by = (
+            "the runtime"
+            if requested["by_kind"] == "runtime"
+            else shown["cancel_requested_by_email"]
+        )
+        if requested.get("by") == v.who.user_id:
+            by = "you"
+    outcome = snapshot.get("cancellation") or {}
+    return {
+        "requested": bool(requested),
+        "by": by,
+        "at": v.time(run.get("cancel_requested_at")),
+        "reason": (requested or {}).get("reason"),
+        "stopping": run["state"] == "stopping",
+        "summary": outcome.get("text") if run["state"] == "cancelled" else None,
+        "allowed": shown["may_answer"] and not snapshot["terminal"] and not requested,
+        "error": state.cancel_error,
+    }
 
 
 def _details_text(details: Any) -> str | None:
@@ -150,6 +185,25 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
         },
         request=request_view,
         may_answer=shown["may_answer"],
+        cancel=cancel_view(v, run, snapshot, shown, state),
+        amendments=[
+            {
+                "id": a["id"],
+                "by": "you" if a["proposed_by"] == v.who.user_id else a["proposed_by_email"],
+                "at": v.time(a["created_at"]),
+                "text": a["text"],
+                "changes": [
+                    {"field": name, "now": (a.get("base") or {}).get(name), "to": value}
+                    for name, value in sorted((a.get("changes") or {}).items())
+                ],
+                "run_version": a["run_version"],
+                "key": secrets.token_urlsafe(24),
+            }
+            for a in shown["pending_amendments"]
+        ],
+        may_decide_amendments=run["owner_user_id"] == v.who.user_id,
+        may_propose=not snapshot["terminal"],
+        amend_error=state.amend_error,
         idempotency_key=secrets.token_urlsafe(24),
         transitions=[
             {

@@ -36,6 +36,7 @@ ATTENTION_LABEL = {
     "cancelled": "Cancelled",
     "mismatch": "State could not be confirmed",
     "digest": "Digest",
+    "amendment": "Change proposed",
 }
 
 NOTE_STATE_LABEL = {

@@ -28,6 +28,10 @@ EventType = Literal[
     "input_request.expired",
     "input_request.superseded",
     "input_request.cancelled",
+    "run.cancel_requested",
+    "amendment.proposed",
+    "amendment.approved",
+    "amendment.rejected",
 ]
 assert set(EventType.__args__) == set(endpoints.EVENT_TYPES)  # type: ignore[attr-defined]
 

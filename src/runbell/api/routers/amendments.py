@@ -1,0 +1,49 @@
+"""Amendments: ``POST /v1/runs/{run_id}/amendments`` (DESIGN §6). The owner answers through
+``POST /v1/input-requests/{id}/responses``, like any other input request."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+from pydantic import Field
+
+from runbell.api.deps import Core, Who
+from runbell.api.idempotent import IdemKey
+from runbell.api.openapi import problems
+from runbell.api.responses import answered
+from runbell.api.schemas import RUN_ID_PATTERN, Strict
+from runbell.flows import amendments
+
+router = APIRouter(tags=["runs"])
+RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
+
+
+class AmendmentChanges(Strict):
+    objective: str | None = Field(default=None, min_length=1, max_length=10_000)
+    title: str | None = Field(default=None, min_length=1, max_length=500)
+
+
+class AmendmentIn(Strict):
+    text: str = Field(min_length=1, max_length=2000, description="what to change, and why")
+    changes: AmendmentChanges | None = Field(
+        default=None, description="the run fields to set when the owner approves"
+    )
+
+
+@router.post(
+    "/v1/runs/{run_id}/amendments",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
+def propose_amendment(
+    run_id: RunId, body: AmendmentIn, who: Who, core: Core, key: IdemKey
+) -> Response:
+    """Propose a change to a run you can see: it becomes an input request to the run's
+    owner (``input_request.id`` = ``amendment.id``), who approves or rejects it with
+    ``POST /v1/input-requests/{id}/responses`` and ``expected_run_version`` =
+    ``input_request.run_version``. Nothing changes until the owner approves; the run is
+    not blocked meanwhile. People only (an API key gets 403)."""
+    fields = body.model_dump(exclude_none=True)
+    return answered(amendments.propose(core, who, run_id, fields, key))

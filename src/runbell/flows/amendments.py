@@ -1,0 +1,450 @@
+"""Amendments: someone who can see a run proposes a change to it; the owner decides.
+
+:func:`propose` records the proposal (free ``text`` and optional structured ``changes`` of
+``objective`` and ``title``) as an **input request to the run's owner** with purpose
+``amendment``: an approval whose notification (attention ``amendment``) goes to the owner
+only. It never moves the run — no ``input_required``, no new version, nothing blocks the
+runtime — and it never changes the run by itself.
+
+The owner answers through the one answer endpoint, ``POST /v1/input-requests/{id}/
+responses`` (:mod:`runbell.flows.answers` hands amendment requests to
+:func:`answer_in_tx`): ``approve`` applies ``changes`` as a new run version (a transition
+of kind ``amend``, ``run.updated`` and ``amendment.approved`` on the feed); ``reject``
+changes nothing but the amendment's state (``amendment.rejected``).
+
+Which versions an answer binds to (invariant 9): the request id, the request version
+(``expected_request_version``), the Idempotency-Key, and as ``expected_run_version`` the
+run version **the amendment was proposed against** (``input_request.run_version``) —
+not the run's current version, so the runtime's ordinary progress (each state change is a
+version) does not make every pending amendment stale. What does make an approval stale
+is what it is about: when a field it changes no longer holds the value it had when the
+amendment was proposed (the runtime edited it, or another amendment was approved), the
+approval is refused with 409 and ``current``; rejecting it is still possible. A finished
+run is not amended: its finish cancels its pending amendments and resolves their alert
+(``flows.transitions.apply``); one whose alert had closed already is cancelled when
+someone answers it.
+
+Who: any person who can see the run may propose (its owner and authority too: for them it
+is a two-step change, as PUT is the runtime's); an API key may not (403: a runtime edits
+its run with ``PUT``); anyone who cannot see the run gets 404. Only the owner answers
+(403 for anyone else, authority included: the run is theirs).
+
+Invariants kept here (DESIGN §2): 9 (above); 6 (the decision resolves the amendment's
+notification everywhere); 1 (one amendment notification per recipient, run version and
+type: a second proposal on the same run version is listed on the run and in its snapshot
+under the alert the owner already has); 11 (feed and webhook events carry ids and field
+names, never the proposed text).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from runbell.domain.principal import Principal
+from runbell.domain.runs import is_terminal
+from runbell.flows import idempotency, views
+from runbell.flows.attention import (
+    RequestLink,
+    close_notification,
+    raise_attention,
+    supersede_actionable,
+)
+from runbell.flows.context import Runbell
+from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
+from runbell.flows.input_requests import current_of, fingerprint
+from runbell.flows.policy import policy_in
+from runbell.ids import new_id
+from runbell.store import amendments as store
+from runbell.store import destinations, runs
+from runbell.store import input_requests as requests
+from runbell.store import notifications as notes
+from runbell.store.db import PendingEvent, Tx
+
+log = structlog.get_logger(__name__)
+
+TEXT_MAX = 2000
+#: The run fields an amendment may change, with their limits (as ``PUT /v1/runs``).
+FIELDS = {"objective": 10_000, "title": 500}
+NOT_OWNER = "only the run's owner decides on a proposed amendment"
+
+
+# --- proposing -------------------------------------------------------------------------
+
+
+def propose(
+    rb: Runbell,
+    who: Principal,
+    run_id: str,
+    body: dict[str, Any],
+    key: IdempotencyKey | None = None,
+) -> Answer:
+    """Propose a change: 201 ``{amendment, input_request, run, notifications}``."""
+    text, changes = _fields(body)
+
+    def prepare() -> Act:
+        return lambda tx: (201, _propose_in(rb, tx, who, run_id, text, changes))
+
+    return act_once(rb.db, rb.box, key, prepare)
+
+
+def _fields(body: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    text = body.get("text")
+    if not isinstance(text, str) or not text.strip() or len(text) > TEXT_MAX:
+        raise ValidationFailed(f"text is 1 to {TEXT_MAX} characters", field="text")
+    changes = body.get("changes") or {}
+    if not isinstance(changes, dict):
+        raise ValidationFailed("changes must be an object", field="changes")
+    for name, value in changes.items():
+        if name not in FIELDS:
+            raise ValidationFailed(
+                f"changes may name {' and '.join(FIELDS)}, not {name!r}", field=f"changes.{name}"
+            )
+        if not isinstance(value, str) or not value.strip() or len(value) > FIELDS[name]:
+            raise ValidationFailed(
+                f"changes.{name} is 1 to {FIELDS[name]} characters", field=f"changes.{name}"
+            )
+    return text.strip(), dict(changes)
+
+
+def _propose_in(
+    rb: Runbell, tx: Tx, who: Principal, run_id: str, text: str, changes: dict[str, str]
+) -> dict[str, Any]:
+    conn, tenant_id = tx.conn, who.tenant_id
+    run = runs.get_run(conn, tenant_id, run_id, for_update=True)
+    if run is None or (who.is_user and not runs.can_see_run(conn, who, run_id)):
+        raise NotFound(f"no run {run_id!r}")
+    if not who.is_user or who.user_id is None:
+        raise Forbidden(
+            "amendments are proposed by people; a runtime edits its run with PUT /v1/runs/{id}"
+        )
+    if is_terminal(run["state"]):
+        raise Conflict(
+            f"run {run_id!r} is {run['state']}; a finished run is not amended",
+            current={"run": views.run_view(run)},
+        )
+    if changes and all(run.get(name) == value for name, value in changes.items()):
+        raise ValidationFailed("changes match the run as it is; nothing to amend", field="changes")
+    amendment_id = new_id("amd")
+    base = {name: run.get(name) for name in changes}
+    proposer = str(destinations.email_of(conn, who.user_id))
+    summary = f"{proposer} proposes a change to this run"
+    if changes:
+        summary += f" ({', '.join(sorted(changes))})"
+    details = {"text": text, "changes": changes, "base": base, "proposed_by": proposer}
+    request = {
+        "tenant_id": tenant_id,
+        "id": amendment_id,  # one id for the amendment and its request
+        "run_id": run_id,
+        "kind": "approval",
+        "summary": summary[:300],
+        "details": details,
+        "options": None,
+        "blocks_work": False,
+        "expires_at": None,
+        "version": 1,
+        "run_version": run["version"],
+        "state": "pending",
+        "request_hash": fingerprint({"amendment": amendment_id, **details}),
+        "purpose": "amendment",
+        "created_at": tx.now,
+    }
+    requests.insert(conn, request)
+    store.insert(
+        conn,
+        {
+            "tenant_id": tenant_id,
+            "id": amendment_id,
+            "run_id": run_id,
+            "input_request_id": amendment_id,
+            "proposed_by": who.user_id,
+            "text": text,
+            "changes": changes or None,
+            "base": base or None,
+            "run_version": run["version"],
+            "state": "pending",
+            "created_at": tx.now,
+        },
+    )
+    # The owner is told; the run does not move (no version, no state: nothing is blocked).
+    raised = raise_attention(
+        tx,
+        policy_in(rb, tx, tenant_id),
+        run,
+        attention="amendment",
+        version=run["version"],
+        facts={},
+        reason=summary[:200],
+        owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"], conn),
+        request=RequestLink(amendment_id, None, blocks_work=False),
+        email=bool(rb.settings.smtp_host),
+    )
+    tx.emit(
+        tenant_id,
+        PendingEvent(
+            "amendment.proposed",
+            {
+                "amendment_id": amendment_id,
+                "input_request_id": amendment_id,
+                "run_id": run_id,
+                "version": run["version"],
+                "fields": sorted(changes),
+                "proposed_by": who.user_id,
+                "state": "pending",
+            },
+            run_id=run_id,
+        ),
+    )
+    log.info("amendment.proposed", run_id=run_id, amendment_id=amendment_id)
+    amendment = store.get(conn, tenant_id, amendment_id)
+    req = requests.get(conn, tenant_id, amendment_id)
+    assert amendment is not None and req is not None
+    ids = [raised.notification_id] if raised.created and raised.notification_id else []
+    return {
+        "amendment": amendment_view(amendment),
+        "input_request": views.input_request_view(req, include_details=True),
+        "run": views.run_view(run),
+        "notifications": [views.notification_view(n) for n in notes.get_many(conn, tenant_id, ids)],
+    }
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+def amendment_view(a: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": a["id"],
+        "run_id": a["run_id"],
+        "input_request_id": a["input_request_id"],
+        "state": a["state"],
+        "text": a["text"],
+        "changes": a.get("changes") or {},
+        "base": a.get("base") or {},
+        "run_version": a["run_version"],
+        "proposed_by": {"id": a["proposed_by"], "email": a.get("proposed_by_email")},
+        "created_at": views.iso(a.get("created_at")),
+        "decided_by": a.get("decided_by"),
+        "decided_at": views.iso(a.get("decided_at")),
+        "applied_version": a.get("applied_version"),
+    }
+
+
+def pending_views(conn: Any, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The run's pending amendments, for the run snapshot."""
+    return [amendment_view(a) for a in store.for_run(conn, tenant_id, run_id)]
+
+
+# --- the owner decides -----------------------------------------------------------------
+
+
+def answer_in_tx(
+    rb: Runbell,
+    tx: Tx,
+    who: Principal,
+    run: dict[str, Any],
+    req: dict[str, Any],
+    answer: dict[str, Any],
+    key: str | None,
+    digest: str,
+) -> Answer | Conflict:
+    """Answer an amendment's request (run and request locked by the caller). A Conflict
+    is *returned* when it must be raised after this transaction commits (the amendment
+    was cancelled because its run has finished)."""
+    conn, tenant_id = tx.conn, who.tenant_id
+    if not who.is_user or who.user_id is None or who.user_id != run["owner_user_id"]:
+        raise Forbidden(NOT_OWNER)
+    if not key or not key.strip():
+        raise ValidationFailed(
+            "send an Idempotency-Key header (any unique string, reused only to retry "
+            "this same answer)",
+            field="Idempotency-Key",
+        )
+    ik = IdempotencyKey(tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
+    replay = idempotency.stored(conn, rb.box, ik)
+    if replay is not None:
+        return replay
+    amendment = store.get(conn, tenant_id, req["id"], for_update=True)
+    assert amendment is not None  # written with its request
+    refused = _refusal(tx, run, req, amendment, answer)
+    if refused is not None:
+        return refused
+    decision = answer["decision"]
+    if decision not in ("approve", "reject"):
+        raise ValidationFailed(
+            f"an amendment takes decision approve or reject, not {decision}", field="decision"
+        )
+    if answer["value"] is not None:
+        raise ValidationFailed("an approval takes no value", field="value")
+    idempotency.claim(tx, rb.box, ik)
+    requests.insert_response(
+        conn,
+        {
+            "tenant_id": tenant_id,
+            "input_request_id": req["id"],
+            "id": new_id("rsp"),
+            "user_id": who.user_id,
+            "decision": decision,
+            "value": None,
+            "expected_run_version": answer["expected_run_version"],
+            "expected_request_version": answer["expected_request_version"],
+            "idempotency_key": key,
+            "created_at": tx.now,
+        },
+    )
+    requests.close(conn, tenant_id, req["id"], "answered", tx.now)
+    if decision == "approve":
+        run = _apply(tx, who, run, amendment)
+        store.decide(
+            conn,
+            tenant_id,
+            amendment["id"],
+            "approved",
+            by=who.user_id,
+            at=tx.now,
+            applied_version=run["version"],
+        )
+    else:
+        store.decide(conn, tenant_id, amendment["id"], "rejected", by=who.user_id, at=tx.now)
+    state = "approved" if decision == "approve" else "rejected"
+    tx.emit(
+        tenant_id,
+        PendingEvent(
+            f"amendment.{state}",
+            {
+                "amendment_id": amendment["id"],
+                "input_request_id": req["id"],
+                "run_id": run["run_id"],
+                "version": run["version"],
+                "fields": sorted(amendment.get("changes") or {}),
+                "decided_by": who.user_id,
+                "state": state,
+            },
+            run_id=run["run_id"],
+        ),
+    )
+    for note in notes.open_for_run(conn, tenant_id, run["run_id"]):
+        if note.get("input_request_id") == req["id"]:
+            close_notification(tx, note, "resolved", f"{state} by {who.user_id}")
+    log.info("amendment.decided", amendment_id=amendment["id"], state=state)
+    answered = requests.get(conn, tenant_id, req["id"])
+    decided = store.get(conn, tenant_id, amendment["id"])
+    assert answered is not None and decided is not None
+    req = answered
+    result = {
+        "response": {
+            "input_request_id": req["id"],
+            "decision": decision,
+            "value": None,
+            "answered_by": {"id": req["answered_by_id"], "email": req["answered_by_email"]},
+            "answered_at": views.iso(req["answered_at"]),
+            "expected_run_version": answer["expected_run_version"],
+            "expected_request_version": answer["expected_request_version"],
+        },
+        "input_request": views.input_request_view(req),
+        "amendment": amendment_view(decided),
+        "run": views.run_view(run),
+    }
+    return idempotency.settle(tx, rb.box, ik, 200, _sorted(result))
+
+
+def _refusal(
+    tx: Tx,
+    run: dict[str, Any],
+    req: dict[str, Any],
+    amendment: dict[str, Any],
+    answer: dict[str, Any],
+) -> Conflict | None:
+    """Raise the 409 for an amendment that cannot take this answer now; *return* it when
+    the refusal changed something that must commit (a finished run cancels it)."""
+    if req["state"] != "pending":
+        raise Conflict(
+            f"This amendment was already decided ({amendment['state']})."
+            if req["state"] == "answered"
+            else f"This amendment is {amendment['state']}.",
+            current=_current(run, req, amendment),
+        )
+    if is_terminal(run["state"]):
+        requests.close(tx.conn, run["tenant_id"], req["id"], "cancelled", tx.now)
+        store.decide(tx.conn, run["tenant_id"], amendment["id"], "cancelled", by=None, at=tx.now)
+        amendment = {**amendment, "state": "cancelled"}
+        for note in notes.open_for_run(tx.conn, run["tenant_id"], run["run_id"]):
+            if note.get("input_request_id") == req["id"]:
+                close_notification(tx, note, "resolved", f"run is {run['state']}")
+        return Conflict(
+            f"The run has finished ({run['state']}); a finished run is not amended, so this "
+            "amendment was cancelled.",
+            current=_current(run, {**req, "state": "cancelled"}, amendment),
+        )
+    if answer["expected_run_version"] != req["run_version"]:
+        raise Conflict(
+            f"This amendment was proposed against run version {req['run_version']}; send "
+            f"that as expected_run_version (not {answer['expected_run_version']}).",
+            current=_current(run, req, amendment),
+        )
+    if answer["expected_request_version"] != req["version"]:
+        raise Conflict(
+            "The request changed since this page was loaded "
+            f"(version {answer['expected_request_version']} → {req['version']}).",
+            current=_current(run, req, amendment),
+        )
+    base = amendment.get("base") or {}
+    moved = sorted(name for name in base if run.get(name) != base[name])
+    if moved and answer["decision"] == "approve":
+        raise Conflict(
+            f"The run's {' and '.join(moved)} changed since this amendment was proposed; "
+            "approving it would overwrite that change. Reject it, or ask for a new proposal.",
+            current=_current(run, req, amendment),
+        )
+    return None
+
+
+def _apply(
+    tx: Tx, who: Principal, run: dict[str, Any], amendment: dict[str, Any]
+) -> dict[str, Any]:
+    """The approved changes, as a new run version (transition kind ``amend``)."""
+    changes = dict(amendment.get("changes") or {})
+    version = run["version"] + 1
+    fields = sorted(changes)
+    runs.update_run(
+        tx.conn,
+        run["tenant_id"],
+        run["run_id"],
+        {**changes, "version": version, "updated_at": tx.now},
+    )
+    runs.add_transition(
+        tx.conn,
+        {
+            "tenant_id": run["tenant_id"],
+            "run_id": run["run_id"],
+            "version": version,
+            "kind": "amend",
+            "from_state": run["state"],
+            "to_state": run["state"],
+            "source_id": None,
+            "reason": f"amended: {', '.join(fields) or 'nothing'} "
+            f"(amendment {amendment['id']}, approved by the owner)",
+            "at": tx.now,
+        },
+    )
+    # What an open request asked about may have changed: its action must not run.
+    supersede_actionable(tx, run["tenant_id"], run["run_id"], version)
+    run = {**run, **changes, "version": version, "updated_at": tx.now}
+    tx.emit(
+        run["tenant_id"],
+        PendingEvent("run.updated", views.run_event(run), run_id=run["run_id"]),
+    )
+    return run
+
+
+def _current(run: dict[str, Any], req: dict[str, Any], amendment: dict[str, Any]) -> dict[str, Any]:
+    return {**current_of(run, req), "amendment": amendment_view(amendment)}
+
+
+def _sorted(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        return {k: _sorted(doc[k]) for k in sorted(doc)}
+    if isinstance(doc, list):
+        return [_sorted(v) for v in doc]
+    return doc

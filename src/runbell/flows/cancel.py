@@ -1,0 +1,152 @@
+"""Cancelling a run: a request with an outcome (DESIGN §2 invariant 16).
+
+:func:`request_cancel` is one unit of work: lock the run, check who asks, and move it to
+``stopping`` (a transition of kind ``cancel``) with who asked, when and why on the run
+row, a ``run.cancel_requested`` feed event (and tenant webhook), and the operations seam
+(:func:`runbell.flows.cancellation._on_cancel_requested`). The runtime sees the request on
+the feed or long-poll and in ``GET /v1/runs/{id}`` (``cancel_requested``), lets in-flight
+work settle, and reports ``cancelled`` (or ``completed`` / ``failed``, which the state
+machine also accepts from ``stopping``); reaching ``cancelled`` stores and notifies the
+summary of what was kept (``flows.transitions.apply`` → ``flows.cancellation``).
+
+Who may ask: the run's owner and the people its authority names (users, or members of
+the roles it names) — others who can see the run get 403, anyone else 404; an API key of
+the tenant (the runtime stopping its own run, or an operator's admin key) may too, and
+then the ``cancelled`` notification is decided by ``cancelled.default``, not
+``cancelled.by_owner``: the owner did not ask.
+
+Invariants kept here (DESIGN §2):
+
+- 16: ``stopping`` until the runtime says how in-flight work settled; nothing claims the
+  work was undone.
+- 9 (its "a repeated action returns the original result" for every act POST): with an
+  ``Idempotency-Key`` a retry gets the original answer byte for byte; without one, asking
+  again while the run is stopping answers 200 with the run as it is (the first request
+  stands).
+- 2: a finished run is not cancelled (409 with ``current``).
+- 9: the transition bumps the version and supersedes the run's open actionable
+  notifications; leaving ``input_required`` cancels its pending requests.
+
+Example::
+
+    request_cancel(rb, person, "fix-42", {"reason": "wrong branch"}, key).content()
+    # {"outcome": "requested", "run": {..., "state": "stopping",
+    #  "cancel_requested": {"at": "…", "by": "usr_…", "by_kind": "user",
+    #                       "reason": "wrong branch"}}}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from runbell.domain.principal import Principal
+from runbell.domain.runs import RunState, is_terminal
+from runbell.domain.text import REASON_MAX, public_text
+from runbell.flows import cancellation, transitions, views
+from runbell.flows.context import Runbell
+from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
+from runbell.flows.input_requests import may_answer
+from runbell.store import runs
+from runbell.store.db import PendingEvent, Tx
+
+log = structlog.get_logger(__name__)
+
+NOT_AUTHORIZED = "only the run's owner or the people its authority names can cancel it"
+
+
+def may_cancel(conn: Any, who: Principal, run: dict[str, Any]) -> bool:
+    """The run's authority (as for answers), or one of the tenant's API keys."""
+    return who.kind == "key" or may_answer(conn, who, run)
+
+
+def request_cancel(
+    rb: Runbell,
+    who: Principal,
+    run_id: str,
+    body: dict[str, Any] | None,
+    key: IdempotencyKey | None = None,
+) -> Answer:
+    """Ask the run to stop. 202 ``{outcome: "requested", run}`` when it moves to
+    ``stopping``; 200 ``{outcome: "already_stopping", run}`` when it was stopping already;
+    404 / 403 / 409 as the module docstring says."""
+    body = body or {}
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise ValidationFailed("reason must be a string", field="reason")
+    reason = public_text(reason, REASON_MAX)  # public: feed, webhooks, the run page
+
+    def prepare() -> Act:
+        return lambda tx: _cancel_in(rb, tx, who, run_id, reason)
+
+    return act_once(rb.db, rb.box, key, prepare)
+
+
+def _cancel_in(
+    rb: Runbell, tx: Tx, who: Principal, run_id: str, reason: str | None
+) -> tuple[int, dict[str, Any]]:
+    conn, tenant_id = tx.conn, who.tenant_id
+    run = runs.get_run(conn, tenant_id, run_id, for_update=True)
+    if run is None:
+        raise NotFound(f"no run {run_id!r}")
+    if not may_cancel(conn, who, run):
+        if not runs.can_see_run(conn, who, run_id):
+            raise NotFound(f"no run {run_id!r}")
+        raise Forbidden(NOT_AUTHORIZED)
+    if is_terminal(run["state"]):
+        raise Conflict(
+            f"run {run_id!r} is {run['state']}; a finished run cannot be cancelled (and "
+            "cancelling never undoes work that was kept)",
+            current={"run": views.run_view(run)},
+        )
+    first = run.get("cancel_requested_at") is None
+    if first:
+        requested = {
+            "cancel_requested_at": tx.now,
+            "cancel_requested_by": who.user_id if who.is_user else None,
+            "cancel_reason": reason,
+        }
+        runs.update_run(conn, tenant_id, run_id, requested)
+        run = {**run, **requested}
+    if run["state"] == RunState.STOPPING:
+        # Stopping already: the first request stands. (A run the runtime itself put in
+        # stopping records this request, so the runtime learns it should cancel.)
+        if first:
+            _announce(tx, run)
+        return 200, {"outcome": "already_stopping", "run": views.run_view(run)}
+    run, _ = transitions.apply(
+        rb,
+        tx,
+        run,
+        RunState.STOPPING.value,
+        sequence=None,
+        source_id=who.source_id,
+        event_id=None,
+        reason="cancellation requested" + (f": {reason}" if reason else ""),
+        error=None,
+        effects_verified=None,
+        kind="cancel",
+    )
+    _announce(tx, run)
+    cancellation._on_cancel_requested(tx, run)
+    return 202, {"outcome": "requested", "run": views.run_view(run)}
+
+
+def _announce(tx: Tx, run: dict[str, Any]) -> None:
+    """``run.cancel_requested`` on the feed (and to tenant webhooks): the runtime's cue."""
+    tx.emit(
+        run["tenant_id"],
+        PendingEvent(
+            "run.cancel_requested",
+            {
+                "run_id": run["run_id"],
+                "state": run["state"],
+                "version": run["version"],
+                "terminal": False,
+                "cancel_requested": views.cancel_requested_view(run),
+            },
+            run_id=run["run_id"],
+        ),
+    )
