@@ -13,14 +13,20 @@ from datetime import datetime
 
 import structlog
 
-from runbell.flows import reconcile, retention, sweeps
+from runbell.flows import reconcile, retention, stalls, sweeps
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import expire_requests
 from runbell.store.leader import leading
 
 log = structlog.get_logger(__name__)
 
-LOCK_IDS = {"mismatch": 72_101, "retention": 72_102, "expiry": 72_103, "input_requests": 72_104}
+LOCK_IDS = {
+    "mismatch": 72_101,
+    "retention": 72_102,
+    "expiry": 72_103,
+    "input_requests": 72_104,
+    "stalls": 72_105,
+}
 
 
 class Scheduler:
@@ -46,6 +52,7 @@ class Scheduler:
                 "input_requests", lambda: expire_requests(self.core, now)
             ),
             "expiry": self._leader("expiry", lambda: sweeps.expire_notifications(self.core, now)),
+            "stalls": self._leader("stalls", lambda: stalls.sweep(self.core, now)),
         }
         if self._last_retention is None or (now - self._last_retention).total_seconds() > 60:
             self._last_retention = now

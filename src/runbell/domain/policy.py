@@ -32,6 +32,8 @@ DECISION_KINDS: tuple[str, ...] = ("push", "digest", "inbox", "live", "suppress"
 URGENCIES: tuple[str, ...] = ("low", "normal", "time_sensitive", "urgent")
 # Decisions that create a durable notification (live and suppress do not).
 NOTIFYING: frozenset[str] = frozenset({"push", "digest", "inbox"})
+# A working run that reports nothing for this long is stalled (tenant policy may change it).
+DEFAULT_STALL_AFTER_S = 900
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,11 @@ class Policy:
     """An ordered rule list. Construct once, call :meth:`decide` per transition."""
 
     def __init__(
-        self, rules: Sequence[Rule], *, quiet_bypass: frozenset[str] = frozenset()
+        self,
+        rules: Sequence[Rule],
+        *,
+        quiet_bypass: frozenset[str] = frozenset(),
+        stall_after_s: int = DEFAULT_STALL_AFTER_S,
     ) -> None:
         ids = [r.id for r in rules]
         dupes = {i for i in ids if ids.count(i) > 1}
@@ -224,6 +230,8 @@ class Policy:
         # from the tenant's own policy document, never from a runtime or a model.
         self.quiet_bypass = quiet_bypass
         self.recent_completions_cap = count_cap(self.rules, "recent_completions")
+        # A working run silent this long is stalled, unless the run sets its own (0: never).
+        self.stall_after_s = stall_after_s
 
     def decide(self, facts: Facts) -> Decision:
         seen = facts.as_dict()
@@ -259,7 +267,14 @@ class Policy:
                 f"quiet_hours_bypass must list urgencies from {', '.join(URGENCIES)}",
                 field="quiet_hours_bypass",
             )
-        return cls(rules, quiet_bypass=frozenset(bypass))
+        stall = doc.get("stall_after_seconds")
+        stall = DEFAULT_STALL_AFTER_S if stall is None else stall
+        if isinstance(stall, bool) or not isinstance(stall, int) or stall < 0:
+            raise ValidationFailed(
+                "stall_after_seconds must be a whole number of seconds, 0 for never",
+                field="stall_after_seconds",
+            )
+        return cls(rules, quiet_bypass=frozenset(bypass), stall_after_s=stall)
 
     @classmethod
     def from_toml(cls, text: str, *, base: Policy | None = None) -> Policy:

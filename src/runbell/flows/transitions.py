@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from runbell.domain.runs import RunState, attention_for, is_terminal
-from runbell.flows import views
+from runbell.flows import stalls, views
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
@@ -84,7 +84,10 @@ def apply(
         changes["started_at"] = tx.now
     if is_terminal(state):
         changes.update(finished_at=tx.now, stop_reason=reason, error=error)
-    before = run["state"]
+    changes.update(
+        stalls.restart_clock(rb, tx, run, state)
+    )  # any accepted signal is a sign of life
+    before, before_run = run["state"], run
     run = {**run, **changes}
     runs.move_run(tx.conn, run)
 
@@ -100,6 +103,7 @@ def apply(
     )
     open_notes = notes.open_for_run(tx.conn, tenant_id, run_id)  # read once, used twice
     superseded = set(supersede_actionable(tx, tenant_id, run_id, version, open_notes))
+    stalls.end_episode(tx, before_run, run, f"run is now {state}", open_notes)
     if before == RunState.INPUT_REQUIRED and state != RunState.INPUT_REQUIRED:
         cancel_pending(tx, run)  # nobody can answer those any more
     decision = None

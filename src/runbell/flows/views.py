@@ -56,6 +56,9 @@ def run_view(run: dict[str, Any], *, include_details: bool = False) -> dict[str,
         "started_at": iso(run.get("started_at")),
         "finished_at": iso(run.get("finished_at")),
         "last_progress_at": iso(run.get("last_progress_at")),
+        "stall_after_seconds": run.get("stall_after_seconds"),
+        "stalled_at": iso(run.get("stalled_at")),  # an open stall episode began then
+        "stall_due_at": iso(run.get("stall_due_at")),
     }
     if include_details:
         out["details"] = run.get("details")
