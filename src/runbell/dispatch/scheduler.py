@@ -1,4 +1,5 @@
-"""Time-driven sweeps: reconciliation re-checks, notification expiry, retention.
+"""Time-driven sweeps: reconciliation re-checks, notification expiry, stalls, escalation
+steps, retention.
 
 Each sweep is a plain method taking ``now`` (tests drive them with a fixed clock). With
 several processes on PostgreSQL, an advisory lock (:func:`runbell.store.leader.leading`)
@@ -13,7 +14,7 @@ from datetime import datetime
 
 import structlog
 
-from runbell.flows import reconcile, retention, stalls, sweeps
+from runbell.flows import escalation, reconcile, retention, stalls, sweeps
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import expire_requests
 from runbell.store.leader import leading
@@ -26,6 +27,7 @@ LOCK_IDS = {
     "expiry": 72_103,
     "input_requests": 72_104,
     "stalls": 72_105,
+    "escalation": 72_106,
 }
 
 
@@ -53,6 +55,7 @@ class Scheduler:
             ),
             "expiry": self._leader("expiry", lambda: sweeps.expire_notifications(self.core, now)),
             "stalls": self._leader("stalls", lambda: stalls.sweep(self.core, now)),
+            "escalation": self._leader("escalation", lambda: escalation.sweep(self.core, now)),
         }
         if self._last_retention is None or (now - self._last_retention).total_seconds() > 60:
             self._last_retention = now

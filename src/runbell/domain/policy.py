@@ -24,6 +24,7 @@ from importlib import resources
 from typing import Any, Literal, cast
 
 from runbell.domain.errors import ValidationFailed
+from runbell.domain.escalation import Step, parse_ladder
 
 DecisionKind = Literal["push", "digest", "inbox", "live", "suppress"]
 Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
@@ -69,6 +70,7 @@ class Decision:
     inputs: dict[str, Any]
     expires_after_s: int | None = None
     digest_window_s: int | None = None
+    escalation: tuple[Step, ...] = ()  # not acknowledged by then → that channel
 
     @property
     def notifies(self) -> bool:
@@ -86,6 +88,7 @@ class Rule:
     urgency: Urgency | None = None
     expires_after_s: int | None = None
     digest_window_s: int | None = None
+    escalation: tuple[Step, ...] = ()
 
     def matches(self, facts: Mapping[str, Any]) -> bool:
         return all(_match(facts.get(name), cond) for name, cond in self.when.items())
@@ -128,6 +131,7 @@ class Rule:
             "urgency",
             "expires_after_s",
             "digest_window_s",
+            "escalation",
         }
         if unknown:
             raise ValidationFailed(
@@ -140,6 +144,7 @@ class Rule:
             urgency=cast("Urgency | None", urgency),
             expires_after_s=_opt_int(raw.get("expires_after_s"), rule_id, "expires_after_s"),
             digest_window_s=_opt_int(raw.get("digest_window_s"), rule_id, "digest_window_s"),
+            escalation=parse_ladder(raw.get("escalation"), rule_id),
         )
 
 
@@ -244,6 +249,7 @@ class Policy:
                     inputs=seen,
                     expires_after_s=rule.expires_after_s,
                     digest_window_s=rule.digest_window_s,
+                    escalation=rule.escalation,
                 )
         # Unreachable with the default set (it ends in a catch-all), but a tenant that
         # replaced the defaults may leave gaps: keep the record in the inbox, never drop it.

@@ -607,13 +607,20 @@ presence = sa.Table(
 
 # One row per rung of a notification's escalation ladder, written with the notification;
 # the escalation sweep fires due pending rows, and every close of the notification
-# cancels the pending ones (flows/attention.close_notification).
+# cancels the pending ones (flows/attention.close_notification). Part of the notification's
+# trail, so it lives as long as the notification: retention's notification prune deletes
+# its steps with it (ON DELETE CASCADE; a closed notification has no pending step).
 escalation_steps = sa.Table(
     "escalation_steps",
     metadata,
     sa.Column("id", Id, primary_key=True),
     _tenant(),
-    sa.Column("notification_id", Id, sa.ForeignKey("notifications.id"), nullable=False),
+    sa.Column(
+        "notification_id",
+        Id,
+        sa.ForeignKey("notifications.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
     sa.Column("step_no", sa.Integer, nullable=False),
     sa.Column("channel", sa.String(16), nullable=False),
     sa.Column("after_s", sa.Integer, nullable=False),

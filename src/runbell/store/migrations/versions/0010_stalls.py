@@ -50,6 +50,7 @@ def upgrade() -> None:
             ["notification_id"],
             ["notifications.id"],
             name=op.f("fk_escalation_steps_notification_id_notifications"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_escalation_steps")),
         sa.UniqueConstraint("notification_id", "step_no", name="uq_escalation_step_once"),
