@@ -4,7 +4,9 @@
 (recipient, run, version, attention type), its outbox rows and its feed event, and
 supersedes the run's older actionable notifications. It never commits: the flow that
 called it owns the transaction, so the transition, the notification and the
-outbox commit together or not at all (invariant 12).
+outbox commit together or not at all (invariant 12). A decision's escalation ladder is
+written here too, as ``escalation_steps`` rows (fired by ``flows.escalation``), and
+:func:`close_notification` — the one way a notification closes — cancels them (inv. 6).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ Invariants kept here (DESIGN §2):
 - 2: a finished run is not edited (409); state changes go through signals only.
 - 5: progress is a heartbeat — it updates ``last_progress_at`` and the live feed, never a
   notification.
+- 13: progress restarts a working run's stall clock; on a stalled run it records the
+  recovery (``flows.stalls``), which closes the stalled notification, never opens one.
 - 9: an edit of what a run is about bumps its version and supersedes its open actionable
   notifications, so an approval bound to the old version can no longer run.
 - Tenant isolation: every read and write is scoped to the caller's tenant; a run the

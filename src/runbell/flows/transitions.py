@@ -13,6 +13,8 @@ Invariants kept here (DESIGN §2):
 - 9: every applied transition bumps the version and supersedes the run's older actionable
   notifications; leaving ``input_required`` cancels its pending requests.
 - 4: each transition gets its own version and history row; nothing is merged.
+- 13: a transition restarts the run's stall clock and ends an open stall episode
+  (``flows.stalls``: the stalled notification resolves, ``run.recovered``).
 """
 
 from __future__ import annotations
@@ -84,9 +86,8 @@ def apply(
         changes["started_at"] = tx.now
     if is_terminal(state):
         changes.update(finished_at=tx.now, stop_reason=reason, error=error)
-    changes.update(
-        stalls.restart_clock(rb, tx, run, state)
-    )  # any accepted signal is a sign of life
+    # Any accepted signal is a sign of life: the stall clock restarts (and ends an episode).
+    changes.update(stalls.restart_clock(rb, tx, run, state))
     before, before_run = run["state"], run
     run = {**run, **changes}
     runs.move_run(tx.conn, run)

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.escalation import RETRACTED
 from runbell.ids import new_id
+from runbell.store import fast
 from runbell.store import notifications as notes
 from runbell.store import tables as t
 
@@ -65,15 +66,22 @@ def cancel_pending(
     )
 
 
+DUE = fast.Statement(
+    lambda: (
+        sa.select(_S.c.id)
+        .where(
+            _S.c.status == "pending",
+            _S.c.due_at <= sa.bindparam("now", type_=t.UTCDateTime),
+        )
+        .order_by(_S.c.due_at)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
+    )
+)
+
+
 def due(conn: Connection, now: datetime, limit: int) -> list[str]:
     """Ids of pending steps due by ``now``, oldest first."""
-    rows = conn.execute(
-        sa.select(_S.c.id)
-        .where(_S.c.status == "pending", _S.c.due_at <= now)
-        .order_by(_S.c.due_at)
-        .limit(limit)
-    ).scalars()
-    return [str(r) for r in rows]
+    return [str(r["id"]) for r in DUE.rows(conn, now=now, limit=limit)]
 
 
 def lock(conn: Connection, step_id: str) -> dict[str, Any] | None:

@@ -12,19 +12,25 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from runbell.store import fast
 from runbell.store import tables as t
+
+DUE = fast.Statement(
+    lambda: (
+        sa.select(t.runs.c.tenant_id, t.runs.c.run_id)
+        .where(
+            t.runs.c.stall_due_at <= sa.bindparam("now", type_=t.UTCDateTime),
+            t.runs.c.state == "working",
+        )
+        .order_by(t.runs.c.stall_due_at)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
+    )
+)
 
 
 def due(conn: Connection, now: datetime, limit: int) -> list[tuple[str, str]]:
     """(tenant, run) of working runs whose stall clock ran out by ``now``, oldest first."""
-    r = t.runs
-    rows = conn.execute(
-        sa.select(r.c.tenant_id, r.c.run_id)
-        .where(r.c.stall_due_at <= now, r.c.state == "working")
-        .order_by(r.c.stall_due_at)
-        .limit(limit)
-    ).all()
-    return [(row[0], row[1]) for row in rows]
+    return [(r["tenant_id"], r["run_id"]) for r in DUE.rows(conn, now=now, limit=limit)]
 
 
 def due_at(clock_at: datetime | None, after_s: int | None) -> datetime | None:
