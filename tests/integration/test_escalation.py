@@ -371,3 +371,41 @@ def test_retention_prunes_a_closed_notification_with_its_steps(
             .where(t.notifications.c.id == note_id)
         ).scalar_one()
     assert (left, notes_left) == (0, 0)
+
+
+def test_two_sweeps_without_leader_election_fire_a_step_once(
+    make_env: Callable[..., Env], tmp_path: Path, db_url: str
+) -> None:
+    """Below the advisory lock: two escalation sweeps at once (two cores on one
+    database) meet at the step's row lock; the step fires once, one chat delivery."""
+    import threading
+
+    from runbell.flows import escalation
+
+    env = make_env()
+    second = build(make_settings(tmp_path, db_url), clock=env.clock, migrate=False)
+    try:
+        t0 = env.clock.freeze(datetime.now(UTC).replace(microsecond=0))
+        set_ladder(env)
+        with ChatReceiver() as chat:
+            add_chat(env, chat)
+            note_id = fail_run(env, "raced-esc-1")
+        now = env.clock.freeze(t0 + timedelta(seconds=121))
+        barrier = threading.Barrier(2)
+        fired: list[int] = []
+
+        def sweep(core: Runbell) -> None:
+            barrier.wait(timeout=10)
+            fired.append(escalation.sweep(core, now))
+
+        threads = [threading.Thread(target=sweep, args=(c,)) for c in (env.core, second)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=30)
+        assert sorted(fired) == [0, 1]
+        got = trail(env, note_id)
+        assert [d["channel"] for d in got["deliveries"]].count("chat") == 1
+        assert [(s["channel"], s["status"]) for s in got["escalation"]] == [("chat", "fired")]
+    finally:
+        second.db.dispose()

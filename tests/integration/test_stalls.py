@@ -7,7 +7,7 @@ episode. Every test runs on SQLite and PostgreSQL under the injectable clock, dr
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from runbell.app import build
 from runbell.dispatch.scheduler import Scheduler
+from runbell.flows import stalls
 from runbell.flows.context import Runbell
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds
@@ -326,3 +327,42 @@ def test_threshold_comes_from_the_run_else_the_tenant_policy_and_zero_means_neve
         1,
         0,
     ]
+
+
+def race(*calls: Callable[[], int]) -> list[int]:
+    """Run ``calls`` at once on their own threads; their results, sorted."""
+    barrier = threading.Barrier(len(calls))
+    done: list[int] = []
+    errors: list[BaseException] = []
+
+    def run(call: Callable[[], int]) -> None:
+        try:
+            barrier.wait(timeout=10)
+            done.append(call())
+        except BaseException as exc:  # surfaced below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in calls]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=30)
+    assert errors == []
+    return sorted(done)
+
+
+def test_two_sweeps_without_leader_election_still_record_one_stall(
+    core: Runbell, second_core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+) -> None:
+    """Below the advisory lock: two sweeps that both run (no leader elected) meet at the
+    run's row lock, and the one that comes second finds the episode recorded."""
+    t0 = start(clock)
+    for i in range(5):
+        make_run(client, creds, f"raced-{i}", stall_after_seconds=10)
+    now = clock.freeze(t0 + timedelta(seconds=11))
+    results = race(lambda: stalls.sweep(core, now), lambda: stalls.sweep(second_core, now))
+    assert sum(results) == 5
+    for i in range(5):
+        assert len(stalled_notes(core, creds, f"raced-{i}")) == 1
+    history = rows(core, t.transitions, creds.tenant_id, kind="stall")
+    assert len(history) == 5
