@@ -53,7 +53,7 @@ NEUTRAL_SUMMARY = {
 
 # What replaces a handled notification's push on every device that showed it (inv. 11).
 RETRACTED_TITLE = "Handled"
-RETRACTED_BODY = "Someone already took care of this. Nothing else is needed."
+RETRACTED_BODY = "This no longer needs your attention."
 # Closes by a person acting (an acknowledgement, an answer, a recovery that resolves it)
 # replace the push they made obsolete; an expiry or a newer alert for the run does not
 # need to (the newer alert replaces it by its tag anyway).
