@@ -108,8 +108,7 @@ def start_run(
 ) -> None:
     r = client.put(
         f"/v1/runs/{run_id}",
-        json={"owner": creds.owner_email, "state": "working", "notify_on_complete": True}
-        | fields,
+        json={"owner": creds.owner_email, "state": "working", "notify_on_complete": True} | fields,
         headers=auth,
     )
     assert r.status_code == 201, r.text
