@@ -103,10 +103,12 @@ def advisory_source(
     return source_id, bearer(key)
 
 
-def start_run(client: TestClient, auth: Headers, creds: TenantCreds, run_id: str = "r1") -> None:
+def start_run(
+    client: TestClient, auth: Headers, creds: TenantCreds, run_id: str = "r1", **fields: Any
+) -> None:
     r = client.put(
         f"/v1/runs/{run_id}",
-        json={"owner": creds.owner_email, "state": "working", "notify_on_complete": True},
+        json={"owner": creds.owner_email, "state": "working", "notify_on_complete": True} | fields,
         headers=auth,
     )
     assert r.status_code == 201, r.text
@@ -241,7 +243,9 @@ def test_mismatch_that_never_converges_escalates_once(
 ) -> None:
     """A claim that never converges escalates to exactly one `mismatch` alert."""
     _, auth = advisory_source(client, core, creds, runtime.url_template)
-    start_run(client, auth, creds)
+    # The re-checks take longer than the default stall threshold, and the run reports
+    # nothing meanwhile: it would (rightly) stall too. This test is about the mismatch.
+    start_run(client, auth, creds, stall_after_seconds=0)
     runtime.say("r1", "working")
     assert claim(client, auth, "e1", "completed")["outcome"] == "mismatch"
 

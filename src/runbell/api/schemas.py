@@ -47,6 +47,13 @@ class RunPut(Strict):
     details: dict[str, Any] | None = Field(default=None, description="sensitive; never sent out")
     state: Literal["queued", "working"] | None = None
     sequence: StrictInt | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
+    stall_after_seconds: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        le=30 * 86_400,
+        description="stalled after this many seconds without progress while working "
+        "(0: never; null: the tenant policy's default)",
+    )
 
 
 class RunError(BaseModel):

@@ -64,6 +64,7 @@ from runbell.channels.base import (
     Sent,
     TransientDeliveryError,
 )
+from runbell.domain.escalation import RETRACTED
 from runbell.domain.retry import parse_retry_after
 from runbell.domain.ssrf import Target
 from runbell.outbound import PinnedAdapter
@@ -172,9 +173,11 @@ def push_payload(msg: Outbound) -> dict[str, Any]:
     """The pointer the service worker receives: exactly these fields, nothing else.
 
     ``tag`` equals the ``Topic`` header; ``require_interaction`` keeps interrupting alerts
-    on screen until the person acts.
+    on screen until the person acts. A retraction (someone handled the notification on
+    another device) adds ``replace_only``: the service worker swaps it in for a shown
+    notification with the same tag, silently, and shows nothing new otherwise.
     """
-    return {
+    payload: dict[str, Any] = {
         "v": 1,
         "id": msg.notification_id,
         "tag": collapse_topic(_topic_source(msg)),
@@ -182,9 +185,12 @@ def push_payload(msg: Outbound) -> dict[str, Any]:
         "body": msg.body,
         "url": msg.deep_link,
         "urgency": msg.urgency,
-        "require_interaction": msg.urgency in _INTERRUPTING,
+        "require_interaction": msg.urgency in _INTERRUPTING and msg.event_type != RETRACTED,
         "ts": int(msg.now.timestamp()),
     }
+    if msg.event_type == RETRACTED:
+        payload["replace_only"] = True
+    return payload
 
 
 def encode_payload(payload: dict[str, Any]) -> str:

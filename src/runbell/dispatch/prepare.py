@@ -24,9 +24,16 @@ from sqlalchemy.engine import Connection
 
 from runbell.channels.base import Outbound
 from runbell.domain.dispatch import DispatchContext, Gate, gate
+from runbell.domain.escalation import RETRACTED
 from runbell.domain.principal import Principal
 from runbell.domain.quiet_hours import QuietWindow
-from runbell.flows.attention import NEUTRAL_BODY, NEUTRAL_SUMMARY, consented_urgencies
+from runbell.flows.attention import (
+    NEUTRAL_BODY,
+    NEUTRAL_SUMMARY,
+    RETRACTED_BODY,
+    RETRACTED_TITLE,
+    consented_urgencies,
+)
 from runbell.flows.context import Runbell
 from runbell.flows.policy import policy_for
 from runbell.store import accounts, destinations, endpoints, runs
@@ -113,6 +120,8 @@ def _open(rb: Runbell, sealed: str, opened: dict[str, str] | None) -> str:
 
 def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: datetime) -> Prepared:
     tenant_id = row["tenant_id"]
+    if row["event_type"] == RETRACTED:
+        return _prepare_retraction(rb, conn, row, now)
     n = notes.find(conn, tenant_id, row["notification_id"])
     if n is None:
         return Prepared(Gate("cancel", "notification is gone"))
@@ -183,6 +192,44 @@ def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: dat
         target=target,
     )
     return prepared
+
+
+def _prepare_retraction(
+    rb: Runbell, conn: Connection, row: dict[str, Any], now: datetime
+) -> Prepared:
+    """The neutral push that replaces a handled notification on a device that showed it
+    (same collapse key, so the same Topic and ``tag``). Consent and quiet hours do not
+    apply: it replaces what is on screen, silently, and says nothing but "handled"."""
+    sub = destinations.push_subscription(conn, row["tenant_id"], row["destination"])
+    if sub is None:
+        return Prepared(Gate("cancel", "destination removed"))
+    if accounts.membership_role(conn, row["tenant_id"], sub["user_id"]) is None:
+        return Prepared(Gate("cancel", "recipient lost access"))
+    note_id = (row["payload"] or {}).get("notification_id")
+    message = Outbound(
+        delivery_id=row["id"],
+        tenant_id=row["tenant_id"],
+        channel="webpush",
+        destination=row["destination"],
+        identity=row["id"],
+        attempt_no=row["attempt_count"],
+        now=now,
+        urgency="normal",
+        title=RETRACTED_TITLE,
+        body=RETRACTED_BODY,
+        deep_link=f"{rb.public_url}/n/{note_id}",
+        notification_id=note_id,
+        run_id=row["run_id"],
+        collapse_key=f"{row['tenant_id']}:{row['run_id']}",
+        event_type=RETRACTED,
+        target={"endpoint": sub["endpoint"], "p256dh": sub["p256dh"], "auth": sub["auth"]},
+    )
+    return Prepared(
+        Gate("send", "replaces a handled notification"),
+        message,
+        attention_type="retraction",
+        created_at=row["created_at"],
+    )
 
 
 def _destination(

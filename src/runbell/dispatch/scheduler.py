@@ -1,5 +1,5 @@
-"""Time-driven sweeps: reconciliation re-checks, notification expiry, digest flush,
-retention.
+"""Time-driven sweeps: reconciliation re-checks, notification expiry, stalls, escalation
+steps, digest flush, retention.
 
 Each sweep is a plain method taking ``now`` (tests drive them with a fixed clock). With
 several processes on PostgreSQL, an advisory lock (:func:`runbell.store.leader.leading`)
@@ -14,7 +14,7 @@ from datetime import datetime
 
 import structlog
 
-from runbell.flows import digests, reconcile, retention, sweeps
+from runbell.flows import digests, escalation, reconcile, retention, stalls, sweeps
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import expire_requests
 from runbell.store.leader import leading
@@ -26,6 +26,8 @@ LOCK_IDS = {
     "retention": 72_102,
     "expiry": 72_103,
     "input_requests": 72_104,
+    "stalls": 72_105,
+    "escalation": 72_106,
     "digests": 72_107,
 }
 
@@ -53,6 +55,8 @@ class Scheduler:
                 "input_requests", lambda: expire_requests(self.core, now)
             ),
             "expiry": self._leader("expiry", lambda: sweeps.expire_notifications(self.core, now)),
+            "stalls": self._leader("stalls", lambda: stalls.sweep(self.core, now)),
+            "escalation": self._leader("escalation", lambda: escalation.sweep(self.core, now)),
             # Digest latency: a window's digest goes out within one tick of its close.
             "digests": self._leader("digests", lambda: digests.flush_due(self.core, now)),
         }

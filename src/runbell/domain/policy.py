@@ -25,6 +25,7 @@ from typing import Any, Literal, cast
 
 from runbell.domain import digests
 from runbell.domain.errors import ValidationFailed
+from runbell.domain.escalation import Step, parse_ladder
 
 DecisionKind = Literal["push", "digest", "inbox", "live", "suppress"]
 Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
@@ -33,6 +34,8 @@ DECISION_KINDS: tuple[str, ...] = ("push", "digest", "inbox", "live", "suppress"
 URGENCIES: tuple[str, ...] = ("low", "normal", "time_sensitive", "urgent")
 # Decisions that create a durable notification (live and suppress do not).
 NOTIFYING: frozenset[str] = frozenset({"push", "digest", "inbox"})
+# A working run that reports nothing for this long is stalled (tenant policy may change it).
+DEFAULT_STALL_AFTER_S = 900
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class Decision:
     digest_window_s: int | None = None
     digest_key: str | None = None  # a digest's settings, filled in by decide()
     digest_max_items: int | None = None
+    escalation: tuple[Step, ...] = ()  # not acknowledged by then → that channel
 
     @property
     def notifies(self) -> bool:
@@ -89,6 +93,7 @@ class Rule:
     digest_window_s: int | None = None
     digest_key: str | None = None
     digest_max_items: int | None = None
+    escalation: tuple[Step, ...] = ()
 
     def matches(self, facts: Mapping[str, Any]) -> bool:
         return all(_match(facts.get(name), cond) for name, cond in self.when.items())
@@ -133,6 +138,7 @@ class Rule:
             "digest_window_s",
             "digest_key",
             "digest_max_items",
+            "escalation",
         }
         if unknown:
             raise ValidationFailed(
@@ -150,6 +156,7 @@ class Rule:
             digest_window_s=window,
             digest_key=raw.get("digest_key"),
             digest_max_items=max_items,
+            escalation=parse_ladder(raw.get("escalation"), rule_id),
         )
 
 
@@ -225,7 +232,11 @@ class Policy:
     """An ordered rule list. Construct once, call :meth:`decide` per transition."""
 
     def __init__(
-        self, rules: Sequence[Rule], *, quiet_bypass: frozenset[str] = frozenset()
+        self,
+        rules: Sequence[Rule],
+        *,
+        quiet_bypass: frozenset[str] = frozenset(),
+        stall_after_s: int = DEFAULT_STALL_AFTER_S,
     ) -> None:
         ids = [r.id for r in rules]
         dupes = {i for i in ids if ids.count(i) > 1}
@@ -236,6 +247,8 @@ class Policy:
         # from the tenant's own policy document, never from a runtime or a model.
         self.quiet_bypass = quiet_bypass
         self.recent_completions_cap = count_cap(self.rules, "recent_completions")
+        # A working run silent this long is stalled, unless the run sets its own (0: never).
+        self.stall_after_s = stall_after_s
 
     def decide(self, facts: Facts) -> Decision:
         seen = facts.as_dict()
@@ -259,6 +272,7 @@ class Policy:
                     rule_id=rule.id,
                     inputs=seen,
                     expires_after_s=rule.expires_after_s,
+                    escalation=rule.escalation,
                 )
         # Unreachable with the default set (it ends in a catch-all), but a tenant that
         # replaced the defaults may leave gaps: keep the record in the inbox, never drop it.
@@ -282,7 +296,14 @@ class Policy:
                 f"quiet_hours_bypass must list urgencies from {', '.join(URGENCIES)}",
                 field="quiet_hours_bypass",
             )
-        return cls(rules, quiet_bypass=frozenset(bypass))
+        stall = doc.get("stall_after_seconds")
+        stall = DEFAULT_STALL_AFTER_S if stall is None else stall
+        if isinstance(stall, bool) or not isinstance(stall, int) or stall < 0:
+            raise ValidationFailed(
+                "stall_after_seconds must be a whole number of seconds, 0 for never",
+                field="stall_after_seconds",
+            )
+        return cls(rules, quiet_bypass=frozenset(bypass), stall_after_s=stall)
 
     @classmethod
     def from_toml(cls, text: str, *, base: Policy | None = None) -> Policy:

@@ -4,7 +4,9 @@
 (recipient, run, version, attention type), its outbox rows and its feed event, and
 supersedes the run's older actionable notifications. It never commits: the flow that
 called it owns the transaction, so the transition, the notification and the
-outbox commit together or not at all (invariant 12).
+outbox commit together or not at all (invariant 12). A decision's escalation ladder is
+written here too, as ``escalation_steps`` rows (fired by ``flows.escalation``), and
+:func:`close_notification` — the one way a notification closes — cancels them (inv. 6).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import structlog
 from runbell import metrics
 from runbell.domain import digests as digest_rules
 from runbell.domain.dispatch import DEFAULT_CONSENT
+from runbell.domain.escalation import held_back, schedule
 from runbell.domain.policy import Decision, Facts, Policy
 from runbell.ids import new_id
-from runbell.store import accounts, destinations, digests
+from runbell.store import accounts, destinations, digests, escalations
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx
 
@@ -50,6 +53,14 @@ NEUTRAL_SUMMARY = {
     "digest": "Several runs finished",
     "amendment": "A change to your run was proposed",
 }
+
+# What replaces a handled notification's push on every device that showed it (inv. 11).
+RETRACTED_TITLE = "Handled"
+RETRACTED_BODY = "This no longer needs your attention."
+# Closes by a person acting (an acknowledgement, an answer, a recovery that resolves it)
+# replace the push they made obsolete; an expiry or a newer alert for the run does not
+# need to (the newer alert replaces it by its tag anyway).
+RETRACT_ON = frozenset({"acknowledged", "resolved"})
 
 
 @dataclass(frozen=True)
@@ -91,11 +102,18 @@ def notification_event(note: dict[str, Any]) -> dict[str, Any]:
 def close_notification(tx: Tx, note: dict[str, Any], state: str, reason: str) -> bool:
     """Close an open notification, cancel its queued deliveries, and tell the feed.
 
-    The one way notifications close, so every close leaves the same trace.
+    The one way notifications close, so every close leaves the same trace: its pending
+    escalation steps are cancelled here too, and when a person handled it the web pushes
+    it already showed are replaced by a neutral "handled" one (same tag/Topic).
     """
     if not notes.close(tx.conn, note["tenant_id"], note["id"], state, reason, tx.now):
         return False
+    escalations.cancel_pending(tx.conn, note["tenant_id"], note["id"], tx.now, f"{state}: {reason}")
     closed = {**note, "state": state, "closed_at": tx.now, "closed_reason": reason}
+    if state in RETRACT_ON:
+        shown = escalations.delivered_push(tx.conn, note["tenant_id"], note["id"])
+        if escalations.add_retractions(tx.conn, closed, shown, tx.now):
+            tx.wake_outbox = True
     tx.emit(
         note["tenant_id"],
         PendingEvent(
@@ -224,13 +242,27 @@ def raise_attention(
     rows = [notes.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
     if decision.kind == "push":
         rows += _push_deliveries(
-            tx, tenant_id, recipient, note_id, decision.urgency or "low", email=email
+            tx,
+            tenant_id,
+            recipient,
+            note_id,
+            decision.urgency or "low",
+            email=email,
+            held=held_back(decision.escalation),
         )
     for row in rows:
         row.update(run_id=run_id, urgency=values["urgency"])
     notes.add_deliveries(tx.conn, rows)
     if decision.kind == "digest":
         _collect(tx, decision, values)
+    if decision.escalation and decision.kind in ("push", "inbox"):
+        # Scheduled now, in this transaction: a crash cannot lose the ladder.
+        ladder = [
+            (no, step.channel, step.after_s, due)
+            for no, step, due in schedule(decision.escalation, tx.now)
+            if step.channel != "email" or email
+        ]
+        escalations.add_steps(tx.conn, values, ladder)
     tx.emit(
         tenant_id,
         PendingEvent(
@@ -311,9 +343,17 @@ def _cached(tx: Tx, key: tuple[str, str, str], read: Any) -> Any:
 
 
 def _push_deliveries(
-    tx: Tx, tenant_id: str, user_id: str, note_id: str, urgency: str, *, email: bool
+    tx: Tx,
+    tenant_id: str,
+    user_id: str,
+    note_id: str,
+    urgency: str,
+    *,
+    email: bool,
+    held: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """Outbox rows for every channel the recipient consented to at this urgency.
+    """Outbox rows for every channel the recipient consented to at this urgency, but
+    those ``held`` back for a later escalation step.
 
     Consent, access and quiet hours are checked again at dispatch (they may change
     meanwhile); this only decides which rows exist, so a crash after commit loses none.
@@ -321,7 +361,7 @@ def _push_deliveries(
     consent = _cached(tx, ("consent", tenant_id, user_id), destinations.consent_of)
 
     def wants(channel: str) -> bool:
-        return urgency in consented_urgencies(consent, channel)
+        return channel not in held and urgency in consented_urgencies(consent, channel)
 
     rows = []
     if email and wants("email"):

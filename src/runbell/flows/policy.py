@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.policy import Policy
 from runbell.flows.context import Runbell
-from runbell.store import accounts
+from runbell.store import accounts, stalls
 from runbell.store.db import Tx
 
 
@@ -38,6 +38,7 @@ def policy_in(rb: Runbell, tx: Tx, tenant_id: str) -> Policy:
 def view(policy: Policy, own: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "quiet_hours_bypass": sorted(policy.quiet_bypass),
+        "stall_after_seconds": policy.stall_after_s,
         "tenant_rules": own or {"rules": []},
         "effective": [dataclasses.asdict(r) for r in policy.rules],
     }
@@ -56,4 +57,6 @@ def set_policy(rb: Runbell, tenant_id: str, doc: dict[str, Any]) -> dict[str, An
     with rb.db.transaction() as tx:
         accounts.get_tenant(tx.conn, tenant_id)
         accounts.set_tenant_policy(tx.conn, tenant_id, doc)
+        # Runs following the tenant's stall default: their clocks now run out differently.
+        stalls.retime_tenant_default(tx.conn, tenant_id, policy.stall_after_s)
     return view(policy, doc)

@@ -5,6 +5,8 @@ Invariants kept here (DESIGN §2):
 - 2: a finished run is not edited (409); state changes go through signals only.
 - 5: progress is a heartbeat — it updates ``last_progress_at`` and the live feed, never a
   notification.
+- 13: progress restarts a working run's stall clock; on a stalled run it records the
+  recovery (``flows.stalls``), which closes the stalled notification, never opens one.
 - 9: an edit of what a run is about bumps its version and supersedes its open actionable
   notifications, so an approval bound to the old version can no longer run.
 - Tenant isolation: every read and write is scoped to the caller's tenant; a run the
@@ -22,12 +24,13 @@ from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import amendments, views
+from runbell.flows import amendments, stalls, views
 from runbell.flows.attention import supersede_actionable
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import pending_view
 from runbell.store import accounts, mismatches, runs
 from runbell.store import notifications as notes
+from runbell.store import stalls as stall_store
 from runbell.store.db import PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
@@ -43,6 +46,7 @@ RUN_FIELDS = (
     "notify_on_complete",
     "metadata",
     "details",
+    "stall_after_seconds",
 )
 
 
@@ -73,9 +77,9 @@ def _put_run(
         if run is None:
             if owner_id is None:
                 raise ValidationFailed("owner is required when a run is created", field="owner")
-            created = _create_run(tx, who, run_id, owner_id, body, access)
+            created = _create_run(rb, tx, who, run_id, owner_id, body, access)
             return created, True
-        updated = _update_run(tx, who, run, owner_id, body, access)
+        updated = _update_run(rb, tx, who, run, owner_id, body, access)
         return updated, False
 
 
@@ -89,6 +93,7 @@ def _member(tx: Tx, tenant_id: str, ref: str, field: str) -> str:
 
 
 def _create_run(
+    rb: Runbell,
     tx: Tx,
     who: Principal,
     run_id: str,
@@ -112,6 +117,7 @@ def _create_run(
         updated_at=tx.now,
         started_at=tx.now if state == "working" else None,
     )
+    values.update(stalls.restart_clock(rb, tx, values, state))
     runs.insert_run(tx.conn, values)
     runs.add_transition(
         tx.conn,
@@ -135,6 +141,7 @@ def _create_run(
 
 
 def _update_run(
+    rb: Runbell,
     tx: Tx,
     who: Principal,
     run: dict[str, Any],
@@ -163,6 +170,10 @@ def _update_run(
         )
     version = run["version"] + 1
     changes.update(version=version, updated_at=tx.now)
+    if "stall_after_seconds" in changes and run["state"] == "working" and not run["stalled_at"]:
+        # The clock keeps its start; only when it runs out changes.
+        after_s = stalls.threshold(rb, tx, {**run, **changes})
+        changes["stall_due_at"] = stall_store.due_at(run["stall_clock_at"], after_s)
     runs.update_run(tx.conn, who.tenant_id, run["run_id"], changes)
     runs.add_transition(
         tx.conn,
@@ -175,7 +186,9 @@ def _update_run(
             "to_state": run["state"],
             "source_id": who.source_id,
             "reason": "updated: "
-            + ", ".join(sorted(k for k in changes if k not in ("version", "updated_at"))),
+            + ", ".join(
+                sorted(k for k in changes if k not in ("version", "updated_at", "stall_due_at"))
+            ),
             "at": tx.now,
         },
     )
@@ -241,6 +254,8 @@ def record_progress(
         runs.update_run(
             tx.conn, who.tenant_id, run_id, {"progress": progress, "last_progress_at": tx.now}
         )
+        if run["state"] == "working":  # a sign of life: the stall clock restarts
+            run = stalls.recover_on_progress(rb, tx, run)
         tx.emit(
             who.tenant_id,
             PendingEvent(

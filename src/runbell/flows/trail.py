@@ -14,9 +14,10 @@ from typing import Any
 from runbell.domain.principal import Principal
 from runbell.flows import digests, views
 from runbell.flows.context import Runbell
+from runbell.flows.escalation import step_view
 from runbell.flows.inbox import actionable, recipient_sees_run
 from runbell.flows.input_requests import get_for_notification
-from runbell.store import accounts, feed, runs
+from runbell.store import accounts, escalations, feed, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 
@@ -42,6 +43,8 @@ def trail(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
         else:
             run = runs.require_run(conn, who.tenant_id, note["run_id"])
             request = get_for_notification(conn, note)
+        steps = escalations.for_notification(conn, who.tenant_id, notification_id)
+        retractions = escalations.retractions_for(conn, who.tenant_id, notification_id)
     out = views.notification_view(note)
     # "Could the user still act?": the recipient's answer, not the admin asking.
     out["actionable"], out["actionable_reason"] = actionable(rb, note, run, request, sees)
@@ -100,4 +103,18 @@ def trail(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
         for e in lifecycle
     ]
     out["receipts"] = [{**views.receipt_view(r), "user_id": r["user_id"]} for r in receipts]
+    # The escalation ladder as scheduled, and the neutral pushes that replaced this one
+    # on the devices that showed it once someone handled it.
+    out["escalation"] = [step_view(s) for s in steps]
+    out["retractions"] = [
+        {
+            "id": d["id"],
+            "destination": d["destination"],
+            "status": d["status"],
+            "attempt_count": d["attempt_count"],
+            "last_error": d["last_error"],
+            "updated_at": views.iso(d["updated_at"]),
+        }
+        for d in retractions
+    ]
     return out

@@ -16,6 +16,8 @@ Invariants kept here (DESIGN §2):
 - 16: reaching ``cancelled`` stores what was kept and what stays uncertain
   (``flows.cancellation``) and that text is the notification's reason; the policy sees
   ``cancelled_by_owner`` when a person with the run's authority asked.
+- 13: a transition restarts the run's stall clock and ends an open stall episode
+  (``flows.stalls``: the stalled notification resolves, ``run.recovered``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 import structlog
 
 from runbell.domain.runs import RunState, attention_for, is_terminal
-from runbell.flows import cancellation, views
+from runbell.flows import cancellation, stalls, views
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
@@ -87,7 +89,9 @@ def apply(
         changes["started_at"] = tx.now
     if is_terminal(state):
         changes.update(finished_at=tx.now, stop_reason=reason, error=error)
-    before = run["state"]
+    # Any accepted signal is a sign of life: the stall clock restarts (and ends an episode).
+    changes.update(stalls.restart_clock(rb, tx, run, state))
+    before, before_run = run["state"], run
     run = {**run, **changes}
     runs.move_run(tx.conn, run)
 
@@ -103,6 +107,7 @@ def apply(
     )
     open_notes = notes.open_for_run(tx.conn, tenant_id, run_id)  # read once, used twice
     superseded = set(supersede_actionable(tx, tenant_id, run_id, version, open_notes))
+    stalls.end_episode(tx, before_run, run, f"run is now {state}", open_notes)
     if before == RunState.INPUT_REQUIRED and state != RunState.INPUT_REQUIRED:
         cancel_pending(tx, run)  # nobody can answer those any more
     decision = None

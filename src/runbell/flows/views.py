@@ -59,6 +59,9 @@ def run_view(run: dict[str, Any], *, include_details: bool = False) -> dict[str,
         "cancel_requested": cancel_requested_view(run),
         # Once cancelled: what was kept and what stays uncertain (flows.cancellation).
         "cancellation": run.get("cancel_summary"),
+        "stall_after_seconds": run.get("stall_after_seconds"),
+        "stalled_at": iso(run.get("stalled_at")),  # an open stall episode began then
+        "stall_due_at": iso(run.get("stall_due_at")),
     }
     if include_details:
         out["details"] = run.get("details")

@@ -19,6 +19,8 @@ WEBHOOK_EVENT_TYPES = (
     "run.finished",
     "run.mismatch",
     "run.mismatch_closed",
+    "run.stalled",
+    "run.recovered",
     "notification.created",
     "notification.closed",
     "input_request.opened",

@@ -32,6 +32,9 @@ MOVED = (
     "finished_at",
     "stop_reason",
     "error",
+    "stall_clock_at",
+    "stall_due_at",
+    "stalled_at",
 )
 _MOVE_RUN = fast.Statement(
     lambda: (

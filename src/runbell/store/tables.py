@@ -164,8 +164,17 @@ runs = sa.Table(
     sa.Column("started_at", UTCDateTime, nullable=True),
     sa.Column("finished_at", UTCDateTime, nullable=True),
     sa.Column("last_progress_at", UTCDateTime, nullable=True),
+    # Stall detection (flows/stalls.py): seconds without a sign of life before a working
+    # run is stalled (NULL: the tenant default; 0: never); when the episode clock started
+    # (entered working, last progress, recovery); when it runs out (NULL unless working and
+    # not already stalled: the sweep reads only due rows); when the open episode began.
+    sa.Column("stall_after_seconds", sa.Integer, nullable=True),
+    sa.Column("stall_clock_at", UTCDateTime, nullable=True),
+    sa.Column("stall_due_at", UTCDateTime, nullable=True),
+    sa.Column("stalled_at", UTCDateTime, nullable=True),
     sa.PrimaryKeyConstraint("tenant_id", "run_id"),
 )
+sa.Index("ix_runs_stall_due", runs.c.stall_due_at)
 sa.Index("ix_runs_tenant_state", runs.c.tenant_id, runs.c.state)
 sa.Index("ix_runs_tenant_updated", runs.c.tenant_id, runs.c.updated_at)
 
@@ -707,3 +716,40 @@ amendments = sa.Table(
 )
 sa.Index("ix_amendments_run", amendments.c.tenant_id, amendments.c.run_id, amendments.c.state)
 sa.Index("ix_amendments_tenant_created", amendments.c.tenant_id, amendments.c.created_at)
+
+# --- stalls and escalation (issue 10) -------------------------------------------------
+
+# One row per rung of a notification's escalation ladder, written with the notification;
+# the escalation sweep fires due pending rows, and every close of the notification
+# cancels the pending ones (flows/attention.close_notification). Part of the notification's
+# trail, so it lives as long as the notification: retention's notification prune deletes
+# its steps with it (ON DELETE CASCADE; a closed notification has no pending step).
+escalation_steps = sa.Table(
+    "escalation_steps",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column(
+        "notification_id",
+        Id,
+        sa.ForeignKey("notifications.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("step_no", sa.Integer, nullable=False),
+    sa.Column("channel", sa.String(16), nullable=False),
+    sa.Column("after_s", sa.Integer, nullable=False),
+    sa.Column("due_at", UTCDateTime, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # pending | fired | cancelled
+    sa.Column("deliveries", sa.Integer, nullable=True),  # rows queued when it fired
+    sa.Column("reason", sa.String(500), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("settled_at", UTCDateTime, nullable=True),
+    sa.UniqueConstraint("notification_id", "step_no", name="uq_escalation_step_once"),
+    sa.CheckConstraint("status in ('pending','fired','cancelled')", name="status"),
+)
+sa.Index("ix_escalation_steps_due", escalation_steps.c.status, escalation_steps.c.due_at)
+sa.Index(
+    "ix_escalation_steps_tenant_created",
+    escalation_steps.c.tenant_id,
+    escalation_steps.c.created_at,
+)

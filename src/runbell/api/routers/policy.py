@@ -24,6 +24,12 @@ class PolicyDoc(BaseModel):
     quiet_hours_bypass: list[str] = Field(
         default_factory=list, description="urgencies that may be sent during quiet hours"
     )
+    stall_after_seconds: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        le=30 * 86_400,
+        description="a working run silent this long is stalled (default 900; 0: never)",
+    )
 
 
 @router.get("", responses=problems(401, 403, 503))

@@ -21,6 +21,8 @@ EventType = Literal[
     "run.finished",
     "run.mismatch",
     "run.mismatch_closed",
+    "run.stalled",
+    "run.recovered",
     "notification.created",
     "notification.closed",
     "input_request.opened",

@@ -5,6 +5,10 @@
 // `tag` is the collapse key, so a newer push about the same run replaces the older one
 // on screen. Receipts (displayed, opened, dismissed) are telemetry only: opening is not
 // approval and dismissing is not rejection.
+//
+// `replace_only: true` marks a retraction: someone handled the notification on another
+// device, so the one shown here (same tag) is swapped for a neutral "handled" text,
+// silently; when none is shown (already opened or dismissed here) nothing new appears.
 "use strict";
 
 const FALLBACK_TITLE = "Runbell";
@@ -58,8 +62,27 @@ function receipt(id, kind) {
   });
 }
 
+self.runbellReplaceShown = function (data) {
+  if (typeof data.tag !== "string" || !data.tag) return Promise.resolve();
+  return self.registration.getNotifications({ tag: data.tag }).then(function (shown) {
+    if (!shown.length) return undefined;
+    const title = typeof data.title === "string" && data.title ? data.title : FALLBACK_TITLE;
+    return self.registration.showNotification(title, {
+      body: typeof data.body === "string" ? data.body : "",
+      tag: data.tag,
+      silent: true,
+      renotify: false,
+      data: { url: self.runbellUrlFor(data), id: data.id || null, retracted: true },
+    });
+  });
+};
+
 self.addEventListener("push", function (event) {
   const data = self.runbellParse(event);
+  if (data.replace_only === true) {
+    event.waitUntil(self.runbellReplaceShown(data));
+    return;
+  }
   const options = {
     body: typeof data.body === "string" && data.body ? data.body : FALLBACK_BODY,
     requireInteraction: data.require_interaction === true,

@@ -1,0 +1,126 @@
+"""Escalation that retracts: a notification nobody acted on reaches further, step by
+step; once someone acts, the steps stop and the pushes it already showed are replaced.
+
+A policy rule's ladder (``domain.escalation``) becomes ``escalation_steps`` rows written
+with the notification (``flows.attention.raise_attention``), each with its due time —
+scheduled, never slept on. The scheduler's escalation sweep (:func:`sweep`) fires due
+steps by queueing deliveries on the step's channel through the normal outbox, so the
+dispatcher checks consent, quiet hours and access at send time as for any delivery.
+Every close of the notification (acknowledged, answered/resolved, expired, superseded,
+revoked) goes through ``flows.attention.close_notification``, which cancels the pending
+steps in the same transaction; a step is re-checked under its row lock before it fires,
+so a close that commits first always wins and a second scheduler finds nothing to do.
+
+Invariants kept here (DESIGN §2): 6 (an acknowledgement anywhere stops every channel,
+escalations included), 7 and 8 (escalated sends pass the same dispatch gate), 11 (the
+replacement push says only that the matter was handled), 12 (steps commit with their
+notification).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from runbell.flows import views
+from runbell.flows.attention import notification_event
+from runbell.flows.context import Runbell
+from runbell.store import destinations, escalations
+from runbell.store import notifications as notes
+from runbell.store.db import PendingEvent, Tx
+
+log = structlog.get_logger(__name__)
+
+
+def sweep(rb: Runbell, now: datetime, limit: int = 500) -> int:
+    """Fire every pending step due by ``now``; returns how many fired."""
+    with rb.db.read() as conn:
+        due = escalations.due(conn, now, limit)
+    fired = 0
+    for step_id in due:
+        with rb.db.transaction(now=now) as tx:
+            step = escalations.lock(tx.conn, step_id)
+            if step is None or step["status"] != "pending" or step["due_at"] > tx.now:
+                continue  # cancelled by a close, or fired by another scheduler meanwhile
+            note = notes.find(tx.conn, step["tenant_id"], step["notification_id"])
+            if note is None or note["state"] != "open":
+                state = "gone" if note is None else note["state"]
+                escalations.settle(
+                    tx.conn, step_id, "cancelled", tx.now, f"notification {state}", 0
+                )
+                continue
+            fired += _fire(rb, tx, step, note)
+    return fired
+
+
+def _fire(rb: Runbell, tx: Tx, step: dict[str, Any], note: dict[str, Any]) -> int:
+    tenant_id, user_id, channel = note["tenant_id"], note["recipient_user_id"], step["channel"]
+    targets = _destinations(rb, tx, tenant_id, user_id, channel)
+    used = escalations.destinations_used(tx.conn, tenant_id, note["id"], channel)
+    rows = [
+        notes.delivery_row(tenant_id, note["id"], channel, dest, "queued", tx.now)
+        for dest in targets
+        if dest not in used
+    ]
+    for row in rows:
+        row.update(run_id=note["run_id"], urgency=note["urgency"])
+    notes.add_deliveries(tx.conn, rows)
+    if rows:
+        tx.wake_outbox = True
+    reason = (
+        f"not acknowledged within {step['after_s']} s: {len(rows)} {channel} deliveries queued"
+        if rows
+        else f"not acknowledged within {step['after_s']} s: no {channel} destination to add"
+    )
+    escalations.settle(tx.conn, step["id"], "fired", tx.now, reason, len(rows))
+    tx.emit(
+        tenant_id,
+        PendingEvent(
+            "notification.escalated",
+            {
+                **notification_event(note),
+                "step_no": step["step_no"],
+                "channel": channel,
+                "deliveries": len(rows),
+            },
+            run_id=note["run_id"],
+            notification_id=note["id"],
+            user_id=user_id,
+        ),
+    )
+    log.info(
+        "notification.escalated",
+        notification_id=note["id"],
+        step_no=step["step_no"],
+        channel=channel,
+        deliveries=len(rows),
+    )
+    return 1
+
+
+def _destinations(rb: Runbell, tx: Tx, tenant_id: str, user_id: str, channel: str) -> list[str]:
+    if channel == "email":
+        if not rb.settings.smtp_host:
+            return []
+        address = destinations.email_of(tx.conn, user_id)
+        return [] if address is None else [address]
+    if channel == "webpush":
+        return destinations.push_subscription_ids(tx.conn, tenant_id, user_id)
+    if channel == "chat":
+        return destinations.chat_destination_ids(tx.conn, tenant_id, user_id)
+    return []
+
+
+def step_view(step: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "step_no": step["step_no"],
+        "channel": step["channel"],
+        "after_s": step["after_s"],
+        "due_at": views.iso(step["due_at"]),
+        "status": step["status"],
+        "deliveries": step["deliveries"],
+        "reason": step["reason"],
+        "settled_at": views.iso(step["settled_at"]),
+    }

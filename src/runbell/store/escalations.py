@@ -1,0 +1,182 @@
+"""Escalation steps (one row per rung of a notification's ladder) and the web push
+retractions sent when a notification is handled.
+
+The sweep reads pending steps by ``ix_escalation_steps_due`` (status, due time): its cost
+follows what is due, not history. A retraction is a ``webpush`` delivery row with no
+notification id (the notification's own row to that subscription exists already) and
+event type :data:`RETRACTED`, made once per notification and subscription by the
+``uq_delivery_event_once`` constraint.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from runbell.domain.escalation import RETRACTED
+from runbell.ids import new_id
+from runbell.store import fast
+from runbell.store import notifications as notes
+from runbell.store import tables as t
+
+_S = t.escalation_steps
+
+
+def add_steps(
+    conn: Connection, note: dict[str, Any], steps: list[tuple[int, str, int, datetime]]
+) -> None:
+    """The ladder's rows, ``steps`` = (step number, channel, after_s, due time)."""
+    if not steps:
+        return
+    conn.execute(
+        _S.insert(),
+        [
+            {
+                "id": new_id("esc"),
+                "tenant_id": note["tenant_id"],
+                "notification_id": note["id"],
+                "step_no": no,
+                "channel": channel,
+                "after_s": after_s,
+                "due_at": due,
+                "status": "pending",
+                "created_at": note["created_at"],
+            }
+            for no, channel, after_s, due in steps
+        ],
+    )
+
+
+def cancel_pending(
+    conn: Connection, tenant_id: str, notification_id: str, now: datetime, reason: str
+) -> int:
+    return int(
+        conn.execute(
+            sa.update(_S)
+            .where(
+                _S.c.tenant_id == tenant_id,
+                _S.c.notification_id == notification_id,
+                _S.c.status == "pending",
+            )
+            .values(status="cancelled", settled_at=now, reason=reason[:500])
+        ).rowcount
+    )
+
+
+DUE = fast.Statement(
+    lambda: (
+        sa.select(_S.c.id)
+        .where(
+            _S.c.status == "pending",
+            _S.c.due_at <= sa.bindparam("now", type_=t.UTCDateTime),
+        )
+        .order_by(_S.c.due_at)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
+    )
+)
+
+
+def due(conn: Connection, now: datetime, limit: int) -> list[str]:
+    """Ids of pending steps due by ``now``, oldest first."""
+    return [str(r["id"]) for r in DUE.rows(conn, now=now, limit=limit)]
+
+
+def lock(conn: Connection, step_id: str) -> dict[str, Any] | None:
+    row = conn.execute(sa.select(_S).where(_S.c.id == step_id).with_for_update()).first()
+    return None if row is None else dict(row._mapping)
+
+
+def settle(
+    conn: Connection, step_id: str, status: str, now: datetime, reason: str, deliveries: int
+) -> None:
+    conn.execute(
+        sa.update(_S)
+        .where(_S.c.id == step_id)
+        .values(status=status, settled_at=now, reason=reason[:500], deliveries=deliveries)
+    )
+
+
+def for_notification(
+    conn: Connection, tenant_id: str, notification_id: str
+) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        sa.select(_S)
+        .where(_S.c.tenant_id == tenant_id, _S.c.notification_id == notification_id)
+        .order_by(_S.c.step_no)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def destinations_used(
+    conn: Connection, tenant_id: str, notification_id: str, channel: str
+) -> set[str]:
+    """Where the notification already has a delivery on ``channel``."""
+    d = t.deliveries
+    return {
+        str(r)
+        for r in conn.execute(
+            sa.select(d.c.destination).where(
+                d.c.tenant_id == tenant_id,
+                d.c.notification_id == notification_id,
+                d.c.channel == channel,
+            )
+        ).scalars()
+    }
+
+
+def delivered_push(conn: Connection, tenant_id: str, notification_id: str) -> list[str]:
+    """Subscriptions the notification's web push reached (accepted by the push service)."""
+    d = t.deliveries
+    return [
+        str(r)
+        for r in conn.execute(
+            sa.select(d.c.destination).where(
+                d.c.tenant_id == tenant_id,
+                d.c.notification_id == notification_id,
+                d.c.channel == "webpush",
+                d.c.status == "accepted",
+            )
+        ).scalars()
+    ]
+
+
+def retraction_key(notification_id: str) -> str:
+    return f"{RETRACTED}:{notification_id}"
+
+
+def add_retractions(
+    conn: Connection, note: dict[str, Any], subscription_ids: list[str], now: datetime
+) -> int:
+    """One neutral replacement push per subscription that showed ``note``."""
+    if not subscription_ids:
+        return 0
+    rows = []
+    for sub_id in subscription_ids:
+        row = notes.delivery_row(note["tenant_id"], None, "webpush", sub_id, "queued", now)
+        row.update(
+            run_id=note["run_id"],
+            urgency="normal",
+            event_type=RETRACTED,
+            event_key=retraction_key(note["id"]),
+            payload={"notification_id": note["id"], "closed_as": note["state"]},
+        )
+        rows.append(row)
+    notes.add_deliveries(conn, rows)
+    return len(rows)
+
+
+def retractions_for(conn: Connection, tenant_id: str, notification_id: str) -> list[dict[str, Any]]:
+    d = t.deliveries
+    rows = conn.execute(
+        sa.select(d)
+        .where(
+            d.c.tenant_id == tenant_id,
+            d.c.channel == "webpush",
+            d.c.event_key == retraction_key(notification_id),
+        )
+        .order_by(d.c.id)
+    ).all()
+    return [dict(r._mapping) for r in rows]
