@@ -1,7 +1,7 @@
 """stall episodes on runs; scheduled escalation steps
 
 Revision ID: stalls
-Revises: rate_limits
+Revises: cancellation
 Create Date: 2026-12-01
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 import runbell.store.tables
 
 revision = "stalls"
-down_revision = "rate_limits"
+down_revision = "cancellation"
 branch_labels = None
 depends_on = None
 

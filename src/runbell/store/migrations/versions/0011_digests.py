@@ -1,7 +1,7 @@
 """digests: items collected per recipient and key, and the digests that were sent
 
 Revision ID: digests
-Revises: rate_limits
+Revises: stalls
 Create Date: 2026-12-01
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 import runbell.store.tables
 
 revision = "digests"
-down_revision = "rate_limits"
+down_revision = "stalls"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """indexes for the runs overview
 
 Revision ID: overview
-Revises: rate_limits
+Revises: digests
 Create Date: 2026-12-01
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "overview"
-down_revision = "rate_limits"
+down_revision = "digests"
 branch_labels = None
 depends_on = None
 
