@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from runbell.app import build, create_app
 from runbell.channels.webpush import collapse_topic
@@ -123,6 +124,18 @@ def settle(d: Dispatcher) -> None:
         pass
 
 
+def escalations_counted(env: Env, channel: str) -> float:
+    """``runbell_escalations_total`` for failed alerts on ``channel``, scraped from /metrics."""
+    text = env.client.get("/metrics").text
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "runbell_escalations_total"
+        and s.labels == {"attention_type": "failed", "channel": channel}
+    )
+
+
 def vapid_key(env: Env) -> str:
     return str(ok(env.client.get("/v1/push/vapid-public-key"))["public_key"])
 
@@ -159,11 +172,13 @@ def test_unacknowledged_notification_reaches_chat_then_email_on_schedule(
             settle(d)
             assert len(push.received) == 1 and chat.requests == [] and smtp.raw == []
 
+            chat_before = escalations_counted(env, "chat")
             env.clock.freeze(t0 + timedelta(seconds=119))
             assert sched.tick(env.clock())["escalation"] == 0
             env.clock.freeze(t0 + timedelta(seconds=120))
             assert sched.tick(env.clock())["escalation"] == 1
             assert other.tick(env.clock())["escalation"] == 0  # a second scheduler: no-op
+            assert escalations_counted(env, "chat") == chat_before + 1  # the metric, once
             settle(d)
             assert len(chat.requests) == 1 and smtp.raw == []
             assert chat.requests[0].json()["title"] == "A run failed"  # neutral, inv. 11

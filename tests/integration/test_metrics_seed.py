@@ -282,6 +282,7 @@ def test_expired_input_requests(env: Env) -> None:
 
 
 def test_the_escalation_counter_is_exposed_for_the_escalation_sweep(env: Env) -> None:
+    # Declared here; tests/integration/test_escalation.py moves it through a real step.
     text = env.client.get("/metrics").text
     assert "# TYPE runbell_escalations_total counter" in text
     assert "# HELP runbell_escalations_total" in text

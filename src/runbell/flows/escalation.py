@@ -24,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from runbell import metrics
 from runbell.flows import views
 from runbell.flows.attention import notification_event
 from runbell.flows.context import Runbell
@@ -75,6 +76,8 @@ def _fire(rb: Runbell, tx: Tx, step: dict[str, Any], note: dict[str, Any]) -> in
         else f"not acknowledged within {step['after_s']} s: no {channel} destination to add"
     )
     escalations.settle(tx.conn, step["id"], "fired", tx.now, reason, len(rows))
+    attention = note["attention_type"]
+    tx.after_commit.append(lambda: metrics.ESCALATIONS.labels(attention, channel).inc())
     tx.emit(
         tenant_id,
         PendingEvent(
