@@ -17,6 +17,7 @@ from runbell.api.routers import (
     input_requests,
     me,
     notifications,
+    operations,
     policy,
     runs,
     sources,
@@ -41,6 +42,7 @@ def install(app: FastAPI, rb: Runbell, *, listen_host: str | None = None) -> Non
     for router in (
         runs.router,
         input_requests.router,
+        operations.router,
         sources.router,
         notifications.router,
         events.router,

@@ -23,8 +23,8 @@ from typing import Any
 
 import structlog
 
-from runbell.domain.runs import RunState, attention_for, is_terminal
-from runbell.flows import views
+from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
+from runbell.flows import completion, views
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
@@ -89,21 +89,29 @@ def apply(
     runs.move_run(tx.conn, run)
 
     ids: list[str] = []
+    # --- completion owned by the run (issue 10, flows.completion) ------------------------
+    # A terminal transition carries its operations' counts (run.finished says what they
+    # count); a completion with operations is verified, or needs review, by the ledger.
+    judged = completion.judge(tx, run, state, effects_verified) if is_terminal(state) else None
+    note_reason = reason
+    event = {**views.run_event(run), "from": before, "reason": reason, "notification_ids": ids}
+    if judged is not None:
+        run = {**run, "outcome": judged.outcome}
+        event["operations"] = judged.operations
+        event["outcome"] = judged.outcome
+        if judged.reason is not None:
+            note_reason = judged.reason
+    # --- end of the completion block ---------------------------------------------------
     # The transition's own event goes first, so the feed reads cause before effect.
-    tx.emit(
-        tenant_id,
-        PendingEvent(
-            "run.transitioned",
-            {**views.run_event(run), "from": before, "reason": reason, "notification_ids": ids},
-            run_id=run_id,
-        ),
-    )
+    tx.emit(tenant_id, PendingEvent("run.transitioned", event, run_id=run_id))
     open_notes = notes.open_for_run(tx.conn, tenant_id, run_id)  # read once, used twice
     superseded = set(supersede_actionable(tx, tenant_id, run_id, version, open_notes))
     if before == RunState.INPUT_REQUIRED and state != RunState.INPUT_REQUIRED:
         cancel_pending(tx, run)  # nobody can answer those any more
     decision = None
     attention = attention_for(state, effects_verified)
+    if judged is not None and judged.attention is not None:
+        attention = AttentionType(judged.attention)
     if attention is not None:
         raised = raise_attention(
             tx,
@@ -112,7 +120,7 @@ def apply(
             attention=attention.value,
             version=version,
             facts={"effects_verified": effects_verified, **error_facts(error)},
-            reason=reason,
+            reason=note_reason,
             owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
             request=request,
             email=bool(rb.settings.smtp_host),

@@ -56,6 +56,14 @@ def run_view(run: dict[str, Any], *, include_details: bool = False) -> dict[str,
         "started_at": iso(run.get("started_at")),
         "finished_at": iso(run.get("finished_at")),
         "last_progress_at": iso(run.get("last_progress_at")),
+        # What a completion means given the run's operations (flows.completion):
+        # verified | needs_review | unknown, None when no completion was judged.
+        "outcome": run.get("outcome"),
+        "worker": (
+            {"id": run["worker_id"], "epoch": run.get("worker_epoch") or 0}
+            if run.get("worker_id")
+            else None
+        ),
     }
     if include_details:
         out["details"] = run.get("details")

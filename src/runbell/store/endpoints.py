@@ -26,6 +26,8 @@ WEBHOOK_EVENT_TYPES = (
     "input_request.expired",
     "input_request.superseded",
     "input_request.cancelled",
+    "operation.updated",
+    "run.reviewed",
 )
 
 
