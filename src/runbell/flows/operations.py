@@ -127,6 +127,16 @@ def snapshot(conn: Any, run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _ledger_state(conn: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """:func:`snapshot` as the ledger's own answers carry it: ``summary: {counts, text}``
+    beside the ``operations`` list."""
+    shown = snapshot(conn, run)
+    return {
+        "summary": shown["operations"],
+        "previous_worker_may_still_act": shown["previous_worker_may_still_act"],
+    }
+
+
 # --- reading -----------------------------------------------------------------------------
 
 
@@ -140,7 +150,7 @@ def list_operations(rb: Runbell, who: Principal, run_id: str) -> dict[str, Any]:
         return {
             "run_id": run_id,
             "operations": [operation_view(op) for op in ops],
-            **snapshot(conn, run),
+            **_ledger_state(conn, run),
             "outcome": run.get("outcome"),
         }
 
@@ -304,13 +314,13 @@ def declare(
                     field="operation_id",
                     current={"operation": operation_view(found)},
                 )
+        for item in new:  # first: the most useful thing to say about a retry
+            _refuse_if_may_have_landed(tx, tenant_id, item)
         if new and is_terminal(run["state"]):
             raise Conflict(
                 f"run {run_id!r} is {run['state']}; operations are declared before it finishes",
                 current={"run": views.run_view(run)},
             )
-        for item in new:
-            _refuse_if_may_have_landed(tx, tenant_id, item)
         position = ledger.next_position(tx.conn, tenant_id, run_id)
         rows = []
         for i, item in enumerate(new):
@@ -332,13 +342,13 @@ def declare(
         for row in rows:
             _emit(tx, row, None)
         if rows:
-            log.info("operations.declared", run_id=run_id, count=len(rows))
+            log.debug("operations.declared", run_id=run_id, count=len(rows))
         shown = [operation_view(existing[i["operation_id"]]) for i in items]
         return (201 if rows else 200), {
             "run_id": run_id,
             "operations": shown,
             "created": [r["operation_id"] for r in rows],
-            **snapshot(tx.conn, run),
+            **_ledger_state(tx.conn, run),
         }
 
     return act_once(rb.db, rb.box, key, lambda: act)
@@ -416,7 +426,7 @@ def move(
         ledger.update(tx.conn, tenant_id, run_id, operation_id, values)
         op = {**op, **values}
         _emit(tx, op, before)
-        log.info("operation.moved", run_id=run_id, from_state=before, to_state=state)
+        log.debug("operation.moved", run_id=run_id, from_state=before, to_state=state)
         run = completion.review(rb, tx, run)
         return _moved(tx, run, op, changed=True)
 
@@ -426,7 +436,7 @@ def _moved(tx: Tx, run: dict[str, Any], op: dict[str, Any], *, changed: bool) ->
         "operation": operation_view(op),
         "changed": changed,
         "run": views.run_view(run),
-        **snapshot(tx.conn, run),
+        **_ledger_state(tx.conn, run),
     }
 
 

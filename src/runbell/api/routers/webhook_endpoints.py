@@ -28,6 +28,8 @@ EventType = Literal[
     "input_request.expired",
     "input_request.superseded",
     "input_request.cancelled",
+    "operation.updated",
+    "run.reviewed",
 ]
 assert set(EventType.__args__) == set(endpoints.EVENT_TYPES)  # type: ignore[attr-defined]
 
