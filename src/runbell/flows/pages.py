@@ -24,8 +24,9 @@ from runbell.domain.principal import Principal
 from runbell.flows import views
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import get_for_notification, may_answer
+from runbell.flows.operations import operation_view
 from runbell.flows.runs import get_run
-from runbell.store import destinations, feed, runs
+from runbell.store import destinations, feed, operations, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 
@@ -107,12 +108,13 @@ def run_page(
     may not see it.
 
     ``{head_cursor, snapshot, run, owner_email, transitions, pending_request, may_answer,
-    my_notifications, answered_request}``: ``snapshot`` is what ``GET /v1/runs/{id}``
+    my_notifications, answered_request, operations}``: ``snapshot`` is what ``GET /v1/runs/{id}``
     answers; ``run`` the stored row (times as datetimes); ``transitions`` oldest first;
     ``pending_request`` the newest pending input request or None; ``my_notifications``
     this person's own about the run (up to 50, newest first), each with its
     ``deliveries``; ``answered_request`` the request named by ``answered_request`` when
-    it is of this run and this person answered it, else None.
+    it is of this run and this person answered it, else None; ``operations`` the
+    run's ledger in declaration order (``flows.operations.operation_view``).
     """
     snapshot = get_run(rb, who, run_id)  # the access check, and the API's view of the run
     with rb.db.read() as conn:
@@ -127,6 +129,7 @@ def run_page(
         for note in mine:
             note["deliveries"] = notes.deliveries_for(conn, who.tenant_id, note["id"])
         owner = destinations.email_of(conn, run["owner_user_id"])
+        ledger = [operation_view(op) for op in operations.for_run(conn, who.tenant_id, run_id)]
         answered = None
         if answered_request:
             answered = requests.get(conn, who.tenant_id, answered_request)
@@ -146,6 +149,7 @@ def run_page(
         "may_answer": may,
         "my_notifications": mine,
         "answered_request": answered,
+        "operations": ledger,
     }
 
 

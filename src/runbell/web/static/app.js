@@ -149,7 +149,7 @@
   if (page === "run") {
     const runId = body.dataset.runId;
     const notice = document.getElementById("run-changed");
-    const LIVE = ["state", "outcome", "facts", "details", "timeline", "notes"];
+    const LIVE = ["state", "outcome", "operations", "facts", "details", "timeline", "notes"];
     const WHY = {
       answered: "This request was answered, here or on another device.",
       expired: "This request expired.",
@@ -328,6 +328,8 @@
       "input_request.cancelled",
       "notification.created",
       "notification.closed",
+      "operation.updated",
+      "run.reviewed",
     ];
     const handlers = {};
     types.forEach(function (t) {
