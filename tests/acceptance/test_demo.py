@@ -167,8 +167,6 @@ def test_demo_invoice_sync_needs_review_for_its_lost_reply_then_the_lookup_resol
         assert ("needs_review", "resolved") in by_type and ("completed", "open") in by_type
         assert sum(1 for n in notes() if n["attention_type"] == "needs_review") == 1
         # The review was mailed with the neutral text only: no counts, no invoice ids.
-        mailbox = until(
-            lambda: (t := http.get("/demo/mailbox").text) and "needs review" in t and t
-        )
+        mailbox = until(lambda: (t := http.get("/demo/mailbox").text) and "needs review" in t and t)
         assert "invoice-4" not in mailbox and "INV-1004" not in mailbox
     assert "Traceback" not in log.read_text()

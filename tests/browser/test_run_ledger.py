@@ -76,9 +76,7 @@ def test_the_ledger_shows_on_the_run_page_and_follows_the_lookup(
     # A lookup settles the lost reply: the page follows without a reload.
     page.evaluate("window.__sameDocument = true")
     move("inv-4", "confirmed", lookup="invoice INV-4 is paid", checked_by="reconciler")
-    expect(page.locator("#operations-counts")).to_have_text(
-        "3 confirmed, 1 conflict, 1 planned"
-    )
+    expect(page.locator("#operations-counts")).to_have_text("3 confirmed, 1 conflict, 1 planned")
     expect(page.locator("#ops-uncertain")).to_have_count(0)
     expect(page.locator("#ops-confirmed")).to_contain_text("reconciler")
     assert page.evaluate("window.__sameDocument === true")

@@ -245,9 +245,7 @@ def test_a_review_that_ends_all_confirmed_is_resolved_and_the_success_follows(
         ("completed", "open"),
     ]
     resolved = notes_of(core, creds, "sync-3")[1]
-    assert resolved["closed_reason"] == (
-        "every operation settled: 1 confirmed, 1 confirmed absent"
-    )
+    assert resolved["closed_reason"] == ("every operation settled: 1 confirmed, 1 confirmed absent")
 
 
 def test_all_confirmed_completes_as_verified_and_no_operations_keeps_todays_meaning(
@@ -294,9 +292,7 @@ def test_declaring_is_idempotent_per_operation_id_and_another_body_is_a_conflict
     both = declare(client, creds, "led-1", {"operations": [op("one"), op("two")]})
     assert both["created"] == ["two"]
     changed = op("one", intent="mark refunded")
-    r = client.post(
-        "/v1/runs/led-1/operations", json=changed, headers=bearer(creds.runtime_key)
-    )
+    r = client.post("/v1/runs/led-1/operations", json=changed, headers=bearer(creds.runtime_key))
     assert r.status_code == 409, r.text
     body = r.json()
     assert body["field"] == "operation_id" and body["current"]["operation"]["intent"] == (
@@ -495,7 +491,9 @@ def test_a_replaced_workers_late_update_is_rejected_by_its_epoch(
 # --- the interfaces cancellation calls -----------------------------------------------------
 
 
-def test_mark_not_started_and_summary(client: TestClient, core: Runbell, creds: TenantCreds) -> None:
+def test_mark_not_started_and_summary(
+    client: TestClient, core: Runbell, creds: TenantCreds
+) -> None:
     make_run(client, creds, "cx-1")
     declare(client, creds, "cx-1", {"operations": [op(f"c{i}") for i in range(1, 6)]})
     for i in (1, 2, 3, 4):
