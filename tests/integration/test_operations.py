@@ -4,9 +4,12 @@ PostgreSQL, through the HTTP API, with the injectable clock."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
@@ -15,7 +18,7 @@ from runbell.flows.context import Runbell
 from runbell.store import runs as run_store
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
-from tests.conftest import bearer
+from tests.conftest import LiveServer, bearer
 
 PLANTED = "SECRET-PAYLOAD-9931"
 
@@ -518,3 +521,32 @@ def test_mark_not_started_and_summary(
     events = client.get("/v1/events?after=earliest", headers=bearer(creds.runtime_key)).json()
     [marked] = [e for e in events["events"] if e["data"].get("state") == "not_started"]
     assert marked["data"]["operation_id"] == "c5" and marked["data"]["from"] == "planned"
+
+
+def test_two_lookups_racing_to_confirm_the_lost_reply_review_it_once(
+    client: TestClient, core: Runbell, creds: TenantCreds, live: LiveServer
+) -> None:
+    """Two reconcilers find the lost reply at the same moment and both report it, on real
+    threads against a real server: one moves it and reviews the run, the other is answered
+    ``changed: false`` — one new version, one new review notification."""
+    twelve(client, creds, "race-1")
+    finished = complete(client, creds, "race-1")["run"]
+    barrier = threading.Barrier(4)
+    lookup = {"state": "confirmed", "evidence": {"lookup": "paid"}}
+
+    def report(_: int) -> httpx.Response:
+        with httpx.Client(base_url=live.url, timeout=30, trust_env=False) as http:
+            barrier.wait(timeout=30)
+            return http.patch(
+                "/v1/runs/race-1/operations/op-12",
+                json=lookup,
+                headers=bearer(creds.runtime_key),
+            )
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = [f.result(timeout=120) for f in [pool.submit(report, i) for i in range(4)]]
+    assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+    assert sorted(a.json()["changed"] for a in answers) == [False, False, False, True]
+    assert {a.json()["run"]["version"] for a in answers} == {finished["version"] + 1}
+    reviews = [n for n in notes_of(core, creds, "race-1") if n["attention_type"] == "needs_review"]
+    assert [n["state"] for n in reviews] == ["superseded", "open"]
