@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from runbell.flows import operations as ledger_flow
 from runbell.flows.context import Runbell
 from runbell.store import runs as run_store
+from runbell.store import sessions
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer
@@ -441,7 +442,7 @@ def test_details_never_reach_the_feed_or_webhooks(
 
 
 def test_a_replaced_workers_late_update_is_rejected_by_its_epoch(
-    client: TestClient, creds: TenantCreds
+    client: TestClient, core: Runbell, creds: TenantCreds
 ) -> None:
     make_run(client, creds, "fence-1")
 
@@ -461,6 +462,12 @@ def test_a_replaced_workers_late_update_is_rejected_by_its_epoch(
     assert second["previous_worker_may_still_act"] is True
     shown = snapshot(client, creds, "fence-1")
     assert shown["previous_worker_may_still_act"] is True
+    browser = TestClient(client.app)  # the owner's browser, signed in through a real link
+    with core.db.transaction() as tx:
+        link = sessions.create_login_link(tx.conn, creds.tenant_id, creds.owner_id, tx.now)
+    assert browser.get(f"/auth/{link}", follow_redirects=False).status_code == 303
+    warning = "The previous worker may still cause an effect"
+    assert warning in browser.get("/runs/fence-1").text
     assert shown["worker"] == {"id": "worker-b", "epoch": 2}
     # worker-a wakes up and reports: refused, and nothing changed.
     late = client.patch(
@@ -487,6 +494,8 @@ def test_a_replaced_workers_late_update_is_rejected_by_its_epoch(
     declare(client, creds, "fence-1", {"operations": [op("f1"), op("f2")], "epoch": 2}, 200)
     move(client, creds, "fence-1", "f1", "uncertain", epoch=2)
     assert snapshot(client, creds, "fence-1")["previous_worker_may_still_act"] is False
+    page = browser.get("/runs/fence-1").text
+    assert warning not in page and "1 uncertain, 1 planned" in page
     listed = client.get("/v1/runs/fence-1/operations", headers=bearer(creds.runtime_key)).json()
     assert [o["state"] for o in listed["operations"]] == ["uncertain", "planned"]
 
