@@ -9,7 +9,11 @@ What it sets up (once per database, on the first tenant):
   at ``/demo/mailbox`` (styled like the app, links clickable; the sign-in page points
   there);
 - a run that works for a few seconds, asks "Deploy the demo app to staging?", waits for
-  the answer, and then completes (approved) or stops (rejected).
+  the answer, and then completes (approved) or stops (rejected);
+- a second run, an invoice sync with five operations whose fourth reply is lost: it
+  reports completed, the run answers ``needs_review`` (the uncertain invoice on the run
+  page and in the notification), and a few seconds later a lookup confirms it — the
+  review is resolved and the completion alert follows.
 
 Nothing here is used outside demo mode.
 """
@@ -33,7 +37,7 @@ from starlette.routing import NoMatchFound
 
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
-from runbell.flows import accounts, endpoints, runs, signals
+from runbell.flows import accounts, endpoints, operations, runs, signals
 from runbell.flows import input_requests as actions
 from runbell.flows.context import Runbell
 from runbell.flows.signals import Signal
@@ -43,6 +47,18 @@ log = structlog.get_logger(__name__)
 
 RUN_ID = "demo-deploy"
 REQUEST_ID = "demo-approve-deploy"
+LEDGER_RUN_ID = "demo-sync-invoices"
+#: (operation id, invoice, amount): the invoice sync's five intended effects.
+LEDGER_OPERATIONS = (
+    ("invoice-1", "INV-1001", 120),
+    ("invoice-2", "INV-1002", 80),
+    ("invoice-3", "INV-1003", 310),
+    ("invoice-4", "INV-1004", 45),
+    ("invoice-5", "INV-1005", 99),
+)
+LOST_REPLY = "invoice-4"
+#: Seconds between the sync reporting completed and the lookup of its lost reply.
+LOOKUP_AFTER_S = 8.0
 MAILBOX_ROUTE = "demo_mailbox"
 SINK_PATH = "/demo/webhook-sink"
 
@@ -164,7 +180,109 @@ def setup(core: Runbell, base_url: str) -> tuple[str, str] | None:
 
 
 async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
-    """The simulated agent run: work, ask, wait, finish. Idempotent across restarts."""
+    """The demo's two simulated runs, side by side: the deploy that asks for approval, and
+    the invoice sync whose lost reply is looked up after it reports completed."""
+    await asyncio.gather(
+        deploy_agent(core, tenant_id, owner_id, stop),
+        ledger_agent(core, tenant_id, owner_id, stop),
+    )
+
+
+async def ledger_agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
+    """The invoice sync: five operations, one reply lost (``uncertain``). It reports
+    ``completed``; the run answers ``needs_review`` with the uncertain item named. A few
+    seconds later a lookup finds the invoice paid: the review is resolved, and only then
+    does the completion alert follow. Idempotent across restarts."""
+    who = Principal(tenant_id=tenant_id, kind="key", role="runtime")
+    source = signals.api_source(core, who)
+    state = _state_of(core, who, LEDGER_RUN_ID)
+    if state is None:
+        await asyncio.to_thread(
+            runs.put_run,
+            core,
+            who,
+            LEDGER_RUN_ID,
+            {
+                "owner": owner_id,
+                "title": "Mark five demo invoices paid in the billing system",
+                "kind": "pipeline",
+                "objective": "Record the payments that arrived today on their invoices.",
+                "state": "working",
+            },
+        )
+        claimed = await asyncio.to_thread(
+            operations.claim, core, who, LEDGER_RUN_ID, "demo-worker-1"
+        )
+        epoch = claimed.content()["epoch"]
+        await asyncio.to_thread(
+            operations.declare,
+            core,
+            who,
+            LEDGER_RUN_ID,
+            {
+                "epoch": epoch,
+                "operations": [
+                    {
+                        "operation_id": op_id,
+                        "target": {"type": "invoice", "id": invoice},
+                        "intent": "mark paid",
+                        "details": {"amount_eur": amount, "payment_ref": f"PAY-{invoice}"},
+                        "idempotency_key": f"demo-{op_id}",
+                    }
+                    for op_id, invoice, amount in LEDGER_OPERATIONS
+                ],
+            },
+        )
+        for op_id, invoice, _ in LEDGER_OPERATIONS:
+            await _move(core, who, op_id, "sent", epoch=epoch)
+            if await _wait(stop, 0.8):
+                return
+            if op_id == LOST_REPLY:
+                evidence = {"error": "no reply within 30 s", "checked_by": "demo-worker-1"}
+                await _move(core, who, op_id, "uncertain", epoch=epoch, evidence=evidence)
+            else:
+                receipt = {"receipt_id": f"rcpt-{invoice}", "checked_by": "billing API reply"}
+                await _move(core, who, op_id, "confirmed", epoch=epoch, evidence=receipt)
+        await asyncio.to_thread(
+            signals.accept_signal,
+            core,
+            tenant_id,
+            source,
+            LEDGER_RUN_ID,
+            Signal(event_id="demo-sync-finished", state="completed", reason="all invoices sent"),
+        )
+        log.info("demo.ledger_completed", run_id=LEDGER_RUN_ID)
+    elif state != "completed":
+        return  # a run left over from an older demo: nothing to settle
+    # The lookup, a few seconds later: the lost reply's invoice is paid after all.
+    if await _wait(stop, LOOKUP_AFTER_S):
+        return
+    found = await asyncio.to_thread(operations.list_operations, core, who, LEDGER_RUN_ID)
+    lost = next(o for o in found["operations"] if o["operation_id"] == LOST_REPLY)
+    if lost["state"] == "uncertain":
+        lookup = {
+            "lookup": f"GET /invoices/{lost['target']['id']}: status paid",
+            "checked_by": "demo reconciler",
+        }
+        await _move(core, who, LOST_REPLY, "confirmed", evidence=lookup)
+        log.info("demo.ledger_reviewed", run_id=LEDGER_RUN_ID)
+
+
+async def _move(core: Runbell, who: Principal, op_id: str, state: str, **extra: Any) -> None:
+    await asyncio.to_thread(
+        operations.move, core, who, LEDGER_RUN_ID, op_id, {"state": state, **extra}
+    )
+
+
+def _state_of(core: Runbell, who: Principal, run_id: str) -> str | None:
+    try:
+        return str(runs.get_run(core, who, run_id)["state"])
+    except NotFound:
+        return None
+
+
+async def deploy_agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
+    """The simulated deploy run: work, ask, wait, finish. Idempotent across restarts."""
     who = Principal(tenant_id=tenant_id, kind="key", role="runtime")
     source = signals.api_source(core, who)
     if _run_state(core, who) is None:

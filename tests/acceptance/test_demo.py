@@ -124,3 +124,49 @@ def test_demo_run_asks_for_approval_and_finishes_with_every_delivery_in_the_trai
         mailbox = http.get("/demo/mailbox").text
         assert "A run needs your input" in mailbox and "/n/" in mailbox
     assert "Traceback" not in log.read_text()
+
+
+def test_demo_invoice_sync_needs_review_for_its_lost_reply_then_the_lookup_resolves_it(
+    demo: tuple[str, str, str, Path],
+) -> None:
+    """The second demo run: five operations, one reply lost. Completed → needs_review
+    naming the uncertain invoice (in the notification and the ledger); a few seconds later
+    a lookup confirms it, the review is resolved, and the completion alert follows."""
+    base, token, _admin, log = demo
+    me = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=base, timeout=10, trust_env=False) as http:
+
+        def notes() -> list[dict[str, Any]]:
+            inbox = http.get("/v1/notifications", headers=me).json()["notifications"]
+            return [n for n in inbox if n["run_id"] == "demo-sync-invoices"]
+
+        def reviewed() -> dict[str, Any] | None:
+            return next((n for n in notes() if n["attention_type"] == "needs_review"), None)
+
+        review = until(reviewed)
+        assert review["reason"].startswith("4 confirmed, 1 uncertain"), review["reason"]
+        assert "uncertain: invoice-4" in review["reason"]
+
+        def settled() -> dict[str, Any] | None:
+            run = http.get("/v1/runs/demo-sync-invoices", headers=me).json()
+            return run if run["outcome"] == "verified" else None
+
+        run = until(settled)
+        assert run["state"] == "completed"
+        assert run["operations"] == {"counts": {"confirmed": 5}, "text": "5 confirmed"}
+        ledger = http.get("/v1/runs/demo-sync-invoices/operations", headers=me).json()
+        lost = next(o for o in ledger["operations"] if o["operation_id"] == "invoice-4")
+        assert [h["state"] for h in lost["history"]] == [
+            "planned",
+            "sent",
+            "uncertain",
+            "confirmed",
+        ]
+        assert lost["evidence"]["checked_by"] == "demo reconciler"
+        by_type = {(n["attention_type"], n["state"]) for n in notes()}
+        assert ("needs_review", "resolved") in by_type and ("completed", "open") in by_type
+        assert sum(1 for n in notes() if n["attention_type"] == "needs_review") == 1
+        # The review was mailed with the neutral text only: no counts, no invoice ids.
+        mailbox = until(lambda: (t := http.get("/demo/mailbox").text) and "needs review" in t and t)
+        assert "invoice-4" not in mailbox and "INV-1004" not in mailbox
+    assert "Traceback" not in log.read_text()

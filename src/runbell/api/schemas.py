@@ -214,3 +214,72 @@ class ChatIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str = Field(min_length=6, max_length=2000, description="an Apprise URL")
     label: str | None = Field(default=None, max_length=200)
+
+
+# --- the operations ledger (issue 10) ---------------------------------------------------
+
+OperationState = Literal[
+    "planned",
+    "sent",
+    "confirmed",
+    "conflict",
+    "failed",
+    "uncertain",
+    "absent",
+    "unresolved",
+    "not_started",
+]
+
+
+class TargetIn(Strict):
+    type: str = Field(min_length=1, max_length=100, description="e.g. invoice, issue, file")
+    id: str = Field(min_length=1, max_length=200)
+    version: str | StrictInt | None = Field(default=None, description="the version acted on")
+
+
+class OperationIn(Strict):
+    operation_id: str = Field(
+        pattern=RUN_ID_PATTERN,
+        description="stable, unique per run; a replacement worker declares the same id",
+    )
+    target: TargetIn
+    intent: str = Field(
+        min_length=1,
+        max_length=500,
+        description="PUBLIC, short and non-sensitive (feed, webhooks, notifications); "
+        "stored as one safe line of at most 200 characters",
+    )
+    details: dict[str, Any] | None = Field(
+        default=None, description="sensitive: never in the feed, webhooks, logs or channels"
+    )
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=200, description="the destination's own key"
+    )
+
+
+class OperationsIn(Strict):
+    """``{"operations": [...]}``, or one operation's fields at the top level."""
+
+    operations: list[OperationIn] | None = Field(default=None, min_length=1, max_length=500)
+    operation_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
+    target: TargetIn | None = None
+    intent: str | None = Field(default=None, min_length=1, max_length=500)
+    details: dict[str, Any] | None = None
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    epoch: StrictInt | None = Field(
+        default=None, ge=0, description="the epoch POST …/claim gave this worker"
+    )
+
+
+class OperationMove(Strict):
+    state: OperationState
+    evidence: dict[str, Any] | None = Field(
+        default=None,
+        description="receipt id, lookup result, who or what checked (kept in the ledger; "
+        "never in the feed or webhooks)",
+    )
+    epoch: StrictInt | None = Field(default=None, ge=0)
+
+
+class ClaimIn(Strict):
+    worker_id: str = Field(min_length=1, max_length=200)

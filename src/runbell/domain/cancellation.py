@@ -54,7 +54,10 @@ def outcome(
     parts = [STOPPED, KEPT_NOT_UNDONE]
     if counts_text:
         parts.append(_sentence(counts_text))
-    parts.append(f"Kept: {_sentence(kept)}" if kept else NOT_SAID)
+    if kept:
+        parts.append(f"Kept: {_sentence(kept)}")
+    elif not counts_text:
+        parts.append(NOT_SAID)  # with counts, they say what was kept
     if uncertain:
         parts.append(f"Still uncertain: {_sentence(uncertain)}")
     elif tracked:

@@ -12,9 +12,9 @@ Invariants kept here (DESIGN §2):
 - 15: nothing is assumed done or not done: without a record of the run's individual
   effects the summary says so, rather than "nothing is uncertain".
 
-The two touch points of the operations ledger (built in parallel, wired at merge) are
-:func:`_on_cancel_requested` and :func:`cancel_summary`; each says what it will do once
-operations exist.
+The operations ledger comes in at two points: :func:`_on_cancel_requested` marks the
+run's operations still ``planned`` as ``not_started``, and :func:`cancel_summary` counts
+the ledger (``flows.operations.summary``) and names what stays uncertain.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from typing import Any
 import structlog
 
 from runbell.domain.cancellation import outcome
+from runbell.domain.operations import OpState
+from runbell.flows import operations
+from runbell.store import operations as ledger
 from runbell.store import runs
 from runbell.store.db import Tx
 
@@ -38,19 +41,22 @@ def requested_by_person(run: dict[str, Any]) -> bool:
 
 
 def _on_cancel_requested(tx: Tx, run: dict[str, Any]) -> None:
-    """The run was just asked to stop (it is ``stopping`` in ``tx``).
-
-    SEAM (operations ledger): once operations exist, this marks the run's operations
-    still ``planned`` as ``not_started`` — work that will not begin is not "in flight".
-    Until then there is nothing recorded to mark: the run row (who asked, when, why) and
-    the ``run.cancel_requested`` event, written by the caller, are the whole request.
-    """
+    """The run was just asked to stop (it is ``stopping`` in ``tx``): its operations still
+    ``planned`` become ``not_started`` — work that will not begin is said so, not left
+    looking pending (invariant 16). Operations already ``sent`` settle as the runtime
+    reports them."""
+    marked = operations.mark_not_started(tx, run)
     log.info(
         "run.cancel_requested",
         run_id=run["run_id"],
         version=run["version"],
         by_person=requested_by_person(run),
+        not_started=marked,
     )
+
+
+# At most this many operation ids are named in a summary line (the rest are counted).
+NAMED_MAX = 10
 
 
 def cancel_summary(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
@@ -58,19 +64,33 @@ def cancel_summary(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
 
     ``{"kept", "uncertain", "counts", "tracked", "text"}``: ``kept`` is the runtime's own
     account (the ``report.summary`` of the signal that settled it, or of an earlier one);
-    ``uncertain`` what may or may not have landed (None when unknown); ``counts`` the
-    operations per outcome (None until there is a ledger); ``tracked`` whether Runbell
-    knows the run's individual effects; ``text`` one line for the notification and the
-    run page. The wording never claims to undo anything.
-
-    SEAM (operations ledger): once operations exist, this counts them and calls
-    ``outcome(kept, tracked=True, counts=…, counts_text=<the ledger's one text function>,
-    uncertain=<the uncertain ones named, or None>)``; the wording is
-    :func:`runbell.domain.cancellation.outcome`'s either way.
+    ``counts`` the run's operations per state, when it declared any (``tracked``);
+    ``uncertain`` names the operations that may or may not have landed — ``uncertain``,
+    ``unresolved``, or still ``sent`` with no reply — (None when none is, or when nothing
+    was tracked); ``text`` one line for the notification and the run page
+    (:func:`runbell.domain.cancellation.outcome`). The wording never claims to undo
+    anything.
     """
     report = run.get("report") or {}
     kept = report.get("summary") if isinstance(report.get("summary"), str) else None
-    return outcome(kept or None, tracked=False)
+    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    counted = operations.summary(tx.conn, tenant_id, run_id)
+    if not counted["counts"]:
+        return outcome(kept or None, tracked=False)
+    in_flight = ledger.ids_by_state(tx.conn, tenant_id, run_id, (OpState.SENT.value,))
+    named = [*counted["uncertain"], *in_flight.get(OpState.SENT.value, [])]
+    uncertain = None
+    if named:
+        shown = ", ".join(named[:NAMED_MAX])
+        more = len(named) - NAMED_MAX
+        uncertain = f"{shown} and {more} more" if more > 0 else shown
+    return outcome(
+        kept or None,
+        tracked=True,
+        counts=counted["counts"],
+        counts_text=counted["text"],
+        uncertain=uncertain,
+    )
 
 
 def settle(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:

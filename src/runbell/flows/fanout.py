@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from runbell.domain.operations import NO_OPERATIONS
 from runbell.flows.views import iso
 from runbell.ids import new_id
 from runbell.store import endpoints
@@ -42,6 +43,9 @@ def messages(
     data = {**ev.data, "tenant_id": tenant_id}
     if ev.notification_id:
         key = f"{ev.type}:{ev.notification_id}"
+    elif ev.type == "operation.updated":
+        # An operation reaches each state at most once (its moves form no cycle).
+        key = f"{ev.type}:{ev.run_id}:{data.get('operation_id')}:{data.get('state')}"
     else:
         # Several requests can end at one run version (expiry does not bump it).
         which = data.get("mismatch_id") or data.get("input_request_id") or ""
@@ -65,6 +69,9 @@ def messages(
                     "summary": report.get("summary"),
                     "trace_id": report.get("trace_id"),
                     "links": report.get("links"),
+                    # What the counts count (flows.completion): never "9 of 15".
+                    "operations": data.get("operations") or {"counts": {}, "text": NO_OPERATIONS},
+                    "outcome": data.get("outcome"),
                     "deep_link": f"{public_url}/runs/{ev.run_id}",
                 },
             )

@@ -24,8 +24,9 @@ from runbell.domain.principal import Principal
 from runbell.flows import views
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import get_for_notification, may_answer
+from runbell.flows.operations import operation_view
 from runbell.flows.runs import get_run
-from runbell.store import amendments, destinations, feed, runs
+from runbell.store import amendments, destinations, feed, operations, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 
@@ -115,13 +116,13 @@ def run_page(
 
     ``{head_cursor, snapshot, run, owner_email, cancel_requested_by_email,
     pending_amendments, transitions, pending_request, may_answer, my_notifications,
-    answered_request}``: ``snapshot`` is
-    what ``GET /v1/runs/{id}`` answers; ``run`` the stored row (times as datetimes);
-    ``transitions`` oldest first; ``pending_request`` the newest pending input request or
-    None; ``my_notifications``
+    answered_request, operations}``: ``snapshot`` is what ``GET /v1/runs/{id}`` answers;
+    ``run`` the stored row (times as datetimes); ``transitions`` oldest first;
+    ``pending_request`` the newest pending input request or None; ``my_notifications``
     this person's own about the run (up to 50, newest first), each with its
     ``deliveries``; ``answered_request`` the request named by ``answered_request`` when
-    it is of this run and this person answered it, else None.
+    it is of this run and this person answered it, else None; ``operations`` the
+    run's ledger in declaration order (``flows.operations.operation_view``).
     """
     snapshot = get_run(rb, who, run_id)  # the access check, and the API's view of the run
     with rb.db.read() as conn:
@@ -139,6 +140,7 @@ def run_page(
         proposed = amendments.for_run(conn, who.tenant_id, run_id)
         asked_by = run.get("cancel_requested_by")
         cancel_by = destinations.email_of(conn, asked_by) if asked_by else None
+        ledger = [operation_view(op) for op in operations.for_run(conn, who.tenant_id, run_id)]
         answered = None
         if answered_request:
             answered = requests.get(conn, who.tenant_id, answered_request)
@@ -160,6 +162,7 @@ def run_page(
         "may_answer": may,
         "my_notifications": mine,
         "answered_request": answered,
+        "operations": ledger,
     }
 
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import structlog
 
-from runbell.domain.runs import RunState, attention_for, is_terminal
-from runbell.flows import cancellation, stalls, views
+from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
+from runbell.flows import cancellation, completion, stalls, views
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
@@ -96,15 +96,21 @@ def apply(
     runs.move_run(tx.conn, run)
 
     ids: list[str] = []
+    # --- completion owned by the run (issue 10, flows.completion) ------------------------
+    # A terminal transition carries its operations' counts (run.finished says what they
+    # count); a completion with operations is verified, or needs review, by the ledger.
+    judged = completion.judge(tx, run, state, effects_verified) if is_terminal(state) else None
+    note_reason = reason
+    event = {**views.run_event(run), "from": before, "reason": reason, "notification_ids": ids}
+    if judged is not None:
+        run = {**run, "outcome": judged.outcome}
+        event["operations"] = judged.operations
+        event["outcome"] = judged.outcome
+        if judged.reason is not None:
+            note_reason = judged.reason
+    # --- end of the completion block ---------------------------------------------------
     # The transition's own event goes first, so the feed reads cause before effect.
-    tx.emit(
-        tenant_id,
-        PendingEvent(
-            "run.transitioned",
-            {**views.run_event(run), "from": before, "reason": reason, "notification_ids": ids},
-            run_id=run_id,
-        ),
-    )
+    tx.emit(tenant_id, PendingEvent("run.transitioned", event, run_id=run_id))
     open_notes = notes.open_for_run(tx.conn, tenant_id, run_id)  # read once, used twice
     superseded = set(supersede_actionable(tx, tenant_id, run_id, version, open_notes))
     stalls.end_episode(tx, before_run, run, f"run is now {state}", open_notes)
@@ -112,7 +118,6 @@ def apply(
         cancel_pending(tx, run)  # nobody can answer those any more
     decision = None
     facts: dict[str, Any] = {"effects_verified": effects_verified, **error_facts(error)}
-    note_reason = reason
     if state == RunState.CANCELLED:
         # Cancellation is a request with an outcome (invariant 16): the notification says
         # what was kept and what stays uncertain, and the policy who asked.
@@ -120,6 +125,8 @@ def apply(
         facts["cancelled_by_owner"] = cancellation.requested_by_person(run)
         note_reason = run["cancel_summary"]["text"]
     attention = attention_for(state, effects_verified)
+    if judged is not None and judged.attention is not None:
+        attention = AttentionType(judged.attention)
     if attention is not None:
         raised = raise_attention(
             tx,

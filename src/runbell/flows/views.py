@@ -62,6 +62,14 @@ def run_view(run: dict[str, Any], *, include_details: bool = False) -> dict[str,
         "stall_after_seconds": run.get("stall_after_seconds"),
         "stalled_at": iso(run.get("stalled_at")),  # an open stall episode began then
         "stall_due_at": iso(run.get("stall_due_at")),
+        # What a completion means given the run's operations (flows.completion):
+        # verified | needs_review | unknown, None when no completion was judged.
+        "outcome": run.get("outcome"),
+        "worker": (
+            {"id": run["worker_id"], "epoch": run.get("worker_epoch") or 0}
+            if run.get("worker_id")
+            else None
+        ),
     }
     if include_details:
         out["details"] = run.get("details")

@@ -32,6 +32,8 @@ WEBHOOK_EVENT_TYPES = (
     "amendment.proposed",
     "amendment.approved",
     "amendment.rejected",
+    "operation.updated",
+    "run.reviewed",
 )
 
 

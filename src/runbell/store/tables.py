@@ -172,6 +172,12 @@ runs = sa.Table(
     sa.Column("stall_clock_at", UTCDateTime, nullable=True),
     sa.Column("stall_due_at", UTCDateTime, nullable=True),
     sa.Column("stalled_at", UTCDateTime, nullable=True),
+    # Worker fencing and the completion's meaning (issue 10, runbell.flows.operations):
+    # the worker that claimed the run last, its epoch (bumped per new worker id), and
+    # verified | needs_review | unknown once a completion was judged (None otherwise).
+    sa.Column("worker_id", sa.String(200), nullable=True),
+    sa.Column("worker_epoch", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("outcome", sa.String(16), nullable=True),
     sa.PrimaryKeyConstraint("tenant_id", "run_id"),
 )
 sa.Index("ix_runs_stall_due", runs.c.stall_due_at)
@@ -752,4 +758,45 @@ sa.Index(
     "ix_escalation_steps_tenant_created",
     escalation_steps.c.tenant_id,
     escalation_steps.c.created_at,
+)
+
+# --- the operations ledger (issue 10, runbell.flows.operations) ----------------------
+
+# One intended effect of a run under its stable operation_id (DESIGN §3, invariant 15).
+# ``history`` is every move with its evidence; ``details`` is sensitive (never in the feed,
+# webhooks, logs or channels); ``epoch`` is the worker epoch that last moved it.
+operations = sa.Table(
+    "operations",
+    metadata,
+    _tenant(),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("operation_id", sa.String(200), nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),  # declaration order within the run
+    sa.Column("target_type", sa.String(100), nullable=False),
+    sa.Column("target_id", sa.String(200), nullable=False),
+    sa.Column("target_version", sa.String(100), nullable=True),
+    sa.Column("intent", sa.String(200), nullable=False),  # public: one short safe line
+    sa.Column("details", JSON, nullable=True),
+    sa.Column("idempotency_key", sa.String(200), nullable=True),  # the destination's
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("epoch", sa.Integer, nullable=True),
+    sa.Column("evidence", JSON, nullable=True),  # the latest move's
+    sa.Column("history", JSON, nullable=False),
+    sa.Column("body_hash", sa.String(64), nullable=False),  # idempotent re-declare
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "run_id", "operation_id"),
+    sa.CheckConstraint(
+        "state in ('planned','sent','confirmed','conflict','failed','uncertain','absent',"
+        "'unresolved','not_started')",
+        name="state",
+    ),
+)
+# "Operation X may already have landed": new work on a target is checked against this.
+sa.Index(
+    "ix_operations_target",
+    operations.c.tenant_id,
+    operations.c.target_type,
+    operations.c.target_id,
+    operations.c.state,
 )

@@ -146,6 +146,75 @@ def _request_view(v: Viewer, req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: The Operations section's groups, in the order a reader needs them (issue 10).
+LEDGER_GROUPS = (
+    ("confirmed", "Confirmed", ("confirmed",)),
+    ("absent", "Confirmed absent", ("absent",)),
+    ("conflicts", "Conflicts", ("conflict",)),
+    ("uncertain", "Uncertain: may have landed, being checked", ("uncertain", "unresolved")),
+    ("in-flight", "Sent or planned, no reply yet", ("sent", "planned")),
+    ("not-started", "Not started", ("not_started",)),
+    ("failed", "Failed", ("failed",)),
+)
+OP_STATE_LABEL = {
+    "planned": "planned",
+    "sent": "sent",
+    "confirmed": "confirmed",
+    "conflict": "conflict",
+    "failed": "failed",
+    "uncertain": "uncertain",
+    "absent": "confirmed absent",
+    "unresolved": "unresolved after lookup",
+    "not_started": "not started",
+}
+OUTCOME_LINE = {
+    "verified": "Verified: every operation is confirmed.",
+    "needs_review": "Needs review: the run finished, but not every operation is confirmed.",
+    "unknown": "Outcome unknown: the run finished while operations were still in flight.",
+}
+
+
+def _evidence(value: Any) -> list[tuple[str, str]]:
+    if not isinstance(value, dict):
+        return []
+    return [
+        (str(k), v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str))
+        for k, v in value.items()
+    ]
+
+
+def ledger_view(snapshot: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Operations section: the counts text, the outcome, each group with its items."""
+    groups = []
+    for key, label, states in LEDGER_GROUPS:
+        items = [
+            {
+                "operation_id": op["operation_id"],
+                "state": op["state"],
+                "state_label": OP_STATE_LABEL.get(op["state"], op["state"]),
+                "intent": op["intent"],
+                "target": " ".join(
+                    str(p) for p in (op["target"]["type"], op["target"]["id"]) if p is not None
+                )
+                + (f" (version {op['target']['version']})" if op["target"].get("version") else ""),
+                "evidence": _evidence(op.get("evidence")),
+            }
+            for op in ops
+            if op["state"] in states
+        ]
+        if items:
+            groups.append({"key": key, "label": label, "ops": items})
+    summary = snapshot.get("operations") or {}
+    outcome = snapshot.get("outcome")
+    return {
+        "text": summary.get("text"),
+        "outcome": outcome,
+        "outcome_line": OUTCOME_LINE.get(outcome) if ops and outcome else None,
+        "previous_worker_may_still_act": bool(snapshot.get("previous_worker_may_still_act")),
+        "groups": groups,
+    }
+
+
 def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Response:
     try:
         shown = pages.run_page(core, v.who, run_id, state.answered_request)
@@ -178,12 +247,12 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
             "error": run.get("error"),
             "report": report,
             "links": links,
-            "operations": snapshot.get("operations"),
             "created": v.time(run.get("created_at")),
             "updated": v.time(run.get("updated_at")),
             "finished": v.time(run.get("finished_at")),
         },
         request=request_view,
+        ledger=ledger_view(snapshot, shown["operations"]),
         may_answer=shown["may_answer"],
         cancel=cancel_view(v, run, snapshot, shown, state),
         amendments=[

@@ -34,6 +34,8 @@ EventType = Literal[
     "amendment.proposed",
     "amendment.approved",
     "amendment.rejected",
+    "operation.updated",
+    "run.reviewed",
 ]
 assert set(EventType.__args__) == set(endpoints.EVENT_TYPES)  # type: ignore[attr-defined]
 

@@ -149,7 +149,7 @@
   if (page === "run") {
     const runId = body.dataset.runId;
     const notice = document.getElementById("run-changed");
-    const LIVE = ["state", "cancel", "amendments", "outcome", "facts", "details", "timeline", "notes"];
+    const LIVE = ["state", "cancel", "amendments", "outcome", "operations", "facts", "details", "timeline", "notes"];
     const WHY = {
       answered: "This request was answered, here or on another device.",
       expired: "This request expired.",
@@ -328,6 +328,14 @@
       "input_request.cancelled",
       "notification.created",
       "notification.closed",
+      "operation.updated",
+      "run.reviewed",
+      "run.cancel_requested",
+      "run.stalled",
+      "run.recovered",
+      "amendment.proposed",
+      "amendment.approved",
+      "amendment.rejected",
     ];
     const handlers = {};
     types.forEach(function (t) {
@@ -410,6 +418,8 @@
       "run.updated",
       "run.progress",
       "run.stalled",
+      "run.recovered",
+      "run.reviewed",
       "run.cancel_requested",
       "input_request.opened",
       "input_request.answered",

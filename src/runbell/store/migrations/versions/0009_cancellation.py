@@ -1,7 +1,7 @@
 """cancellation as a request (runs.cancel_*), amendments by other people
 
 Revision ID: cancellation
-Revises: rate_limits
+Revises: operations
 Create Date: 2026-12-01
 """
 
@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql
 import runbell.store.tables
 
 revision = "cancellation"
-down_revision = "rate_limits"
+down_revision = "operations"
 branch_labels = None
 depends_on = None
 

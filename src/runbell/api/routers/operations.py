@@ -1,0 +1,64 @@
+"""The operations ledger and worker fencing (DESIGN §6, invariant 15)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Response
+
+from runbell.api.deps import Core, Runtime, Who
+from runbell.api.idempotent import IdemKey
+from runbell.api.openapi import problems
+from runbell.api.responses import answered
+from runbell.api.schemas import RUN_ID_PATTERN, ClaimIn, OperationMove, OperationsIn
+from runbell.flows import operations
+
+router = APIRouter(prefix="/v1/runs", tags=["operations"])
+RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
+OperationId = Annotated[str, Path(max_length=200, description="the runtime's operation_id")]
+
+
+@router.post(
+    "/{run_id}/operations",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
+def declare(run_id: RunId, body: OperationsIn, who: Runtime, core: Core, key: IdemKey) -> Response:
+    """Declare one or many intended effects (``planned``). 201; 200 when every one was
+    already declared with the same body; 409 for another body under a known id, for new
+    work on a target an uncertain operation may already have changed, or a superseded
+    worker's epoch."""
+    doc = body.model_dump(exclude_none=True)
+    if body.operations is not None:
+        doc = {"operations": [op.model_dump() for op in body.operations], "epoch": body.epoch}
+    return answered(operations.declare(core, who, run_id, doc, key))
+
+
+@router.get("/{run_id}/operations", responses=problems(401, 404, 422, 503))
+def list_operations(run_id: RunId, who: Who, core: Core) -> dict[str, Any]:
+    """The run's ledger in declaration order, with its counts and evidence."""
+    return operations.list_operations(core, who, run_id)
+
+
+@router.patch(
+    "/{run_id}/operations/{operation_id}",
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
+def move(
+    run_id: RunId, operation_id: OperationId, body: OperationMove, who: Runtime, core: Core
+) -> dict[str, Any]:
+    """Move an operation with evidence. 409 with the operation as it is for an illegal
+    move, or for a superseded worker's epoch."""
+    return operations.move(core, who, run_id, operation_id, body.model_dump(exclude_none=True))
+
+
+@router.post(
+    "/{run_id}/claim",
+    response_model=None,
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
+def claim(run_id: RunId, body: ClaimIn, who: Runtime, core: Core, key: IdemKey) -> Response:
+    """Claim the run for a worker: ``{epoch}`` (a new worker id gets the next epoch; the
+    same worker id the same one). Updates with an older epoch are refused."""
+    return answered(operations.claim(core, who, run_id, body.worker_id, key))

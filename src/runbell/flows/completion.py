@@ -1,0 +1,169 @@
+"""Completion owned by the run: what a ``completed`` report means given its operations,
+and the review that follows when an operation settles after the run finished.
+
+Called inside the caller's transaction: :func:`judge` by ``flows.transitions.apply`` for
+every terminal transition, :func:`review` by ``flows.operations`` after a ledger change.
+
+Invariants kept here (DESIGN §2):
+
+- 3 and 15: a run with operations completes as *verified* only when every operation is
+  confirmed (or confirmed absent). Otherwise the attention is ``needs_review`` whose
+  reason carries the counts ("9 confirmed, 2 conflicts, 1 uncertain; …") and no
+  ``completed`` notification exists; operations still planned or sent make the outcome
+  ``unknown`` ("outcome unknown" in the reason), never success.
+- 1: a later resolution is one new run version (a ``review`` transition, the state
+  unchanged: terminal runs stay terminal) with at most one notification for it; the
+  review it replaces is closed as superseded — updated, not duplicated. When the review
+  leaves everything confirmed, it is closed as resolved and the success alert the run
+  had been refused is raised then, through the policy like any completion.
+- 11: only counts, states and operation ids reach notifications and the feed; an
+  operation's ``details`` never do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from runbell.domain.operations import (
+    IN_FLIGHT,
+    Completion,
+    Outcome,
+    counts_text,
+    normalized,
+    outcome,
+)
+from runbell.domain.runs import RunState
+from runbell.flows.attention import close_notification, raise_attention
+from runbell.flows.context import Runbell
+from runbell.flows.policy import policy_in
+from runbell.store import notifications as notes
+from runbell.store import operations as ledger
+from runbell.store import runs
+from runbell.store.db import PendingEvent, Tx
+
+log = structlog.get_logger(__name__)
+
+#: Operation states whose ids a review names.
+NAMED = ("conflict", "failed", "uncertain", "unresolved", *sorted(IN_FLIGHT))
+REASON_MAX = 500
+#: Outcomes a later ledger change may still change.
+OPEN_OUTCOMES = (Outcome.NEEDS_REVIEW.value, Outcome.UNKNOWN.value)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A terminal transition's operations: what they count, and (for a completion) the
+    attention and notification reason they call for, and the outcome to store."""
+
+    operations: dict[str, Any]  # {"counts", "text"}: the thin summary events carry
+    outcome: str | None
+    attention: str | None = None  # None: what ``attention_for`` said stands
+    reason: str | None = None
+
+
+def operations_summary(counts: dict[str, int]) -> dict[str, Any]:
+    counts = normalized(counts)
+    return {"counts": counts, "text": counts_text(counts)}
+
+
+def completion_of(tx: Tx, run: dict[str, Any], counts: dict[str, int]) -> Completion:
+    named = ledger.ids_by_state(tx.conn, run["tenant_id"], run["run_id"], NAMED)
+    return outcome(counts, named)
+
+
+def judge(tx: Tx, run: dict[str, Any], state: str, effects_verified: bool | None) -> Judged:
+    """What the run's operations say about a transition into the terminal ``state``.
+
+    A run without operations keeps today's meaning: ``effects_verified: false`` is a
+    ``needs_review`` (outcome ``needs_review``), anything else a plain completion
+    (outcome None: nothing was declared to verify)."""
+    counts = ledger.counts(tx.conn, run["tenant_id"], run["run_id"])
+    summary = operations_summary(counts)
+    if state != RunState.COMPLETED:
+        return Judged(summary, None)
+    if not summary["counts"]:
+        if effects_verified is False:
+            ledger.set_outcome(tx.conn, run["tenant_id"], run["run_id"], Outcome.NEEDS_REVIEW)
+            return Judged(summary, Outcome.NEEDS_REVIEW.value)
+        return Judged(summary, None)
+    done = completion_of(tx, run, counts)
+    result = done.outcome
+    if done.verified and effects_verified is False:
+        result = Outcome.NEEDS_REVIEW  # the runtime's own doubt keeps today's meaning
+    ledger.set_outcome(tx.conn, run["tenant_id"], run["run_id"], result.value)
+    if result is Outcome.VERIFIED:
+        return Judged(summary, result.value, "completed", done.text)
+    return Judged(summary, result.value, "needs_review", done.text[:REASON_MAX])
+
+
+def review(rb: Runbell, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
+    """After a ledger change of a completed run whose review is open: one new version
+    (a ``review`` transition, state unchanged), the open review superseded by one new
+    ``needs_review`` notification — or, when every operation is now confirmed, closed as
+    resolved and followed by the completion's own attention. Returns the run as it now
+    is. Does nothing for runs that are not completed with an open outcome."""
+    if run["state"] != RunState.COMPLETED or run.get("outcome") not in OPEN_OUTCOMES:
+        return run
+    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    counts = ledger.counts(tx.conn, tenant_id, run_id)
+    done = completion_of(tx, run, counts)
+    version = run["version"] + 1
+    run = {**run, "version": version, "updated_at": tx.now, "outcome": done.outcome.value}
+    runs.move_run(tx.conn, run)
+    ledger.set_outcome(tx.conn, tenant_id, run_id, done.outcome.value)
+    reason = done.text[:REASON_MAX]
+    summary = operations_summary(counts)
+    tx.emit(
+        tenant_id,
+        PendingEvent(
+            "run.reviewed",
+            {
+                "run_id": run_id,
+                "state": run["state"],
+                "version": version,
+                "outcome": done.outcome.value,
+                "operations": summary,
+            },
+            run_id=run_id,
+        ),
+    )
+    verified = done.verified
+    for note in notes.open_for_run(tx.conn, tenant_id, run_id):
+        if note["attention_type"] != "needs_review":
+            continue
+        if verified:
+            close_notification(tx, note, "resolved", f"every operation settled: {done.text}")
+        else:
+            close_notification(tx, note, "superseded", f"review updated at version {version}")
+    raised = raise_attention(
+        tx,
+        policy_in(rb, tx, tenant_id),
+        run,
+        attention="completed" if verified else "needs_review",
+        version=version,
+        facts={"effects_verified": verified},
+        reason=reason,
+        owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
+        email=bool(rb.settings.smtp_host),
+    )
+    if raised.note is not None:
+        tx.written[raised.note["id"]] = raised.note
+    runs.defer_transition(
+        tx,
+        {
+            "tenant_id": tenant_id,
+            "run_id": run_id,
+            "version": version,
+            "kind": "review",
+            "from_state": run["state"],
+            "to_state": run["state"],
+            "reason": reason,
+            "decision": raised.decision.as_dict(),
+            "at": tx.now,
+        },
+    )
+    log.info("run.reviewed", run_id=run_id, version=version, outcome=done.outcome.value)
+    return run

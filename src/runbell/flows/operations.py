@@ -1,0 +1,461 @@
+"""The operations ledger: declare a run's intended effects, move them with evidence, read
+them; and worker fencing (claim a run, get an epoch).
+
+Every public function is one unit of work: one transaction, the run row locked first (so a
+claim, a declaration and a move of one run are serialized), then the ledger rows.
+
+Invariants kept here (DESIGN §2):
+
+- 15: an operation whose reply was lost is ``uncertain``: new work on the same target and
+  intent is refused while it (or an ``unresolved`` lookup) may already have landed —
+  never retried under a new id; illegal moves are 409 with the operation as it is.
+- Fencing: a declaration or move that carries an epoch older than the run's is refused
+  ("superseded worker"); the run says while the previous worker's ``sent`` operations have
+  not settled (``previous_worker_may_still_act``).
+- 11: ``details`` stay in the ledger and its authenticated API views; the feed event
+  ``operation.updated`` (and its webhook) carries ids, state, target type and id, intent.
+- 3: a ledger change after a completion that needs review re-judges it
+  (:func:`runbell.flows.completion.review`).
+
+Example (what the API router calls)::
+
+    declare(rb, runtime, "sync-7", {"operations": [{"operation_id": "inv-1",
+        "target": {"type": "invoice", "id": "INV-1"}, "intent": "mark paid"}]})
+    move(rb, runtime, "sync-7", "inv-1", {"state": "sent", "epoch": 1})
+    move(rb, runtime, "sync-7", "inv-1", {"state": "uncertain",
+        "evidence": {"error": "timeout after 30 s"}})
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from runbell.domain.errors import Conflict, NotFound, ValidationFailed
+from runbell.domain.operations import (
+    MAY_HAVE_LANDED,
+    OP_STATES,
+    OpState,
+    allowed_next,
+    move_refusal,
+)
+from runbell.domain.principal import Principal
+from runbell.domain.runs import is_terminal
+from runbell.domain.text import public_text
+from runbell.flows import completion, views
+from runbell.flows.context import Runbell
+from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
+from runbell.store import operations as ledger
+from runbell.store import runs
+from runbell.store.db import PendingEvent, Tx
+
+log = structlog.get_logger(__name__)
+
+INTENT_MAX = 200
+MAX_BATCH = 500
+ID_MAX = 200
+
+
+# --- views -------------------------------------------------------------------------------
+
+
+def operation_view(op: dict[str, Any], *, include_details: bool = True) -> dict[str, Any]:
+    """An operation as the API shows it to a caller who may see the run."""
+    out = {
+        "operation_id": op["operation_id"],
+        "run_id": op["run_id"],
+        "target": {
+            "type": op["target_type"],
+            "id": op["target_id"],
+            "version": op.get("target_version"),
+        },
+        "intent": op["intent"],
+        "idempotency_key": op.get("idempotency_key"),
+        "state": op["state"],
+        "allowed_next": list(allowed_next(op["state"])),
+        "epoch": op.get("epoch"),
+        "evidence": op.get("evidence"),
+        "history": op.get("history") or [],
+        "created_at": views.iso(op.get("created_at")),
+        "updated_at": views.iso(op.get("updated_at")),
+    }
+    if include_details:
+        out["details"] = op.get("details")
+    return out
+
+
+def _event(op: dict[str, Any], before: str | None) -> dict[str, Any]:
+    """The thin feed/webhook payload: no details, no evidence, no destination key."""
+    return {
+        "run_id": op["run_id"],
+        "operation_id": op["operation_id"],
+        "state": op["state"],
+        "from": before,
+        "target": {"type": op["target_type"], "id": op["target_id"]},
+        "intent": op["intent"],
+        "epoch": op.get("epoch"),
+    }
+
+
+def _emit(tx: Tx, op: dict[str, Any], before: str | None) -> None:
+    tx.emit(
+        op["tenant_id"],
+        PendingEvent("operation.updated", _event(op, before), run_id=op["run_id"]),
+    )
+
+
+def summary(conn: Any, tenant_id: str, run_id: str) -> dict[str, Any]:
+    """The ledger in counts, for a run's summary (e.g. when it is cancelled):
+    ``{counts, text, uncertain: [ids that may have landed], kept: n confirmed}``."""
+    counts = ledger.counts(conn, tenant_id, run_id)
+    out = completion.operations_summary(counts)
+    landed = ledger.ids_by_state(conn, tenant_id, run_id, tuple(sorted(MAY_HAVE_LANDED)))
+    out["uncertain"] = [i for s in sorted(MAY_HAVE_LANDED, reverse=True) for i in landed.get(s, [])]
+    out["kept"] = int(counts.get(OpState.CONFIRMED, 0))
+    return out
+
+
+def snapshot(conn: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """What the run snapshot adds: ``operations: {counts, text}`` and whether a replaced
+    worker may still cause an effect."""
+    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    stale = ledger.older_epoch_in_flight(conn, tenant_id, run_id, run.get("worker_epoch") or 0)
+    return {
+        "operations": completion.operations_summary(ledger.counts(conn, tenant_id, run_id)),
+        "previous_worker_may_still_act": stale > 0,
+    }
+
+
+def _ledger_state(conn: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """:func:`snapshot` as the ledger's own answers carry it: ``summary: {counts, text}``
+    beside the ``operations`` list."""
+    shown = snapshot(conn, run)
+    return {
+        "summary": shown["operations"],
+        "previous_worker_may_still_act": shown["previous_worker_may_still_act"],
+    }
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def list_operations(rb: Runbell, who: Principal, run_id: str) -> dict[str, Any]:
+    """The run's ledger in declaration order, with its counts. 404 if you may not see it."""
+    with rb.db.read() as conn:
+        run = runs.get_run(conn, who.tenant_id, run_id)
+        if run is None or not runs.can_see_run(conn, who, run_id):
+            raise NotFound(f"no run {run_id!r}")
+        ops = ledger.for_run(conn, who.tenant_id, run_id)
+        return {
+            "run_id": run_id,
+            "operations": [operation_view(op) for op in ops],
+            **_ledger_state(conn, run),
+            "outcome": run.get("outcome"),
+        }
+
+
+# --- fencing -----------------------------------------------------------------------------
+
+
+def claim(
+    rb: Runbell, who: Principal, run_id: str, worker_id: str, key: IdempotencyKey | None = None
+) -> Answer:
+    """A worker takes the run: ``{epoch}``, one more than before for a new worker id, the
+    same for the worker that holds it. Updates carrying an older epoch are then refused."""
+    worker_id = _checked_id(worker_id, "worker_id")
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+        run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)
+        if is_terminal(run["state"]):
+            raise Conflict(
+                f"run {run_id!r} is {run['state']}; a finished run is not claimed",
+                current={"run": views.run_view(run)},
+            )
+        epoch = int(run.get("worker_epoch") or 0)
+        previous = run.get("worker_id")
+        if previous != worker_id:
+            epoch += 1
+            ledger.set_worker(tx.conn, who.tenant_id, run_id, worker_id, epoch)
+            log.info("run.claimed", run_id=run_id, epoch=epoch, replaced=previous is not None)
+        stale = ledger.older_epoch_in_flight(tx.conn, who.tenant_id, run_id, epoch)
+        return 200, {
+            "run_id": run_id,
+            "worker_id": worker_id,
+            "epoch": epoch,
+            "previous_worker_id": previous if previous != worker_id else None,
+            "previous_worker_may_still_act": stale > 0,
+        }
+
+    return act_once(rb.db, rb.box, key, lambda: act)
+
+
+def _fence(run: dict[str, Any], epoch: int | None) -> None:
+    """Refuse an update from a worker that was replaced (or from an epoch never issued)."""
+    if epoch is None:
+        return
+    current = int(run.get("worker_epoch") or 0)
+    if epoch < current:
+        raise Conflict(
+            f"superseded worker: epoch {epoch} is older than the run's epoch {current} "
+            f"(worker {run.get('worker_id')!r} claimed the run since); this update was not "
+            "applied",
+            current={"run": views.run_view(run), "epoch": current},
+        )
+    if epoch > current:
+        raise Conflict(
+            f"epoch {epoch} was never issued for this run (its epoch is {current}); claim "
+            "the run first with POST /v1/runs/{run_id}/claim",
+            current={"run": views.run_view(run), "epoch": current},
+        )
+
+
+# --- declaring ---------------------------------------------------------------------------
+
+
+def _checked_id(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > ID_MAX:
+        raise ValidationFailed(f"{field} is 1 to {ID_MAX} characters", field=field)
+    return value
+
+
+def _declared(item: Any, where: str) -> dict[str, Any]:
+    """One declared operation validated, its public text made safe. ``where``: the
+    prefix that names its fields in errors (``operations.3.`` or nothing)."""
+    if not isinstance(item, dict):
+        raise ValidationFailed(f"{where.rstrip('.')} must be an object", field=where.rstrip("."))
+    op_id = _checked_id(item.get("operation_id"), f"{where}operation_id")
+    target = item.get("target")
+    if not isinstance(target, dict):
+        raise ValidationFailed("target is {type, id, version?}", field=f"{where}target")
+    t_type = _checked_id(target.get("type"), f"{where}target.type")[:100]
+    t_id = _checked_id(target.get("id"), f"{where}target.id")
+    version = target.get("version")
+    if version is not None:
+        version = str(version)[:100]
+    raw = item.get("intent")
+    intent = public_text(raw, INTENT_MAX) if isinstance(raw, str) else None
+    if not intent:
+        raise ValidationFailed("intent is a short, non-empty text", field=f"{where}intent")
+    details = item.get("details")
+    if details is not None and not isinstance(details, dict):
+        raise ValidationFailed("details must be an object", field=f"{where}details")
+    dest_key = item.get("idempotency_key")
+    if dest_key is not None:
+        dest_key = _checked_id(dest_key, f"{where}idempotency_key")
+    fields = {
+        "operation_id": op_id,
+        "target_type": t_type,
+        "target_id": t_id,
+        "target_version": version,
+        "intent": intent,
+        "details": details,
+        "idempotency_key": dest_key,
+    }
+    fields["body_hash"] = fingerprint({k: v for k, v in fields.items() if k != "operation_id"})
+    return fields
+
+
+def declared_items(body: dict[str, Any]) -> tuple[list[dict[str, Any]], int | None]:
+    """``{"operations": [...], "epoch"?}`` or one operation object (with ``epoch``?)."""
+    epoch = body.get("epoch")
+    if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
+        raise ValidationFailed("epoch is a non-negative integer", field="epoch")
+    if "operations" in body:
+        items = body["operations"]
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
+            raise ValidationFailed(
+                f"operations is a list of 1 to {MAX_BATCH} operations", field="operations"
+            )
+        fields = [_declared(item, f"operations.{i}.") for i, item in enumerate(items)]
+    else:
+        fields = [_declared({k: v for k, v in body.items() if k != "epoch"}, "")]
+    seen: set[str] = set()
+    for f in fields:
+        if f["operation_id"] in seen:
+            raise ValidationFailed(
+                f"operation_id {f['operation_id']!r} appears twice in one request",
+                field="operations",
+            )
+        seen.add(f["operation_id"])
+    return fields, epoch
+
+
+def declare(
+    rb: Runbell,
+    who: Principal,
+    run_id: str,
+    body: dict[str, Any],
+    key: IdempotencyKey | None = None,
+) -> Answer:
+    """Declare one or many intended effects (state ``planned``).
+
+    Idempotent per ``operation_id``: the same id with the same body answers the row as it
+    is (200 when nothing new was declared, 201 otherwise); the same id with another body
+    is a 409 with the operation as it is. New work on a target and intent that an
+    ``uncertain`` (or ``unresolved``) operation may already have changed is a 409."""
+    items, epoch = declared_items(body)
+
+    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+        tenant_id = who.tenant_id
+        run = runs.require_run(tx.conn, tenant_id, run_id, for_update=True)
+        _fence(run, epoch)
+        existing = ledger.get_many(tx.conn, tenant_id, run_id, [i["operation_id"] for i in items])
+        new = []
+        for item in items:
+            found = existing.get(item["operation_id"])
+            if found is None:
+                new.append(item)
+            elif found["body_hash"] != item["body_hash"]:
+                raise Conflict(
+                    f"operation_id {item['operation_id']!r} was already declared with another "
+                    "body; an operation's target, intent, details and key never change — "
+                    "declare new work under a new id",
+                    field="operation_id",
+                    current={"operation": operation_view(found)},
+                )
+        for item in new:  # first: the most useful thing to say about a retry
+            _refuse_if_may_have_landed(tx, tenant_id, item)
+        if new and is_terminal(run["state"]):
+            raise Conflict(
+                f"run {run_id!r} is {run['state']}; operations are declared before it finishes",
+                current={"run": views.run_view(run)},
+            )
+        position = ledger.next_position(tx.conn, tenant_id, run_id)
+        rows = []
+        for i, item in enumerate(new):
+            row = {
+                **item,
+                "tenant_id": tenant_id,
+                "run_id": run_id,
+                "position": position + i,
+                "state": OpState.PLANNED.value,
+                "epoch": epoch,
+                "evidence": None,
+                "history": [{"state": "planned", "at": views.iso(tx.now), "epoch": epoch}],
+                "created_at": tx.now,
+                "updated_at": tx.now,
+            }
+            rows.append(row)
+            existing[item["operation_id"]] = row
+        ledger.insert(tx.conn, rows)
+        for row in rows:
+            _emit(tx, row, None)
+        if rows:
+            log.debug("operations.declared", run_id=run_id, count=len(rows))
+        shown = [operation_view(existing[i["operation_id"]]) for i in items]
+        return (201 if rows else 200), {
+            "run_id": run_id,
+            "operations": shown,
+            "created": [r["operation_id"] for r in rows],
+            **_ledger_state(tx.conn, run),
+        }
+
+    return act_once(rb.db, rb.box, key, lambda: act)
+
+
+def _refuse_if_may_have_landed(tx: Tx, tenant_id: str, item: dict[str, Any]) -> None:
+    for other in ledger.landing_on(
+        tx.conn, tenant_id, item["target_type"], item["target_id"], MAY_HAVE_LANDED
+    ):
+        if other["intent"] != item["intent"]:
+            continue
+        raise Conflict(
+            f"operation {other['operation_id']!r} of run {other['run_id']!r} "
+            f"({other['intent']} on {other['target_type']} {other['target_id']}) is "
+            f"{other['state']}: it may already have landed; resolve it first (look it up "
+            "and PATCH it to confirmed or absent) instead of retrying under a new id",
+            field="operation_id",
+            current={"operation": operation_view(other, include_details=False)},
+        )
+
+
+# --- moving ------------------------------------------------------------------------------
+
+
+def move(
+    rb: Runbell, who: Principal, run_id: str, operation_id: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    """Move one operation to ``body["state"]`` with ``evidence`` (receipt id, lookup
+    result, who or what checked). Repeating the move it already made is answered as it
+    is (``changed: false``); any other illegal move is a 409 with the operation as it is.
+    A move of a completed run's operation whose review is open updates that review."""
+    state = body.get("state")
+    if state not in OP_STATES:
+        raise ValidationFailed(f"state must be one of {', '.join(OP_STATES)}", field="state")
+    evidence = body.get("evidence")
+    if evidence is not None and not isinstance(evidence, dict):
+        raise ValidationFailed("evidence must be an object", field="evidence")
+    epoch = body.get("epoch")
+    if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
+        raise ValidationFailed("epoch is a non-negative integer", field="epoch")
+
+    with rb.db.transaction() as tx:
+        tenant_id = who.tenant_id
+        run = runs.require_run(tx.conn, tenant_id, run_id, for_update=True)
+        op = ledger.get(tx.conn, tenant_id, run_id, operation_id)
+        if op is None:
+            raise NotFound(f"no operation {operation_id!r} in run {run_id!r}")
+        _fence(run, epoch)
+        if op["state"] == state:
+            if evidence is None or evidence == op.get("evidence"):
+                return _moved(tx, run, op, changed=False)
+            raise Conflict(
+                f"operation {operation_id!r} is already {state} with other evidence; "
+                "evidence is not rewritten",
+                current={"operation": operation_view(op)},
+            )
+        refusal = move_refusal(op["state"], state)
+        if refusal is not None:
+            raise Conflict(
+                f"operation {operation_id!r}: {refusal}",
+                current={"operation": operation_view(op)},
+            )
+        before = op["state"]
+        step = {"state": state, "from": before, "at": views.iso(tx.now), "epoch": epoch}
+        if evidence is not None:
+            step["evidence"] = evidence
+        values = {
+            "state": state,
+            "evidence": evidence if evidence is not None else op.get("evidence"),
+            "history": [*(op.get("history") or []), step],
+            "updated_at": tx.now,
+        }
+        if epoch is not None:
+            values["epoch"] = epoch
+        ledger.update(tx.conn, tenant_id, run_id, operation_id, values)
+        op = {**op, **values}
+        _emit(tx, op, before)
+        log.debug("operation.moved", run_id=run_id, from_state=before, to_state=state)
+        run = completion.review(rb, tx, run)
+        return _moved(tx, run, op, changed=True)
+
+
+def _moved(tx: Tx, run: dict[str, Any], op: dict[str, Any], *, changed: bool) -> dict[str, Any]:
+    return {
+        "operation": operation_view(op),
+        "changed": changed,
+        "run": views.run_view(run),
+        **_ledger_state(tx.conn, run),
+    }
+
+
+def mark_not_started(tx: Tx, run: dict[str, Any]) -> int:
+    """Every ``planned`` operation of the run → ``not_started`` (cancellation: work that
+    never began is said so, not left looking pending). Inside the caller's transaction;
+    one ``operation.updated`` event each. Returns how many were marked."""
+    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    marked = 0
+    for op in ledger.for_run(tx.conn, tenant_id, run_id):
+        if op["state"] != OpState.PLANNED:
+            continue
+        step = {"state": "not_started", "from": "planned", "at": views.iso(tx.now), "epoch": None}
+        values = {
+            "state": OpState.NOT_STARTED.value,
+            "history": [*(op.get("history") or []), step],
+            "updated_at": tx.now,
+        }
+        ledger.update(tx.conn, tenant_id, run_id, op["operation_id"], values)
+        _emit(tx, {**op, **values}, "planned")
+        marked += 1
+    return marked

@@ -1,0 +1,146 @@
+"""The operations ledger's rows, and a run's worker claim (epoch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from runbell.store import tables as t
+
+_OPS = t.operations
+
+
+def for_run(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+    """Every operation of the run, in declaration order."""
+    rows = conn.execute(
+        sa.select(_OPS)
+        .where(_OPS.c.tenant_id == tenant_id, _OPS.c.run_id == run_id)
+        .order_by(_OPS.c.position)
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def get(conn: Connection, tenant_id: str, run_id: str, operation_id: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        sa.select(_OPS).where(
+            _OPS.c.tenant_id == tenant_id,
+            _OPS.c.run_id == run_id,
+            _OPS.c.operation_id == operation_id,
+        )
+    ).first()
+    return None if row is None else dict(row._mapping)
+
+
+def get_many(
+    conn: Connection, tenant_id: str, run_id: str, operation_ids: list[str]
+) -> dict[str, dict[str, Any]]:
+    if not operation_ids:
+        return {}
+    rows = conn.execute(
+        sa.select(_OPS).where(
+            _OPS.c.tenant_id == tenant_id,
+            _OPS.c.run_id == run_id,
+            _OPS.c.operation_id.in_(operation_ids),
+        )
+    ).all()
+    return {r.operation_id: dict(r._mapping) for r in rows}
+
+
+def counts(conn: Connection, tenant_id: str, run_id: str) -> dict[str, int]:
+    """How many of the run's operations are in each state (states with none left out)."""
+    rows = conn.execute(
+        sa.select(_OPS.c.state, sa.func.count())
+        .where(_OPS.c.tenant_id == tenant_id, _OPS.c.run_id == run_id)
+        .group_by(_OPS.c.state)
+    ).all()
+    return {str(state): int(n) for state, n in rows}
+
+
+def ids_by_state(
+    conn: Connection, tenant_id: str, run_id: str, states: tuple[str, ...]
+) -> dict[str, list[str]]:
+    """The run's operation ids in each of ``states``, in declaration order."""
+    rows = conn.execute(
+        sa.select(_OPS.c.state, _OPS.c.operation_id)
+        .where(_OPS.c.tenant_id == tenant_id, _OPS.c.run_id == run_id, _OPS.c.state.in_(states))
+        .order_by(_OPS.c.position)
+    ).all()
+    out: dict[str, list[str]] = {}
+    for state, op_id in rows:
+        out.setdefault(str(state), []).append(str(op_id))
+    return out
+
+
+def next_position(conn: Connection, tenant_id: str, run_id: str) -> int:
+    found = conn.execute(
+        sa.select(sa.func.max(_OPS.c.position)).where(
+            _OPS.c.tenant_id == tenant_id, _OPS.c.run_id == run_id
+        )
+    ).scalar()
+    return 0 if found is None else int(found) + 1
+
+
+def landing_on(
+    conn: Connection, tenant_id: str, target_type: str, target_id: str, states: frozenset[str]
+) -> list[dict[str, Any]]:
+    """Operations of the tenant on this target in one of ``states`` (any run)."""
+    rows = conn.execute(
+        sa.select(_OPS).where(
+            _OPS.c.tenant_id == tenant_id,
+            _OPS.c.target_type == target_type,
+            _OPS.c.target_id == target_id,
+            _OPS.c.state.in_(sorted(states)),
+        )
+    ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        conn.execute(_OPS.insert(), rows)
+
+
+def update(
+    conn: Connection, tenant_id: str, run_id: str, operation_id: str, values: dict[str, Any]
+) -> None:
+    conn.execute(
+        sa.update(_OPS)
+        .where(
+            _OPS.c.tenant_id == tenant_id,
+            _OPS.c.run_id == run_id,
+            _OPS.c.operation_id == operation_id,
+        )
+        .values(**values)
+    )
+
+
+def older_epoch_in_flight(conn: Connection, tenant_id: str, run_id: str, epoch: int) -> int:
+    """How many of the run's operations were sent under an epoch older than ``epoch`` and
+    have not settled: the previous worker may still cause their effect."""
+    found = conn.execute(
+        sa.select(sa.func.count()).where(
+            _OPS.c.tenant_id == tenant_id,
+            _OPS.c.run_id == run_id,
+            _OPS.c.state == "sent",
+            _OPS.c.epoch < epoch,
+        )
+    ).scalar()
+    return int(found or 0)
+
+
+def set_worker(conn: Connection, tenant_id: str, run_id: str, worker_id: str, epoch: int) -> None:
+    conn.execute(
+        sa.update(t.runs)
+        .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
+        .values(worker_id=worker_id, worker_epoch=epoch)
+    )
+
+
+def set_outcome(conn: Connection, tenant_id: str, run_id: str, outcome: str | None) -> None:
+    conn.execute(
+        sa.update(t.runs)
+        .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
+        .values(outcome=outcome)
+    )
