@@ -409,3 +409,87 @@ def test_a_runtime_long_polling_the_feed_hears_the_request(
         assert len(requested) == 1
         assert requested[0]["data"]["cancel_requested"]["reason"] == "enough"
         assert requested[0]["data"]["state"] == "stopping"
+
+
+# --- with an operations ledger (issue 10's cancellation test) ------------------------------
+
+
+def test_cancel_while_operation_four_is_in_flight_keeps_what_landed_and_skips_five(
+    client: TestClient, creds: TenantCreds, clock: Clock
+) -> None:
+    """Five declared operations; three confirmed, four sent (its reply not back yet), five
+    still planned. The owner cancels: ``stopping``, and five is marked ``not_started`` at
+    once (it will never begin). Four then settles ``confirmed``; the runtime reports
+    ``cancelled``; the summary says what was kept and that nothing is uncertain, and never
+    that anything was undone. The same key asks again: the same answer."""
+    from tests.integration.test_operations import declare, move, op
+
+    clock.freeze()
+    make_run(client, creds, "sync-c", title="Sync invoices")
+    declare(client, creds, "sync-c", {"operations": [op(f"inv-{i}") for i in range(1, 6)]})
+    for i in range(1, 4):
+        move(client, creds, "sync-c", f"inv-{i}", "sent")
+        move(client, creds, "sync-c", f"inv-{i}", "confirmed", evidence={"receipt_id": f"r{i}"})
+    move(client, creds, "sync-c", "inv-4", "sent")
+
+    first = cancel(client, creds.owner_token, "sync-c", key="stop-sync", reason="wrong month")
+    assert first.status_code == 202, first.text
+    assert first.json()["run"]["state"] == "stopping"
+    again = cancel(client, creds.owner_token, "sync-c", key="stop-sync", reason="wrong month")
+    assert again.status_code == 202 and again.content == first.content
+
+    ledger = {
+        o["operation_id"]: o["state"]
+        for o in client.get("/v1/runs/sync-c/operations", headers=bearer(creds.owner_token)).json()[
+            "operations"
+        ]
+    }
+    assert ledger == {
+        "inv-1": "confirmed",
+        "inv-2": "confirmed",
+        "inv-3": "confirmed",
+        "inv-4": "sent",  # in flight: it settles as the runtime reports it
+        "inv-5": "not_started",  # planned when cancellation was asked: it never starts
+    }
+    assert get_run(client, creds.owner_token, "sync-c")["operations"]["text"] == (
+        "3 confirmed, 1 sent without a reply yet, 1 not started"
+    )
+    # Five cannot be started after the request.
+    move(client, creds, "sync-c", "inv-5", "sent", status=409)
+
+    move(client, creds, "sync-c", "inv-4", "confirmed", evidence={"receipt_id": "r4"})
+    settled = signal(client, creds, "sync-c", "c-sync", "cancelled", reason="stopped")
+    assert settled["outcome"] == "applied"
+    [note] = settled["notifications"]
+    assert (note["attention_type"], note["rule_id"]) == ("cancelled", "cancelled.by_owner")
+    assert "4 confirmed, 1 not started." in note["reason"]
+    assert "Nothing is uncertain." in note["reason"]
+    assert "does not undo" in note["reason"]
+    assert "undone" not in note["reason"].replace("not undo", "")
+    final = get_run(client, creds.owner_token, "sync-c")
+    assert final["state"] == "cancelled"
+    assert final["cancellation"]["tracked"] is True
+    assert final["cancellation"]["uncertain"] is None
+    assert final["cancellation"]["counts"]["confirmed"] == 4
+    assert final["cancellation"]["text"] == note["reason"]
+
+
+def test_a_cancelled_run_names_what_stays_uncertain(
+    client: TestClient, creds: TenantCreds, clock: Clock
+) -> None:
+    """A reply lost while the run stopped: the summary names it, and the one still in
+    flight, as uncertain — never "nothing is uncertain"."""
+    from tests.integration.test_operations import declare, move, op
+
+    clock.freeze()
+    make_run(client, creds, "sync-u")
+    declare(client, creds, "sync-u", {"operations": [op(f"u-{i}") for i in range(1, 4)]})
+    for i in range(1, 4):
+        move(client, creds, "sync-u", f"u-{i}", "sent")
+    move(client, creds, "sync-u", "u-1", "confirmed", evidence={"receipt_id": "r1"})
+    move(client, creds, "sync-u", "u-2", "uncertain", evidence={"error": "timeout"})
+    assert cancel(client, creds.owner_token, "sync-u", key="k-u").status_code == 202
+    [note] = signal(client, creds, "sync-u", "c-u", "cancelled")["notifications"]
+    assert "Still uncertain: u-2, u-3." in note["reason"]
+    assert "Nothing is uncertain" not in note["reason"]
+    assert get_run(client, creds.owner_token, "sync-u")["cancellation"]["uncertain"] == "u-2, u-3"

@@ -318,8 +318,8 @@ def test_one_query_per_group_however_many_runs(
         put_run(client, creds, f"late-{n}")
         signal(client, creds, f"late-{n}", "failed")
     assert statements() == before
-    # the feed head, then one query per group
-    assert before <= 1 + len(GROUPS)
+    # the feed head, one query per group, then the page's operation counts in one
+    assert before <= 2 + len(GROUPS)
 
 
 def _principal(core: Runbell, creds: TenantCreds) -> Any:
@@ -403,3 +403,23 @@ def test_the_runs_page_pages_finished_runs(
     bad = client.get("/runs?after=nonsense")
     assert bad.status_code == 422
     assert "does not exist" in bad.text
+
+
+def test_a_row_with_an_operations_ledger_says_what_the_ledger_counts(
+    client: TestClient, creds: TenantCreds
+) -> None:
+    """The ledger's own words win over progress counts: "2 confirmed, 1 uncertain"."""
+    from tests.integration.test_operations import declare, move, op
+
+    put_run(client, creds, "ledger-row")
+    declare(client, creds, "ledger-row", {"operations": [op("l-1"), op("l-2"), op("l-3")]})
+    for op_id in ("l-1", "l-2", "l-3"):
+        move(client, creds, "ledger-row", op_id, "sent")
+    move(client, creds, "ledger-row", "l-1", "confirmed", evidence={"receipt_id": "r-1"})
+    move(client, creds, "ledger-row", "l-2", "confirmed", evidence={"receipt_id": "r-2"})
+    move(client, creds, "ledger-row", "l-3", "uncertain", evidence={"error": "timeout"})
+    r = client.get("/v1/runs?group=working", headers=bearer(creds.owner_token))
+    assert r.status_code == 200, r.text
+    [row] = [run for run in r.json()["runs"] if run["run_id"] == "ledger-row"]
+    assert row["counts_text"] == "2 confirmed, 1 uncertain"
+    assert row["operations"]["counts"]["uncertain"] == 1

@@ -211,11 +211,18 @@ def test_progress_resolves_the_stall_and_a_second_stall_is_a_second_episode(
     clock.freeze(t0 + timedelta(seconds=91))
     assert sched.tick(clock())["stalls"] == 1
     (first,) = stalled_notes(core, creds, "episodes-1")
+    # The run page says so beside the state (signed in as the owner).
+    from tests.integration.test_web import sign_in
+
+    sign_in(client, core, creds.tenant_id, creds.owner_id)
+    page = client.get("/runs/episodes-1")
+    assert page.status_code == 200 and 'id="run-stalled"' in page.text
 
     clock.freeze(t0 + timedelta(seconds=100))
     answer = progress(client, creds, "episodes-1")
     assert answer["decision"] == "live"  # progress itself still never pushes
     assert answer["run"]["stalled_at"] is None
+    assert 'id="run-stalled"' not in client.get("/runs/episodes-1").text
     (resolved,) = stalled_notes(core, creds, "episodes-1")
     assert resolved["state"] == "resolved"
     assert resolved["closed_reason"] == "recovered: progress reported"
@@ -366,3 +373,29 @@ def test_two_sweeps_without_leader_election_still_record_one_stall(
         assert len(stalled_notes(core, creds, f"raced-{i}")) == 1
     history = rows(core, t.transitions, creds.tenant_id, kind="stall")
     assert len(history) == 5
+
+
+def test_a_ledger_change_is_a_sign_of_life(
+    core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+) -> None:
+    """A run busy declaring and moving operations is not silent: each ledger change
+    restarts its stall clock, and one on a stalled run recovers it."""
+    from tests.integration.test_operations import declare, move, op
+
+    t0 = start(clock)
+    sched = Scheduler(core)
+    make_run(client, creds, "busy-1", stall_after_seconds=10)
+    clock.freeze(t0 + timedelta(seconds=8))
+    declare(client, creds, "busy-1", {"operations": [op("b-1"), op("b-2")]})
+    clock.freeze(t0 + timedelta(seconds=16))
+    move(client, creds, "busy-1", "b-1", "sent")
+    clock.freeze(t0 + timedelta(seconds=25))
+    assert sched.tick(clock())["stalls"] == 0  # 9 s since the last change
+    clock.freeze(t0 + timedelta(seconds=27))
+    assert sched.tick(clock())["stalls"] == 1  # 11 s: stalled
+    (stalled,) = stalled_notes(core, creds, "busy-1")
+    assert stalled["state"] == "open"
+    move(client, creds, "busy-1", "b-1", "confirmed", evidence={"receipt_id": "r-1"})
+    (stalled,) = stalled_notes(core, creds, "busy-1")
+    assert stalled["state"] == "resolved"
+    assert "run.recovered" in feed_types(core, creds, "busy-1")

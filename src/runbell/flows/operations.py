@@ -43,7 +43,7 @@ from runbell.domain.operations import (
 from runbell.domain.principal import Principal
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import completion, views
+from runbell.flows import completion, stalls, views
 from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
 from runbell.store import operations as ledger
@@ -343,6 +343,8 @@ def declare(
             _emit(tx, row, None)
         if rows:
             log.debug("operations.declared", run_id=run_id, count=len(rows))
+            if run["state"] == "working":
+                run = stalls.recover_on_progress(rb, tx, run)  # a sign of life (inv. 13)
         shown = [operation_view(existing[i["operation_id"]]) for i in items]
         return (201 if rows else 200), {
             "run_id": run_id,
@@ -427,6 +429,8 @@ def move(
         op = {**op, **values}
         _emit(tx, op, before)
         log.debug("operation.moved", run_id=run_id, from_state=before, to_state=state)
+        if run["state"] == "working":
+            run = stalls.recover_on_progress(rb, tx, run)  # a sign of life (inv. 13)
         run = completion.review(rb, tx, run)
         return _moved(tx, run, op, changed=True)
 

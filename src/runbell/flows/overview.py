@@ -23,10 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 from runbell.domain import overview as rules
+from runbell.domain.operations import counts_text as ledger_text
+from runbell.domain.operations import normalized
 from runbell.domain.principal import Principal
 from runbell.flows import runs, views
 from runbell.flows.context import Runbell
 from runbell.store import feed
+from runbell.store import operations as ledger
 from runbell.store import overview as q
 
 #: Rows per group when none is asked for (the page), and at most.
@@ -34,9 +37,12 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 
 
-def _row(group: str, run: dict[str, Any]) -> dict[str, Any]:
+def _row(group: str, run: dict[str, Any], ops: dict[str, int] | None) -> dict[str, Any]:
     out = views.run_view(run)
     out["group"] = group
+    if ops:  # the run's ledger, counted in the same statement for the whole page
+        counted = normalized(ops)
+        out["operations"] = {"counts": counted, "text": ledger_text(counted)}
     out["counts_text"] = counts_text(out)
     if run.get("request_id") is not None:
         out["pending_input_request"] = {
@@ -113,6 +119,8 @@ def overview(
             rows = q.finished(conn, who, states=states, after=cursor, limit=limit + 1)
             found["finished"] = rows[:limit]
             more["finished"] = len(rows) > limit
+        shown = [r["run_id"] for rows in found.values() for r in rows]
+        ops = ledger.counts_for_runs(conn, who.tenant_id, shown)
     next_cursor = None
     if more.get("finished") and found["finished"]:
         last = found["finished"][-1]
@@ -120,7 +128,10 @@ def overview(
     return {
         "head_cursor": head,
         "groups": {
-            name: {"runs": [_row(name, r) for r in found[name]], "more": more[name]}
+            name: {
+                "runs": [_row(name, r, ops.get(r["run_id"])) for r in found[name]],
+                "more": more[name],
+            }
             for name in rules.GROUPS
             if name in wanted
         },

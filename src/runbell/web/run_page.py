@@ -250,6 +250,8 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
             "created": v.time(run.get("created_at")),
             "updated": v.time(run.get("updated_at")),
             "finished": v.time(run.get("finished_at")),
+            # An open stall episode (flows.stalls): silent since then.
+            "stalled": v.time(run.get("stalled_at")) if run.get("stalled_at") else None,
         },
         request=request_view,
         ledger=ledger_view(snapshot, shown["operations"]),
