@@ -132,6 +132,7 @@ CAN_RETURN: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/events/stream"): {*AUTH, 422},
     ("get", "/v1/policy"): {*ROLE},
     ("put", "/v1/policy"): {*WRITE},
+    ("post", "/v1/policy/dry-run"): {*WRITE},
     ("get", "/v1/policy/retention"): {*ROLE},
     ("patch", "/v1/policy/retention"): {*WRITE},
     ("get", "/v1/deliveries"): {*ROLE, 422},

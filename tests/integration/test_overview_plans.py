@@ -130,7 +130,7 @@ def test_every_overview_statement_reads_an_index(
     role = "owner" if viewer == "owner" else "member"
     who = Principal(tenant_id=seeded["tenant"], kind="user", role=role, user_id=seeded[viewer])
     statements = sent(core, who)
-    assert len(statements) == 6  # the feed head, then one per group
+    assert len(statements) == 7  # the feed head, one per group, the page's ledger counts
     # The next page of finished runs too.
     shown = overview.overview(core, who, groups=["finished"])
     assert shown["next_cursor"]
