@@ -11,7 +11,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,51 @@ class LiveServer:
 def live(core: Runbell) -> Iterator[LiveServer]:
     with LiveServer(core) as server:
         yield server
+
+
+@dataclass
+class Env:
+    """An app and its core on the parametrized database, with settings of its own (an
+    SMTP relay, a policy knob, …), its first tenant and the test clock."""
+
+    core: Runbell
+    client: TestClient
+    creds: TenantCreds
+    clock: Clock
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return bearer(self.creds.admin_key)
+
+    @property
+    def runtime(self) -> dict[str, str]:
+        return bearer(self.creds.runtime_key)
+
+    @property
+    def owner(self) -> dict[str, str]:
+        return bearer(self.creds.owner_token)
+
+    def dispatcher(self) -> Any:
+        """A real delivery worker on this core (``tests.peers.Dispatcher``)."""
+        from tests.peers import Dispatcher
+
+        return Dispatcher(self.core, self.clock)
+
+
+@pytest.fixture
+def make_env(tmp_path: Path, db_url: str, clock: Clock) -> Iterator[Callable[..., Env]]:
+    """``make_env(**settings)``: an :class:`Env` with those settings; closed at teardown."""
+    made: list[Env] = []
+
+    def make(**overrides: Any) -> Env:
+        core = build(make_settings(tmp_path, db_url, **overrides), clock=clock, migrate=False)
+        client = TestClient(create_app(core, bridge=False))
+        client.__enter__()
+        env = Env(core, client, make_tenant(core), clock)
+        made.append(env)
+        return env
+
+    yield make
+    for env in made:
+        env.client.__exit__(None, None, None)
+        env.core.db.dispose()

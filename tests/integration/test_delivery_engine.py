@@ -12,25 +12,19 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from runbell.app import build, create_app
 from runbell.channels.webpush import VapidKeys, collapse_topic
-from runbell.flows.context import Runbell
 from runbell.store import accounts
 from runbell.store import tables as t
-from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.channels.push_receiver import PushReceiver
-from tests.conftest import bearer, make_settings
+from tests.conftest import Env
 from tests.peers import ChatReceiver, Dispatcher, SmtpPeer, WebhookReceiver, mail_text
 
 PUBLIC = "http://testserver"
@@ -40,48 +34,6 @@ PENDING = ("queued", "retry_scheduled", "deferred", "delivery_unknown", "sending
 
 
 # --- the environment -----------------------------------------------------------------
-
-
-@dataclass
-class Env:
-    core: Runbell
-    client: TestClient
-    creds: TenantCreds
-    clock: Clock
-
-    @property
-    def admin(self) -> dict[str, str]:
-        return bearer(self.creds.admin_key)
-
-    @property
-    def runtime(self) -> dict[str, str]:
-        return bearer(self.creds.runtime_key)
-
-    @property
-    def owner(self) -> dict[str, str]:
-        return bearer(self.creds.owner_token)
-
-    def dispatcher(self) -> Dispatcher:
-        return Dispatcher(self.core, self.clock)
-
-
-@pytest.fixture
-def make_env(tmp_path: Path, db_url: str, clock: Clock) -> Iterator[Callable[..., Env]]:
-    """An app + core on the parametrized database, with extra settings (SMTP, …)."""
-    made: list[Env] = []
-
-    def make(**overrides: Any) -> Env:
-        core = build(make_settings(tmp_path, db_url, **overrides), clock=clock, migrate=False)
-        client = TestClient(create_app(core, bridge=False))
-        client.__enter__()
-        env = Env(core, client, make_tenant(core), clock)
-        made.append(env)
-        return env
-
-    yield make
-    for env in made:
-        env.client.__exit__(None, None, None)
-        env.core.db.dispose()
 
 
 def real_now() -> datetime:

@@ -6,30 +6,26 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from runbell.app import build, create_app
 from runbell.channels.webpush import collapse_topic
 from runbell.dispatch.scheduler import Scheduler
 from runbell.domain.digests import window_of
 from runbell.flows import digests as digest_flow
 from runbell.flows import members
-from runbell.flows.context import Runbell
 from runbell.store import digests as store_digests
 from runbell.store import notifications as store_notes
 from runbell.store import sessions
 from runbell.store import tables as t
-from runbell.testing import Clock, TenantCreds, add_user, make_tenant
+from runbell.testing import add_user
 from tests.channels.push_receiver import PushReceiver
-from tests.conftest import bearer, make_settings
+from tests.conftest import Env
 from tests.peers import ChatReceiver, Dispatcher, SmtpPeer, WebhookReceiver, mail_text
 
 WINDOW_S = 600
@@ -42,26 +38,6 @@ DIGEST_RULE = {
     "digest_max_items": 50,
 }
 ALL = ["low", "normal", "time_sensitive", "urgent"]
-
-
-@dataclass
-class Env:
-    core: Runbell
-    client: TestClient
-    creds: TenantCreds
-    clock: Clock
-
-    @property
-    def admin(self) -> dict[str, str]:
-        return bearer(self.creds.admin_key)
-
-    @property
-    def runtime(self) -> dict[str, str]:
-        return bearer(self.creds.runtime_key)
-
-    @property
-    def owner(self) -> dict[str, str]:
-        return bearer(self.creds.owner_token)
 
 
 @pytest.fixture
@@ -77,15 +53,8 @@ def receiver() -> Iterator[WebhookReceiver]:
 
 
 @pytest.fixture
-def env(tmp_path: Path, db_url: str, clock: Clock, smtp: SmtpPeer) -> Iterator[Env]:
-    core = build(
-        make_settings(tmp_path, db_url, smtp_host="127.0.0.1", smtp_port=smtp.port),
-        clock=clock,
-        migrate=False,
-    )
-    with TestClient(create_app(core, bridge=False)) as client:
-        yield Env(core, client, make_tenant(core), clock)
-    core.db.dispose()
+def env(make_env: Callable[..., Env], smtp: SmtpPeer) -> Env:
+    return make_env(smtp_host="127.0.0.1", smtp_port=smtp.port)
 
 
 def ok(response: Any, *codes: int) -> Any:

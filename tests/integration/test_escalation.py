@@ -7,26 +7,22 @@ neutral text). SQLite and PostgreSQL, injectable clock, real local peers: the Ap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from runbell.app import build, create_app
+from runbell.app import build
 from runbell.channels.webpush import collapse_topic
 from runbell.dispatch.scheduler import Scheduler
 from runbell.flows.attention import RETRACTED_BODY, RETRACTED_TITLE
 from runbell.flows.context import Runbell
-from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.channels.push_receiver import PushReceiver
-from tests.conftest import bearer, make_settings
+from tests.conftest import Env, make_settings
 from tests.peers import ChatReceiver, Dispatcher, SmtpPeer
 
 LADDER_RULE = {
@@ -36,44 +32,6 @@ LADDER_RULE = {
     "urgency": "normal",
     "escalation": [{"after_s": 120, "channel": "chat"}, {"after_s": 600, "channel": "email"}],
 }
-
-
-@dataclass
-class Env:
-    core: Runbell
-    client: TestClient
-    creds: TenantCreds
-    clock: Clock
-
-    @property
-    def admin(self) -> dict[str, str]:
-        return bearer(self.creds.admin_key)
-
-    @property
-    def runtime(self) -> dict[str, str]:
-        return bearer(self.creds.runtime_key)
-
-    @property
-    def owner(self) -> dict[str, str]:
-        return bearer(self.creds.owner_token)
-
-
-@pytest.fixture
-def make_env(tmp_path: Path, db_url: str, clock: Clock) -> Iterator[Callable[..., Env]]:
-    made: list[Env] = []
-
-    def make(**overrides: Any) -> Env:
-        core = build(make_settings(tmp_path, db_url, **overrides), clock=clock, migrate=False)
-        client = TestClient(create_app(core, bridge=False))
-        client.__enter__()
-        env = Env(core, client, make_tenant(core), clock)
-        made.append(env)
-        return env
-
-    yield make
-    for env in made:
-        env.client.__exit__(None, None, None)
-        env.core.db.dispose()
 
 
 def ok(response: Any, *codes: int) -> Any:

@@ -8,52 +8,31 @@ before and after what it does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from runbell.app import build, create_app
 from runbell.dispatch.scheduler import Scheduler
-from runbell.flows.context import Runbell
-from runbell.testing import Clock, TenantCreds, make_tenant
-from tests.conftest import bearer, make_settings
+from runbell.testing import Clock
+from tests.conftest import Env
 from tests.integration.test_web import sign_in
 from tests.peers import Dispatcher, SmtpPeer
 
 
-@dataclass
-class Env:
-    core: Runbell
-    client: TestClient
-    creds: TenantCreds
-    clock: Clock
-    smtp: SmtpPeer
-
-    @property
-    def runtime(self) -> dict[str, str]:
-        return bearer(self.creds.runtime_key)
-
-    @property
-    def owner(self) -> dict[str, str]:
-        return bearer(self.creds.owner_token)
+@pytest.fixture
+def smtp() -> Iterator[SmtpPeer]:
+    with SmtpPeer() as peer:
+        yield peer
 
 
 @pytest.fixture
-def env(tmp_path: Path, db_url: str, clock: Clock) -> Iterator[Env]:
+def env(make_env: Callable[..., Env], smtp: SmtpPeer, clock: Clock) -> Env:
     """The app on the parametrized database, with a real SMTP peer as its relay."""
     clock.freeze()
-    with SmtpPeer() as smtp:
-        settings = make_settings(tmp_path, db_url, smtp_host="127.0.0.1", smtp_port=smtp.port)
-        core = build(settings, clock=clock, migrate=False)
-        with TestClient(create_app(core, bridge=False)) as client:
-            yield Env(core, client, make_tenant(core), clock, smtp)
-        core.db.dispose()
+    return make_env(smtp_host="127.0.0.1", smtp_port=smtp.port)
 
 
 def sample(env: Env, name: str, **labels: str) -> float:
@@ -148,7 +127,7 @@ def test_policy_suppressed(env: Env) -> None:
 # --- dispatch: latency to the first attempt, acceptance by channel ---------------------
 
 
-def test_first_attempt_latency_and_provider_answers_by_channel(env: Env) -> None:
+def test_first_attempt_latency_and_provider_answers_by_channel(env: Env, smtp: SmtpPeer) -> None:
     labels = {"attention_type": "completed", "channel": "email"}
     first = sample(env, "runbell_first_attempt_latency_seconds_count", **labels)
     first_sum = sample(env, "runbell_first_attempt_latency_seconds_sum", **labels)
@@ -157,7 +136,7 @@ def test_first_attempt_latency_and_provider_answers_by_channel(env: Env) -> None
 
     finish(env, "m-mail")
     env.clock.advance(3)  # the worker reaches it three seconds after it was created
-    env.smtp.defer_next()  # the relay answers 451 once: a transient failure, retried
+    smtp.defer_next()  # the relay answers 451 once: a transient failure, retried
     with Dispatcher(env.core, env.clock) as worker:
         assert worker.tick() == 1
         assert sample(env, "runbell_delivery_attempts_total", outcome="transient", **labels) == (
@@ -165,7 +144,7 @@ def test_first_attempt_latency_and_provider_answers_by_channel(env: Env) -> None
         )
         env.clock.advance(600)
         assert worker.tick() == 1
-    assert len(env.smtp.raw) == 1
+    assert len(smtp.raw) == 1
     assert sample(env, "runbell_delivery_attempts_total", outcome="accepted", **labels) == (
         accepted + 1
     )
@@ -288,7 +267,7 @@ def test_the_escalation_counter_is_exposed_for_the_escalation_sweep(env: Env) ->
     assert "# HELP runbell_escalations_total" in text
 
 
-def test_opt_outs_after_a_delivery_on_the_channel(env: Env) -> None:
+def test_opt_outs_after_a_delivery_on_the_channel(env: Env, smtp: SmtpPeer) -> None:
     labels = {"attention_type": "completed", "channel": "email", "urgency": "normal"}
     before = sample(env, "runbell_opt_outs_after_delivery_total", **labels)
     chat_before = sample(env, "runbell_opt_outs_after_delivery_total", channel="chat")
@@ -311,7 +290,7 @@ def test_opt_outs_after_a_delivery_on_the_channel(env: Env) -> None:
     finish(env, "m-optout")
     with Dispatcher(env.core, env.clock) as worker:
         assert worker.tick() == 1
-    assert len(env.smtp.raw) == 1
+    assert len(smtp.raw) == 1
     ok(
         env.client.put(
             "/v1/me/preferences",
