@@ -559,3 +559,32 @@ def test_two_lookups_racing_to_confirm_the_lost_reply_review_it_once(
     assert {a.json()["run"]["version"] for a in answers} == {finished["version"] + 1}
     reviews = [n for n in notes_of(core, creds, "race-1") if n["attention_type"] == "needs_review"]
     assert [n["state"] for n in reviews] == ["superseded", "open"]
+
+
+def test_a_run_without_a_ledger_costs_its_completion_no_ledger_query(
+    core: Runbell, client: TestClient, creds: TenantCreds
+) -> None:
+    """Most runs declare nothing: their hot path (a completed signal, the snapshot) reads
+    no ``operations`` row. Once one is declared, the same path counts the ledger."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, sql: str, *args: Any) -> None:
+        seen.append(sql)
+
+    def ledger_reads() -> int:
+        return sum(1 for sql in seen if "FROM operations" in sql)
+
+    make_run(client, creds, "plain-1")
+    make_run(client, creds, "ledger-1")
+    declare(client, creds, "ledger-1", {"operations": [op("only")]})
+    sa.event.listen(core.db.engine, "before_cursor_execute", record)
+    try:
+        done = complete(client, creds, "plain-1")
+        assert [n["attention_type"] for n in done["notifications"]] == ["completed"]
+        snap = client.get("/v1/runs/plain-1", headers=bearer(creds.owner_token)).json()
+        assert snap["operations"] == {"counts": {}, "text": "no operations"}
+        assert ledger_reads() == 0
+        complete(client, creds, "ledger-1")
+        assert ledger_reads() > 0  # declared work is judged by the ledger
+    finally:
+        sa.event.remove(core.db.engine, "before_cursor_execute", record)

@@ -74,6 +74,8 @@ def cancel_summary(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
     report = run.get("report") or {}
     kept = report.get("summary") if isinstance(report.get("summary"), str) else None
     tenant_id, run_id = run["tenant_id"], run["run_id"]
+    if not run.get("has_operations"):
+        return outcome(kept or None, tracked=False)
     counted = operations.summary(tx.conn, tenant_id, run_id)
     if not counted["counts"]:
         return outcome(kept or None, tracked=False)

@@ -80,7 +80,10 @@ def judge(tx: Tx, run: dict[str, Any], state: str, effects_verified: bool | None
     A run without operations keeps today's meaning: ``effects_verified: false`` is a
     ``needs_review`` (outcome ``needs_review``), anything else a plain completion
     (outcome None: nothing was declared to verify)."""
-    counts = ledger.counts(tx.conn, run["tenant_id"], run["run_id"])
+    # A run that never declared an operation has no ledger to read (runs.has_operations).
+    counts = (
+        ledger.counts(tx.conn, run["tenant_id"], run["run_id"]) if run.get("has_operations") else {}
+    )
     summary = operations_summary(counts)
     if state != RunState.COMPLETED:
         return Judged(summary, None)

@@ -120,6 +120,11 @@ def snapshot(conn: Any, run: dict[str, Any]) -> dict[str, Any]:
     """What the run snapshot adds: ``operations: {counts, text}`` and whether a replaced
     worker may still cause an effect."""
     tenant_id, run_id = run["tenant_id"], run["run_id"]
+    if not run.get("has_operations"):
+        return {
+            "operations": completion.operations_summary({}),
+            "previous_worker_may_still_act": False,
+        }
     stale = ledger.older_epoch_in_flight(conn, tenant_id, run_id, run.get("worker_epoch") or 0)
     return {
         "operations": completion.operations_summary(ledger.counts(conn, tenant_id, run_id)),
@@ -339,6 +344,9 @@ def declare(
             rows.append(row)
             existing[item["operation_id"]] = row
         ledger.insert(tx.conn, rows)
+        if rows and not run.get("has_operations"):
+            runs.update_run(tx.conn, tenant_id, run_id, {"has_operations": True})
+            run = {**run, "has_operations": True}
         for row in rows:
             _emit(tx, row, None)
         if rows:
@@ -450,6 +458,8 @@ def mark_not_started(tx: Tx, run: dict[str, Any]) -> int:
     one ``operation.updated`` event each. Returns how many were marked."""
     tenant_id, run_id = run["tenant_id"], run["run_id"]
     marked = 0
+    if not run.get("has_operations"):
+        return marked
     for op in ledger.for_run(tx.conn, tenant_id, run_id):
         if op["state"] != OpState.PLANNED:
             continue

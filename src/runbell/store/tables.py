@@ -178,6 +178,9 @@ runs = sa.Table(
     sa.Column("worker_id", sa.String(200), nullable=True),
     sa.Column("worker_epoch", sa.Integer, nullable=False, server_default="0"),
     sa.Column("outcome", sa.String(16), nullable=True),
+    # Whether the run ever declared an operation (migration 0013): a run without a ledger
+    # costs its transitions no ledger query.
+    sa.Column("has_operations", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.PrimaryKeyConstraint("tenant_id", "run_id"),
 )
 sa.Index("ix_runs_stall_due", runs.c.stall_due_at)
