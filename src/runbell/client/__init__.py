@@ -45,8 +45,9 @@ Public API (stable; :class:`AsyncClient` has the same methods, awaited, plus
                                                                  # exception re-raises)
     requires_approval(summary=None, *, kind="approval", run_id=None, details=None,
                       expires_in=None, timeout=None)  # a decorator: asks, runs the
-        # function only when approved (else raises NotApproved), and records the call
-        # as an operation planned → sent → confirmed | failed, intent = function name
+        # function only when approved (else raises NotApproved), and records the
+        # approved call as an operation planned → sent → confirmed | failed, intent =
+        # the function's name (it uses run_id, else the enclosing client.run block)
 
 Models (frozen dataclasses, each with ``raw``, the whole JSON): :class:`Run`,
 :class:`SignalResult`, :class:`ProgressResult`, :class:`CancelResult`,
@@ -78,9 +79,10 @@ Example::
 
 from __future__ import annotations
 
-from runbell.client._async import AsyncClient
+from runbell.client._async import AsyncClient, AsyncRunContext
 from runbell.client._core import RetryPolicy
-from runbell.client._sync import Client
+from runbell.client._run import current_run_id
+from runbell.client._sync import Client, RunContext
 from runbell.client.config import ClientConfig, config_path, load_config, write_config
 from runbell.client.errors import (
     APIError,
@@ -114,6 +116,7 @@ __all__ = [
     "APIError",
     "Answer",
     "AsyncClient",
+    "AsyncRunContext",
     "CancelResult",
     "Client",
     "ClientConfig",
@@ -132,6 +135,7 @@ __all__ = [
     "ProgressResult",
     "RetryPolicy",
     "Run",
+    "RunContext",
     "RunbellError",
     "SignalResult",
     "Snapshot",
@@ -139,6 +143,7 @@ __all__ = [
     "Unavailable",
     "ValidationFailed",
     "config_path",
+    "current_run_id",
     "load_config",
     "write_config",
 ]

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextvars import Token
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
 import httpx
 
-from runbell.client import _core, errors
+from runbell.client import _core, _run, errors
 from runbell.client._core import UNSET, Call, RetryPolicy, compact, new_id
 from runbell.client.config import load_config
 from runbell.client.models import (
@@ -29,7 +31,10 @@ from runbell.client.models import (
     Snapshot,
 )
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "AsyncRunContext"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 EXPIRY_GRACE_S = 1.0  # how long past expires_at to wait for the server's expiry event
 
@@ -210,6 +215,31 @@ class AsyncClient:
             if any(e.run_id == run_id and e.type.startswith("run.") for e in events):
                 run = await self.get_run(run_id)
         return run
+
+    # --- a run as a block; functions that need approval -------------------------------
+
+    def run(self, run_id: str, *, title: str | None = None, **fields: Any) -> AsyncRunContext:
+        """A run as a ``async with`` block: creates or updates it (``fields`` as for
+        :meth:`put_run`), reports ``working``, then ``completed`` — or ``failed`` with the
+        exception's class and a short message when the block raises (it re-raises)."""
+        return AsyncRunContext(self, run_id, {"title": title, **fields})
+
+    def requires_approval(
+        self,
+        summary: str | None = None,
+        *,
+        kind: str = "approval",
+        run_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        expires_in: float | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """A decorator: each call asks (on ``run_id``, else the run of the enclosing
+        ``client.run`` block) and runs the function only when approved, else raises
+        :class:`~runbell.client.errors.NotApproved`. The call is recorded as an
+        operation (intent: the function's name) planned → sent → confirmed | failed
+        once approved; a refused call records no operation (the answer is on record)."""
+        return _requires_approval(self, summary, kind, run_id, details, expires_in, timeout)
 
     # --- operations ------------------------------------------------------------------
 
@@ -395,3 +425,97 @@ class AsyncClient:
             for event in events:
                 yield event
             cursor = next_cursor
+
+
+class AsyncRunContext:
+    """:class:`RunContext` for ``async with``."""
+
+    def __init__(self, client: AsyncClient, run_id: str, fields: Mapping[str, Any]) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.reason: str | None = None
+        self.report: dict[str, Any] | None = None
+        self.result: SignalResult | None = None
+        self._fields = dict(fields)
+        self._token: Token[str | None] | None = None
+
+    async def __aenter__(self) -> AsyncRunContext:
+        await self.client.put_run(self.run_id, **self._fields)
+        await self.client.signal(self.run_id, "working")
+        self._token = _run.current_run.set(self.run_id)
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if self._token is not None:
+            _run.current_run.reset(self._token)
+            self._token = None
+        if exc is None:
+            self.result = await self.client.signal(
+                self.run_id, "completed", reason=self.reason, report=self.report
+            )
+            return
+        try:
+            self.result = await self.client.signal(
+                self.run_id, "failed", report=self.report, **_run.failure_fields(exc)
+            )
+        except errors.RunbellError as report_error:
+            exc.add_note(f"runbell: could not report the failure: {report_error}")
+
+    async def progress(
+        self, message: str | None = None, counts: Mapping[str, Any] | None = None
+    ) -> ProgressResult:
+        return await self.client.progress(self.run_id, message, counts)
+
+    async def ask(self, summary: str, **options: Any) -> Answer:
+        return await self.client.ask(self.run_id, summary, **options)
+
+    async def signal(self, state: str, **fields: Any) -> SignalResult:
+        return await self.client.signal(self.run_id, state, **fields)
+
+
+def _requires_approval(
+    client: AsyncClient,
+    summary: str | None,
+    kind: str,
+    run_id: str | None,
+    details: Mapping[str, Any] | None,
+    expires_in: float | None,
+    timeout: float | None,
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        approval = _run.Approval(fn, summary, run_id, details)
+
+        @functools.wraps(fn)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            run = approval.run()
+            answer = await client.ask(
+                run,
+                approval.summary,
+                kind=kind,
+                details=approval.ask_details(args, kwargs),
+                expires_in=expires_in,
+                timeout=timeout,
+            )
+            if not answer.approved:
+                raise errors.NotApproved(answer)
+            # Declared once approved: a refused call never becomes an effect to review.
+            op = approval.operation()
+            await client.declare_operations(run, [op])
+            await client.move_operation(
+                run, op["operation_id"], "sent", evidence={"approved_by": answer.answered_by}
+            )
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException as exc:
+                await client.move_operation(
+                    run, op["operation_id"], "failed", evidence={"raised": type(exc).__name__}
+                )
+                raise
+            await client.move_operation(
+                run, op["operation_id"], "confirmed", evidence={"returned": type(result).__name__}
+            )
+            return result
+
+        return wrapper
+
+    return decorate

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import Token
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
 import httpx
 
-from runbell.client import _core, errors
+from runbell.client import _core, _run, errors
 from runbell.client._core import UNSET, Call, RetryPolicy, compact, new_id
 from runbell.client.config import load_config
 from runbell.client.models import (
@@ -28,7 +30,10 @@ from runbell.client.models import (
     Snapshot,
 )
 
-__all__ = ["Client"]
+__all__ = ["Client", "RunContext"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 EXPIRY_GRACE_S = 1.0  # how long past expires_at to wait for the server's expiry event
 
@@ -209,6 +214,31 @@ class Client:
             if any(e.run_id == run_id and e.type.startswith("run.") for e in events):
                 run = self.get_run(run_id)
         return run
+
+    # --- a run as a block; functions that need approval -------------------------------
+
+    def run(self, run_id: str, *, title: str | None = None, **fields: Any) -> RunContext:
+        """A run as a ``with`` block: creates or updates it (``fields`` as for
+        :meth:`put_run`), reports ``working``, then ``completed`` — or ``failed`` with the
+        exception's class and a short message when the block raises (it re-raises)."""
+        return RunContext(self, run_id, {"title": title, **fields})
+
+    def requires_approval(
+        self,
+        summary: str | None = None,
+        *,
+        kind: str = "approval",
+        run_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        expires_in: float | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """A decorator: each call asks (on ``run_id``, else the run of the enclosing
+        ``client.run`` block) and runs the function only when approved, else raises
+        :class:`~runbell.client.errors.NotApproved`. The call is recorded as an
+        operation (intent: the function's name) planned → sent → confirmed | failed
+        once approved; a refused call records no operation (the answer is on record)."""
+        return _requires_approval(self, summary, kind, run_id, details, expires_in, timeout)
 
     # --- operations ------------------------------------------------------------------
 
@@ -391,3 +421,100 @@ class Client:
                 continue
             yield from events
             cursor = next_cursor
+
+
+class RunContext:
+    """A run reported by a ``with`` block: ``working`` on entry; on exit ``completed``
+    (with :attr:`reason` and :attr:`report` if set), or ``failed`` when the block
+    raised (the exception's class, a short message) — the exception then propagates."""
+
+    def __init__(self, client: Client, run_id: str, fields: Mapping[str, Any]) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.reason: str | None = None
+        self.report: dict[str, Any] | None = None
+        self.result: SignalResult | None = None
+        self._fields = dict(fields)
+        self._token: Token[str | None] | None = None
+
+    def __enter__(self) -> RunContext:
+        self.client.put_run(self.run_id, **self._fields)
+        self.client.signal(self.run_id, "working")
+        self._token = _run.current_run.set(self.run_id)
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if self._token is not None:
+            _run.current_run.reset(self._token)
+            self._token = None
+        if exc is None:
+            self.result = self.client.signal(
+                self.run_id, "completed", reason=self.reason, report=self.report
+            )
+            return
+        try:
+            self.result = self.client.signal(
+                self.run_id, "failed", report=self.report, **_run.failure_fields(exc)
+            )
+        except errors.RunbellError as report_error:  # never hide the block's own error
+            exc.add_note(f"runbell: could not report the failure: {report_error}")
+
+    def progress(
+        self, message: str | None = None, counts: Mapping[str, Any] | None = None
+    ) -> ProgressResult:
+        return self.client.progress(self.run_id, message, counts)
+
+    def ask(self, summary: str, **options: Any) -> Answer:
+        """``client.ask`` for this run."""
+        return self.client.ask(self.run_id, summary, **options)
+
+    def signal(self, state: str, **fields: Any) -> SignalResult:
+        return self.client.signal(self.run_id, state, **fields)
+
+
+def _requires_approval(
+    client: Client,
+    summary: str | None,
+    kind: str,
+    run_id: str | None,
+    details: Mapping[str, Any] | None,
+    expires_in: float | None,
+    timeout: float | None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        approval = _run.Approval(fn, summary, run_id, details)
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            run = approval.run()
+            answer = client.ask(
+                run,
+                approval.summary,
+                kind=kind,
+                details=approval.ask_details(args, kwargs),
+                expires_in=expires_in,
+                timeout=timeout,
+            )
+            if not answer.approved:
+                raise errors.NotApproved(answer)
+            # Declared once approved: a refused call never becomes an effect to review.
+            op = approval.operation()
+            client.declare_operations(run, [op])
+            client.move_operation(
+                run, op["operation_id"], "sent", evidence={"approved_by": answer.answered_by}
+            )
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                client.move_operation(
+                    run, op["operation_id"], "failed", evidence={"raised": type(exc).__name__}
+                )
+                raise
+            client.move_operation(
+                run, op["operation_id"], "confirmed", evidence={"returned": type(result).__name__}
+            )
+            return result
+
+        return wrapper
+
+    return decorate
