@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# size: one client, whole: its methods mirror the other client's one for one, and its
+# run block and approval decorator call it (apart, they would import each other).
+
 import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
