@@ -1,9 +1,9 @@
 """The synchronous client. :mod:`runbell.client._async` mirrors it method for method."""
 
-from __future__ import annotations
-
 # size: one client, whole: its methods mirror the other client's one for one, and its
 # run block and approval decorator call it (apart, they would import each other).
+
+from __future__ import annotations
 
 import functools
 import time
