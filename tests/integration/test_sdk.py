@@ -28,6 +28,7 @@ from runbell.client import (
     NotApproved,
     NotFound,
     RetryPolicy,
+    ValidationFailed,
     load_config,
     write_config,
 )
@@ -35,7 +36,7 @@ from runbell.client.config import ClientConfig
 from runbell.flows import sweeps
 from runbell.flows.context import Runbell
 from runbell.store import tables as t
-from runbell.testing import Clock, TenantCreds
+from runbell.testing import Clock, TenantCreds, add_user
 from tests.conftest import LiveServer, bearer
 
 FAST = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.2)
@@ -215,6 +216,21 @@ def test_run_signal_progress_and_problem_errors(rb: Client, creds: TenantCreds) 
     with pytest.raises(NotFound) as missing:
         rb.get_run("no-such-run")
     assert missing.value.detail == "no run 'no-such-run'"
+
+
+def test_the_default_owner_applies_to_new_runs_only(
+    rb: Client, live: LiveServer, core: Runbell, creds: TenantCreds, tmp_path: Any
+) -> None:
+    bob_id, _ = add_user(core, creds.tenant_id, "bob@acme.test")
+    assert rb.put_run("own-1", title="Mine").owner == creds.owner_id
+    with Client(live.url, creds.runtime_key, "bob@acme.test", retry=FAST) as bobs:
+        assert bobs.put_run("own-1", title="Renamed").owner == creds.owner_id
+        assert bobs.put_run("own-2").owner == bob_id
+        assert bobs.put_run("own-1", owner="bob@acme.test").owner == bob_id
+    unowned = Client(live.url, creds.runtime_key, environ={}, config_path=tmp_path / "none.toml")
+    with unowned, pytest.raises(ValidationFailed) as refused:
+        unowned.put_run("own-3")
+    assert refused.value.field == "owner"
 
 
 def test_connection_dropped_mid_request_is_retried_once_with_the_same_event_id(

@@ -94,6 +94,11 @@ def failure(response: httpx.Response) -> errors.APIError:
     return errors.api_error(response.status_code, body)
 
 
+def needs_owner(exc: errors.ValidationFailed) -> bool:
+    """Whether a PUT was refused only because a new run needs an owner."""
+    return exc.field == "owner" and "required" in (exc.detail or "")
+
+
 def connection_failed(exc: Exception, url: str) -> errors.ConnectionFailed:
     reason = str(exc) or type(exc).__name__
     error = errors.ConnectionFailed(f"cannot reach Runbell at {url}: {reason}")

@@ -135,11 +135,12 @@ class Client:
         stall_after_seconds: int | None = UNSET,
         sequence: int | None = None,
     ) -> Run:
-        """Create the run (``owner`` defaults to ``RUNBELL_OWNER``) or update the fields
-        given. ``stall_after_seconds=None`` means the tenant default; omit it to leave
+        """Create the run or update the fields given. ``owner`` defaults to
+        ``RUNBELL_OWNER`` when the run is created (never changing an existing run's
+        owner). ``stall_after_seconds=None`` means the tenant default; omit it to leave
         it unchanged."""
         body = _core.put_run_body(
-            owner or self.owner,
+            owner,
             title,
             state,
             kind,
@@ -152,7 +153,14 @@ class Client:
             stall_after_seconds,
             sequence,
         )
-        return Run.from_json(self._send(Call("PUT", f"/v1/runs/{_p(run_id)}", body)))
+        path = f"/v1/runs/{_p(run_id)}"
+        try:
+            return Run.from_json(self._send(Call("PUT", path, body)))
+        except errors.ValidationFailed as exc:
+            # A new run: only now does the default owner apply (one more round trip).
+            if owner is not None or self.owner is None or not _core.needs_owner(exc):
+                raise
+            return Run.from_json(self._send(Call("PUT", path, {**body, "owner": self.owner})))
 
     def get_run(self, run_id: str) -> Run:
         return Run.from_json(self._send(Call("GET", f"/v1/runs/{_p(run_id)}")))
