@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from runbell.testing import TenantCreds
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, bearer
 from tests.integration.test_sdk import answer_when_pending
 
 RUNBELL = str(Path(sys.executable).parent / "runbell")
@@ -89,6 +90,24 @@ def test_ask_expired_or_timed_out_exits_2(env: dict[str, str]) -> None:
     assert expired.stderr == "runbell: no answer: expired\n"
     timed_out = runbell(env, "ask", "ci-3", "Anyone?", "--timeout", "0.5")
     assert (timed_out.returncode, timed_out.stderr) == (2, "runbell: no answer: timeout\n")
+
+
+def test_ask_again_under_the_same_request_id_waits_on_the_same_request(
+    env: dict[str, str], live: LiveServer, creds: TenantCreds
+) -> None:
+    args = ["ask", "ci-8", "Ship?", "--request-id", "ci-8-ship", "--expires-in", "600"]
+    first = runbell(env, *args, "--timeout", "0.5")
+    assert first.returncode == 2
+    helper = answer_when_pending(live.url, creds.owner_token, "ci-8", "approve")
+    again = runbell(env, *args, "--timeout", "30")  # the job re-run: no second question
+    helper.join()
+    assert (again.returncode, again.stdout) == (0, "approved\n")
+    requests = httpx.get(
+        f"{live.url}/v1/input-requests/ci-8-ship", headers=bearer(creds.owner_token)
+    ).json()
+    assert requests["input_request"]["state"] == "answered"
+    run = httpx.get(f"{live.url}/v1/runs/ci-8", headers=bearer(creds.owner_token)).json()
+    assert run["version"] == 3  # created working (1), one request (2), one answer (3)
 
 
 def test_server_down_exits_3_with_one_clear_line(tmp_path: Path) -> None:

@@ -184,6 +184,15 @@ def answer_from_request(request: InputRequest) -> Answer | None:
     )
 
 
+def asked_before(exc: errors.Conflict, run_id: str) -> InputRequest | None:
+    """The request a 409 on opening says already exists under that id for this run."""
+    current = exc.current if isinstance(exc.current, dict) else {}
+    found = current.get("input_request")
+    if exc.field != "input_request_id" or not isinstance(found, dict):
+        return None
+    return InputRequest.from_json(found) if found.get("run_id") == run_id else None
+
+
 def timeout_answer(request_id: str, run_id: str) -> Answer:
     return Answer(outcome="timeout", request_id=request_id, run_id=run_id)
 

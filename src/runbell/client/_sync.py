@@ -346,19 +346,27 @@ class Client:
         """Open an input request and wait for how it ends, on the long-poll feed.
         Returns an :class:`Answer`: ``answered`` (see ``approved``, ``decision``,
         ``value``), ``expired``, ``superseded``, ``cancelled``, or ``timeout`` after
-        ``timeout`` seconds (None: until the request ends)."""
+        ``timeout`` seconds (None: until the request ends). Asking again under a
+        ``request_id`` already used for this run waits on that request instead."""
         deadline = None if timeout is None else time.monotonic() + timeout
         cursor = self.head_cursor()
-        opened = self.open_input_request(
-            run_id,
-            summary=summary,
-            kind=kind,
-            request_id=request_id,
-            details=details,
-            options=options,
-            expires_in=expires_in,
-            expires_at=expires_at,
-        )
+        try:
+            opened = self.open_input_request(
+                run_id,
+                summary=summary,
+                kind=kind,
+                request_id=request_id,
+                details=details,
+                options=options,
+                expires_in=expires_in,
+                expires_at=expires_at,
+            )
+        except errors.Conflict as exc:
+            # Asked before under this request_id (a re-run script): wait on that request.
+            earlier = _core.asked_before(exc, run_id)
+            if earlier is None:
+                raise
+            return self._wait_answer(earlier, cursor, deadline)
         return self._wait_answer(opened.input_request, cursor, deadline)
 
     def wait_for_answer(self, request_id: str, *, timeout: float | None = None) -> Answer:
