@@ -1,18 +1,21 @@
-"""The ``runbell`` command: serve, migrate, and account administration.
+"""The ``runbell`` command: serve, migrate, account administration, and the commands
+scripts and CI jobs report with.
 
 One module per concept: :mod:`~runbell.cli.serve` (``migrate``, ``serve``, ``api``,
 ``worker``), :mod:`~runbell.cli.admin` (``tenant``, ``key``, ``user``, ``source``),
 :mod:`~runbell.cli.deliveries` (``deliveries``), :mod:`~runbell.cli.retention`
-(``tenant retention``, ``prune``); :mod:`~runbell.cli.welcome` is the first
-start's text and :mod:`~runbell.cli.common` what every command shares. This module only
-puts them together as one Typer application, :data:`app` (the ``runbell`` entry point).
+(``tenant retention``, ``prune``), :mod:`~runbell.cli.agent` (``login``, ``report``,
+``progress``, ``ask``, ``wait``: for scripts and CI, on :mod:`runbell.client`);
+:mod:`~runbell.cli.welcome` is the first start's text and :mod:`~runbell.cli.common`
+what every command shares. This module only puts them together as one Typer
+application, :data:`app` (the ``runbell`` entry point).
 """
 
 from __future__ import annotations
 
 import typer
 
-from runbell.cli import admin, deliveries, retention, serve
+from runbell.cli import admin, agent, deliveries, retention, serve
 
 app = typer.Typer(
     help="Runbell: trustworthy attention for background AI-agent work.",
@@ -27,5 +30,7 @@ app.add_typer(admin.source_app, name="source")
 app.add_typer(deliveries.deliveries_app, name="deliveries")
 for command in (serve.migrate, serve.serve, serve.api, serve.worker, retention.prune):
     app.command()(command)
+for script_command in (agent.login, agent.report, agent.progress, agent.ask, agent.wait):
+    app.command(cls=agent.AgentCommand)(script_command)
 
 __all__ = ["app"]
