@@ -94,7 +94,7 @@ def test_the_same_stop_twice_reports_once() -> None:
 @pytest.mark.parametrize(
     ("error", "code", "user_action", "retryable"),
     [
-        ("rate_limit", "rate_limit", False, True),
+        ("rate_limit", "rate_limit", False, False),
         ("billing_error", "billing_error", True, False),
         ("something_new", "unknown", False, False),
     ],

@@ -81,7 +81,7 @@ def _ours(group: Any, suffix: str) -> bool:
 def merge(existing: Mapping[str, Any], snippet: Mapping[str, Any], suffix: str) -> dict[str, Any]:
     """``existing`` settings with the snippet's handlers added: nothing removed or
     reordered, an event already running a command ending in ``suffix`` left alone."""
-    merged = json.loads(json.dumps(existing))  # a deep copy of plain JSON
+    merged: dict[str, Any] = json.loads(json.dumps(existing))  # a deep copy of plain JSON
     hooks = merged.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise SettingsError('"hooks" is not an object')

@@ -67,7 +67,6 @@ ERROR_CLASSES = frozenset(
 USER_ACTION = frozenset(
     {"authentication_failed", "oauth_org_not_allowed", "billing_error", "model_not_found"}
 )
-RETRYABLE = frozenset({"rate_limit", "overloaded", "server_error"})
 
 
 class PayloadError(ValueError):
@@ -321,7 +320,10 @@ def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> Plan:
     target = claude_agent_run(session, agent_id) if agent_id else run_id
 
     if event == "UserPromptSubmit":
-        return Plan((turn_run(current.number, "working"),), turn=new_turn)
+        # The person typed: whatever the run waited for (an idle prompt, a question), it
+        # is working again. A run already working records this as stale, nothing more.
+        resume = Signal(run_id, "working", event_id(run_id, payload, "prompt"), "prompted")
+        return Plan((turn_run(current.number, "working"), resume), turn=new_turn)
 
     if event == "PermissionRequest":
         ensure = (
@@ -368,7 +370,9 @@ def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> Plan:
             error_class = "unknown"
         error: dict[str, Any] = {
             "code": error_class,
-            "retryable": error_class in RETRYABLE,
+            # StopFailure is Claude Code giving up after its own retries: the turn is
+            # over until someone asks again, so it is never "retrying by itself".
+            "retryable": False,
             "user_action_required": error_class in USER_ACTION,
         }
         details_text = _text(payload, "error_details")
