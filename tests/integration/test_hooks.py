@@ -243,6 +243,10 @@ def test_permission_request_approved_from_another_device(
     assert request["expires_at"] is not None
     feed = api.get("/v1/events", params={"after": "earliest"}).json()["events"]
     assert "rm -rf" not in json.dumps(feed)  # never in the feed
+    # Claude Code's own permission_prompt notification, ~6 s later, leaves the request be.
+    assert hook(env, fixture("claude_code", "notification_permission_prompt")) == ""
+    assert pending(api, RUN1)["request"]["id"] == found["request"]["id"]
+    assert kinds(api, RUN1) == ["input_required"]  # one alert for the one prompt
 
     thread = answer_in_thread(api, RUN1, "approve")
     code, out, err = finish(proc)
