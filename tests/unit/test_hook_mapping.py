@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runbell.hooks import install
+from runbell.hooks import claude_code, install, report
 from runbell.hooks.mapping import (
     MAX_DETAIL_CHARS,
     MAX_ID,
@@ -274,3 +274,23 @@ def test_install_merges_without_clobbering() -> None:
     assert set(install.CLAUDE_EVENTS) <= set(merged["hooks"])
     assert merged["hooks"]["PermissionRequest"][0]["hooks"][0]["timeout"] == 150
     assert install.merge(merged, snippet, " hook claude-code") == merged  # twice: no change
+
+
+def test_hook_timeout_is_bounded() -> None:
+    assert report.hook_timeout({}) == report.DEFAULT_TIMEOUT
+    assert report.hook_timeout({"RUNBELL_HOOK_TIMEOUT": "30"}) == 30
+    assert report.hook_timeout({"RUNBELL_HOOK_TIMEOUT": "0"}) == 1
+    assert report.hook_timeout({"RUNBELL_HOOK_TIMEOUT": "soon"}) == report.DEFAULT_TIMEOUT
+
+
+def test_old_session_state_is_pruned(tmp_path: Path) -> None:
+    import os
+
+    old, recent = tmp_path / "claude-code-old.json", tmp_path / "claude-code-new.json"
+    for path in (old, recent):
+        path.write_text("{}")
+    os.utime(old, (1_000, 1_000))
+    now = 1_000 + claude_code.KEEP_STATE_S + 1
+    os.utime(recent, (now, now))
+    assert claude_code.prune(tmp_path, now) == 1
+    assert not old.exists() and recent.exists()

@@ -17,11 +17,16 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from runbell.hooks.mapping import PayloadError, Plan, Turn, plan_claude_code, safe_id
+
+# A session's state file is kept this long after its last use, then pruned when a new
+# session starts (Claude Code has no event we could rely on at a session's very end).
+KEEP_STATE_S = 30 * 24 * 3600
 
 
 def state_dir(environ: Mapping[str, str]) -> Path:
@@ -29,6 +34,17 @@ def state_dir(environ: Mapping[str, str]) -> Path:
         return Path(environ["RUNBELL_HOOK_STATE_DIR"]).expanduser()
     base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "runbell" / "hooks"
+
+
+def prune(directory: Path, now: float, keep: float = KEEP_STATE_S) -> int:
+    """Remove the state (and lock) files of sessions unused for ``keep`` seconds."""
+    removed = 0
+    for path in directory.glob("claude-code-*"):
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime > keep:
+                path.unlink()
+                removed += 1
+    return removed
 
 
 @contextlib.contextmanager
@@ -47,7 +63,10 @@ def plan_with_turn(payload: Mapping[str, Any], environ: Mapping[str, str]) -> Pl
     session = payload.get("session_id")
     if not isinstance(session, str) or not session:
         raise PayloadError("session_id is missing")
-    path = state_dir(environ) / f"claude-code-{safe_id(session)}.json"
+    directory = state_dir(environ)
+    path = directory / f"claude-code-{safe_id(session)}.json"
+    if payload.get("hook_event_name") == "SessionStart" and directory.is_dir():
+        prune(directory, time.time())
     with _locked(path):
         try:
             turn = Turn.from_json(json.loads(path.read_text(encoding="utf-8")))
@@ -56,7 +75,9 @@ def plan_with_turn(payload: Mapping[str, Any], environ: Mapping[str, str]) -> Pl
         plan = plan_claude_code(payload, turn)
         if plan.turn is not None and plan.turn != turn:
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(plan.turn.to_json()), encoding="utf-8")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(plan.turn.to_json()))
             tmp.replace(path)
     return plan
 
