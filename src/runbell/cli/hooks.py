@@ -41,7 +41,7 @@ def _finish(run: Callable[[], str]) -> None:
     raise typer.Exit(0)
 
 
-@hook_app.command("claude-code")
+@hook_app.command("claude-code", short_help="Report one Claude Code hook event (JSON on stdin).")
 def claude_code() -> None:
     """Report one Claude Code hook event (its JSON on stdin). Configured by RUNBELL_URL,
     RUNBELL_KEY and RUNBELL_OWNER, or the `runbell login` file; RUNBELL_HOOK_TIMEOUT is
@@ -51,7 +51,7 @@ def claude_code() -> None:
     _finish(lambda: hook.handle(sys.stdin.read(), os.environ))
 
 
-@hook_app.command("codex")
+@hook_app.command("codex", short_help="Report a Codex notify call or hook event.")
 def codex(
     payload: Annotated[
         str | None,
@@ -68,7 +68,9 @@ def codex(
     _finish(run)
 
 
-@install_app.command("claude-code")
+@install_app.command(
+    "claude-code", short_help="Merge the hooks into .claude/settings.json (or --user, --print)."
+)
 def install_claude_code(
     user: Annotated[
         bool, typer.Option("--user/--project", help="~/.claude/settings.json, or this project's")
@@ -94,7 +96,7 @@ def install_claude_code(
     typer.echo(f"Runbell hooks merged into {path}")
 
 
-@install_app.command("codex")
+@install_app.command("codex", short_help="Print the config.toml and hooks.json lines for Codex.")
 def install_codex() -> None:
     """Print the config.toml notify line and the hooks.json for Codex."""
     from runbell.hooks import install, report

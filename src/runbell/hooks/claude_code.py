@@ -14,7 +14,6 @@ parallel agree on it (see :mod:`runbell.hooks.mapping` for why turns are runs).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -50,6 +49,11 @@ def prune(directory: Path, now: float, keep: float = KEEP_STATE_S) -> int:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; parallel hooks are rare there
+        yield
+        return
     fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
