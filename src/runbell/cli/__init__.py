@@ -5,7 +5,8 @@ One module per concept: :mod:`~runbell.cli.serve` (``migrate``, ``serve``, ``api
 ``worker``), :mod:`~runbell.cli.admin` (``tenant``, ``key``, ``user``, ``source``),
 :mod:`~runbell.cli.deliveries` (``deliveries``), :mod:`~runbell.cli.retention`
 (``tenant retention``, ``prune``), :mod:`~runbell.cli.agent` (``login``, ``report``,
-``progress``, ``ask``, ``wait``: for scripts and CI, on :mod:`runbell.client`);
+``progress``, ``ask``, ``wait``: for scripts and CI, on :mod:`runbell.client`),
+:mod:`~runbell.cli.hooks` (``hook``: Claude Code and Codex);
 :mod:`~runbell.cli.welcome` is the first start's text and :mod:`~runbell.cli.common`
 what every command shares. This module only puts them together as one Typer
 application, :data:`app` (the ``runbell`` entry point).
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import typer
 
-from runbell.cli import admin, agent, deliveries, retention, serve
+from runbell.cli import admin, agent, deliveries, hooks, retention, serve
 
 app = typer.Typer(
     help="Runbell: trustworthy attention for background AI-agent work.",
@@ -28,6 +29,7 @@ app.add_typer(admin.key_app, name="key")
 app.add_typer(admin.user_app, name="user")
 app.add_typer(admin.source_app, name="source")
 app.add_typer(deliveries.deliveries_app, name="deliveries")
+app.add_typer(hooks.hook_app, name="hook")
 for command in (serve.migrate, serve.serve, serve.api, serve.worker, retention.prune):
     app.command()(command)
 for script_command in (agent.login, agent.report, agent.progress, agent.ask, agent.wait):
