@@ -2,10 +2,11 @@
 
 One module per concept: :mod:`~runbell.cli.serve` (``migrate``, ``serve``, ``api``,
 ``worker``), :mod:`~runbell.cli.admin` (``tenant``, ``key``, ``user``, ``source``),
-:mod:`~runbell.cli.deliveries` (``deliveries``), :mod:`~runbell.cli.retention`
-(``tenant retention``, ``prune``); :mod:`~runbell.cli.welcome` is the first
-start's text and :mod:`~runbell.cli.common` what every command shares. This module only
-puts them together as one Typer application, :data:`app` (the ``runbell`` entry point).
+:mod:`~runbell.cli.deliveries` (``deliveries``), :mod:`~runbell.cli.mcp` (``mcp``, the
+MCP server over stdio), :mod:`~runbell.cli.retention` (``tenant retention``, ``prune``);
+:mod:`~runbell.cli.welcome` is the first start's text and :mod:`~runbell.cli.common` what
+every command shares. This module only puts them together as one Typer application,
+:data:`app` (the ``runbell`` entry point).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import typer
 
 from runbell.cli import admin, deliveries, retention, serve
+from runbell.cli.mcp import mcp
 
 app = typer.Typer(
     help="Runbell: trustworthy attention for background AI-agent work.",
@@ -25,7 +27,7 @@ app.add_typer(admin.key_app, name="key")
 app.add_typer(admin.user_app, name="user")
 app.add_typer(admin.source_app, name="source")
 app.add_typer(deliveries.deliveries_app, name="deliveries")
-for command in (serve.migrate, serve.serve, serve.api, serve.worker, retention.prune):
+for command in (serve.migrate, serve.serve, serve.api, serve.worker, retention.prune, mcp):
     app.command()(command)
 
 __all__ = ["app"]
