@@ -8,6 +8,8 @@ configured by ``RUNBELL_URL``, ``RUNBELL_KEY`` (a runtime API key) and ``RUNBELL
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 
 
@@ -17,6 +19,8 @@ def mcp() -> None:
     from runbell.mcp.tools import build_server
 
     backend = RemoteBackend.from_env()
+    # The SDK logs at INFO to stderr; one line per HTTP call would drown the client's log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def serve() -> None:
         try:

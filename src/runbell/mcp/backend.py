@@ -54,7 +54,9 @@ class Backend(Protocol):
         ...
 
     async def attention(self, limit: int) -> dict[str, Any]:
-        """``GET /v1/runs?group=needs_you,stalled,needs_review``: the runs overview."""
+        """``GET /v1/runs?group=needs_you,stalled,needs_review,working``: the runs
+        overview (an API key has no ``needs_you``: its blocked runs are ``working`` rows in
+        ``input_required``)."""
         ...
 
     async def feed_head(self) -> str:

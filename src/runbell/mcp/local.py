@@ -21,7 +21,7 @@ from runbell.flows.signals import Signal
 from runbell.mcp.backend import Problem
 
 T = TypeVar("T")
-ATTENTION_GROUPS = ["needs_you", "stalled", "needs_review"]
+ATTENTION_GROUPS = ["needs_you", "stalled", "needs_review", "working"]
 
 
 class LocalBackend:

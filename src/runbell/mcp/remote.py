@@ -16,7 +16,7 @@ import httpx
 
 from runbell.mcp.backend import Problem
 
-ATTENTION_GROUPS = "needs_you,stalled,needs_review"
+ATTENTION_GROUPS = "needs_you,stalled,needs_review,working"
 
 
 class RemoteBackend:

@@ -86,16 +86,20 @@ class Tools:
     def __init__(self, backend: Callable[[], Backend]) -> None:
         self.backend = backend
 
-    async def _ensure_run(self, b: Backend, run_id: str, owner: str | None) -> dict[str, Any]:
+    async def _ensure_run(
+        self, b: Backend, run_id: str, owner: str | None, **fields: Any
+    ) -> tuple[dict[str, Any], bool]:
+        """The run and whether it is new (created ``working``, for ``owner`` or the
+        backend's default owner)."""
         try:
-            return await b.get_run(run_id)
+            return await b.get_run(run_id), False
         except Problem as exc:
             if exc.status != 404:
                 raise
         who = owner or b.default_owner
         if not who:
             raise Problem(422, "Invalid request", "a new run needs an owner: pass owner (an email)")
-        return await b.put_run(run_id, {"owner": who, "state": "working"})
+        return await b.put_run(run_id, {**fields, "owner": who, "state": "working"}), True
 
     async def report_run(
         self,
@@ -125,12 +129,17 @@ class Tools:
         "failed" when it ends: the person is notified once per change, never twice."""
         b = self.backend()
         try:
-            run = await self._ensure_run(b, run_id, owner)
             fields = {k: v for k, v in (("title", title), ("objective", objective)) if v}
-            if fields:
+            run, created = await self._ensure_run(b, run_id, owner, **fields)
+            if fields and not created:
                 run = await b.put_run(run_id, fields)
-            if state is None:
-                return {"run_id": run_id, "state": run["state"], "version": run["version"]}
+            if state is None or (created and state == "working"):
+                return {
+                    "run_id": run_id,
+                    "outcome": "created" if created else "unchanged",
+                    "state": run["state"],
+                    "version": run["version"],
+                }
             body: dict[str, Any] = {"event_id": event_id or f"mcp-{uuid.uuid4().hex}"}
             body["state"] = state
             if reason:
@@ -269,9 +278,25 @@ class Tools:
         """Runs that need someone now: waiting for input, stalled, or finished but to
         review. Use it to see what is blocked before starting or resuming work."""
         try:
-            return await self.backend().attention(limit)
+            page = await self.backend().attention(limit)
         except Problem as exc:
             raise _fail(exc) from exc
+        runs = []
+        for row in page["runs"]:
+            if row["group"] == "working" and row["state"] != "input_required":
+                continue  # busy, not waiting for anyone
+            group = "waiting_for_input" if row["group"] == "working" else row["group"]
+            runs.append(
+                {
+                    "run_id": row["run_id"],
+                    "title": row.get("title"),
+                    "state": row["state"],
+                    "group": group,
+                    "pending_input_request": row.get("pending_input_request"),
+                    "summary": row.get("counts_text"),
+                }
+            )
+        return {"runs": runs, "count": len(runs)}
 
     async def get_run(self, run_id: RunId) -> dict[str, Any]:
         """One run's current snapshot: state, version, pending input request, progress."""
