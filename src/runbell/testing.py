@@ -3,19 +3,50 @@
 - :class:`Clock`: a controllable clock to hand to ``runbell.app.build(clock=...)``.
 - :func:`make_tenant`: a tenant with an admin key, a runtime key and an owner's token.
 - :class:`~runbell.ingress.readers.StaticReader`: an in-memory state reader.
+- :func:`server`: a whole Runbell (real uvicorn on a loopback port, a temporary SQLite
+  file, the scheduler running) for testing your agent against the real API::
+
+      import runbell.testing
+      from runbell.client import Client
+
+      def test_my_agent() -> None:
+          with runbell.testing.server() as srv:
+              client = Client(srv.url, srv.runtime_key, srv.owner_email)
+              client.put_run("job-1", title="Nightly", state="working")
+              ...
+              srv.answer("ask-1", "approve")   # as the owner, through the API
 """
 
 from __future__ import annotations
 
+import secrets
+import socket
+import tempfile
 import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
 
 from runbell.flows import accounts
 from runbell.flows.context import Runbell
 from runbell.ingress.readers import StaticReader
 
-__all__ = ["Clock", "StaticReader", "TenantCreds", "add_user", "make_tenant"]
+__all__ = [
+    "Clock",
+    "Server",
+    "StaticReader",
+    "TenantCreds",
+    "add_user",
+    "make_tenant",
+    "server",
+]
 
 
 class Clock:
@@ -64,3 +95,125 @@ def add_user(core: Runbell, tenant_id: str, email: str, role: str = "member") ->
     """A new member of ``tenant_id``: returns (user id, user token)."""
     _, user_id, token = accounts.add_member(core, tenant_id, email, role)
     return user_id, token
+
+
+@dataclass
+class Server:
+    """A running in-process Runbell (see :func:`server`). ``core`` is the server's own
+    context, for assertions that look past the API."""
+
+    url: str
+    tenant_id: str
+    admin_key: str
+    runtime_key: str
+    owner_id: str
+    owner_email: str
+    owner_token: str
+    core: Runbell
+
+    def answer(
+        self,
+        request_id: str,
+        decision: str,
+        value: str | None = None,
+        *,
+        token: str | None = None,
+    ) -> dict[str, Any]:
+        """Answer an input request through the API as the owner (or ``token``'s user),
+        the way the web app does: read it, then respond bound to the versions seen."""
+        headers = {"Authorization": f"Bearer {token or self.owner_token}"}
+        with httpx.Client(base_url=self.url, headers=headers, timeout=30) as http:
+            seen = http.get(f"/v1/input-requests/{request_id}")
+            seen.raise_for_status()
+            body: dict[str, Any] = {
+                "decision": decision,
+                "expected_run_version": seen.json()["run"]["version"],
+                "expected_request_version": seen.json()["input_request"]["version"],
+            }
+            if value is not None:
+                body["value"] = value
+            answered = http.post(
+                f"/v1/input-requests/{request_id}/responses",
+                json=body,
+                headers={"Idempotency-Key": uuid.uuid4().hex},
+            )
+            answered.raise_for_status()
+            result: dict[str, Any] = answered.json()
+            return result
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def server(
+    *,
+    data_dir: Path | None = None,
+    owner_email: str = "owner@runbell.test",
+    scheduler: bool = True,
+    **settings: Any,
+) -> Iterator[Server]:
+    """A real Runbell for your tests: uvicorn on a free loopback port, over a fresh
+    SQLite file in a temporary directory (or ``data_dir``), with one tenant, its keys
+    and an owner, and the scheduler (expiry, stalls) running. ``settings`` override
+    :class:`runbell.config.Settings` fields. Stopped and removed on exit."""
+    import uvicorn
+
+    from runbell.app import build, create_app
+    from runbell.config import Settings
+    from runbell.dispatch.scheduler import Scheduler
+
+    with tempfile.TemporaryDirectory(prefix="runbell-test-") as tmp:
+        root = data_dir or Path(tmp)
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        values: dict[str, Any] = {
+            "data_dir": root,
+            "database_url": f"sqlite:///{root / 'runbell.db'}",
+            "secret_key": _fernet_key(),
+            "public_url": url,
+            "outbound_allow_hosts": frozenset({"127.0.0.1"}),
+        }
+        values.update(settings)
+        core = build(Settings(**values))
+        creds = make_tenant(core, "test", owner_email)
+        config = uvicorn.Config(
+            create_app(core), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+        )
+        uv = uvicorn.Server(config)
+        thread = threading.Thread(target=uv.run, name="runbell-test-server", daemon=True)
+        sched = Scheduler(core, interval_s=0.2) if scheduler else None
+        thread.start()
+        try:
+            deadline = time.monotonic() + 15
+            while not uv.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
+                    raise RuntimeError("the test Runbell did not start")
+                time.sleep(0.02)
+            if sched is not None:
+                sched.start()
+            yield Server(
+                url=url,
+                tenant_id=creds.tenant_id,
+                admin_key=creds.admin_key,
+                runtime_key=creds.runtime_key,
+                owner_id=creds.owner_id,
+                owner_email=creds.owner_email,
+                owner_token=creds.owner_token,
+                core=core,
+            )
+        finally:
+            if sched is not None:
+                sched.stop()
+            uv.should_exit = True
+            thread.join(timeout=15)
+            core.db.dispose()
+
+
+def _fernet_key() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()

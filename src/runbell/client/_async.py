@@ -1,0 +1,521 @@
+"""The asynchronous client: :class:`runbell.client.Client` method for method, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextvars import Token
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from runbell.client import _core, _run, errors
+from runbell.client._core import UNSET, Call, RetryPolicy, compact, new_id
+from runbell.client.config import load_config
+from runbell.client.models import (
+    Answer,
+    CancelResult,
+    Event,
+    FeedReset,
+    InputRequest,
+    OpenedInputRequest,
+    Operation,
+    ProgressResult,
+    Run,
+    SignalResult,
+    Snapshot,
+)
+
+__all__ = ["AsyncClient", "AsyncRunContext"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+EXPIRY_GRACE_S = 1.0  # how long past expires_at to wait for the server's expiry event
+
+
+def _p(value: str) -> str:
+    return quote(value, safe="")
+
+
+class AsyncClient:
+    """The asyncio Runbell client for agent runtimes (an API key), configured by arguments, else
+    ``RUNBELL_URL`` / ``RUNBELL_KEY`` / ``RUNBELL_OWNER``, else the ``runbell login``
+    file. Use it as ``async with``, or await :meth:`aclose`."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        key: str | None = None,
+        owner: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        environ: Mapping[str, str] | None = None,
+        config_path: Path | None = None,
+    ) -> None:
+        config = load_config(url, key, owner, environ=environ, path=config_path)
+        self.url = config.url
+        self.owner = config.owner
+        self.retry = retry or RetryPolicy()
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(
+            base_url=config.url,
+            headers={"Authorization": f"Bearer {config.key}", "User-Agent": _core.USER_AGENT},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    @classmethod
+    def from_env(cls, **options: Any) -> AsyncClient:
+        """A client from the environment (then the config file); ``options`` as for
+        the constructor."""
+        return cls(**options)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- transport -------------------------------------------------------------------
+
+    async def _send(self, call: Call) -> Any:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.json,
+                    params=call.params,
+                    headers=call.request_headers(),
+                    timeout=call.timeout if call.timeout is not None else self.timeout,
+                )
+            except httpx.TransportError as exc:
+                if attempt >= self.retry.attempts:
+                    raise _core.connection_failed(exc, self.url) from exc
+                await asyncio.sleep(self.retry.delay(attempt))
+                continue
+            if response.status_code in _core.RETRY_STATUSES and attempt < self.retry.attempts:
+                await asyncio.sleep(self.retry.delay(attempt, _core.retry_after(response.headers)))
+                continue
+            if response.status_code >= 400:
+                raise _core.failure(response)
+            return response.json()
+
+    # --- runs and signals ------------------------------------------------------------
+
+    async def put_run(
+        self,
+        run_id: str,
+        *,
+        title: str | None = None,
+        owner: str | None = None,
+        state: str | None = None,
+        kind: str | None = None,
+        subject: Mapping[str, Any] | None = None,
+        objective: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        details: Mapping[str, Any] | None = None,
+        notify_on_complete: bool | None = None,
+        authority: Mapping[str, Any] | None = None,
+        stall_after_seconds: int | None = UNSET,
+        sequence: int | None = None,
+    ) -> Run:
+        """Create the run (``owner`` defaults to ``RUNBELL_OWNER``) or update the fields
+        given. ``stall_after_seconds=None`` means the tenant default; omit it to leave
+        it unchanged."""
+        body = _core.put_run_body(
+            owner or self.owner,
+            title,
+            state,
+            kind,
+            subject,
+            objective,
+            metadata,
+            details,
+            notify_on_complete,
+            authority,
+            stall_after_seconds,
+            sequence,
+        )
+        return Run.from_json(await self._send(Call("PUT", f"/v1/runs/{_p(run_id)}", body)))
+
+    async def get_run(self, run_id: str) -> Run:
+        return Run.from_json(await self._send(Call("GET", f"/v1/runs/{_p(run_id)}")))
+
+    async def signal(
+        self,
+        run_id: str,
+        state: str,
+        *,
+        event_id: str | None = None,
+        reason: str | None = None,
+        error: Mapping[str, Any] | None = None,
+        report: Mapping[str, Any] | None = None,
+        effects_verified: bool | None = None,
+        sequence: int | None = None,
+        at: datetime | None = None,
+    ) -> SignalResult:
+        """Report a state. The ``event_id`` (generated when omitted) is sent on every
+        retry, so a retried call is answered ``duplicate``, never applied twice."""
+        event_id = event_id or new_id("evt")
+        body = _core.signal_body(
+            event_id, state, reason, error, report, effects_verified, sequence, at
+        )
+        data = await self._send(Call("POST", f"/v1/runs/{_p(run_id)}/signals", body))
+        return SignalResult.from_json(data, event_id)
+
+    async def progress(
+        self, run_id: str, message: str | None = None, counts: Mapping[str, Any] | None = None
+    ) -> ProgressResult:
+        """A heartbeat: never notifies, keeps the stall clock from running out."""
+        body = compact(message=message, counts=dict(counts) if counts is not None else None)
+        return ProgressResult.from_json(
+            await self._send(Call("POST", f"/v1/runs/{_p(run_id)}/progress", body))
+        )
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> CancelResult:
+        """Ask the run to stop (it moves to ``stopping``; the runtime then reports how it ended)."""
+        call = Call(
+            "POST",
+            f"/v1/runs/{_p(run_id)}/cancel",
+            compact(reason=reason),
+            idempotency_key=new_id("cancel"),
+        )
+        return CancelResult.from_json(await self._send(call))
+
+    async def await_run(self, run_id: str, timeout: float | None = None) -> Run:
+        """Wait on the feed until the run is terminal; returns it then, or as it is
+        when ``timeout`` seconds passed (check ``run.terminal``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = await self.head_cursor()
+        run = await self.get_run(run_id)
+        while not run.terminal:
+            wait = _core.remaining(deadline)
+            if wait is not None and wait <= 0:
+                return run
+            try:
+                events, cursor = await self.events(after=cursor, wait=wait, limit=500)
+            except errors.CursorExpired:
+                cursor = await self.head_cursor()
+                run = await self.get_run(run_id)
+                continue
+            if any(e.run_id == run_id and e.type.startswith("run.") for e in events):
+                run = await self.get_run(run_id)
+        return run
+
+    # --- a run as a block; functions that need approval -------------------------------
+
+    def run(self, run_id: str, *, title: str | None = None, **fields: Any) -> AsyncRunContext:
+        """A run as a ``async with`` block: creates or updates it (``fields`` as for
+        :meth:`put_run`), reports ``working``, then ``completed`` — or ``failed`` with the
+        exception's class and a short message when the block raises (it re-raises)."""
+        return AsyncRunContext(self, run_id, {"title": title, **fields})
+
+    def requires_approval(
+        self,
+        summary: str | None = None,
+        *,
+        kind: str = "approval",
+        run_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        expires_in: float | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """A decorator: each call asks (on ``run_id``, else the run of the enclosing
+        ``client.run`` block) and runs the function only when approved, else raises
+        :class:`~runbell.client.errors.NotApproved`. The call is recorded as an
+        operation (intent: the function's name) planned → sent → confirmed | failed
+        once approved; a refused call records no operation (the answer is on record)."""
+        return _requires_approval(self, summary, kind, run_id, details, expires_in, timeout)
+
+    # --- operations ------------------------------------------------------------------
+
+    async def claim(self, run_id: str, worker_id: str) -> int:
+        """Claim the run for ``worker_id``; returns its epoch."""
+        call = Call(
+            "POST",
+            f"/v1/runs/{_p(run_id)}/claim",
+            {"worker_id": worker_id},
+            idempotency_key=new_id("claim"),
+        )
+        return int((await self._send(call))["epoch"])
+
+    async def declare_operations(
+        self, run_id: str, operations: Sequence[Mapping[str, Any]], *, epoch: int | None = None
+    ) -> list[Operation]:
+        """Declare operations (``planned``): each ``{operation_id, target, intent,
+        details?, idempotency_key?}``. Declaring the same ones again is idempotent."""
+        body = compact(operations=[dict(o) for o in operations], epoch=epoch)
+        call = Call(
+            "POST", f"/v1/runs/{_p(run_id)}/operations", body, idempotency_key=new_id("ops")
+        )
+        return [Operation.from_json(o) for o in (await self._send(call))["operations"]]
+
+    async def move_operation(
+        self,
+        run_id: str,
+        operation_id: str,
+        state: str,
+        *,
+        evidence: Mapping[str, Any] | None = None,
+        epoch: int | None = None,
+    ) -> Operation:
+        """Move an operation (``sent``, ``confirmed``, ``failed``, ``uncertain``, …)."""
+        body = compact(
+            state=state, evidence=dict(evidence) if evidence is not None else None, epoch=epoch
+        )
+        path = f"/v1/runs/{_p(run_id)}/operations/{_p(operation_id)}"
+        return Operation.from_json((await self._send(Call("PATCH", path, body)))["operation"])
+
+    async def operations(self, run_id: str) -> list[Operation]:
+        data = await self._send(Call("GET", f"/v1/runs/{_p(run_id)}/operations"))
+        return [Operation.from_json(o) for o in data["operations"]]
+
+    # --- input requests --------------------------------------------------------------
+
+    async def open_input_request(
+        self,
+        run_id: str,
+        *,
+        summary: str,
+        kind: str = "approval",
+        request_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        options: Sequence[str | Mapping[str, str]] | None = None,
+        expires_in: float | None = None,
+        expires_at: datetime | str | None = None,
+        blocks_work: bool | None = None,
+    ) -> OpenedInputRequest:
+        """Open an input request (the run moves to ``input_required``). ``options``
+        (for ``choice``) are ids or ``{id, label}``."""
+        body = _core.input_request_body(
+            request_id or new_id("ask"),
+            kind,
+            summary,
+            details,
+            options,
+            expires_in,
+            expires_at,
+            blocks_work,
+        )
+        call = Call(
+            "POST", f"/v1/runs/{_p(run_id)}/input-requests", body, idempotency_key=new_id("open")
+        )
+        return OpenedInputRequest.from_json(await self._send(call))
+
+    async def get_input_request(self, request_id: str) -> InputRequest:
+        data = await self._send(Call("GET", f"/v1/input-requests/{_p(request_id)}"))
+        return InputRequest.from_json(data["input_request"])
+
+    async def ask(
+        self,
+        run_id: str,
+        summary: str,
+        *,
+        kind: str = "approval",
+        request_id: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        options: Sequence[str | Mapping[str, str]] | None = None,
+        expires_in: float | None = None,
+        expires_at: datetime | str | None = None,
+        timeout: float | None = None,
+    ) -> Answer:
+        """Open an input request and wait for how it ends, on the long-poll feed.
+        Returns an :class:`Answer`: ``answered`` (see ``approved``, ``decision``,
+        ``value``), ``expired``, ``superseded``, ``cancelled``, or ``timeout`` after
+        ``timeout`` seconds (None: until the request ends)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = await self.head_cursor()
+        opened = await self.open_input_request(
+            run_id,
+            summary=summary,
+            kind=kind,
+            request_id=request_id,
+            details=details,
+            options=options,
+            expires_in=expires_in,
+            expires_at=expires_at,
+        )
+        return await self._wait_answer(opened.input_request, cursor, deadline)
+
+    async def wait_for_answer(self, request_id: str, *, timeout: float | None = None) -> Answer:
+        """Wait for an input request opened earlier (for example by another process)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = await self.head_cursor()
+        return await self._wait_answer(await self.get_input_request(request_id), cursor, deadline)
+
+    async def _wait_answer(
+        self, request: InputRequest, cursor: str, deadline: float | None
+    ) -> Answer:
+        done = _core.answer_from_request(request)
+        if done is not None:
+            return done
+        expiry = _core.expiry_deadline(request, EXPIRY_GRACE_S)
+        while True:
+            wait = _core.remaining(_core.earliest(deadline, expiry))
+            if wait is not None and wait <= 0:
+                # Past the expiry (or our own timeout): ask the request itself.
+                final = _core.settle(await self.get_input_request(request.id), datetime.now(UTC))
+                if final is not None:
+                    return final
+                if deadline is not None and time.monotonic() >= deadline:
+                    return _core.timeout_answer(request.id, request.run_id)
+                expiry = None
+                continue
+            try:
+                events, cursor = await self.events(after=cursor, wait=wait, limit=500)
+            except errors.CursorExpired:
+                cursor = await self.head_cursor()
+                done = _core.answer_from_request(await self.get_input_request(request.id))
+                if done is not None:
+                    return done
+                continue
+            for event in events:
+                done = _core.answer_from_event(event, request.id)
+                if done is not None:
+                    return done
+
+    # --- the feed --------------------------------------------------------------------
+
+    async def head_cursor(self) -> str:
+        """The feed's head now: events after it are the ones still to come."""
+        return (await self.events(after="latest", limit=1))[1]
+
+    async def events(
+        self, *, after: str = "earliest", wait: float | None = None, limit: int = 100
+    ) -> tuple[list[Event], str]:
+        """One page of the feed: ``(events, next_cursor)``. With ``wait`` (≤ 30 s) it
+        long-polls until something arrives."""
+        call = _core.events_call(after, wait, limit)
+        data = await self._send(call)
+        return [Event.from_json(e) for e in data["events"]], str(data["next_cursor"])
+
+    async def snapshot(self) -> Snapshot:
+        return Snapshot.from_json(await self._send(Call("GET", "/v1/events/snapshot")))
+
+    async def watch(
+        self, after: str = "latest", *, wait: float = _core.FEED_WAIT_MAX
+    ) -> AsyncIterator[Event | FeedReset]:
+        """Iterate the feed for ever, long-polling. Each item's ``id`` is the cursor to
+        resume from (pass it back as ``after``). On an expired cursor (410) it loads
+        the snapshot, yields a :class:`FeedReset` carrying it, and continues from its
+        head."""
+        cursor = after
+        while True:
+            try:
+                events, next_cursor = await self.events(after=cursor, wait=wait, limit=500)
+            except errors.CursorExpired:
+                snap = await self.snapshot()
+                cursor = snap.head_cursor
+                yield FeedReset(snap)
+                continue
+            for event in events:
+                yield event
+            cursor = next_cursor
+
+
+class AsyncRunContext:
+    """:class:`RunContext` for ``async with``."""
+
+    def __init__(self, client: AsyncClient, run_id: str, fields: Mapping[str, Any]) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.reason: str | None = None
+        self.report: dict[str, Any] | None = None
+        self.result: SignalResult | None = None
+        self._fields = dict(fields)
+        self._token: Token[str | None] | None = None
+
+    async def __aenter__(self) -> AsyncRunContext:
+        await self.client.put_run(self.run_id, **self._fields)
+        await self.client.signal(self.run_id, "working")
+        self._token = _run.current_run.set(self.run_id)
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if self._token is not None:
+            _run.current_run.reset(self._token)
+            self._token = None
+        if exc is None:
+            self.result = await self.client.signal(
+                self.run_id, "completed", reason=self.reason, report=self.report
+            )
+            return
+        try:
+            self.result = await self.client.signal(
+                self.run_id, "failed", report=self.report, **_run.failure_fields(exc)
+            )
+        except errors.RunbellError as report_error:
+            exc.add_note(f"runbell: could not report the failure: {report_error}")
+
+    async def progress(
+        self, message: str | None = None, counts: Mapping[str, Any] | None = None
+    ) -> ProgressResult:
+        return await self.client.progress(self.run_id, message, counts)
+
+    async def ask(self, summary: str, **options: Any) -> Answer:
+        return await self.client.ask(self.run_id, summary, **options)
+
+    async def signal(self, state: str, **fields: Any) -> SignalResult:
+        return await self.client.signal(self.run_id, state, **fields)
+
+
+def _requires_approval(
+    client: AsyncClient,
+    summary: str | None,
+    kind: str,
+    run_id: str | None,
+    details: Mapping[str, Any] | None,
+    expires_in: float | None,
+    timeout: float | None,
+) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        approval = _run.Approval(fn, summary, run_id, details)
+
+        @functools.wraps(fn)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            run = approval.run()
+            answer = await client.ask(
+                run,
+                approval.summary,
+                kind=kind,
+                details=approval.ask_details(args, kwargs),
+                expires_in=expires_in,
+                timeout=timeout,
+            )
+            if not answer.approved:
+                raise errors.NotApproved(answer)
+            # Declared once approved: a refused call never becomes an effect to review.
+            op = approval.operation()
+            await client.declare_operations(run, [op])
+            await client.move_operation(
+                run, op["operation_id"], "sent", evidence={"approved_by": answer.answered_by}
+            )
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException as exc:
+                await client.move_operation(
+                    run, op["operation_id"], "failed", evidence={"raised": type(exc).__name__}
+                )
+                raise
+            await client.move_operation(
+                run, op["operation_id"], "confirmed", evidence={"returned": type(result).__name__}
+            )
+            return result
+
+        return wrapper
+
+    return decorate

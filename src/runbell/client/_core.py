@@ -1,0 +1,311 @@
+"""What the sync and async clients share: the retry schedule, how each call is built,
+and how answers and feed events are read. No I/O here."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from runbell.client import errors
+from runbell.client.models import Answer, Event, InputRequest, _time
+
+USER_AGENT = "runbell-python-client"
+FEED_WAIT_MAX = 30.0  # the server's longest long-poll (GET /v1/events?wait=)
+RETRY_STATUSES = frozenset({429, 503})
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id for an event, a request or an Idempotency-Key."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries with exponential backoff and full jitter, honouring
+    ``Retry-After`` (capped at ``max_delay``). ``attempts`` counts the first try."""
+
+    attempts: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 10.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` (``attempt`` starts at 1)."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_delay)
+        ceiling = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+def retry_after(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """``Retry-After`` in seconds (delta-seconds or an HTTP date), or None."""
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+@dataclass
+class Call:
+    """One HTTP call. ``idempotency_key`` is chosen once, so every retry reuses it."""
+
+    method: str
+    path: str
+    json: Any = None
+    params: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    timeout: float | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def request_headers(self) -> dict[str, str]:
+        headers = dict(self.headers)
+        if self.idempotency_key:
+            headers["Idempotency-Key"] = self.idempotency_key
+        return headers
+
+
+def failure(response: httpx.Response) -> errors.APIError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        body = {
+            "status": response.status_code,
+            "detail": response.text[:500] or response.reason_phrase,
+        }
+    return errors.api_error(response.status_code, body)
+
+
+def connection_failed(exc: Exception, url: str) -> errors.ConnectionFailed:
+    reason = str(exc) or type(exc).__name__
+    error = errors.ConnectionFailed(f"cannot reach Runbell at {url}: {reason}")
+    error.__cause__ = exc
+    return error
+
+
+def compact(**fields: Any) -> dict[str, Any]:
+    """The body members that were given (None means "not sent")."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+def expires_at(expires_in: float | None, expires_at: datetime | str | None) -> str | None:
+    if expires_in is not None and expires_at is not None:
+        raise ValueError("give expires_in or expires_at, not both")
+    if expires_in is not None:
+        return (datetime.now(UTC) + timedelta(seconds=expires_in)).isoformat()
+    if isinstance(expires_at, datetime):
+        if expires_at.tzinfo is None:
+            raise ValueError("expires_at needs a timezone")
+        return expires_at.isoformat()
+    return expires_at
+
+
+def normalize_options(options: Any) -> list[dict[str, str]] | None:
+    """Options as ``[{id, label}]``; plain strings become ``{id: s, label: s}``."""
+    if options is None:
+        return None
+    out = []
+    for option in options:
+        if isinstance(option, str):
+            out.append({"id": option, "label": option})
+        else:
+            out.append({"id": str(option["id"]), "label": str(option.get("label", option["id"]))})
+    return out
+
+
+_ENDINGS = {
+    "input_request.answered": "answered",
+    "input_request.expired": "expired",
+    "input_request.superseded": "superseded",
+    "input_request.cancelled": "cancelled",
+}
+
+
+def answer_from_event(event: Event, request_id: str) -> Answer | None:
+    """The answer this feed event gives to ``request_id``, if it is about it."""
+    outcome = _ENDINGS.get(event.type)
+    if outcome is None or event.data.get("input_request_id") != request_id:
+        return None
+    return Answer(
+        outcome=outcome,  # type: ignore[arg-type]
+        request_id=request_id,
+        run_id=str(event.data.get("run_id") or event.run_id),
+        decision=event.data.get("decision"),
+        value=event.data.get("value"),
+        answered_by=event.data.get("answered_by"),
+        answered_at=_time(event.data.get("answered_at")),
+    )
+
+
+def answer_from_request(request: InputRequest) -> Answer | None:
+    """The answer a request already holds, or None while it is pending."""
+    if request.state == "pending":
+        return None
+    by = request.answered_by or {}
+    return Answer(
+        outcome=request.state,  # type: ignore[arg-type]
+        request_id=request.id,
+        run_id=request.run_id,
+        decision=request.decision,
+        value=request.value,
+        answered_by=by.get("id") if isinstance(by, dict) else None,
+        answered_at=_time(request.raw.get("answered_at")),
+    )
+
+
+def timeout_answer(request_id: str, run_id: str) -> Answer:
+    return Answer(outcome="timeout", request_id=request_id, run_id=run_id)
+
+
+def short_error(exc: BaseException) -> dict[str, str]:
+    """A failed run's ``error``: the exception's class and the first line of its message,
+    cut short. Never a traceback, never locals."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(message) > 300:
+        message = message[:299] + "…"
+    return {"code": type(exc).__name__, "message": message}
+
+
+def put_run_body(
+    owner: str | None,
+    title: str | None,
+    state: str | None,
+    kind: str | None,
+    subject: Mapping[str, Any] | None,
+    objective: str | None,
+    metadata: Mapping[str, Any] | None,
+    details: Mapping[str, Any] | None,
+    notify_on_complete: bool | None,
+    authority: Mapping[str, Any] | None,
+    stall_after_seconds: Any,
+    sequence: int | None,
+) -> dict[str, Any]:
+    body = compact(
+        owner=owner,
+        title=title,
+        state=state,
+        kind=kind,
+        subject=dict(subject) if subject is not None else None,
+        objective=objective,
+        metadata=dict(metadata) if metadata is not None else None,
+        details=dict(details) if details is not None else None,
+        notify_on_complete=notify_on_complete,
+        authority=dict(authority) if authority is not None else None,
+        sequence=sequence,
+    )
+    if stall_after_seconds is not UNSET:
+        body["stall_after_seconds"] = stall_after_seconds
+    return body
+
+
+def signal_body(
+    event_id: str,
+    state: str,
+    reason: str | None,
+    error: Mapping[str, Any] | None,
+    report: Mapping[str, Any] | None,
+    effects_verified: bool | None,
+    sequence: int | None,
+    at: datetime | None,
+) -> dict[str, Any]:
+    return compact(
+        event_id=event_id,
+        state=state,
+        reason=reason,
+        error=dict(error) if error is not None else None,
+        report=dict(report) if report is not None else None,
+        effects_verified=effects_verified,
+        sequence=sequence,
+        at=at.isoformat() if at is not None else None,
+    )
+
+
+def input_request_body(
+    request_id: str,
+    kind: str,
+    summary: str,
+    details: Mapping[str, Any] | None,
+    options: Any,
+    expires_in: float | None,
+    expires_at_: datetime | str | None,
+    blocks_work: bool | None,
+) -> dict[str, Any]:
+    return compact(
+        input_request_id=request_id,
+        kind=kind,
+        summary=summary,
+        details=dict(details) if details is not None else None,
+        options=normalize_options(options),
+        expires_at=expires_at(expires_in, expires_at_),
+        blocks_work=blocks_work,
+    )
+
+
+def events_call(after: str, wait: float | None, limit: int) -> Call:
+    params: dict[str, Any] = {"after": after, "limit": limit}
+    timeout = None
+    if wait:
+        wait = round(min(max(wait, 0.0), FEED_WAIT_MAX), 3)
+        params["wait"] = wait
+        timeout = wait + 15.0  # the server holds the request up to `wait` seconds
+    return Call("GET", "/v1/events", params=params, timeout=timeout)
+
+
+def remaining(deadline: float | None) -> float | None:
+    """Seconds left before a monotonic ``deadline``, capped at one long-poll; None means
+    no deadline (one full long-poll)."""
+
+    if deadline is None:
+        return FEED_WAIT_MAX
+    return min(FEED_WAIT_MAX, deadline - time.monotonic())
+
+
+def earliest(*deadlines: float | None) -> float | None:
+    given = [d for d in deadlines if d is not None]
+    return min(given) if given else None
+
+
+def expiry_deadline(request: InputRequest, grace: float) -> float | None:
+    """A monotonic time just past the request's ``expires_at``, or None."""
+
+    if request.expires_at is None:
+        return None
+    left = (request.expires_at - datetime.now(UTC)).total_seconds()
+    return time.monotonic() + max(left, 0.0) + grace
+
+
+def settle(request: InputRequest, now: datetime) -> Answer | None:
+    """How a request ended, also when it is past its expiry but no sweep has marked it
+    yet (the server refuses every answer after ``expires_at``)."""
+    done = answer_from_request(request)
+    if done is not None:
+        return done
+    if request.expires_at is not None and now >= request.expires_at:
+        return Answer(outcome="expired", request_id=request.id, run_id=request.run_id)
+    return None

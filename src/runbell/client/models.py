@@ -1,0 +1,300 @@
+"""Typed views of the server's answers. Each keeps the whole JSON as ``raw``, so a field
+added by a newer server is never lost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+__all__ = [
+    "TERMINAL_STATES",
+    "Answer",
+    "AnswerOutcome",
+    "CancelResult",
+    "Event",
+    "FeedReset",
+    "InputRequest",
+    "OpenedInputRequest",
+    "Operation",
+    "ProgressResult",
+    "Run",
+    "SignalResult",
+    "Snapshot",
+]
+
+TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
+
+AnswerOutcome = Literal["answered", "expired", "superseded", "cancelled", "timeout"]
+
+
+def _time(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class InputRequest:
+    id: str
+    run_id: str
+    kind: str
+    state: str
+    version: int
+    run_version: int | None
+    summary: str | None = None
+    options: list[dict[str, Any]] = field(default_factory=list)
+    details: dict[str, Any] | None = None
+    expires_at: datetime | None = None
+    decision: str | None = None
+    value: str | None = None
+    answered_by: dict[str, Any] | None = None
+    superseded_by: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> InputRequest:
+        return cls(
+            id=data["id"],
+            run_id=data["run_id"],
+            kind=data["kind"],
+            state=data["state"],
+            version=int(data.get("version") or 1),
+            run_version=data.get("run_version"),
+            summary=data.get("summary"),
+            options=list(data.get("options") or []),
+            details=data.get("details"),
+            expires_at=_time(data.get("expires_at")),
+            decision=data.get("decision"),
+            value=data.get("value"),
+            answered_by=data.get("answered_by"),
+            superseded_by=data.get("superseded_by"),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    state: str
+    version: int
+    terminal: bool
+    owner: str | None = None
+    title: str | None = None
+    kind: str | None = None
+    sequence: int | None = None
+    stop_reason: str | None = None
+    error: dict[str, Any] | None = None
+    report: dict[str, Any] | None = None
+    outcome: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None
+    cancel_requested: dict[str, Any] | None = None
+    pending_input_request: InputRequest | None = None
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Run:
+        pending = data.get("pending_input_request")
+        return cls(
+            run_id=data["run_id"],
+            state=data["state"],
+            version=int(data["version"]),
+            terminal=bool(data.get("terminal", data["state"] in TERMINAL_STATES)),
+            owner=data.get("owner"),
+            title=data.get("title"),
+            kind=data.get("kind"),
+            sequence=data.get("sequence"),
+            stop_reason=data.get("stop_reason"),
+            error=data.get("error"),
+            report=data.get("report"),
+            outcome=data.get("outcome"),
+            metadata=dict(data.get("metadata") or {}),
+            details=data.get("details"),
+            progress=data.get("progress"),
+            cancel_requested=data.get("cancel_requested"),
+            pending_input_request=InputRequest.from_json(pending) if pending else None,
+            created_at=_time(data.get("created_at")),
+            finished_at=_time(data.get("finished_at")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class SignalResult:
+    """``outcome`` is ``applied``, ``duplicate``, ``stale``, ``mismatch`` or ``rejected``;
+    ``event_id`` is the id that was sent (generated when you gave none)."""
+
+    outcome: str
+    reason: str | None
+    run: Run
+    event_id: str
+    notifications: list[dict[str, Any]] = field(default_factory=list)
+    original_outcome: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], event_id: str) -> SignalResult:
+        return cls(
+            outcome=data["outcome"],
+            reason=data.get("reason"),
+            run=Run.from_json(data["run"]),
+            event_id=event_id,
+            notifications=list(data.get("notifications") or []),
+            original_outcome=data.get("original_outcome"),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class ProgressResult:
+    accepted: bool
+    run: Run
+    reason: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProgressResult:
+        return cls(bool(data.get("accepted")), Run.from_json(data["run"]), data.get("reason"), data)
+
+
+@dataclass(frozen=True)
+class OpenedInputRequest:
+    """What opening an input request answered: ``created`` is False when the same
+    request was opened before (a retry)."""
+
+    input_request: InputRequest
+    run: Run
+    created: bool
+    notifications: list[dict[str, Any]] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OpenedInputRequest:
+        return cls(
+            InputRequest.from_json(data["input_request"]),
+            Run.from_json(data["run"]),
+            bool(data.get("created")),
+            list(data.get("notifications") or []),
+            data,
+        )
+
+
+@dataclass(frozen=True)
+class Answer:
+    """How an input request ended, as the runtime learns it.
+
+    ``outcome``: ``answered`` (``decision`` is ``approve``, ``reject`` or ``answer``;
+    ``value`` the option id or text), ``expired``, ``superseded``, ``cancelled``, or
+    ``timeout`` (the client stopped waiting; the request may still be pending).
+    """
+
+    outcome: AnswerOutcome
+    request_id: str
+    run_id: str
+    decision: str | None = None
+    value: str | None = None
+    answered_by: str | None = None
+    answered_at: datetime | None = None
+
+    @property
+    def approved(self) -> bool:
+        return self.outcome == "answered" and self.decision == "approve"
+
+    @property
+    def rejected(self) -> bool:
+        return self.outcome == "answered" and self.decision == "reject"
+
+
+@dataclass(frozen=True)
+class Operation:
+    operation_id: str
+    run_id: str
+    state: str
+    intent: str | None = None
+    target: dict[str, Any] | None = None
+    allowed_next: list[str] = field(default_factory=list)
+    epoch: int | None = None
+    evidence: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Operation:
+        return cls(
+            operation_id=data["operation_id"],
+            run_id=data["run_id"],
+            state=data["state"],
+            intent=data.get("intent"),
+            target=data.get("target"),
+            allowed_next=list(data.get("allowed_next") or []),
+            epoch=data.get("epoch"),
+            evidence=data.get("evidence"),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """``outcome`` is ``requested`` (the run is now stopping) or ``already_stopping``."""
+
+    outcome: str
+    run: Run
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CancelResult:
+        return cls(data["outcome"], Run.from_json(data["run"]), data)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One feed event; ``id`` is its cursor."""
+
+    id: str
+    type: str
+    run_id: str | None
+    notification_id: str | None
+    at: datetime | None
+    data: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Event:
+        return cls(
+            id=str(data["id"]),
+            type=data["type"],
+            run_id=data.get("run_id"),
+            notification_id=data.get("notification_id"),
+            at=_time(data.get("at")),
+            data=dict(data.get("data") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    head_cursor: str
+    runs: list[Run]
+    notifications: list[dict[str, Any]]
+    truncated: bool
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Snapshot:
+        return cls(
+            str(data["head_cursor"]),
+            [Run.from_json(r) for r in data.get("runs") or []],
+            list(data.get("notifications") or []),
+            bool(data.get("truncated")),
+        )
+
+
+@dataclass(frozen=True)
+class FeedReset:
+    """Yielded by ``watch`` when the cursor had expired (410): events between the old
+    cursor and ``snapshot.head_cursor`` are gone; replace local state with ``snapshot``.
+    The events that follow continue from its head."""
+
+    snapshot: Snapshot
+
+    @property
+    def id(self) -> str:
+        return self.snapshot.head_cursor
