@@ -42,7 +42,7 @@ class Backend(Protocol):
         ...
 
     async def get_input_request(self, request_id: str) -> dict[str, Any]:
-        """``GET /v1/input-requests/{id}``: ``{input_request, run, actionable, …}``."""
+        """``GET /v1/input-requests/{id}``: its ``input_request`` (state, decision, …)."""
         ...
 
     async def get_run(self, run_id: str) -> dict[str, Any]:

@@ -77,7 +77,9 @@ class LocalBackend:
         return answer.content()
 
     async def get_input_request(self, request_id: str) -> dict[str, Any]:
-        return await self._call(requests.get_request, self.rb, self.who, request_id)
+        found = await self._call(requests.get_request, self.rb, self.who, request_id)
+        req: dict[str, Any] = found["input_request"]
+        return req
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
         return await self._call(runs.get_run, self.rb, self.who, run_id)

@@ -209,7 +209,7 @@ class Tools:
             request_id = handle
 
             async def closed() -> dict[str, Any] | None:
-                req = (await b.get_input_request(request_id))["input_request"]
+                req = await b.get_input_request(request_id)
                 return None if req["state"] == "pending" else req
 
             req = await wait_until(b, closed, wait_seconds)
