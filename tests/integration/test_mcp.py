@@ -12,14 +12,18 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
+import mcp_types
 import pytest
+from mcp.client.extension import ClaimContext, ResultClaim
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict, Field
 
 from runbell.flows.context import Runbell
 from runbell.testing import TenantCreds, make_tenant
@@ -32,26 +36,37 @@ TRANSPORTS = ["stdio", "http"]
 
 @asynccontextmanager
 async def connect(
-    transport: str, live: LiveServer, key: str, owner: str
+    transport: str,
+    live: LiveServer,
+    key: str,
+    owner: str,
+    *,
+    modern: bool = False,
+    **session: Any,
 ) -> AsyncIterator[ClientSession]:
-    """An initialized SDK client session to Runbell's MCP server over ``transport``."""
+    """An SDK client session to Runbell's MCP server over ``transport``: initialized
+    (protocol 2025-11-25, the handshake), or ``modern`` (2026-07-28: ``server/discover``,
+    per-request capabilities, where extensions are negotiated)."""
     if transport == "stdio":
         params = StdioServerParameters(
             command=RUNBELL,
             args=["mcp"],
             env={"RUNBELL_URL": live.url, "RUNBELL_KEY": key, "RUNBELL_OWNER": owner},
         )
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
-            await s.initialize()
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, **session) as s,
+        ):
+            await (s.discover() if modern else s.initialize())
             yield s
         return
     http = create_mcp_http_client(headers={**bearer(key), "X-Runbell-Owner": owner})
     async with (
         http,
         streamable_http_client(f"{live.url}/mcp", http_client=http) as (read, write),
-        ClientSession(read, write) as s,
+        ClientSession(read, write, **session) as s,
     ):
-        await s.initialize()
+        await (s.discover() if modern else s.initialize())
         yield s
 
 
@@ -106,11 +121,12 @@ def answer_when_asked(
     return person
 
 
+@pytest.mark.parametrize("modern", [False, True], ids=["2025-11-25", "2026-07-28"])
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_lists_the_tools_with_instructions(
-    transport: str, live: LiveServer, creds: TenantCreds
+    transport: str, modern: bool, live: LiveServer, creds: TenantCreds
 ) -> None:
-    async with connect(transport, live, creds.runtime_key, creds.owner_email) as s:
+    async with connect(transport, live, creds.runtime_key, creds.owner_email, modern=modern) as s:
         listed = await s.list_tools()
         assert {t.name for t in listed.tools} == TOOLS
         assert all(t.description for t in listed.tools)
@@ -233,3 +249,113 @@ def test_mcp_over_http_needs_a_good_bearer(live: LiveServer, headers: dict[str, 
     assert r.headers["content-type"].startswith("application/problem+json")
     assert r.headers["www-authenticate"].startswith("Bearer")
     assert r.json()["status"] == 401
+
+
+# --- MCP Tasks (the io.modelcontextprotocol/tasks extension, SEP-2663) ------------------
+
+TASKS = "io.modelcontextprotocol/tasks"
+
+
+class TaskCreated(mcp_types.Result):
+    """The claimed ``tools/call`` result of a call the server runs as a task."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    result_type: Literal["task"] = Field(alias="resultType")
+    task_id: str = Field(alias="taskId")
+    status: str
+    status_message: str | None = Field(default=None, alias="statusMessage")
+    poll_interval_ms: int | None = Field(default=None, alias="pollIntervalMs")
+
+
+class TaskState(mcp_types.Result):
+    model_config = ConfigDict(populate_by_name=True)
+    result_type: Literal["complete"] = Field(alias="resultType")
+    task_id: str = Field(alias="taskId")
+    status: str
+    result: dict[str, Any] | None = None
+
+
+class TaskIdParams(mcp_types.RequestParams):
+    model_config = ConfigDict(populate_by_name=True)
+    task_id: str = Field(serialization_alias="taskId")
+
+
+class GetTask(mcp_types.Request[TaskIdParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: TaskIdParams
+
+
+async def _not_resolved(created: TaskCreated, ctx: ClaimContext) -> mcp_types.CallToolResult:
+    raise AssertionError("the test drives tasks/get itself")
+
+
+@asynccontextmanager
+async def connect_with_tasks(
+    transport: str, live: LiveServer, key: str, owner: str
+) -> AsyncIterator[ClientSession]:
+    claims = {TASKS: [ResultClaim(result_type="task", model=TaskCreated, resolve=_not_resolved)]}
+    async with connect(
+        transport, live, key, owner, modern=True, extensions={TASKS: {}}, result_claims=claims
+    ) as s:
+        yield s
+
+
+async def get_task(s: ClientSession, task_id: str) -> TaskState:
+    return await s.send_request(GetTask(params=TaskIdParams(task_id=task_id)), TaskState)
+
+
+def tool_result(state: TaskState) -> dict[str, Any]:
+    assert state.status == "completed" and state.result is not None
+    assert not state.result.get("isError")
+    doc: dict[str, Any] = json.loads(state.result["content"][0]["text"])
+    return doc
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_long_tools_run_as_mcp_tasks_when_the_client_declares_the_extension(
+    transport: str, live: LiveServer, creds: TenantCreds, core: Runbell
+) -> None:
+    run_id = f"tasked-{transport}"
+    async with connect_with_tasks(transport, live, creds.runtime_key, creds.owner_email) as s:
+        assert s.protocol_version == "2026-07-28"
+        asked = await s.call_tool(
+            "request_input", {"run_id": run_id, "summary": "Ship it?"}, allow_claimed=True
+        )
+        assert isinstance(asked, TaskCreated)
+        assert asked.status == "working"
+        assert (await get_task(s, asked.task_id)).status == "working"
+
+        answer_when_asked(live, creds, run_id, "reject")()
+        answered = tool_result(await get_task(s, asked.task_id))
+        assert answered["status"] == "answered"
+        assert answered["decision"] == "reject"
+
+        waiting = await s.call_tool("await_run", {"run_id": run_id}, allow_claimed=True)
+        assert isinstance(waiting, TaskCreated)
+        assert (await get_task(s, waiting.task_id)).status == "working"
+        with httpx.Client(base_url=live.url, headers=bearer(creds.runtime_key)) as http:
+            http.post(f"/v1/runs/{run_id}/signals", json={"event_id": "f-1", "state": "failed"})
+        finished = tool_result(await get_task(s, waiting.task_id))
+        assert finished == finished | {"status": "finished", "state": "failed"}
+
+        # Once the run is over, await_run answers at once: no task is needed.
+        direct = await s.call_tool("await_run", {"run_id": run_id}, allow_claimed=True)
+        assert isinstance(direct, mcp_types.CallToolResult)
+        assert json.loads(direct.content[0].text)["state"] == "failed"  # type: ignore[union-attr]
+
+    other = make_tenant(core, "initech")
+    async with connect_with_tasks(transport, live, other.runtime_key, other.owner_email) as s:
+        with pytest.raises(MCPError) as refused:
+            await get_task(s, waiting.task_id)
+        assert refused.value.error.code == -32602
+
+
+async def test_without_the_extension_long_tools_wait_and_hand_back_a_handle(
+    live: LiveServer, creds: TenantCreds
+) -> None:
+    async with connect("http", live, creds.runtime_key, creds.owner_email) as s:
+        got = await s.call_tool(
+            "request_input", {"run_id": "plain-1", "summary": "Go?", "wait_seconds": 0}
+        )
+        assert isinstance(got, mcp_types.CallToolResult)
+        assert json.loads(got.content[0].text)["status"] == "waiting"  # type: ignore[union-attr]

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from runbell import __version__
 from runbell.mcp.backend import Backend, Problem
+from runbell.mcp.tasks import RunbellTasks
 
 WAIT_DEFAULT = 25.0
 WAIT_MAX = 50.0
@@ -332,9 +333,11 @@ TOOL_NAMES = (
 
 def build_server(backend: Callable[[], Backend]) -> MCPServer[Any]:
     """The MCP server with Runbell's tools and instructions over ``backend``."""
+    tasks = RunbellTasks()
     server: MCPServer[Any] = MCPServer(
-        name="runbell", instructions=INSTRUCTIONS, version=__version__
+        name="runbell", instructions=INSTRUCTIONS, version=__version__, extensions=[tasks]
     )
+    tasks.server = server
     tools = Tools(backend)
     for name in TOOL_NAMES:
         server.add_tool(getattr(tools, name), name=name, structured_output=False)
