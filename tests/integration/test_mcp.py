@@ -141,7 +141,14 @@ async def test_request_input_answered_through_the_api_then_await_run_sees_the_en
 ) -> None:
     run_id = f"mcp-{transport}-1"
     async with connect(transport, live, creds.runtime_key, creds.owner_email) as s:
-        started = await call(s, "report_run", run_id=run_id, state="working", title="Refactor")
+        started = await call(
+            s,
+            "report_run",
+            run_id=run_id,
+            state="working",
+            title="Refactor",
+            notify_on_complete=True,
+        )
         assert started == {"run_id": run_id, "outcome": "created", "state": "working", "version": 1}
 
         person = in_thread(answer_when_asked(live, creds, run_id, "approve"))
@@ -176,6 +183,11 @@ async def test_request_input_answered_through_the_api_then_await_run_sees_the_en
         finisher.join(5)
         assert done["status"] == "finished"
         assert done["state"] == "completed"
+
+    with httpx.Client(base_url=live.url, headers=bearer(creds.owner_token)) as http:
+        inbox = http.get("/v1/notifications").json()
+    kinds = {n["attention_type"] for n in inbox["notifications"] if n["run_id"] == run_id}
+    assert kinds == {"input_required", "completed"}
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -5,8 +5,8 @@ Waiting is bounded: ``await_run`` and ``request_input`` wait on the event feed's
 long-poll (no busy polling) for at most ``wait_seconds`` (default 25, at most 50), then
 return ``status: "waiting"`` with a handle and a sentence telling the model to call again
 with it. Runbell keeps the state durably, so a handle survives the MCP session, the
-client and the server process. (MCP Tasks: see ``docs/integrations/mcp.md`` for why the
-SDK this is built on does not serve them.)
+client and the server process. A client that declares the MCP Tasks extension gets a task
+for these two tools instead (:mod:`runbell.mcp.tasks`).
 """
 
 from __future__ import annotations
@@ -119,6 +119,9 @@ class Tools:
         owner: Annotated[
             str | None, Field(description="email of the person the run is for (new runs)")
         ] = None,
+        notify_on_complete: Annotated[
+            bool | None, Field(description="push (not only the inbox) when it completes")
+        ] = None,
         event_id: Annotated[
             str | None,
             Field(max_length=200, description="reuse to retry the same report safely"),
@@ -130,7 +133,11 @@ class Tools:
         "failed" when it ends: the person is notified once per change, never twice."""
         b = self.backend()
         try:
-            fields = {k: v for k, v in (("title", title), ("objective", objective)) if v}
+            fields: dict[str, Any] = {
+                k: v for k, v in (("title", title), ("objective", objective)) if v
+            }
+            if notify_on_complete is not None:
+                fields["notify_on_complete"] = notify_on_complete
             run, created = await self._ensure_run(b, run_id, owner, **fields)
             if fields and not created:
                 run = await b.put_run(run_id, fields)
