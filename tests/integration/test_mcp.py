@@ -248,6 +248,18 @@ async def test_cancel_run_and_list_attention(live: LiveServer, creds: TenantCred
         assert run["cancel_requested"]
 
 
+async def test_a_person_s_token_reads_but_does_not_report(
+    live: LiveServer, creds: TenantCreds
+) -> None:
+    async with connect("http", live, creds.runtime_key, creds.owner_email) as s:
+        await call(s, "report_run", run_id="theirs-1", state="working")
+    async with connect("http", live, creds.owner_token, creds.owner_email) as s:
+        assert (await call(s, "get_run", run_id="theirs-1"))["state"] == "working"
+        refused = await call_error(s, "report_run", run_id="theirs-1", state="completed")
+        assert "Forbidden (403)" in refused
+        assert "API key" in refused
+
+
 @pytest.mark.parametrize(
     "headers", [{}, {"Authorization": "Bearer rb_nope"}, {"Authorization": "Basic eDp5"}]
 )
