@@ -296,6 +296,7 @@ class TaskState(mcp_types.Result):
     result_type: Literal["complete"] = Field(alias="resultType")
     task_id: str = Field(alias="taskId")
     status: str
+    created_at: str = Field(alias="createdAt")
     result: dict[str, Any] | None = None
 
 
@@ -347,10 +348,13 @@ async def test_long_tools_run_as_mcp_tasks_when_the_client_declares_the_extensio
         )
         assert isinstance(asked, TaskCreated)
         assert asked.status == "working"
-        assert (await get_task(s, asked.task_id)).status == "working"
+        polled = await get_task(s, asked.task_id)
+        assert polled.status == "working"
 
         answer_when_asked(live, creds, run_id, "reject")()
-        answered = tool_result(await get_task(s, asked.task_id))
+        answered_task = await get_task(s, asked.task_id)
+        assert answered_task.created_at == polled.created_at  # the request's own time
+        answered = tool_result(answered_task)
         assert answered["status"] == "answered"
         assert answered["decision"] == "reject"
 

@@ -114,7 +114,7 @@ class RunbellTasks(Extension):
             "taskId": task_id,
             "status": "working",
             "statusMessage": doc["message"],
-            "createdAt": now,
+            "createdAt": doc.get("since") or now,
             "lastUpdatedAt": now,
             "ttlMs": None,  # as long as Runbell keeps the run
             "pollIntervalMs": POLL_INTERVAL_MS,
@@ -139,7 +139,7 @@ class RunbellTasks(Extension):
         task: dict[str, Any] = {
             "resultType": "complete",
             "taskId": params.task_id,
-            "createdAt": now,
+            "createdAt": doc.get("since") or now,  # when the request was opened, the run began
             "lastUpdatedAt": now,
             "ttlMs": None,
             "pollIntervalMs": POLL_INTERVAL_MS,

@@ -216,8 +216,11 @@ class Tools:
                 await b.open_input_request(run_id, body)
             request_id = handle
 
+            seen: dict[str, Any] = {}
+
             async def closed() -> dict[str, Any] | None:
                 req = await b.get_input_request(request_id)
+                seen.update(req)
                 return None if req["state"] == "pending" else req
 
             req = await wait_until(b, closed, wait_seconds)
@@ -227,12 +230,18 @@ class Tools:
             return {
                 "status": "waiting",
                 "handle": request_id,
+                "since": seen.get("created_at"),
                 "message": "Not finished yet: nobody has answered. Call request_input again "
                 f"with run_id={run_id!r} and handle={request_id!r} to keep waiting "
                 "(do not open a new request).",
             }
         state = req["state"]
-        out = {"status": state, "handle": request_id, "run_id": req["run_id"]}
+        out = {
+            "status": state,
+            "handle": request_id,
+            "run_id": req["run_id"],
+            "since": req.get("created_at"),
+        }
         if state == "answered":
             who = req.get("answered_by") or {}
             out |= {
@@ -266,6 +275,7 @@ class Tools:
                     "status": "waiting",
                     "handle": run_id,
                     "state": now["state"],
+                    "since": now.get("created_at"),
                     "message": f"Not finished yet (state {now['state']}). Call await_run "
                     f"again with run_id={run_id!r} to keep waiting.",
                 }
@@ -275,6 +285,7 @@ class Tools:
             "status": "finished",
             "run_id": run_id,
             "state": run["state"],
+            "since": run.get("created_at"),
             "version": run["version"],
             "stop_reason": run.get("stop_reason"),
             "error": run.get("error"),
