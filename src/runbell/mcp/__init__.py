@@ -7,6 +7,8 @@ HTTP (``/mcp`` in the app).
   :mod:`~runbell.mcp.remote` (HTTP to a remote Runbell, for ``runbell mcp``);
 - :mod:`~runbell.mcp.tools`: the six tools, the server's instructions and the bounded,
   resumable waits, built once on the official ``mcp`` SDK's ``MCPServer``;
+- :mod:`~runbell.mcp.tasks`: MCP Tasks (the ``io.modelcontextprotocol/tasks`` extension)
+  for the two long tools, their task ids naming Runbell's durable state;
 - :mod:`~runbell.mcp.http`: the ``/mcp`` mount (bearer auth with the API's keys and user
   tokens, tenant-scoped).
 """
