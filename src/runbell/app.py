@@ -180,6 +180,7 @@ def create_app(
     from runbell import __version__, api, web
     from runbell.api.limits import reject_lone_surrogates
     from runbell.api.responses import JSON
+    from runbell.mcp.http import McpMount
     from runbell.store.wakeup import start_bridge
 
     @asynccontextmanager
@@ -189,7 +190,8 @@ def create_app(
         jobs = [*([worker.run] if worker else []), *background]
         tasks = [asyncio.create_task(job(stop)) for job in jobs]
         try:
-            yield
+            async with mcp.lifespan():
+                yield
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -209,6 +211,8 @@ def create_app(
         redoc_url=None,
     )
     api.install(app, rb, listen_host=listen_host)
+    mcp = McpMount(rb)  # /mcp: the MCP tools over streamable HTTP (runbell.mcp.http)
+    app.router.routes.append(mcp.route())
     for router in routers:
         app.include_router(router)
     web.install(app)

@@ -6,7 +6,8 @@ One module per concept: :mod:`~runbell.cli.serve` (``migrate``, ``serve``, ``api
 :mod:`~runbell.cli.deliveries` (``deliveries``), :mod:`~runbell.cli.retention`
 (``tenant retention``, ``prune``), :mod:`~runbell.cli.agent` (``login``, ``report``,
 ``progress``, ``ask``, ``wait``: for scripts and CI, on :mod:`runbell.client`),
-:mod:`~runbell.cli.hooks` (``hook``: Claude Code and Codex);
+:mod:`~runbell.cli.hooks` (``hook``: Claude Code and Codex), :mod:`~runbell.cli.mcp`
+(``mcp``, the MCP server over stdio);
 :mod:`~runbell.cli.welcome` is the first start's text and :mod:`~runbell.cli.common`
 what every command shares. This module only puts them together as one Typer
 application, :data:`app` (the ``runbell`` entry point).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import typer
 
 from runbell.cli import admin, agent, deliveries, hooks, retention, serve
+from runbell.cli.mcp import mcp
 
 app = typer.Typer(
     help="Runbell: trustworthy attention for background AI-agent work.",
@@ -30,7 +32,7 @@ app.add_typer(admin.user_app, name="user")
 app.add_typer(admin.source_app, name="source")
 app.add_typer(deliveries.deliveries_app, name="deliveries")
 app.add_typer(hooks.hook_app, name="hook")
-for command in (serve.migrate, serve.serve, serve.api, serve.worker, retention.prune):
+for command in (serve.migrate, serve.serve, serve.api, serve.worker, retention.prune, mcp):
     app.command()(command)
 for script_command in (agent.login, agent.report, agent.progress, agent.ask, agent.wait):
     app.command(cls=agent.AgentCommand)(script_command)

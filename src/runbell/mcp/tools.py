@@ -1,0 +1,362 @@
+"""The six tools a model uses to keep a person informed, written once over a
+:class:`~runbell.mcp.backend.Backend` (in-process for ``/mcp``, HTTP for ``runbell mcp``).
+
+Waiting is bounded: ``await_run`` and ``request_input`` wait on the event feed's
+long-poll (no busy polling) for at most ``wait_seconds`` (default 25, at most 50), then
+return ``status: "waiting"`` with a handle and a sentence telling the model to call again
+with it. Runbell keeps the state durably, so a handle survives the MCP session, the
+client and the server process. A client that declares the MCP Tasks extension gets a task
+for these two tools instead (:mod:`runbell.mcp.tasks`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from runbell import __version__
+from runbell.mcp.backend import Backend, Problem
+from runbell.mcp.tasks import RunbellTasks
+
+WAIT_DEFAULT = 25.0
+WAIT_MAX = 50.0
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+INSTRUCTIONS = """\
+Runbell tells the person you work for what your background work is doing, on their phone
+or in their inbox, and brings their answers back to you.
+- When you start a long task, call report_run(run_id, state="working", title=...) with a
+  run id you keep for the whole task; when you finish, report_run(state="completed"); if
+  you give up, report_run(state="failed", reason=...). The person is told once per change.
+- When you need a decision, an approval or a piece of information from the person, call
+  request_input: it notifies them and waits for the answer. If it returns
+  status "waiting", nobody has answered yet: call request_input again with the handle it
+  gave you (never open a second request for the same question).
+- To wait for another run to finish, call await_run; "waiting" means call it again.
+- list_attention shows runs that need someone (blocked, stalled, or to review);
+  get_run shows one run; cancel_run asks a run to stop.
+Summaries and reasons are shown on lock screens: keep them short and free of secrets; put
+sensitive detail in `details`, which is shown only after sign-in."""
+
+Wait = Annotated[
+    float,
+    Field(ge=0, le=WAIT_MAX, description="seconds to wait before returning 'waiting'"),
+]
+RunId = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9._:\-]{1,200}$",
+        description="your id for the run (letters, digits, . _ : -), the same for the whole task",
+    ),
+]
+
+
+def _fail(exc: Problem) -> ToolError:
+    if exc.status == 404:
+        return ToolError(f"not found: {exc.detail}")
+    return ToolError(f"{exc.title} ({exc.status}): {exc.detail}")
+
+
+async def wait_until(
+    backend: Backend, check: Callable[[], Awaitable[dict[str, Any] | None]], wait: float
+) -> dict[str, Any] | None:
+    """``check()``'s first non-None answer, re-checked on every feed event of the tenant,
+    or None once ``wait`` seconds have passed."""
+    deadline = time.monotonic() + wait
+    cursor = await backend.feed_head()  # before the first check: no event falls between
+    while True:
+        done = await check()
+        if done is not None:
+            return done
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        cursor = await backend.wait_events(cursor, min(remaining, 25.0))
+
+
+class Tools:
+    """The tools over one backend factory (``backend()`` is the current caller's)."""
+
+    def __init__(self, backend: Callable[[], Backend]) -> None:
+        self.backend = backend
+
+    async def _ensure_run(
+        self, b: Backend, run_id: str, owner: str | None, **fields: Any
+    ) -> tuple[dict[str, Any], bool]:
+        """The run and whether it is new (created ``working``, for ``owner`` or the
+        backend's default owner)."""
+        try:
+            return await b.get_run(run_id), False
+        except Problem as exc:
+            if exc.status != 404:
+                raise
+        who = owner or b.default_owner
+        if not who:
+            raise Problem(422, "Invalid request", "a new run needs an owner: pass owner (an email)")
+        return await b.put_run(run_id, {**fields, "owner": who, "state": "working"}), True
+
+    async def report_run(
+        self,
+        run_id: RunId,
+        state: Literal["working", "input_required", "completed", "failed", "cancelled"]
+        | None = None,
+        title: Annotated[str | None, Field(max_length=500)] = None,
+        objective: Annotated[str | None, Field(max_length=10_000)] = None,
+        reason: Annotated[
+            str | None,
+            Field(max_length=500, description="PUBLIC one line: why, shown to the person"),
+        ] = None,
+        error: Annotated[
+            str | None, Field(max_length=2000, description="private diagnostics on failure")
+        ] = None,
+        owner: Annotated[
+            str | None, Field(description="email of the person the run is for (new runs)")
+        ] = None,
+        notify_on_complete: Annotated[
+            bool | None, Field(description="push (not only the inbox) when it completes")
+        ] = None,
+        event_id: Annotated[
+            str | None,
+            Field(max_length=200, description="reuse to retry the same report safely"),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Create or update a run and report its state (working, completed, failed, …).
+
+        Call it with state="working" when a long task starts, and with "completed" or
+        "failed" when it ends: the person is notified once per change, never twice."""
+        b = self.backend()
+        try:
+            fields: dict[str, Any] = {
+                k: v for k, v in (("title", title), ("objective", objective)) if v
+            }
+            if notify_on_complete is not None:
+                fields["notify_on_complete"] = notify_on_complete
+            run, created = await self._ensure_run(b, run_id, owner, **fields)
+            if fields and not created:
+                run = await b.put_run(run_id, fields)
+            if state is None or (created and state == "working"):
+                return {
+                    "run_id": run_id,
+                    "outcome": "created" if created else "unchanged",
+                    "state": run["state"],
+                    "version": run["version"],
+                }
+            body: dict[str, Any] = {"event_id": event_id or f"mcp-{uuid.uuid4().hex}"}
+            body["state"] = state
+            if reason:
+                body["reason"] = reason
+            if error:
+                body["error"] = {"message": error}
+            result = await b.signal(run_id, body)
+        except Problem as exc:
+            raise _fail(exc) from exc
+        now = result["run"]
+        return {
+            "run_id": run_id,
+            "outcome": result["outcome"],
+            "state": now["state"],
+            "version": now["version"],
+            "notified": len(result.get("notifications") or []),
+        }
+
+    async def request_input(
+        self,
+        run_id: RunId,
+        summary: Annotated[
+            str | None,
+            Field(max_length=300, description="the question, short and safe for a lock screen"),
+        ] = None,
+        kind: Literal["approval", "choice", "text"] = "approval",
+        options: Annotated[
+            list[str] | None, Field(max_length=50, description="kind=choice: the choices")
+        ] = None,
+        details: Annotated[
+            dict[str, Any] | None,
+            Field(description="sensitive context (arguments, risk), shown after sign-in only"),
+        ] = None,
+        expires_in_seconds: Annotated[int | None, Field(ge=30, le=30 * 86_400)] = None,
+        handle: Annotated[
+            str | None,
+            Field(description="the handle a previous call returned: keep waiting for it"),
+        ] = None,
+        wait_seconds: Wait = WAIT_DEFAULT,
+        owner: Annotated[str | None, Field(description="email, for a new run")] = None,
+    ) -> dict[str, Any]:
+        """Ask the person for an approval, a choice or a text answer, and wait for it.
+
+        They are notified (phone, inbox) and answer from any device. Returns the answer
+        (status "answered", with decision and value), or "expired"/"superseded"/
+        "cancelled", or status "waiting" with a handle: then call request_input again with
+        that handle (and no summary) to keep waiting. Never ask twice for one question."""
+        b = self.backend()
+        try:
+            if handle is None:
+                if not summary:
+                    raise Problem(422, "Invalid request", "summary: give the question to ask")
+                await self._ensure_run(b, run_id, owner)
+                handle = f"mcp-{uuid.uuid4().hex[:20]}"
+                body: dict[str, Any] = {
+                    "input_request_id": handle,
+                    "kind": kind,
+                    "summary": summary,
+                    "details": details,
+                }
+                if options:
+                    body["options"] = [{"id": o, "label": o} for o in options]
+                if expires_in_seconds:
+                    at = datetime.now(UTC) + timedelta(seconds=expires_in_seconds)
+                    body["expires_at"] = at.isoformat().replace("+00:00", "Z")
+                await b.open_input_request(run_id, body)
+            request_id = handle
+
+            seen: dict[str, Any] = {}
+
+            async def closed() -> dict[str, Any] | None:
+                req = await b.get_input_request(request_id)
+                seen.update(req)
+                return None if req["state"] == "pending" else req
+
+            req = await wait_until(b, closed, wait_seconds)
+        except Problem as exc:
+            raise _fail(exc) from exc
+        if req is None:
+            return {
+                "status": "waiting",
+                "handle": request_id,
+                "since": seen.get("created_at"),
+                "message": "Not finished yet: nobody has answered. Call request_input again "
+                f"with run_id={run_id!r} and handle={request_id!r} to keep waiting "
+                "(do not open a new request).",
+            }
+        state = req["state"]
+        out = {
+            "status": state,
+            "handle": request_id,
+            "run_id": req["run_id"],
+            "since": req.get("created_at"),
+        }
+        if state == "answered":
+            who = req.get("answered_by") or {}
+            out |= {
+                "decision": req.get("decision"),
+                "value": req.get("value"),
+                "answered_by": who.get("email"),
+                "message": f"The person answered: {req.get('decision')}"
+                + (f" ({req.get('value')})" if req.get("value") else "")
+                + ".",
+            }
+        else:
+            out["message"] = f"The request is {state}; nobody approved it. Do not proceed."
+        return out
+
+    async def await_run(self, run_id: RunId, wait_seconds: Wait = WAIT_DEFAULT) -> dict[str, Any]:
+        """Wait until a run finishes (completed, failed or cancelled) and return its state.
+
+        Returns status "finished" with the final state, or status "waiting" with the
+        current state after wait_seconds: then call await_run again with the same run_id."""
+        b = self.backend()
+
+        async def finished() -> dict[str, Any] | None:
+            run = await b.get_run(run_id)
+            return run if run["state"] in TERMINAL else None
+
+        try:
+            run = await wait_until(b, finished, wait_seconds)
+            if run is None:
+                now = await b.get_run(run_id)
+                return {
+                    "status": "waiting",
+                    "handle": run_id,
+                    "state": now["state"],
+                    "since": now.get("created_at"),
+                    "message": f"Not finished yet (state {now['state']}). Call await_run "
+                    f"again with run_id={run_id!r} to keep waiting.",
+                }
+        except Problem as exc:
+            raise _fail(exc) from exc
+        return {
+            "status": "finished",
+            "run_id": run_id,
+            "state": run["state"],
+            "since": run.get("created_at"),
+            "version": run["version"],
+            "stop_reason": run.get("stop_reason"),
+            "error": run.get("error"),
+        }
+
+    async def list_attention(
+        self, limit: Annotated[int, Field(ge=1, le=100)] = 20
+    ) -> dict[str, Any]:
+        """Runs that need someone now: waiting for input, stalled, or finished but to
+        review. Use it to see what is blocked before starting or resuming work."""
+        try:
+            page = await self.backend().attention(limit)
+        except Problem as exc:
+            raise _fail(exc) from exc
+        runs = []
+        for row in page["runs"]:
+            if row["group"] == "working" and row["state"] != "input_required":
+                continue  # busy, not waiting for anyone
+            group = "waiting_for_input" if row["group"] == "working" else row["group"]
+            runs.append(
+                {
+                    "run_id": row["run_id"],
+                    "title": row.get("title"),
+                    "state": row["state"],
+                    "group": group,
+                    "pending_input_request": row.get("pending_input_request"),
+                    "summary": row.get("counts_text"),
+                }
+            )
+        return {"runs": runs, "count": len(runs)}
+
+    async def get_run(self, run_id: RunId) -> dict[str, Any]:
+        """One run's current snapshot: state, version, pending input request, progress."""
+        try:
+            return await self.backend().get_run(run_id)
+        except Problem as exc:
+            raise _fail(exc) from exc
+
+    async def cancel_run(
+        self,
+        run_id: RunId,
+        reason: Annotated[str | None, Field(max_length=200, description="PUBLIC: why")] = None,
+    ) -> dict[str, Any]:
+        """Ask a run to stop (it moves to "stopping"; its runtime reports "cancelled").
+        Only when the person asked for it, or the run is clearly not wanted any more."""
+        try:
+            result = await self.backend().cancel(run_id, reason)
+        except Problem as exc:
+            raise _fail(exc) from exc
+        run = result["run"]
+        return {"outcome": result["outcome"], "run_id": run_id, "state": run["state"]}
+
+
+TOOL_NAMES = (
+    "report_run",
+    "request_input",
+    "await_run",
+    "list_attention",
+    "get_run",
+    "cancel_run",
+)
+
+
+def build_server(backend: Callable[[], Backend]) -> MCPServer[Any]:
+    """The MCP server with Runbell's tools and instructions over ``backend``."""
+    tasks = RunbellTasks()
+    server: MCPServer[Any] = MCPServer(
+        name="runbell", instructions=INSTRUCTIONS, version=__version__, extensions=[tasks]
+    )
+    tasks.server = server
+    tools = Tools(backend)
+    for name in TOOL_NAMES:
+        server.add_tool(getattr(tools, name), name=name, structured_output=False)
+    return server
