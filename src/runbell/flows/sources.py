@@ -29,8 +29,8 @@ from runbell.flows import signals
 from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.signals import Signal
+from runbell.ingress import reader_kinds
 from runbell.ingress.mappers import MAPPERS
-from runbell.ingress.readers import reader_from_config
 from runbell.ingress.signatures import HEADER_ID, new_secret, verify_signed
 from runbell.store import accounts
 from runbell.store.db import Tx
@@ -40,8 +40,8 @@ def source_view(src: dict[str, Any]) -> dict[str, Any]:
     """A source as the API shows it: reader header values masked, secrets counted."""
     reader = src.get("reader")
     if reader:
-        # Header values may be credentials: show only that they are set.
-        reader = {**reader, "headers": dict.fromkeys(reader.get("headers") or {}, "***")}
+        # Header values, API keys and bearer tokens are credentials: shown only as set.
+        reader = reader_kinds.masked(reader)
     return {
         "id": src["id"],
         "name": src["name"],
@@ -95,14 +95,14 @@ def _creation(rb: Runbell, tenant_id: str, body: Mapping[str, Any]) -> Act:
         # instead of failing every later signal of this source.
         with httpx.Client() as throwaway:
             try:
-                reader_from_config(reader, throwaway)
+                reader_kinds.build(reader, throwaway, allow_hosts=rb.settings.outbound_allow_hosts)
             except ValidationFailed as exc:
                 # Name the field as the caller wrote it: "reader.url_template".
                 raise ValidationFailed(
                     exc.detail, field=f"reader.{exc.extra.get('field', 'type')}"
                 ) from exc
-        check_destination(rb, reader["url_template"].replace("{run_id}", "probe"))
-        reader["headers"] = {k: rb.box.seal(v) for k, v in reader["headers"].items()}
+        check_destination(rb, reader_kinds.destination(reader))
+        reader = reader_kinds.seal(reader, rb.box.seal)
     secret = new_secret() if kind == "webhook" else None
 
     def act(tx: Tx) -> tuple[int, dict[str, Any]]:
@@ -184,6 +184,7 @@ def provider_webhook(
                 at=m.at,
                 reason=m.reason,
                 error=m.error,
+                effects_verified=m.effects_verified,
             ),
         )
         # No reason text here: it can name the state reader's URL, which the
