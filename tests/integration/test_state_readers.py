@@ -13,11 +13,16 @@ advisory sources that use them (both databases).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,12 +41,15 @@ from runbell.ingress.mcp_tasks import McpTasksReader
 from runbell.ingress.openai_responses import OpenAIResponsesReader
 from runbell.ingress.readers import Observed
 from runbell.testing import Clock, TenantCreds
-from tests.conftest import bearer
+from tests.conftest import SECRET_KEY, bearer
 from tests.integration.mcp_task_server import TaskServer
 
 MCP_TOKEN = "mcp-token-5b2e-never-show-me"
 OPENAI_KEY = "sk-test-9d1c-never-show-me"
 LOOPBACK = frozenset({"127.0.0.1"})
+# As OpenAI issues them: whsec_ and standard base64 (32 bytes here).
+OPENAI_WHSEC = "whsec_" + base64.b64encode(b"openai-made-this-secret-32-bytes").decode()
+OPENAI_WHSEC_NEXT = "whsec_" + base64.b64encode(b"openai-rotated-it-to-32-bytes-ok").decode()
 
 
 # --- peers ---------------------------------------------------------------------------
@@ -368,7 +376,9 @@ def openai_event(event_type: str, response_id: str, at: datetime) -> dict[str, A
 def openai_source(
     client: TestClient, creds: TenantCreds, openai_peer: OpenAIPeer
 ) -> dict[str, Any]:
-    return create_source(
+    """An OpenAI source the way OpenAI is set up: OpenAI makes the endpoint's signing
+    secret, Runbell is given it (and does not echo it)."""
+    source = create_source(
         client,
         creds,
         name="openai",
@@ -380,7 +390,10 @@ def openai_source(
             "api_key": OPENAI_KEY,
             "base_url": openai_peer.base_url,
         },
+        signing_secret=OPENAI_WHSEC,
     )
+    assert "signing_secret" not in source
+    return {**source, "signing_secret": OPENAI_WHSEC}
 
 
 def test_openai_completed_webhook_waits_for_the_reader_then_the_recheck_applies_it(
@@ -516,12 +529,12 @@ def test_mcp_tasks_source_confirms_each_claim_through_tasks_get(
 @pytest.mark.parametrize(
     ("reader", "field"),
     [
-        ({"type": "openai_responses"}, "reader.openai_responses.api_key"),
+        ({"type": "openai_responses"}, "reader.api_key"),
         (
             {"type": "openai_responses", "api_key": "k", "base_url": "https://x.example/v1"},
             "reader.base_url",
         ),
-        ({"type": "mcp_tasks"}, "reader.mcp_tasks.url"),
+        ({"type": "mcp_tasks"}, "reader.url"),
         (
             {"type": "mcp_tasks", "url": "https://x.example/mcp", "task_id_template": "fixed"},
             "reader.task_id_template",
@@ -541,4 +554,144 @@ def test_registration_refuses_bad_reader_config_naming_the_field(
     assert r.status_code == 422, r.text
     problem = r.json()
     if field is not None:
-        assert problem["field"].startswith(field), problem
+        assert problem["field"] == field, problem
+    else:
+        assert problem["rule"] == "private", problem
+
+
+# --- runbell source create (the CLI, as a process) -------------------------------------------
+
+
+def test_cli_source_create_takes_the_new_reader_kinds(tmp_path: Path) -> None:
+    """``runbell source create --reader JSON`` registers openai_responses and mcp_tasks
+    sources (secrets masked in what it prints), and refuses a bad one naming the field."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBELL_")}
+    env.update(
+        RUNBELL_DATA_DIR=str(tmp_path),
+        RUNBELL_SECRET_KEY=SECRET_KEY,
+        RUNBELL_OUTBOUND_ALLOW_HOSTS="127.0.0.1",
+    )
+    runbell = str(Path(sys.executable).with_name("runbell"))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [runbell, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    assert cli("migrate").returncode == 0
+    assert cli("tenant", "create", "acme").returncode == 0
+    openai_reader = {
+        "type": "openai_responses",
+        "api_key": OPENAI_KEY,
+        "base_url": "http://127.0.0.1:9",
+    }
+    made = cli(
+        "source",
+        "create",
+        "openai",
+        "--tenant",
+        "acme",
+        "--mapper",
+        "openai",
+        "--reader",
+        json.dumps(openai_reader),
+    )
+    assert made.returncode == 0, made.stderr
+    shown = json.loads(made.stdout)
+    assert shown["reader"]["type"] == "openai_responses"
+    assert shown["reader"]["api_key"] == "***"
+    assert shown["signing_secret"].startswith("whsec_")
+    assert OPENAI_KEY not in made.stdout + made.stderr
+
+    mcp_reader = {"type": "mcp_tasks", "url": "http://127.0.0.1:9/mcp", "bearer": MCP_TOKEN}
+    made = cli(
+        "source",
+        "create",
+        "agent",
+        "--tenant",
+        "acme",
+        "--mapper",
+        "generic",
+        "--reader",
+        json.dumps(mcp_reader),
+    )
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["reader"]["bearer"] == "***"
+
+    bad = cli(
+        "source",
+        "create",
+        "broken",
+        "--tenant",
+        "acme",
+        "--mapper",
+        "generic",
+        "--reader",
+        json.dumps({**mcp_reader, "task_id_template": "fixed"}),
+    )
+    assert bad.returncode == 2
+    assert "task_id_template" in bad.stderr and "Traceback" not in bad.stderr
+
+    # A schema-level refusal names the field and never prints the key it was given.
+    bad = cli(
+        "source",
+        "create",
+        "slow",
+        "--tenant",
+        "acme",
+        "--mapper",
+        "openai",
+        "--reader",
+        json.dumps({**openai_reader, "timeout": 99}),
+    )
+    assert bad.returncode == 2
+    assert "timeout" in bad.stderr and OPENAI_KEY not in bad.stderr + bad.stdout
+
+
+def test_a_provider_issued_secret_verifies_and_rotates(
+    client: TestClient,
+    frozen: Clock,
+    creds: TenantCreds,
+    openai_peer: OpenAIPeer,
+    openai_source: dict[str, Any],
+) -> None:
+    """OpenAI rotates its endpoint's secret: Runbell is given the new one; both verify
+    until the next rotation, and neither is ever echoed."""
+    r = client.post(
+        f"/v1/sources/{openai_source['id']}/rotate-secret",
+        json={"signing_secret": OPENAI_WHSEC_NEXT},
+        headers=bearer(creds.admin_key),
+    )
+    assert r.status_code == 200, r.text
+    assert "signing_secret" not in r.json() and r.json()["secrets"] == 2
+    for n, secret in enumerate((OPENAI_WHSEC, OPENAI_WHSEC_NEXT)):
+        run_id = f"resp_rot{n}"
+        start_run(client, creds, run_id)
+        openai_peer.status[run_id] = "completed"
+        event = openai_event("response.completed", run_id, frozen())
+        res = deliver(client, {**openai_source, "signing_secret": secret}, event, f"w{n}", frozen())
+        assert [x["outcome"] for x in res.json()["results"]] == ["applied"], res.text
+    listing = client.get("/v1/sources", headers=bearer(creds.admin_key)).text
+    assert OPENAI_WHSEC.removeprefix("whsec_") not in listing
+    assert OPENAI_WHSEC_NEXT.removeprefix("whsec_") not in listing
+
+
+@pytest.mark.parametrize(
+    "secret", ["sk-not-a-webhook-secret", "whsec_not base64!", "whsec_" + "QUJD" * 2]
+)
+def test_a_bad_provider_secret_is_422_without_echoing_it(
+    client: TestClient, creds: TenantCreds, secret: str
+) -> None:
+    r = client.post(
+        "/v1/sources",
+        json={
+            "name": "openai",
+            "mapper": "openai",
+            "trust": "authoritative",
+            "signing_secret": secret,
+        },
+        headers=bearer(creds.admin_key),
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "signing_secret"
+    assert secret not in r.text

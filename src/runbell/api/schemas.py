@@ -167,6 +167,10 @@ class McpTasksReaderConfig(Strict):
     timeout: float = Field(default=10.0, gt=0, le=30)
 
 
+#: The tags of the discriminated unions above: pydantic puts them in an error's location,
+#: ``api.problems`` leaves them out of the field it names.
+UNION_TAGS = frozenset({"http_json", "openai_responses", "mcp_tasks"})
+
 AnyReaderConfig = Annotated[
     ReaderConfig | OpenAIResponsesReaderConfig | McpTasksReaderConfig,
     Field(discriminator="type"),
@@ -179,6 +183,19 @@ class SourceCreate(Strict):
     mapper: Literal["generic", "openai"] | None = None
     trust: Literal["authoritative", "advisory"] = "advisory"
     reader: AnyReaderConfig | None = None
+    signing_secret: str | None = Field(
+        default=None,
+        min_length=10,
+        max_length=300,
+        description="a webhook source's provider-issued whsec_ secret (OpenAI makes its own); "
+        "omitted: Runbell makes one and shows it once",
+    )
+
+
+class SigningSecretIn(Strict):
+    signing_secret: str = Field(
+        min_length=10, max_length=300, description="the provider's new whsec_ secret"
+    )
 
 
 class OptionIn(Strict):
