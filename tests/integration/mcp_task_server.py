@@ -20,9 +20,13 @@ import mcp.types as types
 import uvicorn
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import free_port
+
+#: A name no resolver knows; tests resolve it to 127.0.0.1 through the reader's own resolver.
+PINNED_NAME = "tasks.mcp.test"
 
 ASGIApp = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
@@ -42,6 +46,7 @@ class TaskServer:
         self.tasks: dict[str, dict[str, Any]] = {}
         self.gets: list[str] = []
         self.unauthorized = 0
+        self.hosts: list[str] = []  # the Host header of every HTTP request
         server = self
 
         class Tasks(Extension):
@@ -74,7 +79,12 @@ class TaskServer:
         self.mcp = mcp
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
-        app = self._bearer_only(mcp.streamable_http_app())
+        # The SDK's DNS-rebinding guard checks Host: the loopback name, and the made-up
+        # name a test resolves to loopback itself (to show the reader dials what it checked).
+        security = TransportSecuritySettings(
+            allowed_hosts=[f"127.0.0.1:{self.port}", f"{PINNED_NAME}:{self.port}"]
+        )
+        app = self._bearer_only(mcp.streamable_http_app(transport_security=security))
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
         self.uvicorn = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
@@ -83,6 +93,8 @@ class TaskServer:
         expected = f"Bearer {self.token}".encode()
 
         async def guarded(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                self.hosts.append(dict(scope["headers"]).get(b"host", b"").decode())
             if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
                 self.unauthorized += 1
                 await send({"type": "http.response.start", "status": 401, "headers": []})

@@ -42,7 +42,7 @@ from runbell.ingress.openai_responses import OpenAIResponsesReader
 from runbell.ingress.readers import Observed
 from runbell.testing import Clock, TenantCreds
 from tests.conftest import SECRET_KEY, bearer
-from tests.integration.mcp_task_server import TaskServer
+from tests.integration.mcp_task_server import PINNED_NAME, TaskServer
 
 MCP_TOKEN = "mcp-token-5b2e-never-show-me"
 OPENAI_KEY = "sk-test-9d1c-never-show-me"
@@ -206,6 +206,38 @@ def test_mcp_tasks_loopback_is_refused_unless_allow_listed(task_server: TaskServ
         reader.read("job-4")
     assert task_server.gets == []
     assert task_server.unauthorized == 0
+
+
+def test_mcp_tasks_reader_dials_the_checked_address_and_keeps_the_name(
+    task_server: TaskServer,
+) -> None:
+    """The name is resolved once, by the guard's resolver, and the connection goes to that
+    answer: a name no system resolver knows still reaches the server, whose every request
+    carries the name in Host."""
+    asked: list[tuple[str, int]] = []
+
+    def resolve(host: str, port: int) -> list[str]:
+        asked.append((host, port))
+        return ["127.0.0.1"]
+
+    task_server.create("job-p")
+    url = f"http://{PINNED_NAME}:{task_server.port}/mcp"
+    reader = McpTasksReader(
+        url, bearer=MCP_TOKEN, allow_hosts=frozenset({PINNED_NAME}), resolve=resolve
+    )
+    assert reader.read("job-p").state == "working"
+    assert asked and {host for host, _ in asked} == {PINNED_NAME}
+    assert set(task_server.hosts) == {f"{PINNED_NAME}:{task_server.port}"}
+
+
+def test_mcp_tasks_a_name_resolving_into_our_network_is_refused(task_server: TaskServer) -> None:
+    """Not allow-listed, a name whose answer is loopback is refused before any connect."""
+    task_server.create("job-r")
+    url = f"https://{PINNED_NAME}:{task_server.port}/mcp"
+    reader = McpTasksReader(url, bearer=MCP_TOKEN, resolve=lambda host, port: ["127.0.0.1"])
+    with pytest.raises(ReaderError, match="refused"):
+        reader.read("job-r")
+    assert task_server.hosts == []
 
 
 def test_mcp_tasks_reader_is_usable_from_inside_an_event_loop(task_server: TaskServer) -> None:
