@@ -20,6 +20,7 @@ import mcp.types as types
 import uvicorn
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.server import require_client_extension
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
@@ -54,6 +55,8 @@ class TaskServer:
 
             def methods(self) -> list[MethodBinding]:
                 async def get_task(ctx: Any, params: types.GetTaskRequestParams) -> Any:
+                    # Tasks only for clients that declare the extension (SEP-2133).
+                    require_client_extension(ctx, self.identifier)
                     server.gets.append(params.task_id)
                     task = server.tasks.get(params.task_id)
                     if task is None:

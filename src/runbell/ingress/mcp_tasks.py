@@ -53,7 +53,7 @@ from runbell.domain.errors import ReaderError, RunbellError, ValidationFailed
 from runbell.domain.ssrf import Resolver, Target, check_url, parse_host
 from runbell.ingress.readers import Observed, redacted
 
-__all__ = ["TASK_STATES", "McpTasksReader", "SafeAsyncTransport"]
+__all__ = ["TASKS_EXTENSION", "TASK_STATES", "McpTasksReader", "SafeAsyncTransport"]
 
 #: MCP task status → Runbell run state: one to one (DESIGN §3).
 TASK_STATES: dict[str, str] = {
@@ -63,6 +63,9 @@ TASK_STATES: dict[str, str] = {
     "failed": "failed",
     "cancelled": "cancelled",
 }
+
+#: The MCP Tasks extension's identifier, declared in the client's capabilities.
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
 _RUN_ID = "{run_id}"
 _MAX_TIMEOUT_S = 30.0
@@ -193,6 +196,7 @@ class McpTasksReader:
     async def _exchange(self, task_id: str) -> dict[str, Any]:
         import mcp.types as types
         from mcp import Client
+        from mcp.client.extension import advertise
         from mcp.client.streamable_http import streamable_http_client
 
         headers = {"Authorization": f"Bearer {self._bearer}"} if self._bearer else {}
@@ -205,7 +209,14 @@ class McpTasksReader:
             trust_env=False,
         ) as http:
             connection = streamable_http_client(self.url, http_client=http)
-            async with Client(connection, cache=None, read_timeout_seconds=self._timeout) as client:
+            # Declared so a server that offers tasks only to clients that say they know the
+            # Tasks extension (SEP-2133's required client capability) answers us too.
+            async with Client(
+                connection,
+                cache=None,
+                read_timeout_seconds=self._timeout,
+                extensions=[advertise(TASKS_EXTENSION)],
+            ) as client:
                 request = types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id))
                 answer = await client.session.send_request(request, _TaskAnswer)
                 return dict(answer.model_extra or {})
