@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -238,6 +240,30 @@ def test_mcp_tasks_a_name_resolving_into_our_network_is_refused(task_server: Tas
     with pytest.raises(ReaderError, match="refused"):
         reader.read("job-r")
     assert task_server.hosts == []
+
+
+def test_mcp_tasks_a_server_that_never_answers_is_cannot_tell() -> None:
+    """A peer that accepts and then says nothing costs one bounded read, not a worker."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held: list[socket.socket] = []
+
+    def hold() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=hold, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/mcp"
+    try:
+        reader = McpTasksReader(url, timeout=0.5, allow_hosts=LOOPBACK)
+        with pytest.raises(ReaderError, match=r"took over 0\.5 s|timed out|ReadTimeout"):
+            reader.read("job-1")
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
 
 
 def test_mcp_tasks_reader_is_usable_from_inside_an_event_loop(task_server: TaskServer) -> None:
