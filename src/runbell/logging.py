@@ -39,7 +39,17 @@ def configure(*, json: bool = False, level: str = "INFO") -> None:
     logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     # Their DEBUG lines carry request paths: push endpoints and chat URLs are capabilities.
-    for noisy in ("urllib3", "httpx", "httpcore", "apprise", "mail.log"):
+    # (httpx2/httpcore2/mcp: the mcp SDK's HTTP stack, used by the mcp_tasks reader.)
+    for noisy in (
+        "urllib3",
+        "httpx",
+        "httpcore",
+        "httpx2",
+        "httpcore2",
+        "mcp",
+        "apprise",
+        "mail.log",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     structlog.configure(
         processors=_processors(json),

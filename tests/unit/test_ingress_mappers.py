@@ -34,15 +34,16 @@ def openai_event(event_type: str, **overrides):
 
 
 @pytest.mark.parametrize(
-    ("event_type", "state", "reason"),
+    ("event_type", "state", "reason", "effects_verified"),
     [
-        ("response.completed", "completed", None),
-        ("response.failed", "failed", None),
-        ("response.cancelled", "cancelled", None),
-        ("response.incomplete", "failed", "incomplete"),
+        ("response.completed", "completed", None, None),
+        ("response.failed", "failed", None, None),
+        ("response.cancelled", "cancelled", None, None),
+        # It stopped early: finished with less than asked, a review (never a success).
+        ("response.incomplete", "completed", "incomplete", False),
     ],
 )
-def test_openai_response_events(event_type, state, reason):
+def test_openai_response_events(event_type, state, reason, effects_verified):
     assert map_openai(openai_event(event_type), WEBHOOK_ID) == [
         MappedSignal(
             run_id="resp_abc123",
@@ -52,6 +53,7 @@ def test_openai_response_events(event_type, state, reason):
             at=datetime.fromtimestamp(CREATED, tz=UTC),
             reason=reason,
             error=None,
+            effects_verified=effects_verified,
         )
     ]
 

@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from runbell.api.responses import JSON
+from runbell.api.schemas import UNION_TAGS
 from runbell.domain.errors import RunbellError
 
 PROBLEM = "application/problem+json"
@@ -49,7 +50,13 @@ def _field_name(error: dict[str, Any]) -> str:
     if error.get("type") == "json_invalid":
         return "body"  # the loc holds a byte offset, not a field
     loc = tuple(error.get("loc", ()))
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    parts = [
+        str(p)
+        for p in loc
+        # A discriminated union's tag is not a field: "reader.api_key", not
+        # "reader.openai_responses.api_key".
+        if p not in ("body", "query", "path", "header") and p not in UNION_TAGS
+    ]
     return ".".join(parts) or "body"
 
 

@@ -8,7 +8,7 @@ document promises a generated client.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
@@ -123,6 +123,8 @@ class ProgressIn(Strict):
 
 
 class ReaderConfig(Strict):
+    """``http_json``: a JSON status document per run."""
+
     type: Literal["http_json"]
     url_template: str = Field(min_length=8, max_length=2000)
     state_field: str = "state"
@@ -132,12 +134,68 @@ class ReaderConfig(Strict):
     timeout: float = Field(default=5.0, gt=0, le=30)
 
 
+class OpenAIResponsesReaderConfig(Strict):
+    """``openai_responses``: ``GET {base_url}/v1/responses/{run_id}``; the run id is the
+    response id (``resp_…``)."""
+
+    type: Literal["openai_responses"]
+    api_key: str = Field(
+        min_length=1, max_length=500, description="sealed at rest, shown only as ***"
+    )
+    base_url: str = Field(
+        default="https://api.openai.com",
+        min_length=8,
+        max_length=2000,
+        description="the API origin, without /v1",
+    )
+    organization: str | None = Field(default=None, max_length=200)
+    project: str | None = Field(default=None, max_length=200)
+    timeout: float = Field(default=10.0, gt=0, le=30)
+
+
+class McpTasksReaderConfig(Strict):
+    """``mcp_tasks``: ``tasks/get`` on an MCP server over streamable HTTP."""
+
+    type: Literal["mcp_tasks"]
+    url: str = Field(min_length=8, max_length=2000, description="the streamable HTTP endpoint")
+    bearer: str | None = Field(
+        default=None, min_length=1, max_length=4000, description="sealed, shown only as ***"
+    )
+    task_id_template: str = Field(
+        default="{run_id}", min_length=1, max_length=300, description="the task id of a run"
+    )
+    timeout: float = Field(default=10.0, gt=0, le=30)
+
+
+#: The tags of the discriminated unions above: pydantic puts them in an error's location,
+#: ``api.problems`` leaves them out of the field it names.
+UNION_TAGS = frozenset({"http_json", "openai_responses", "mcp_tasks"})
+
+AnyReaderConfig = Annotated[
+    ReaderConfig | OpenAIResponsesReaderConfig | McpTasksReaderConfig,
+    Field(discriminator="type"),
+]
+
+
 class SourceCreate(Strict):
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
     kind: Literal["api", "webhook"] = "webhook"
     mapper: Literal["generic", "openai"] | None = None
     trust: Literal["authoritative", "advisory"] = "advisory"
-    reader: ReaderConfig | None = None
+    reader: AnyReaderConfig | None = None
+    signing_secret: str | None = Field(
+        default=None,
+        min_length=10,
+        max_length=300,
+        description="a webhook source's provider-issued whsec_ secret (OpenAI makes its own); "
+        "omitted: Runbell makes one and shows it once",
+    )
+
+
+class SigningSecretIn(Strict):
+    signing_secret: str = Field(
+        min_length=10, max_length=300, description="the provider's new whsec_ secret"
+    )
 
 
 class OptionIn(Strict):

@@ -165,9 +165,20 @@ def source_create(
     mapper: Annotated[str | None, typer.Option(help="generic or openai")] = None,
     trust: Annotated[str, typer.Option(help="authoritative or advisory")] = "advisory",
     reader: Annotated[str | None, typer.Option(help="state reader config as JSON")] = None,
+    signing_secret: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RUNBELL_SIGNING_SECRET",
+            show_envvar=True,
+            help="the provider's own whsec_ secret (OpenAI makes one); better from the "
+            "environment than on the command line",
+        ),
+    ] = None,
 ) -> None:
-    """Register a source; a webhook source prints its signing secret once."""
+    """Register a source; a webhook source prints its signing secret once (unless the
+    provider made it)."""
     from pydantic import ValidationError
+    from rich.markup import escape
 
     from runbell.api.schemas import SourceCreate
     from runbell.flows import accounts
@@ -182,12 +193,16 @@ def source_create(
                 "mapper": mapper,
                 "trust": trust,
                 "reader": json.loads(reader) if reader else None,
+                "signing_secret": signing_secret,
             }
         )
         tenant_id = accounts.resolve_tenant(core.db, tenant)
         res = create_source(core, tenant_id, body.model_dump()).content()
     except ValidationError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        # Field and message only: pydantic's own text echoes the input (keys, secrets).
+        for problem in exc.errors(include_input=False, include_url=False):
+            where = ".".join(str(p) for p in problem["loc"])
+            err.print(f"[red]error:[/red] {escape(where)}: {escape(problem['msg'])}")
         raise typer.Exit(2) from exc
     except RunbellError as exc:
         common.fail(exc)

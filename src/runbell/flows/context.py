@@ -22,7 +22,8 @@ from runbell.config import Settings
 from runbell.crypto import SecretBox
 from runbell.domain.policy import Policy
 from runbell.flows.fanout import make_hook
-from runbell.ingress.readers import StateReader, reader_from_config
+from runbell.ingress import reader_kinds
+from runbell.ingress.readers import StateReader
 from runbell.store.db import Database
 from runbell.store.presence import Presence
 
@@ -80,14 +81,13 @@ class Runbell:
         return self.settings.public_url.rstrip("/")
 
     def _http_reader(self, config: dict[str, Any]) -> StateReader:
-        """A registered reader config, its sealed header values opened, on an SSRF-safe
-        client."""
+        """A registered reader config, its sealed secrets opened, on an SSRF-safe client
+        (``mcp_tasks`` guards its own connections with the same allow-list)."""
         from runbell.outbound import safe_client
 
-        opened = dict(config)
-        opened["headers"] = {k: self.box.open(v) for k, v in (config.get("headers") or {}).items()}
+        opened = reader_kinds.opened(config, self.box.open)
         client = safe_client(
             allow_hosts=self.settings.outbound_allow_hosts,
             timeout=float(config.get("timeout", 5.0)),
         )
-        return reader_from_config(opened, client)
+        return reader_kinds.build(opened, client, allow_hosts=self.settings.outbound_allow_hosts)

@@ -188,7 +188,10 @@ def _recheck_in_tx(
             event_id=mismatch["event_id"],
             reason=claimed.get("reason"),
             error=claimed.get("error"),
-            effects_verified=claimed.get("effects_verified"),
+            # The reader's "fell short" wins over the claim: a review, never a success.
+            effects_verified=False
+            if observed.effects_verified is False
+            else claimed.get("effects_verified"),
         )
         close("resolved", "state reader agrees")
         return
@@ -206,7 +209,7 @@ def _recheck_in_tx(
                 event_id=None,
                 reason="reconciled from the state reader",
                 error=None,
-                effects_verified=None,
+                effects_verified=observed.effects_verified,
             )
             close("superseded", f"state reader says {observed.state}")
             return

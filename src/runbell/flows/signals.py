@@ -291,6 +291,10 @@ def _accept_in_tx(
             return SignalResult("mismatch", reason, views.run_view(run))
         if observed.sequence is not None:
             sequence = observed.sequence
+        if observed.effects_verified is False:
+            # The runtime itself says the work fell short (e.g. an incomplete response):
+            # confirmed, but a review, never a success alert.
+            signal = replace(signal, effects_verified=False)
 
     verdict = judge(run["state"], run["sequence"], signal.state, sequence)
     if not verdict.applies:

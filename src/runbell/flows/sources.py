@@ -29,9 +29,9 @@ from runbell.flows import signals
 from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.signals import Signal
+from runbell.ingress import reader_kinds
 from runbell.ingress.mappers import MAPPERS
-from runbell.ingress.readers import reader_from_config
-from runbell.ingress.signatures import HEADER_ID, new_secret, verify_signed
+from runbell.ingress.signatures import HEADER_ID, check_secret, new_secret, verify_signed
 from runbell.store import accounts
 from runbell.store.db import Tx
 
@@ -40,8 +40,8 @@ def source_view(src: dict[str, Any]) -> dict[str, Any]:
     """A source as the API shows it: reader header values masked, secrets counted."""
     reader = src.get("reader")
     if reader:
-        # Header values may be credentials: show only that they are set.
-        reader = {**reader, "headers": dict.fromkeys(reader.get("headers") or {}, "***")}
+        # Header values, API keys and bearer tokens are credentials: shown only as set.
+        reader = reader_kinds.masked(reader)
     return {
         "id": src["id"],
         "name": src["name"],
@@ -95,15 +95,22 @@ def _creation(rb: Runbell, tenant_id: str, body: Mapping[str, Any]) -> Act:
         # instead of failing every later signal of this source.
         with httpx.Client() as throwaway:
             try:
-                reader_from_config(reader, throwaway)
+                reader_kinds.build(reader, throwaway, allow_hosts=rb.settings.outbound_allow_hosts)
             except ValidationFailed as exc:
                 # Name the field as the caller wrote it: "reader.url_template".
                 raise ValidationFailed(
                     exc.detail, field=f"reader.{exc.extra.get('field', 'type')}"
                 ) from exc
-        check_destination(rb, reader["url_template"].replace("{run_id}", "probe"))
-        reader["headers"] = {k: rb.box.seal(v) for k, v in reader["headers"].items()}
-    secret = new_secret() if kind == "webhook" else None
+        check_destination(rb, reader_kinds.destination(reader))
+        reader = reader_kinds.seal(reader, rb.box.seal)
+    provided = body.get("signing_secret")
+    if provided is not None and kind != "webhook":
+        raise ValidationFailed("only webhook sources have signing secrets", field="signing_secret")
+    # A provider that makes its own secret (OpenAI does) hands it over; otherwise we make
+    # one and show it once.
+    secret = check_secret(provided) if provided is not None else None
+    if secret is None and kind == "webhook":
+        secret = new_secret()
 
     def act(tx: Tx) -> tuple[int, dict[str, Any]]:
         source_id = accounts.create_source(
@@ -118,7 +125,7 @@ def _creation(rb: Runbell, tenant_id: str, body: Mapping[str, Any]) -> Act:
             sealed_secrets=[rb.box.seal(secret)] if secret else None,
         )
         out = source_view(accounts.get_source(tx.conn, tenant_id, source_id))
-        if secret:
+        if secret and provided is None:
             out["signing_secret"] = secret  # shown once (and in a replay of this answer)
         return 201, out
 
@@ -132,19 +139,28 @@ def list_sources(rb: Runbell, tenant_id: str) -> dict[str, Any]:
 
 
 def rotate_secret(
-    rb: Runbell, tenant_id: str, source_id: str, key: IdempotencyKey | None = None
+    rb: Runbell,
+    tenant_id: str,
+    source_id: str,
+    key: IdempotencyKey | None = None,
+    provided: str | None = None,
 ) -> Answer:
-    """A new signing secret (200, shown once); the previous one stays valid until the
-    next rotation."""
+    """A new signing secret (200; ours is shown once, a ``provided`` one — the provider's,
+    after it rotated — is not echoed); the previous one stays valid until the next
+    rotation."""
+    if provided is not None:
+        check_secret(provided)
 
     def act(tx: Tx) -> tuple[int, dict[str, Any]]:
-        secret = new_secret()
+        secret = provided if provided is not None else new_secret()
         src = accounts.get_source(tx.conn, tenant_id, source_id)
         if src["kind"] != "webhook":
             raise ValidationFailed("only webhook sources have signing secrets", field="source_id")
         sealed = [rb.box.seal(secret), *(src.get("secrets") or [])][:2]
         accounts.update_source_secrets(tx.conn, tenant_id, source_id, sealed)
         src = accounts.get_source(tx.conn, tenant_id, source_id)
+        if provided is not None:
+            return 200, source_view(src)
         return 200, {**source_view(src), "signing_secret": secret}
 
     return act_once(rb.db, rb.box, key, lambda: act)
@@ -184,6 +200,7 @@ def provider_webhook(
                 at=m.at,
                 reason=m.reason,
                 error=m.error,
+                effects_verified=m.effects_verified,
             ),
         )
         # No reason text here: it can name the state reader's URL, which the

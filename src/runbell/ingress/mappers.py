@@ -42,15 +42,17 @@ MAX_TEXT = 500
 #: Every run state (DESIGN §3), from the domain state machine.
 RUN_STATES: frozenset[str] = frozenset(STATE_NAMES)
 
-#: OpenAI ``response.*`` webhook event type → (Runbell state, reason).
+#: OpenAI ``response.*`` webhook event type → (Runbell state, reason, effects_verified).
 #: ``response.incomplete`` means the response stopped early (e.g. token limit or
-#: content filter); for the person waiting it did not finish, so it is ``failed``,
-#: with reason ``incomplete`` to tell it apart from a hard failure.
-OPENAI_EVENT_STATES: dict[str, tuple[str, str | None]] = {
-    "response.completed": ("completed", None),
-    "response.failed": ("failed", None),
-    "response.cancelled": ("cancelled", None),
-    "response.incomplete": ("failed", "incomplete"),
+#: content filter): it finished, with less than was asked, so it is ``completed`` with
+#: ``effects_verified=False`` (a ``needs_review`` alert, never a success) and reason
+#: ``incomplete`` — the same thing the ``openai_responses`` reader reads for that status,
+#: so the claim and the reader agree.
+OPENAI_EVENT_STATES: dict[str, tuple[str, str | None, bool | None]] = {
+    "response.completed": ("completed", None, None),
+    "response.failed": ("failed", None, None),
+    "response.cancelled": ("cancelled", None, None),
+    "response.incomplete": ("completed", "incomplete", False),
 }
 
 
@@ -69,6 +71,7 @@ class MappedSignal:
     at: datetime | None = None
     reason: str | None = None
     error: dict[str, Any] | None = None
+    effects_verified: bool | None = None
 
 
 Mapper = Callable[[Any, str], list[MappedSignal]]
@@ -117,9 +120,10 @@ def map_openai(payload: Any, webhook_id: str) -> list[MappedSignal]:
     """Map an OpenAI platform webhook event to a signal for the response it concerns.
 
     Handled: ``response.completed`` → completed, ``response.failed`` → failed,
-    ``response.cancelled`` → cancelled, ``response.incomplete`` → failed with reason
-    ``incomplete``. The run id is ``data.id`` (the ``resp_…`` id, which the runtime must
-    use as its Runbell ``run_id`` for background responses); ``at`` is ``created_at``.
+    ``response.cancelled`` → cancelled, ``response.incomplete`` → completed with
+    ``effects_verified=False`` (needs review) and reason ``incomplete``. The run id is
+    ``data.id`` (the ``resp_…`` id, which the runtime must use as its Runbell ``run_id``
+    for background responses); ``at`` is ``created_at``.
 
     The dedupe key is the ``webhook-id`` header, which OpenAI documents as the
     idempotency key and keeps stable across redeliveries — not the body's ``id``.
@@ -137,7 +141,7 @@ def map_openai(payload: Any, webhook_id: str) -> list[MappedSignal]:
     mapped = OPENAI_EVENT_STATES.get(event_type)
     if mapped is None:
         return []
-    state, reason = mapped
+    state, reason, effects_verified = mapped
     data = body.get("data")
     if not isinstance(data, dict):
         raise ValidationFailed("data must be an object", field="data")
@@ -152,6 +156,7 @@ def map_openai(payload: Any, webhook_id: str) -> list[MappedSignal]:
             event_id=_webhook_id(webhook_id),
             at=_from_unix(created_at, "created_at"),
             reason=reason,
+            effects_verified=effects_verified,
         )
     ]
 

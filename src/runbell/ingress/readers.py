@@ -40,6 +40,7 @@ __all__ = [
     "StateReader",
     "StaticReader",
     "reader_from_config",
+    "redacted",
 ]
 
 #: Largest status document read; a run status is a few hundred bytes.
@@ -55,10 +56,17 @@ _MAX_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class Observed:
-    """A run's authoritative state as the reader saw it, with its sequence if known."""
+    """A run's authoritative state as the reader saw it, with its sequence if known.
+
+    ``effects_verified=False`` says the runtime itself reports that a ``completed`` run did
+    not do all it set out to (an OpenAI response that ended ``incomplete``): the claim is
+    confirmed, but it alerts as ``needs_review``, never as a success. ``None``: the reader
+    does not know, and the signal's own word stands.
+    """
 
     state: str
     sequence: int | None
+    effects_verified: bool | None = None
 
 
 @runtime_checkable
@@ -133,16 +141,20 @@ class HttpJsonReader:
             raise ReaderError(f"run id {run_id!r} cannot be placed in a URL")
         return self._url_template.replace(_RUN_ID_PLACEHOLDER, quoted)
 
-    def read(self, run_id: str) -> Observed:
-        """GET the run's status document and extract its state and sequence."""
+    def document(self, run_id: str) -> tuple[Any, str]:
+        """GET the run's JSON document: (the parsed document, the redacted URL it came
+        from, safe for error details). Raises :class:`ReaderError` like :meth:`read`."""
         url = self.url_for(run_id)
-        where = _redacted(url)
+        where = redacted(url)
         body = self._fetch(url, where)
         try:
-            document = json.loads(body)
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            return json.loads(body), where
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
             raise ReaderError(f"state reader got a non-JSON answer from {where}") from exc
 
+    def read(self, run_id: str) -> Observed:
+        """GET the run's status document and extract its state and sequence."""
+        document, where = self.document(run_id)
         raw_state = _dig(document, self._state_path)
         if raw_state is _MISSING:
             raise ReaderError(
@@ -415,7 +427,7 @@ def _config_mapping(config: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def _redacted(url: str) -> str:
+def redacted(url: str) -> str:
     """The URL without query string or credentials, safe to put in an error detail."""
     try:
         parsed = httpx.URL(url)

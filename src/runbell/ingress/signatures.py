@@ -27,13 +27,14 @@ from datetime import UTC, datetime
 
 from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook
 
-from runbell.domain.errors import Unauthorized
+from runbell.domain.errors import Unauthorized, ValidationFailed
 
 __all__ = [
     "HEADER_ID",
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
     "SECRET_PREFIX",
+    "check_secret",
     "new_secret",
     "sign_headers",
     "verify_signed",
@@ -140,6 +141,34 @@ def sign_headers(body: bytes, secret: str, msg_id: str, at: datetime) -> dict[st
 def new_secret() -> str:
     """Return a fresh ``whsec_`` secret: 24 random bytes (192 bits) in standard base64."""
     return SECRET_PREFIX + base64.b64encode(_secrets.token_bytes(24)).decode("ascii")
+
+
+#: What a provider-issued secret may decode to. The specification asks for 24 to 64 bytes
+#: (and :func:`new_secret` makes 24); a provider's own secret is taken as it issued it, so
+#: the bounds are wider, refusing only what cannot be a real HMAC key.
+_PROVIDED_MIN_BYTES = 16
+_PROVIDED_MAX_BYTES = 128
+
+
+def check_secret(secret: str) -> str:
+    """A provider-issued ``whsec_`` secret (e.g. the one OpenAI shows when a webhook
+    endpoint is created), checked: raises :class:`ValidationFailed` naming
+    ``signing_secret``, never echoing the value."""
+    field = "signing_secret"
+    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
+        raise ValidationFailed(f"signing_secret must start with {SECRET_PREFIX}", field=field)
+    try:
+        raw = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValidationFailed(
+            "signing_secret must be whsec_ followed by standard base64", field=field
+        ) from exc
+    if not _PROVIDED_MIN_BYTES <= len(raw) <= _PROVIDED_MAX_BYTES:
+        raise ValidationFailed(
+            f"signing_secret must decode to {_PROVIDED_MIN_BYTES} to {_PROVIDED_MAX_BYTES} bytes",
+            field=field,
+        )
+    return secret
 
 
 def _offered_v1_signatures(header: str) -> list[bytes]:

@@ -11,7 +11,7 @@ from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
-from runbell.api.schemas import SourceCreate
+from runbell.api.schemas import SigningSecretIn, SourceCreate
 from runbell.flows import sources
 
 router = APIRouter(prefix="/v1/sources", tags=["sources"])
@@ -33,9 +33,17 @@ def list_sources(who: Admin, core: Core) -> dict[str, Any]:
     response_model=None,
     responses=problems(401, 403, 404, 413, 422, 503),
 )
-def rotate_secret(source_id: str, who: Admin, core: Core, key: IdemKey) -> Response:
-    """Add a new signing secret; the previous one stays valid until the next rotation."""
-    return answered(sources.rotate_secret(core, who.tenant_id, source_id, key))
+def rotate_secret(
+    source_id: str,
+    who: Admin,
+    core: Core,
+    key: IdemKey,
+    body: SigningSecretIn | None = None,
+) -> Response:
+    """Add a new signing secret (Runbell's, shown once; or, with a body, the provider's
+    own); the previous one stays valid until the next rotation."""
+    provided = body.signing_secret if body is not None else None
+    return answered(sources.rotate_secret(core, who.tenant_id, source_id, key, provided))
 
 
 @router.post("/{source_id}/webhook", responses=problems(401, 404, 409, 413, 422, 503))
