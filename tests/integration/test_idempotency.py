@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.flows.context import Runbell
+from runbell.ingress.signatures import new_secret
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer
@@ -165,7 +166,8 @@ def make_case(name: str, client: TestClient, core: Runbell, creds: TenantCreds) 
         return Case(
             f"/v1/sources/{src}/rotate-secret",
             None,
-            {"unexpected": True},
+            # Another request: a provider-issued secret instead of a generated one.
+            {"signing_secret": new_secret()},
             admin,
             lambda: tuple(column(core, t.sources, "secrets", id=src)),
         )

@@ -306,6 +306,11 @@ class Database:
         started = time.monotonic()
         try:
             with self.engine.connect() as conn:
+                if conn.dialect.name == "postgresql":
+                    # One snapshot for the whole read, as SQLite's deferred BEGIN gives: a
+                    # view made of several statements (a run with its pending request)
+                    # never mixes two commits. Read-only, so it never fails to serialize.
+                    conn.execution_options(isolation_level="REPEATABLE READ")
                 conn.execution_options(runbell_readonly=True)
                 yield conn
         except Exception as exc:
