@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from runbell.store import fast
 from runbell.store import tables as t
 
 _I = t.digest_items
@@ -24,10 +25,25 @@ def _insert(conn: Connection, table: sa.Table) -> Any:
     return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
 
 
+ITEM_COLUMNS = tuple(c.name for c in _I.columns)
+
+
+def _add_item_sql(dialect: str) -> sa.Executable:
+    ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_I)
+    return (
+        ins.values({c: sa.bindparam(c, type_=_I.c[c].type) for c in ITEM_COLUMNS})
+        .on_conflict_do_nothing()
+        .returning(_I.c.id)
+    )
+
+
+# On the write path of every digested transition: compiled once per dialect.
+_ADD_ITEM = fast.Statement.per_dialect(_add_item_sql)
+
+
 def add_item(conn: Connection, row: dict[str, Any]) -> bool:
     """Collect one item; a second for the same transition and type is a no-op."""
-    stmt = _insert(conn, _I).values(row).on_conflict_do_nothing().returning(_I.c.id)
-    return conn.execute(stmt).first() is not None
+    return _ADD_ITEM.first(conn, **{c: row.get(c) for c in ITEM_COLUMNS}) is not None
 
 
 def due_groups(conn: Connection, now: datetime, limit: int) -> list[dict[str, Any]]:
