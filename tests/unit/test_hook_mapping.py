@@ -294,3 +294,13 @@ def test_old_session_state_is_pruned(tmp_path: Path) -> None:
     os.utime(recent, (now, now))
     assert claude_code.prune(tmp_path, now) == 1
     assert not old.exists() and recent.exists()
+
+
+def test_the_hook_log_is_private(tmp_path: Path) -> None:
+    from runbell.hooks import report
+
+    path = tmp_path / "hook.log"
+    report.log({"RUNBELL_HOOK_LOG": str(path)}, "hook failed: ConnectError")
+    report.log({"RUNBELL_HOOK_LOG": str(path)}, "again")
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.read_text().count("\n") == 2

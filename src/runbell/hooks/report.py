@@ -56,7 +56,9 @@ def log(environ: Mapping[str, str], line: str) -> None:
         return
     try:
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        with Path(path).expanduser().open("a", encoding="utf-8") as fh:
+        # Private like every file Runbell writes: a failure line may name a run or a host.
+        fd = os.open(Path(path).expanduser(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
             fh.write(f"{stamp} {line}\n")
     except OSError:
         pass
