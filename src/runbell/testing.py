@@ -110,6 +110,26 @@ class Server:
     owner_email: str
     owner_token: str
     core: Runbell
+    #: What a second process (``runbell user add …``, a worker) needs to reach the same
+    #: database: set them as ``RUNBELL_DATABASE_URL``, ``RUNBELL_DATA_DIR`` and
+    #: ``RUNBELL_SECRET_KEY``.
+    database_url: str = ""
+    data_dir: Path | None = None
+    secret_key: str = ""
+    tenant_name: str = "test"
+
+    def env(self) -> dict[str, str]:
+        """The ``RUNBELL_*`` variables a CLI or SDK process needs for this server: the
+        database, data directory and secret key (admin commands), and the URL, runtime
+        key and owner (`runbell report`, ``Client.from_env()``)."""
+        return {
+            "RUNBELL_DATABASE_URL": self.database_url,
+            "RUNBELL_DATA_DIR": str(self.data_dir or ""),
+            "RUNBELL_SECRET_KEY": self.secret_key,
+            "RUNBELL_URL": self.url,
+            "RUNBELL_KEY": self.runtime_key,
+            "RUNBELL_OWNER": self.owner_email,
+        }
 
     def answer(
         self,
@@ -153,16 +173,18 @@ def server(
     *,
     data_dir: Path | None = None,
     owner_email: str = "owner@runbell.test",
+    tenant: str = "test",
     scheduler: bool = True,
     **settings: Any,
 ) -> Iterator[Server]:
     """A real Runbell for your tests: uvicorn on a free loopback port, over a fresh
-    SQLite file in a temporary directory (or ``data_dir``), with one tenant, its keys
-    and an owner, and the scheduler (expiry, stalls) running. ``settings`` override
-    :class:`runbell.config.Settings` fields. Stopped and removed on exit."""
+    SQLite file in a temporary directory (or ``data_dir``), with one tenant (named
+    ``tenant``), its keys and an owner, and the scheduler (expiry, stalls) running.
+    ``settings`` override :class:`runbell.config.Settings` fields. Stopped and removed
+    on exit. :meth:`Server.env` gives another process the same database."""
     import uvicorn
 
-    from runbell.app import build, create_app
+    from runbell.app import build, create_app, record_served_url
     from runbell.config import Settings
     from runbell.dispatch.scheduler import Scheduler
 
@@ -179,7 +201,8 @@ def server(
         }
         values.update(settings)
         core = build(Settings(**values))
-        creds = make_tenant(core, "test", owner_email)
+        creds = make_tenant(core, tenant, owner_email)
+        record_served_url(core.db, url)  # `runbell user login-link` links here, as after `serve`
         config = uvicorn.Config(
             create_app(core), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
         )
@@ -204,6 +227,10 @@ def server(
                 owner_email=creds.owner_email,
                 owner_token=creds.owner_token,
                 core=core,
+                database_url=str(values["database_url"]),
+                data_dir=Path(values["data_dir"]),
+                secret_key=str(values["secret_key"]),
+                tenant_name=tenant,
             )
         finally:
             if sched is not None:
