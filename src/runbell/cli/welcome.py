@@ -43,7 +43,7 @@ Open Runbell in your browser (this sign-in link works once, for 15 minutes):
 
 {later}Try it (a run that finishes and lands in the inbox):
 
-  export RB={base_url} RUNTIME={first.runtime_key} ME={first.user_token}
+  export RB={base_url} RUNTIME={first.runtime_key} ME={first.user_token} ADMIN={first.admin_key}
   curl -sS -X PUT $RB/v1/runs/demo-1 -H "Authorization: Bearer $RUNTIME" \\
        -H 'Content-Type: application/json' \\
        -d {run_body}
