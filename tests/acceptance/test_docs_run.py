@@ -231,6 +231,8 @@ class Session:
             os.killpg(self.proc.pid, signal.SIGKILL)  # background jobs a block left behind
         with suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=WAIT)
+        if self.proc.stdout:
+            self.proc.stdout.close()
         self.log.close()
 
 
