@@ -9,8 +9,9 @@ fence, change how a runnable block is run:
   one is an error): it says why a reader's paste cannot run here (a public URL, an
   account elsewhere, a second long-running process…).
 - ``<!-- docs-test: continue -->``: runs in the same shell or interpreter as the previous
-  runnable block of the same file (same language, not skipped), so it sees that block's
-  variables, functions and working directory. Without it every block starts afresh.
+  block of the same file that runs (skipped blocks in between are passed over; it must
+  be of the same language), so it sees that block's variables, functions and working
+  directory. Without it every block starts afresh.
 
 A marker anywhere else (not followed by a fence, an unknown directive, on a block that is
 never run) is an error too, so a marker can never silently stop applying.
@@ -127,15 +128,17 @@ def _directive(rel: str, pending: tuple[int, str], lang: str | None) -> tuple[st
 
 
 def _check_continuations(blocks: list[Block]) -> None:
-    for previous, block in zip([None, *blocks], blocks, strict=False):
+    previous: Block | None = None  # the last block that runs
+    for block in blocks:
+        if block.skip is not None:
+            continue
         if not block.cont:
+            previous = block
             continue
         if previous is None:
             raise DocsMarkupError(
-                f"{block.where}: `continue` on the first runnable block of the file"
+                f"{block.where}: `continue` with no block before it that runs in this file"
             )
-        if previous.skip is not None or block.skip is not None:
-            raise DocsMarkupError(f"{block.where}: `continue` after a skipped block")
         if previous.lang != block.lang:
             raise DocsMarkupError(
                 f"{block.where}: `continue` from a {previous.lang} block to a {block.lang} block"

@@ -26,8 +26,9 @@ How blocks run:
 
 - ``sh`` (``bash``, ``shell``): ``bash -euo pipefail``. Each block starts a new shell
   unless it is marked ``<!-- docs-test: continue -->``: then it is sourced into the same
-  shell as the previous runnable block of the file (its variables, functions and working
-  directory). Blocks of one file do not otherwise share a shell.
+  shell as the previous block of the file that runs (skipped blocks are passed over): its
+  variables, functions and working directory. Blocks of one file do not otherwise share
+  a shell.
 - ``python``: a fresh interpreter (the venv's python) per block, same environment; a
   ``continue`` block runs in the previous block's interpreter and ``__main__`` namespace.
 - Standard input is /dev/null. Each block is bounded by ``scaled(BLOCK_S)`` seconds; a
@@ -409,7 +410,12 @@ def test_every_doc_block_runs_as_pasted_twice(tmp_path: Path) -> None:
         ("<!-- docs-test: skip -->\n```sh\ntrue\n```\n", "needs a reason"),
         ("<!-- docs-test: skip: -->\n```sh\ntrue\n```\n", "needs a reason"),
         ("<!-- docs-test: skip: why -->\n\n```sh\ntrue\n```\n", "immediately before a fence"),
-        ("<!-- docs-test: continue -->\n```sh\ntrue\n```\n", "first runnable block"),
+        ("<!-- docs-test: continue -->\n```sh\ntrue\n```\n", "no block before it"),
+        (
+            "<!-- docs-test: skip: why -->\n```sh\ntrue\n```\n"
+            "<!-- docs-test: continue -->\n```sh\ntrue\n```\n",
+            "no block before it",
+        ),
         (
             "```sh\ntrue\n```\n<!-- docs-test: continue -->\n```python\npass\n```\n",
             "from a sh block",
@@ -440,6 +446,19 @@ def test_blocks_are_extracted_with_their_markers(tmp_path: Path) -> None:
         (10, "sh", "echo two\n", None, True),
         (14, "python", "print(1)\n", None, False),
         (18, "sh", "make run\n", "needs a public URL", False),
+    ]
+
+
+def test_continue_passes_over_skipped_blocks(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "```sh\nX=1\n```\n<!-- docs-test: skip: why -->\n```sh\nfalse\n```\n"
+        "<!-- docs-test: continue -->\n```sh\necho $X\n```\n"
+    )
+    assert [(b.skip, b.cont) for b in extract(doc, tmp_path)] == [
+        (None, False),
+        ("why", False),
+        (None, True),
     ]
 
 
