@@ -1,5 +1,5 @@
 """Failed authentication is throttled (issue 16 row 6): 300 random bearer tokens were
-300 × 401 with nothing logged. Now, for every credential kind (API key, user token, the
+300 answers of 401 with nothing logged. Now, for every credential kind (API key, user token, the
 /mcp bearer, a sign-in link, a provider webhook signature), the first
 RUNBELL_AUTH_FAILURE_BURST failures of a window are answered as before and later ones
 429 with Retry-After, counted in /metrics and logged once; a correct credential passes
