@@ -212,7 +212,7 @@ def create_app(
     )
     api.install(app, rb, listen_host=listen_host)
     mcp = McpMount(rb)  # /mcp: the MCP tools over streamable HTTP (runbell.mcp.http)
-    app.router.routes.append(mcp.route())
+    app.router.routes.extend(mcp.routes())
     for router in routers:
         app.include_router(router)
     web.install(app)

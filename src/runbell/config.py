@@ -103,6 +103,31 @@ class Settings(BaseSettings):
         "private addresses. Empty in production; tests list 127.0.0.1.",
     )
     first_user_email: str = "you@example.com"
+    mcp_allowed_hosts: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(),
+        description="More Host names /mcp answers to (host, host:port or host:*), besides the "
+        "address it is served on and RUNBELL_PUBLIC_URL's. Any other Host is refused (403): "
+        "DNS-rebinding protection (docs/integrations/mcp.md).",
+    )
+    mcp_allowed_origins: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(),
+        description="Browser origins (scheme://host[:port]) whose pages may call /mcp, besides "
+        "Runbell's own; a request with any other Origin (or Origin: null) is refused (403).",
+    )
+    # --- failed authentication (docs/operations.md "Failed sign-ins and bad credentials") -
+    auth_failure_burst: int = Field(
+        default=20,
+        ge=1,
+        le=100_000,
+        description="Failed authentications a client address (or a credential prefix, or a "
+        "webhook source) may make per window before the next ones answer 429.",
+    )
+    auth_failure_window_s: float = Field(
+        default=60.0,
+        ge=1,
+        le=86_400,
+        description="The window RUNBELL_AUTH_FAILURE_BURST counts failures in (seconds).",
+    )
 
     # --- delivery ---------------------------------------------------------------------
     worker_concurrency: int = Field(default=16, ge=1, le=256)
@@ -141,7 +166,13 @@ class Settings(BaseSettings):
         "the writer's time).",
     )
 
-    @field_validator("mismatch_backoff_s", "outbound_allow_hosts", mode="before")
+    @field_validator(
+        "mismatch_backoff_s",
+        "outbound_allow_hosts",
+        "mcp_allowed_hosts",
+        "mcp_allowed_origins",
+        mode="before",
+    )
     @classmethod
     def _list_setting(cls, value: Any) -> Any:
         """``a,b`` or ``["a", "b"]`` from the environment; lists passed in code as they are."""
@@ -156,6 +187,26 @@ class Settings(BaseSettings):
                     f"not a JSON list ({exc.msg}); a comma-separated value works too: a,b"
                 ) from None
         return [part.strip() for part in text.split(",") if part.strip()]
+
+    @field_validator("mcp_allowed_hosts")
+    @classmethod
+    def _hosts(cls, value: frozenset[str]) -> frozenset[str]:
+        from runbell.domain.origins import host_entry_problem
+
+        for entry in sorted(value):
+            if problem := host_entry_problem(entry):
+                raise ValueError(problem)
+        return value
+
+    @field_validator("mcp_allowed_origins")
+    @classmethod
+    def _origins(cls, value: frozenset[str]) -> frozenset[str]:
+        from runbell.domain.origins import origin_entry_problem
+
+        for entry in sorted(value):
+            if problem := origin_entry_problem(entry):
+                raise ValueError(problem)
+        return value
 
     @field_validator("mismatch_backoff_s")
     @classmethod

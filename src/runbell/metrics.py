@@ -20,6 +20,7 @@ stale opens                     ``STALE_OPENS`` by ``via`` (API read, web deep l
 expired input requests          ``EXPIRED_REQUESTS`` (``flows.input_requests``)
 escalation / fallback use       ``ESCALATIONS`` (incremented by the escalation sweep)
 opt-outs after delivery         ``OPT_OUTS_AFTER_DELIVERY`` (``flows.preferences``)
+failed authentication           ``AUTH_FAILURES`` by kind and answer (``flows.auth_failures``)
 ==============================  ===================================================
 """
 
@@ -145,6 +146,13 @@ OPT_OUTS_AFTER_DELIVERY = Counter(
     "runbell_opt_outs_after_delivery_total",
     "Consent withdrawn for a channel after a delivery on it (attention_type: the last one)",
     ["attention_type", "channel", "urgency"],
+    registry=REGISTRY,
+)
+AUTH_FAILURES = Counter(
+    "runbell_auth_failures_total",
+    "Failed authentications: a bearer token, sign-in link or webhook signature that did not "
+    "check out; answer=refused (401/404) or throttled (429, past the burst)",
+    ["kind", "answer"],
     registry=REGISTRY,
 )
 OPERATOR_ALERTS = Counter(

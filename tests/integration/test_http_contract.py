@@ -159,6 +159,12 @@ CAN_RETURN: dict[tuple[str, str], set[int]] = {
     ("get", "/healthz"): set(),
     ("get", "/readyz"): {503},
 }
+# Whatever can refuse a credential (401) refuses a guessed one with 429 past the
+# failed-authentication burst (docs/api.md 1.1).
+for _codes in CAN_RETURN.values():
+    if 401 in _codes:
+        _codes.add(429)
+
 # POSTs that honour Idempotency-Key (docs/api.md 1.4).
 IDEMPOTENT = {
     "/v1/webhook-endpoints",
@@ -204,8 +210,9 @@ def test_openapi_declares_each_operations_problem_answers(client: TestClient) ->
                 assert int(code) in CAN_RETURN[(method, path)], f"{method} {path}: {code}?"
         if (method, path) != ("get", "/v1/events/stream"):
             assert op["responses"].get(str(doc_success(op))) is not None
-        if 503 in CAN_RETURN[(method, path)]:
-            assert "Retry-After" in op["responses"]["503"]["headers"]
+        for waits in (429, 503):
+            if waits in CAN_RETURN[(method, path)]:
+                assert "Retry-After" in op["responses"][str(waits)]["headers"]
         headers = {p["name"] for p in op.get("parameters", []) if p["in"] == "header"}
         assert ("Idempotency-Key" in headers) == (method == "post" and path in IDEMPOTENT), (
             method,

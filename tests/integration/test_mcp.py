@@ -267,12 +267,21 @@ def test_mcp_over_http_needs_a_good_bearer(live: LiveServer, headers: dict[str, 
     r = httpx.post(
         f"{live.url}/mcp",
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-        headers={**headers, "Accept": "application/json, text/event-stream"},
+        headers={**headers, "Accept": "application/json"},
     )
     assert r.status_code == 401
     assert r.headers["content-type"].startswith("application/problem+json")
     assert r.headers["www-authenticate"].startswith("Bearer")
     assert r.json()["status"] == 401
+    # An MCP client (Accept: both media types the transport names) reads a JSON-RPC error.
+    r = httpx.post(
+        f"{live.url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={**headers, "Accept": "application/json, text/event-stream"},
+    )
+    assert r.status_code == 401
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.json()["error"]["data"]["status"] == 401
 
 
 # --- MCP Tasks (the io.modelcontextprotocol/tasks extension, SEP-2663) ------------------

@@ -1,7 +1,24 @@
-"""The HTTP API face: it parses, authenticates, calls one flow and renders the answer."""
+"""The HTTP API face: it parses, authenticates, calls one flow and renders the answer.
+
+Importing a submodule (``runbell.api.schemas``, which the MCP tools validate their
+arguments with) does not load the routers: :func:`install` imports them when the app is
+built, so ``runbell mcp`` (stdio) starts without the whole server.
+"""
 
 from __future__ import annotations
 
-from runbell.api.app import install
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from runbell.flows.context import Runbell
 
 __all__ = ["install"]
+
+
+def install(app: FastAPI, rb: Runbell, *, listen_host: str | None = None, **kw: Any) -> None:
+    """:func:`runbell.api.app.install`, imported on first use."""
+    from runbell.api.app import install as install_api
+
+    install_api(app, rb, listen_host=listen_host, **kw)

@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from runbell.domain.errors import Forbidden, Unauthorized
 from runbell.domain.principal import Principal, WebSession
-from runbell.flows import accounts, sessions
+from runbell.flows import accounts, auth_failures, sessions
 from runbell.flows.context import Runbell
 
 SESSION_COOKIE = "rb_session"  # the browser session cookie (HttpOnly, SameSite=Lax)
@@ -70,6 +70,12 @@ async def principal(request: Request) -> Principal:
 
     who = await run_in_threadpool(accounts.authenticate, core, token)
     if who is None:
+        address = request.client.host if request.client else None
+        throttled = await run_in_threadpool(
+            auth_failures.failed, core, "bearer", address, credential=token
+        )
+        if throttled is not None:
+            raise throttled
         raise Unauthorized("unknown, revoked or expired credentials")
     return who
 

@@ -65,6 +65,9 @@ DESCRIPTIONS: dict[int, str] = {
     410: "The cursor is older than the feed's retention: load the snapshot",
     413: "The request body is over RUNBELL_MAX_BODY_BYTES",
     422: "Invalid request: `field` and `errors` name what to fix",
+    429: "Too many failed authentications from this address or with this credential "
+    "(RUNBELL_AUTH_FAILURE_BURST per window); retry after Retry-After seconds. A correct "
+    "credential is never refused this way",
     503: "The database is unreachable; retry after Retry-After seconds",
 }
 _RETRY_AFTER = {
@@ -78,12 +81,16 @@ _RETRY_AFTER = {
 def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     """``responses=`` for a route: each status as a problem+json answer."""
     out: dict[int | str, dict[str, Any]] = {}
+    if 401 in codes and 429 not in codes:
+        # Whatever can refuse a credential can refuse a guessed one with 429 past the
+        # failed-authentication burst (runbell.flows.auth_failures).
+        codes = tuple(sorted((*codes, 429)))
     for code in codes:
         entry: dict[str, Any] = {
             "description": DESCRIPTIONS[code],
             "content": {PROBLEM_MEDIA: {"schema": {"$ref": PROBLEM_REF}}},
         }
-        if code == 503:
+        if code in (429, 503):
             entry["headers"] = _RETRY_AFTER
         out[code] = entry
     return out

@@ -235,6 +235,15 @@ class ResponseIn(Strict):
     expected_request_version: StrictInt = Field(ge=1)
 
 
+class CancelIn(Strict):
+    reason: str | None = Field(
+        default=None,
+        max_length=500,
+        description="PUBLIC: why, shown on the run and sent to the runtime, the feed and "
+        "tenant webhooks (kept as one safe line of at most 200 characters)",
+    )
+
+
 class ReceiptIn(Strict):
     kind: Literal["displayed", "opened", "dismissed", "clicked"]
     channel: Literal["inbox", "email", "webpush", "chat"] | None = None

@@ -7,6 +7,7 @@
     ├── NotFound                  unknown id, or another tenant's (→ 404, never 403)
     ├── Unauthorized              missing/bad credentials or signature (→ 401)
     ├── Forbidden                 authenticated but not allowed (→ 403, own tenant only)
+    ├── TooManyAttempts           failed authentication past its burst (→ 429, Retry-After)
     ├── Conflict                  the current state forbids the action (→ 409)
     ├── Gone                      a cursor or resource that no longer exists (→ 410)
     ├── UnsafeDestination         an outbound URL refused by the SSRF guard
@@ -56,6 +57,14 @@ class Forbidden(RunbellError):
     status = 403
     title = "Forbidden"
     type_slug = "forbidden"
+
+
+class TooManyAttempts(RunbellError):
+    """Raised with ``retry_after`` (whole seconds) in its extra: the Retry-After header."""
+
+    status = 429
+    title = "Too many failed attempts"
+    type_slug = "too-many-attempts"
 
 
 class Conflict(RunbellError):

@@ -26,6 +26,7 @@ import structlog
 
 from runbell.config import Settings
 from runbell.domain import retention as policy
+from runbell.flows import auth_failures
 from runbell.flows.context import Runbell
 from runbell.store import kv
 from runbell.store import retention as store
@@ -140,7 +141,7 @@ def sweep(rb: Runbell, now: datetime, max_batches: int = 50) -> int:
             return 0
     with rb.db.transaction() as tx:
         kv.put(tx.conn, LAST_RUN_KEY, {"at": now.isoformat()})
-    return run(rb, now, max_batches=max_batches).total
+    return run(rb, now, max_batches=max_batches).total + auth_failures.prune(rb, now)
 
 
 # --- a tenant's override --------------------------------------------------------------

@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from runbell.domain.errors import NotFound, ValidationFailed
-from runbell.flows import signals
+from runbell.domain.errors import NotFound, Unauthorized, ValidationFailed
+from runbell.flows import auth_failures, signals
 from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.signals import Signal
@@ -167,11 +167,16 @@ def rotate_secret(
 
 
 def provider_webhook(
-    rb: Runbell, source_id: str, body: bytes, headers: Mapping[str, str]
+    rb: Runbell,
+    source_id: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    address: str | None = None,
 ) -> dict[str, Any]:
     """A Standard Webhooks-signed provider event: verified against the source's live
-    secrets (401 otherwise), mapped to signals, each accepted in its own transaction.
-    Returns ``{accepted, results: [{run_id, event_id, outcome}]}``."""
+    secrets (401 otherwise; 429 past the failed-authentication burst of ``address`` or of
+    the source, :mod:`runbell.flows.auth_failures`), mapped to signals, each accepted in
+    its own transaction. Returns ``{accepted, results: [{run_id, event_id, outcome}]}``."""
     with rb.db.read() as conn:
         try:
             src = accounts.get_source(conn, None, source_id)
@@ -180,7 +185,13 @@ def provider_webhook(
     if src["kind"] != "webhook":
         raise NotFound(f"no webhook source {source_id!r}")
     secrets = [rb.box.open(s) for s in src.get("secrets") or []]
-    verify_signed(body, headers, secrets, now=rb.db.clock())
+    try:
+        verify_signed(body, headers, secrets, now=rb.db.clock())
+    except Unauthorized:
+        throttled = auth_failures.failed(rb, "webhook_signature", address, source_id=source_id)
+        if throttled is not None:
+            raise throttled from None
+        raise
     try:
         payload = json.loads(body)
     except (ValueError, RecursionError) as exc:  # RecursionError: absurd nesting

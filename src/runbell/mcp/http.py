@@ -2,10 +2,29 @@
 
 Every request carries ``Authorization: Bearer <api key | user token>``, checked exactly
 as the API checks it (:func:`runbell.flows.accounts.authenticate`); a missing or unknown
-one is a 401 problem document before any MCP message is read. The caller's
-:class:`~runbell.mcp.local.LocalBackend` rides a context variable into the SDK's handler
-(the SDK's dispatcher carries the request task's context into the tool), so each tool
-call runs as that caller, in that tenant: another tenant's run id is "not found".
+one is a 401 before any MCP message is read, whose ``WWW-Authenticate`` points at the
+OAuth 2.0 Protected Resource Metadata (RFC 9728) served at
+``/.well-known/oauth-protected-resource/mcp``: a bearer in the header, and no
+authorization server, so an MCP client can tell its user to configure a key instead of
+starting an OAuth flow that cannot succeed. A token that does not check out counts as a
+failed authentication (:mod:`runbell.flows.auth_failures`; 429 past the burst).
+
+Before that, ``Host`` and ``Origin`` are checked (:mod:`runbell.domain.origins`: the
+address the request came in on, ``RUNBELL_PUBLIC_URL``, ``RUNBELL_MCP_ALLOWED_HOSTS`` and
+``RUNBELL_MCP_ALLOWED_ORIGINS``): a page on another origin, or a name re-pointed at this
+machine (DNS rebinding), gets 403. The SDK's own guard stays off: it knows neither the
+socket's address nor the public URL, and answers in plain text.
+
+A refusal is an RFC 9457 problem document, except to an MCP client (a POST whose
+``Accept`` names both ``application/json`` and ``text/event-stream``, as the transport
+requires, and not ``application/problem+json``): it gets the same status and headers
+with a JSON-RPC error whose ``data`` is that problem document, the one shape its SDK
+reads, so the person sees "Unauthorized: …" rather than "the server returned an error".
+
+The caller's :class:`~runbell.mcp.local.LocalBackend` rides a context variable into the
+SDK's handler (the SDK's dispatcher carries the request task's context into the tool),
+so each tool call runs as that caller, in that tenant: another tenant's run id is "not
+found".
 
 Stateless streamable HTTP: no MCP session lives in this process, so any process behind a
 load balancer can answer any request; what a wait needs is Runbell's own durable state.
@@ -17,22 +36,31 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio.to_thread
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
-from starlette.routing import Route
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from runbell.api.problems import problem
-from runbell.flows import accounts
+from runbell.api.problems import TYPE_BASE, problem
+from runbell.api.responses import JSON
+from runbell.domain.errors import RunbellError
+from runbell.domain.origins import Guard, parse_authority
+from runbell.flows import accounts, auth_failures
 from runbell.flows.context import Runbell
 from runbell.mcp.backend import Backend
 from runbell.mcp.local import LocalBackend
 from runbell.mcp.tools import build_server
 
 PATH = "/mcp"
+WELL_KNOWN = "/.well-known/oauth-protected-resource"
+#: JSON-RPC error code of a refusal before any MCP message is read (implementation range).
+REFUSED = -32001
 _caller: ContextVar[LocalBackend | None] = ContextVar("runbell_mcp_caller", default=None)
 
 
@@ -43,14 +71,79 @@ def _backend() -> Backend:
     return b
 
 
+def _guard(rb: Runbell) -> Guard:
+    s = rb.settings
+    return Guard.of(s.public_url, s.mcp_allowed_hosts, s.mcp_allowed_origins)
+
+
+def _server(scope: Scope) -> tuple[str, int] | None:
+    server = scope.get("server")
+    return (str(server[0]), int(server[1] or 0)) if server else None
+
+
+def base_url(rb: Runbell, scope: Scope) -> str:
+    """The base the caller reached this server at, for the links a refusal or the metadata
+    document gives: ``RUNBELL_PUBLIC_URL`` when the request's Host is its host (or names
+    nothing this server answers to), else the scheme and Host the request used."""
+    public = rb.public_url
+    host = Headers(scope=scope).get("host")
+    if host is None or _guard(rb).refusal(host, None, _server(scope)) is not None:
+        return public
+    named, ours = parse_authority(host), parse_authority(urlsplit(public).netloc)
+    if named is not None and ours is not None and ours.matches(named):
+        return public
+    return f"{scope.get('scheme', 'http')}://{host}"
+
+
+def protected_resource(base: str, path: str) -> dict[str, Any]:
+    """RFC 9728 metadata for the resource at ``base + path``: bearer tokens in the
+    ``Authorization`` header, no authorization server (Runbell issues its own keys)."""
+    return {
+        "resource": base + path,
+        "resource_name": "Runbell",
+        "bearer_methods_supported": ["header"],
+        "resource_documentation": f"{base}/docs",
+    }
+
+
+def _wants_jsonrpc(scope: Scope) -> bool:
+    accept = Headers(scope=scope).get("accept", "").lower()
+    return (
+        scope.get("method") == "POST"
+        and "application/json" in accept
+        and "text/event-stream" in accept
+        and "application/problem+json" not in accept
+    )
+
+
+def refusal(
+    scope: Scope,
+    status: int,
+    title: str,
+    detail: str,
+    slug: str,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """A refusal in the shape the caller reads (see the module docstring)."""
+    if not _wants_jsonrpc(scope):
+        return problem(status, title, detail, slug, headers=headers)
+    doc = {"type": TYPE_BASE + slug, "title": title, "status": status, "detail": detail}
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": REFUSED, "message": f"{title}: {detail}", "data": doc},
+    }
+    return JSON(body, status_code=status, headers=headers)
+
+
 class McpMount:
-    """The ``/mcp`` route and the SDK session manager its lifespan must run."""
+    """The ``/mcp`` route, its metadata documents, and the SDK session manager its
+    lifespan must run."""
 
     def __init__(self, rb: Runbell) -> None:
         self.rb = rb
         self.server = build_server(_backend)
-        # The SDK's DNS-rebinding guard protects cookie- or network-trusted local servers;
-        # /mcp trusts only the bearer a browser page cannot add, and answers on any host.
+        # Host and Origin are checked in __call__, before the SDK sees the request.
         self.server.streamable_http_app(
             stateless_http=True,
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
@@ -60,26 +153,36 @@ class McpMount:
     def lifespan(self) -> AbstractAsyncContextManager[Any]:
         return self.server.session_manager.run()
 
-    def route(self) -> Route:
-        return Route(PATH, endpoint=self, methods=["GET", "POST", "DELETE"])
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route(PATH, endpoint=self, methods=["GET", "POST", "DELETE"]),
+            Route(WELL_KNOWN, endpoint=self.metadata, methods=["GET"]),
+            Route(WELL_KNOWN + PATH, endpoint=self.metadata, methods=["GET"]),
+        ]
+
+    async def metadata(self, request: Request) -> Response:
+        path = request.url.path.removeprefix(WELL_KNOWN)
+        doc = protected_resource(base_url(self.rb, request.scope), path)
+        return JSON(doc, headers={"Cache-Control": "max-age=300"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        who = None
-        if scheme.lower() == "bearer" and token.strip():
-            who = await anyio.to_thread.run_sync(accounts.authenticate, self.rb, token.strip())
-        if who is None:
-            refusal = problem(
-                401,
-                "Unauthorized",
-                "send Authorization: Bearer <api key or user token>"
-                if not token.strip()
-                else "unknown, revoked or expired credentials",
-                "unauthorized",
-                headers={"WWW-Authenticate": 'Bearer realm="runbell"'},
+        refused = _guard(self.rb).refusal(
+            headers.get("host"), headers.get("origin"), _server(scope)
+        )
+        if refused is not None:
+            await refusal(scope, 403, "Forbidden", refused, "forbidden-origin")(
+                scope, receive, send
             )
-            await refusal(scope, receive, send)
+            return
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        token = token.strip()
+        who = None
+        if scheme.lower() == "bearer" and token:
+            who = await anyio.to_thread.run_sync(accounts.authenticate, self.rb, token)
+        if who is None:
+            answer = await self._unauthorized(scope, token if scheme.lower() == "bearer" else "")
+            await answer(scope, receive, send)
             return
         owner = headers.get("x-runbell-owner", "").strip() or None
         reset = _caller.set(LocalBackend(self.rb, who, owner))
@@ -87,3 +190,40 @@ class McpMount:
             await self.inner(scope, receive, send)
         finally:
             _caller.reset(reset)
+
+    async def _unauthorized(self, scope: Scope, token: str) -> Response:
+        meta = f"{base_url(self.rb, scope)}{WELL_KNOWN}{PATH}"
+        challenge = f'Bearer realm="runbell", resource_metadata="{meta}"'
+        if not token:
+            detail = (
+                "send Authorization: Bearer <api key or user token>; Runbell issues its own "
+                "keys (runbell key create), there is no OAuth sign-in"
+            )
+            return refusal(
+                scope, 401, "Unauthorized", detail, "unauthorized", {"WWW-Authenticate": challenge}
+            )
+        client = scope.get("client")
+        throttled: RunbellError | None = await anyio.to_thread.run_sync(
+            lambda: auth_failures.failed(
+                self.rb, "bearer", client[0] if client else None, credential=token
+            )
+        )
+        if throttled is not None:
+            retry = str(throttled.extra["retry_after"])
+            return refusal(
+                scope,
+                429,
+                throttled.title,
+                throttled.detail,
+                throttled.type_slug,
+                {"Retry-After": retry},
+            )
+        challenge += ', error="invalid_token"'
+        return refusal(
+            scope,
+            401,
+            "Unauthorized",
+            "unknown, revoked or expired credentials",
+            "unauthorized",
+            {"WWW-Authenticate": challenge},
+        )

@@ -7,10 +7,19 @@ return ``status: "waiting"`` with a handle and a sentence telling the model to c
 with it. Runbell keeps the state durably, so a handle survives the MCP session, the
 client and the server process. A client that declares the MCP Tasks extension gets a task
 for these two tools instead (:mod:`runbell.mcp.tasks`).
+
+Arguments are as strict as the HTTP API: every parameter is typed strictly (``"yes"`` is
+not a boolean, ``"7"`` not an integer; the SDK refuses them naming the parameter), and
+before a tool does anything, the request bodies it will send are validated by the API's
+own models (:mod:`runbell.api.schemas`) in strict mode, so every rule of the route (and
+any rule added there later) holds here too, and nothing is half done: ``report_run``
+never creates a run whose first signal it then refuses. A refusal names the parameter:
+``Invalid request (422): reason: String should have at most 500 characters``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -19,9 +28,10 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import BaseModel, Field, Strict, StrictBool, StrictInt, StrictStr, ValidationError
 
 from runbell import __version__
+from runbell.api.schemas import RUN_ID_PATTERN, CancelIn, InputRequestIn, RunPut, SignalIn
 from runbell.mcp.backend import Backend, Problem
 from runbell.mcp.tasks import RunbellTasks
 
@@ -47,15 +57,30 @@ sensitive detail in `details`, which is shown only after sign-in."""
 
 Wait = Annotated[
     float,
+    Strict(),
     Field(ge=0, le=WAIT_MAX, description="seconds to wait before returning 'waiting'"),
 ]
 RunId = Annotated[
-    str,
+    StrictStr,
     Field(
-        pattern=r"^[A-Za-z0-9._:\-]{1,200}$",
-        description="your id for the run (letters, digits, . _ : -), the same for the whole task",
+        pattern=RUN_ID_PATTERN,
+        description="your id for the run (letters, digits, . _ : @ ~ -), the same for the "
+        "whole task",
     ),
 ]
+
+
+def checked(model: type[BaseModel], body: dict[str, Any], names: dict[str, str]) -> None:
+    """``body`` validated by the HTTP API's ``model`` in strict mode, as the route would
+    validate it; a refusal names the tool's parameter (``names`` maps the body's fields
+    to parameters where they differ)."""
+    try:
+        model.model_validate_json(json.dumps(body), strict=True)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        loc = [str(p) for p in first.get("loc", ())]
+        field = names.get(loc[0], loc[0]) if loc else "arguments"
+        raise ToolError(f"Invalid request (422): {field}: {first.get('msg')}") from None
 
 
 def _fail(exc: Problem) -> ToolError:
@@ -107,23 +132,24 @@ class Tools:
         run_id: RunId,
         state: Literal["working", "input_required", "completed", "failed", "cancelled"]
         | None = None,
-        title: Annotated[str | None, Field(max_length=500)] = None,
-        objective: Annotated[str | None, Field(max_length=10_000)] = None,
+        title: Annotated[StrictStr | None, Field(max_length=500)] = None,
+        objective: Annotated[StrictStr | None, Field(max_length=10_000)] = None,
         reason: Annotated[
-            str | None,
+            StrictStr | None,
             Field(max_length=500, description="PUBLIC one line: why, shown to the person"),
         ] = None,
         error: Annotated[
-            str | None, Field(max_length=2000, description="private diagnostics on failure")
+            StrictStr | None,
+            Field(max_length=2000, description="private diagnostics on failure"),
         ] = None,
         owner: Annotated[
-            str | None, Field(description="email of the person the run is for (new runs)")
+            StrictStr | None, Field(description="email of the person the run is for (new runs)")
         ] = None,
         notify_on_complete: Annotated[
-            bool | None, Field(description="push (not only the inbox) when it completes")
+            StrictBool | None, Field(description="push (not only the inbox) when it completes")
         ] = None,
         event_id: Annotated[
-            str | None,
+            StrictStr | None,
             Field(max_length=200, description="reuse to retry the same report safely"),
         ] = None,
     ) -> dict[str, Any]:
@@ -132,12 +158,23 @@ class Tools:
         Call it with state="working" when a long task starts, and with "completed" or
         "failed" when it ends: the person is notified once per change, never twice."""
         b = self.backend()
+        fields: dict[str, Any] = {
+            k: v for k, v in (("title", title), ("objective", objective)) if v
+        }
+        if notify_on_complete is not None:
+            fields["notify_on_complete"] = notify_on_complete
+        checked(RunPut, {**fields, **({"owner": owner} if owner else {})}, {})
+        body: dict[str, Any] = {
+            "event_id": event_id if event_id is not None else f"mcp-{uuid.uuid4().hex}"
+        }
+        if state is not None:
+            body["state"] = state
+            if reason:
+                body["reason"] = reason
+            if error:
+                body["error"] = {"message": error}
+            checked(SignalIn, body, {})
         try:
-            fields: dict[str, Any] = {
-                k: v for k, v in (("title", title), ("objective", objective)) if v
-            }
-            if notify_on_complete is not None:
-                fields["notify_on_complete"] = notify_on_complete
             run, created = await self._ensure_run(b, run_id, owner, **fields)
             if fields and not created:
                 run = await b.put_run(run_id, fields)
@@ -148,12 +185,6 @@ class Tools:
                     "state": run["state"],
                     "version": run["version"],
                 }
-            body: dict[str, Any] = {"event_id": event_id or f"mcp-{uuid.uuid4().hex}"}
-            body["state"] = state
-            if reason:
-                body["reason"] = reason
-            if error:
-                body["error"] = {"message": error}
             result = await b.signal(run_id, body)
         except Problem as exc:
             raise _fail(exc) from exc
@@ -170,24 +201,28 @@ class Tools:
         self,
         run_id: RunId,
         summary: Annotated[
-            str | None,
+            StrictStr | None,
             Field(max_length=300, description="the question, short and safe for a lock screen"),
         ] = None,
         kind: Literal["approval", "choice", "text"] = "approval",
         options: Annotated[
-            list[str] | None, Field(max_length=50, description="kind=choice: the choices")
+            list[StrictStr] | None,
+            Field(max_length=50, description="kind=choice: the choices"),
         ] = None,
         details: Annotated[
             dict[str, Any] | None,
             Field(description="sensitive context (arguments, risk), shown after sign-in only"),
         ] = None,
-        expires_in_seconds: Annotated[int | None, Field(ge=30, le=30 * 86_400)] = None,
+        expires_in_seconds: Annotated[StrictInt | None, Field(ge=30, le=30 * 86_400)] = None,
         handle: Annotated[
-            str | None,
-            Field(description="the handle a previous call returned: keep waiting for it"),
+            StrictStr | None,
+            Field(
+                pattern=RUN_ID_PATTERN,
+                description="the handle a previous call returned: keep waiting for it",
+            ),
         ] = None,
         wait_seconds: Wait = WAIT_DEFAULT,
-        owner: Annotated[str | None, Field(description="email, for a new run")] = None,
+        owner: Annotated[StrictStr | None, Field(description="email, for a new run")] = None,
     ) -> dict[str, Any]:
         """Ask the person for an approval, a choice or a text answer, and wait for it.
 
@@ -196,25 +231,29 @@ class Tools:
         "cancelled", or status "waiting" with a handle: then call request_input again with
         that handle (and no summary) to keep waiting. Never ask twice for one question."""
         b = self.backend()
+        body: dict[str, Any] | None = None
+        if handle is None:
+            if not summary:
+                raise ToolError("Invalid request (422): summary: give the question to ask")
+            body = {
+                "input_request_id": f"mcp-{uuid.uuid4().hex[:20]}",
+                "kind": kind,
+                "summary": summary,
+                "details": details,
+            }
+            if options:
+                body["options"] = [{"id": o, "label": o} for o in options]
+            if expires_in_seconds:
+                at = datetime.now(UTC) + timedelta(seconds=expires_in_seconds)
+                body["expires_at"] = at.isoformat().replace("+00:00", "Z")
+            checked(InputRequestIn, body, {"expires_at": "expires_in_seconds"})
+            if owner:
+                checked(RunPut, {"owner": owner}, {})
         try:
-            if handle is None:
-                if not summary:
-                    raise Problem(422, "Invalid request", "summary: give the question to ask")
+            if body is not None:
                 await self._ensure_run(b, run_id, owner)
-                handle = f"mcp-{uuid.uuid4().hex[:20]}"
-                body: dict[str, Any] = {
-                    "input_request_id": handle,
-                    "kind": kind,
-                    "summary": summary,
-                    "details": details,
-                }
-                if options:
-                    body["options"] = [{"id": o, "label": o} for o in options]
-                if expires_in_seconds:
-                    at = datetime.now(UTC) + timedelta(seconds=expires_in_seconds)
-                    body["expires_at"] = at.isoformat().replace("+00:00", "Z")
                 await b.open_input_request(run_id, body)
-            request_id = handle
+            request_id = str(body["input_request_id"] if body is not None else handle)
 
             seen: dict[str, Any] = {}
 
@@ -292,7 +331,7 @@ class Tools:
         }
 
     async def list_attention(
-        self, limit: Annotated[int, Field(ge=1, le=100)] = 20
+        self, limit: Annotated[StrictInt, Field(ge=1, le=100)] = 20
     ) -> dict[str, Any]:
         """Runs that need someone now: waiting for input, stalled, or finished but to
         review. Use it to see what is blocked before starting or resuming work."""
@@ -327,10 +366,13 @@ class Tools:
     async def cancel_run(
         self,
         run_id: RunId,
-        reason: Annotated[str | None, Field(max_length=200, description="PUBLIC: why")] = None,
+        reason: Annotated[
+            StrictStr | None, Field(max_length=500, description="PUBLIC: why")
+        ] = None,
     ) -> dict[str, Any]:
         """Ask a run to stop (it moves to "stopping"; its runtime reports "cancelled").
         Only when the person asked for it, or the run is clearly not wanted any more."""
+        checked(CancelIn, {"reason": reason} if reason else {}, {})
         try:
             result = await self.backend().cancel(run_id, reason)
         except Problem as exc:

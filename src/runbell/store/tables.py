@@ -479,6 +479,16 @@ rate_limits = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
 )
 
+# Failed authentication shared by every API process (runbell.store.auth_failures): per key
+# ("bearer:addr:…", "bearer:cred:rbk_Ab3d", "webhook:source:…") the window's start and count.
+auth_failures = sa.Table(
+    "auth_failures",
+    metadata,
+    sa.Column("key", sa.String(200), primary_key=True),
+    sa.Column("window_start", UTCDateTime, nullable=False),
+    sa.Column("failures", sa.Integer, nullable=False),
+)
+
 # --- people act: input requests, responses, receipts, web sessions (issue 4) --------
 
 input_requests = sa.Table(

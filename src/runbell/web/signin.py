@@ -9,7 +9,8 @@
 The login form has its own CSRF cookie (there is no session yet). Where the browser was
 going when it was sent here is kept in a cookie for ``/auth`` (a link printed by
 ``runbell user login-link`` names no ``next``). The answer to ``POST /login`` is the same
-whether or not the address belongs to anyone.
+whether or not the address belongs to anyone. A link that names nothing counts as a failed
+authentication (:mod:`runbell.flows.auth_failures`): past the burst, 429 with Retry-After.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import RedirectResponse, Response
 
 from runbell.api.deps import SESSION_COOKIE, Core
-from runbell.flows import sessions
+from runbell.domain.errors import TooManyAttempts
+from runbell.flows import auth_failures, sessions
 from runbell.flows.channel_config import smtp_config
 from runbell.flows.context import Runbell
 from runbell.web import wording
@@ -170,6 +172,11 @@ def use_link(token: str, request: Request, core: Core, next: str | None = None) 
     # The token stays out of referrers and caches either way.
     private = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
     if isinstance(outcome, sessions.LinkRefused):
+        if outcome.reason == "unknown":
+            address = request.client.host if request.client else None
+            throttled = auth_failures.failed(core, "sign_in_link", address, credential=token)
+            if throttled is not None:
+                return _too_many(request, throttled, private)
         text, status = {
             "used": ("This sign-in link was already used. Each link works only once.", 410),
             "expired": ("This sign-in link has expired. Links work for 15 minutes.", 410),
@@ -198,6 +205,33 @@ def use_link(token: str, request: Request, core: Core, next: str | None = None) 
     )
     log.info("web.signed_in", tenant_id=outcome.tenant_id, user_id=outcome.user_id)
     return response
+
+
+def _too_many(request: Request, refusal: TooManyAttempts, private: dict[str, str]) -> Response:
+    """429 past the failed-link burst: a page for a browser, a problem document otherwise."""
+    retry = str(refusal.extra["retry_after"])
+    if "text/html" not in request.headers.get("accept", ""):
+        from runbell.api.problems import problem
+
+        return problem(
+            429,
+            refusal.title,
+            refusal.detail,
+            refusal.type_slug,
+            headers=private,
+            retry_after=retry,
+        )
+    return message(
+        "Too many sign-in links that do not work",
+        [
+            "This browser's address tried too many sign-in links that are not valid. "
+            f"Wait {retry} seconds, then open your link again.",
+            "Ask for a new link on the sign-in page if yours does not work.",
+        ],
+        status=429,
+        link=("/login", "Get a new sign-in link"),
+        headers={**private, "Retry-After": retry},
+    )
 
 
 @router.post("/logout")

@@ -5,26 +5,16 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Response
-from pydantic import Field
 
 from runbell.api.deps import Core, Who
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
-from runbell.api.schemas import RUN_ID_PATTERN, Strict
+from runbell.api.schemas import RUN_ID_PATTERN, CancelIn
 from runbell.flows import cancel
 
 router = APIRouter(tags=["runs"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
-
-
-class CancelIn(Strict):
-    reason: str | None = Field(
-        default=None,
-        max_length=500,
-        description="PUBLIC: why, shown on the run and sent to the runtime, the feed and "
-        "tenant webhooks (kept as one safe line of at most 200 characters)",
-    )
 
 
 @router.post(

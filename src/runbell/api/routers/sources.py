@@ -50,4 +50,7 @@ def rotate_secret(
 async def provider_webhook(source_id: str, request: Request, core: Core) -> dict[str, Any]:
     """A Standard Webhooks-signed provider event, mapped to signals and accepted."""
     body = await request.body()
-    return await run_in_threadpool(sources.provider_webhook, core, source_id, body, request.headers)
+    address = request.client.host if request.client else None
+    return await run_in_threadpool(
+        sources.provider_webhook, core, source_id, body, request.headers, address
+    )
