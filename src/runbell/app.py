@@ -40,10 +40,14 @@ def build(
     settings: Settings, *, clock: Callable[[], datetime] = utcnow, migrate: bool = True
 ) -> Runbell:
     db = open_database(settings, clock=clock, migrate=migrate)
-    key = settings.secret_key or load_or_create_key(settings.data_dir)
-    box = SecretBox(key)
-    if migrate:
-        check_secret_key(db, box)
+    try:
+        key = settings.secret_key or load_or_create_key(settings.data_dir)
+        box = SecretBox(key)
+        if migrate:
+            check_secret_key(db, box)
+    except BaseException:
+        db.dispose()  # a start that waits out an outage tries again with a new one
+        raise
     return Runbell(settings, db, box=box)
 
 
@@ -64,7 +68,11 @@ def open_database(
     )
     pooler_safe(db.engine, settings)
     if migrate:
-        upgrade(db.engine)
+        try:
+            upgrade(db.engine)
+        except BaseException:
+            db.dispose()
+            raise
     return db
 
 
