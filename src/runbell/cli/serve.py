@@ -283,7 +283,7 @@ def serve(
         lines = "\n  ".join(later)
         banner.append(f"A new browser sign-in link, from another terminal here:\n  {lines}")
     if secrets_note:
-        banner.append(secrets_note)
+        banner.append(f"\n{secrets_note}")  # set apart: the one line to act on
     shown = []
 
     def announce() -> None:
