@@ -13,12 +13,14 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runbell.config import Settings
 from runbell.crypto import SecretBox, load_or_create_key
 from runbell.flows.context import Runbell
 from runbell.store import kv
+from runbell.store.availability import StillUnavailable as StillUnavailable  # for the CLI
+from runbell.store.availability import wait_while_unavailable
 from runbell.store.db import Database
 from runbell.store.migrate import upgrade
 
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from runbell.store.wakeup import PgBridge
 
 Background = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+T = TypeVar("T")
 
 
 def utcnow() -> datetime:
@@ -49,6 +52,14 @@ def build(
         db.dispose()  # a start that waits out an outage tries again with a new one
         raise
     return Runbell(settings, db, box=box)
+
+
+def when_reachable(settings: Settings, start: Callable[[], T]) -> T:
+    """``start()`` (a process's start-up: open and migrate the database, first writes),
+    tried again with backoff while the database is unavailable, one ``database.waiting``
+    warning per failed attempt, for ``RUNBELL_DB_START_TIMEOUT_S``; then
+    :class:`StillUnavailable`. ``start`` disposes of what it opened when it fails."""
+    return wait_while_unavailable(start, timeout_s=settings.db_start_timeout_s)
 
 
 def prepare_data_dir(settings: Settings) -> None:

@@ -71,10 +71,11 @@ def when_reachable(settings: Settings, start: Callable[[], T]) -> T:
     exit 1 with one line naming the cause, never a traceback."""
     import sqlalchemy as sa
 
-    from runbell.store.availability import StillUnavailable, wait_while_unavailable
+    from runbell.app import StillUnavailable
+    from runbell.app import when_reachable as waiting
 
     try:
-        return wait_while_unavailable(start, timeout_s=settings.db_start_timeout_s)
+        return waiting(settings, start)
     except StillUnavailable as exc:
         line = (
             f"runbell: the database is unavailable ({exc.reason}: {exc.detail}); gave up "
@@ -84,6 +85,9 @@ def when_reachable(settings: Settings, start: Callable[[], T]) -> T:
     except sa.exc.OperationalError as exc:
         text = str(exc.orig).strip().splitlines() or [type(exc.orig).__name__]
         line = f"runbell: cannot use the database: {text[0][:300]}"
+    except KeyboardInterrupt:  # Ctrl-C while waiting: stopped, not crashed
+        err.print("runbell: stopped before the database answered", markup=False)
+        raise typer.Exit(130) from None
     err.print(line, markup=False, highlight=False)
     raise typer.Exit(1) from None
 
