@@ -17,6 +17,7 @@ import re
 import select
 import signal
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -25,7 +26,15 @@ from typing import Any
 
 import httpx
 
-from tests.acceptance.test_cli import KEY, RUNBELL, TOKEN, WELCOME
+from tests.acceptance.test_cli import (
+    KEY,
+    RUNBELL,
+    TOKEN,
+    WELCOME,
+    Served,
+    cli_env,
+    secrets_file,
+)
 from tests.acceptance.test_first_hour import LINK, ROOT, second_terminal, signs_in
 from tests.conftest import free_port
 from tests.timeouts import WAIT, scaled
@@ -197,3 +206,38 @@ def test_make_run_in_a_terminal_first_start_then_restart(tmp_path: Path) -> None
         assert "Traceback" not in again.stderr
     finally:
         again.stop()
+
+
+def test_without_a_terminal_the_first_start_writes_its_secrets_once_to_a_private_file(
+    tmp_path: Path, db_url: str
+) -> None:
+    """Both databases, stdout a pipe (a journal, a container log): no secret printed or
+    logged; one 0600 file in RUNBELL_DATA_DIR (created 0700 when missing, as on a
+    PostgreSQL host where nothing else lives there) holds working keys; a restart leaves
+    it as it was and prints no secret."""
+    data = tmp_path / "state" / "runbell"
+    env = {**cli_env(data, db_url)}
+    with Served(env, tmp_path, "first") as served:
+        printed = served.stdout + served.stderr
+        assert not KEY.search(printed) and not TOKEN.search(printed), printed
+        assert not LINK.search(printed), printed
+        path = secrets_file(served.stdout)
+        assert path.parent == data.resolve()
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        written = path.read_text()
+        assert written.count(WELCOME) == 1 and LINK.search(written)
+        runtime_key = KEY.findall(written.split("runtime key", 1)[1])[0]
+        made = httpx.put(
+            f"{served.url}/v1/runs/secrets-file-1",
+            json={"owner": "you@example.com"},
+            headers={"Authorization": f"Bearer {runtime_key}"},
+            timeout=WAIT,
+        )
+        assert made.status_code == 201, made.text
+        served.terminate()
+    with Served(env, tmp_path, "again") as again:
+        printed = again.stdout + again.stderr
+        assert WELCOME not in printed and not KEY.search(printed) and not LINK.search(printed)
+        again.terminate()
+    assert path.read_text() == written
+    assert [p.name for p in data.iterdir() if p.name.startswith("first-start")] == [path.name]
