@@ -13,12 +13,14 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runbell.config import Settings
 from runbell.crypto import SecretBox, load_or_create_key
 from runbell.flows.context import Runbell
 from runbell.store import kv
+from runbell.store.availability import StillUnavailable as StillUnavailable  # for the CLI
+from runbell.store.availability import wait_while_unavailable
 from runbell.store.db import Database
 from runbell.store.migrate import upgrade
 
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from runbell.store.wakeup import PgBridge
 
 Background = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+T = TypeVar("T")
 
 
 def utcnow() -> datetime:
@@ -40,11 +43,23 @@ def build(
     settings: Settings, *, clock: Callable[[], datetime] = utcnow, migrate: bool = True
 ) -> Runbell:
     db = open_database(settings, clock=clock, migrate=migrate)
-    key = settings.secret_key or load_or_create_key(settings.data_dir)
-    box = SecretBox(key)
-    if migrate:
-        check_secret_key(db, box)
+    try:
+        key = settings.secret_key or load_or_create_key(settings.data_dir)
+        box = SecretBox(key)
+        if migrate:
+            check_secret_key(db, box)
+    except BaseException:
+        db.dispose()  # a start that waits out an outage tries again with a new one
+        raise
     return Runbell(settings, db, box=box)
+
+
+def when_reachable(settings: Settings, start: Callable[[], T]) -> T:
+    """``start()`` (a process's start-up: open and migrate the database, first writes),
+    tried again with backoff while the database is unavailable, one ``database.waiting``
+    warning per failed attempt, for ``RUNBELL_DB_START_TIMEOUT_S``; then
+    :class:`StillUnavailable`. ``start`` disposes of what it opened when it fails."""
+    return wait_while_unavailable(start, timeout_s=settings.db_start_timeout_s)
 
 
 def prepare_data_dir(settings: Settings) -> None:
@@ -64,7 +79,11 @@ def open_database(
     )
     pooler_safe(db.engine, settings)
     if migrate:
-        upgrade(db.engine)
+        try:
+            upgrade(db.engine)
+        except BaseException:
+            db.dispose()
+            raise
     return db
 
 

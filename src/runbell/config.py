@@ -33,6 +33,13 @@ class Settings(BaseSettings):
         "wake-ups); default RUNBELL_DATABASE_URL. Set it to a direct (or session-pooled) URL "
         "when RUNBELL_DATABASE_URL goes through PgBouncer in transaction mode.",
     )
+    db_start_timeout_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="How long a starting process (serve, api, worker, migrate) waits for an "
+        "unreachable database, retrying with backoff and logging one line per attempt, "
+        "before it exits 1 with one line. 0: one attempt.",
+    )
     database_prepared_statements: bool = Field(
         default=True,
         description="Let psycopg prepare statements it runs often on the server. Turn off "

@@ -9,15 +9,33 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 import structlog
 
+#: ``drop(method_name, event_dict)``: True to leave a line out (see :func:`configure`).
+Drop = Callable[[str, MutableMapping[str, Any]], bool]
 
-def _processors(json: bool) -> list[structlog.types.Processor]:
+
+def _dropping(drop: Drop) -> structlog.types.Processor:
+    def processor(
+        _logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        if drop(method_name, event_dict):
+            raise structlog.DropEvent
+        return event_dict
+
+    return processor
+
+
+def _processors(json: bool, drop: Drop | None = None) -> list[structlog.types.Processor]:
     renderer: structlog.types.Processor
+    first: list[structlog.types.Processor] = [_dropping(drop)] if drop else []
     if json:
         renderer = structlog.processors.JSONRenderer()
         return [
+            *first,
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -28,6 +46,7 @@ def _processors(json: bool) -> list[structlog.types.Processor]:
         colors=False, exception_formatter=structlog.dev.plain_traceback
     )
     return [
+        *first,
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -35,7 +54,9 @@ def _processors(json: bool) -> list[structlog.types.Processor]:
     ]
 
 
-def configure(*, json: bool = False, level: str = "INFO") -> None:
+def configure(*, json: bool = False, level: str = "INFO", drop: Drop | None = None) -> None:
+    """Log to stderr at ``level``; ``drop`` leaves out lines a reader does not need (``runbell
+    serve --demo`` drops the per-item INFO lines that would bury its first-start text)."""
     logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     # Their DEBUG lines carry request paths: push endpoints and chat URLs are capabilities.
@@ -52,7 +73,7 @@ def configure(*, json: bool = False, level: str = "INFO") -> None:
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     structlog.configure(
-        processors=_processors(json),
+        processors=_processors(json, drop),
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,

@@ -8,6 +8,7 @@ import shlex
 import shutil
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -33,6 +34,16 @@ KEY = re.compile(r"\brbk_[A-Za-z0-9_-]{20,}")
 TOKEN = re.compile(r"\brbu_[A-Za-z0-9_-]{20,}")
 TENANT = re.compile(r"\bten_[0-9a-z]{26}\b")
 WELCOME = "Runbell is set up"
+SECRETS_NOTE = re.compile(r"are in (/\S+), readable only by this user")
+
+
+def secrets_file(stdout: str) -> Path:
+    """The private file a first start whose stdout is no terminal names instead of
+    printing its secrets (0600: only this user may read it)."""
+    [named] = SECRETS_NOTE.findall(stdout)
+    path = Path(named)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600, oct(path.stat().st_mode)
+    return path
 
 
 def cli_env(data_dir: Path, database_url: str | None = None) -> dict[str, str]:
@@ -355,13 +366,25 @@ def printed_curls(block: str) -> list[dict[str, Any]]:
     return commands
 
 
-def test_serve_first_start_prints_working_credentials_once(tmp_path: Path) -> None:
-    """First `serve` prints working credentials and curl examples once; a restart does not."""
+def test_serve_first_start_writes_working_credentials_once_to_a_private_file(
+    tmp_path: Path,
+) -> None:
+    """First `serve` with stdout a pipe (a service journal, a container log): no secret on
+    stdout or in the log; they are written once, with working curl examples, to a 0600
+    file in the data directory whose path is printed. A restart prints no secret and
+    leaves the file as it was."""
     data = tmp_path / "data"
     env = cli_env(data)
     with Served(env, tmp_path, "first") as served:
-        block = served.stdout
+        printed = served.stdout + served.stderr
+        assert printed.count(WELCOME) == 1
+        assert not KEY.search(printed) and not TOKEN.search(printed), printed
+        assert "/auth/rbl_" not in printed, printed
+        path = secrets_file(served.stdout)
+        assert path.parent == data.resolve()
+        block = path.read_text()
         assert block.count(WELCOME) == 1
+        assert f"{served.url}/auth/rbl_" in block
         assert TENANT.search(block)
         keys = KEY.findall(block)
         assert len(set(keys)) == 2, block
@@ -410,14 +433,18 @@ def test_serve_first_start_prints_working_credentials_once(tmp_path: Path) -> No
         output = again.stdout
         assert WELCOME not in output
         assert not KEY.search(output) and not TOKEN.search(output), "no secret printed again"
+        assert "/auth/rbl_" not in output  # a fresh sign-in link goes to a terminal only
         assert "listening" in output
+    assert path.read_text() == block  # written once
+    assert sorted(p.name for p in data.glob("first-start*")) == [path.name]
 
 
 def test_serve_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     """SIGTERM ends `serve` with status 0, its SQLite file self-contained (WAL checkpointed)."""
     data = tmp_path / "data"
     with Served(cli_env(data), tmp_path, "serve") as served:
-        runtime_key = KEY.findall(served.stdout.split("runtime key", 1)[1])[0]
+        written = secrets_file(served.stdout).read_text()
+        runtime_key = KEY.findall(written.split("runtime key", 1)[1])[0]
         r = httpx.put(
             f"{served.url}/v1/runs/kept-1",
             json={"owner": "you@example.com"},

@@ -32,6 +32,7 @@ from tests.acceptance.test_cli import (
     ok,
     refused,
     run_cli,
+    secrets_file,
     settings_for,
 )
 from tests.conftest import bearer, free_port
@@ -114,45 +115,48 @@ def json_documents(text: str) -> list[Any]:
 def test_every_command_the_start_prints_works_pasted_into_a_second_terminal(
     tmp_path: Path,
 ) -> None:
-    """`make run PORT=…` as a newcomer runs it: the printed sign-in link, the "another link
-    later" commands and the curl block all work pasted into a second shell in the
-    checkout, and point at the port really served; a restart on another port prints
-    commands whose links follow it. No line is folded, even in a narrow terminal."""
+    """`make run PORT=…` with its output piped (not a terminal): the sign-in link, the
+    "another link later" commands and the curl block written to the first start's private
+    file, and the commands printed, all work pasted into a second shell in the checkout,
+    and point at the port really served; a restart on another port prints commands whose
+    links follow it, and no demo promise. No line is folded, even in a narrow terminal."""
     shell = second_terminal()
     # A data dir of its own (so the printed commands must name it) and no secret key
     # in the environment, as after a plain `make run`; a 60-column terminal.
     server_env = {**shell, "RUNBELL_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "60"}
     server_env["PYTHONUNBUFFERED"] = "1"
     with Served(server_env, tmp_path, "first", "--demo", cwd=ROOT) as served:
-        assert served.port != 8080
         banner = served.stdout
         assert banner.count(WELCOME) == 1
+        written = secrets_file(banner).read_text()
 
         # Nothing folded at 60 columns: whole sentences, whole commands, no wrap residue.
         lines = banner.splitlines()
-        assert not [line for line in lines if line.endswith(" ")], banner
+        assert not [line for line in lines + written.splitlines() if line.endswith(" ")]
         assert (
             "Demo: a run will ask for your approval in a few seconds. Sign in with the "
-            "sign-in link, then open the inbox." in lines
+            "sign-in link in the file named below, then open the inbox." in lines
         ), banner
         assert any(line.startswith("Runbell listening on ") and "Ctrl-C" in line for line in lines)
 
-        # The sign-in link printed once.
-        [(base, token)] = LINK.findall(banner)
+        # The sign-in link written once, never printed.
+        assert not LINK.findall(banner)
+        [(base, token)] = LINK.findall(written)
         assert base == served.url
         signs_in(f"{base}/auth/{token}")
 
-        # Another link later, from a second terminal.
-        later = block_after(banner, "Another sign-in link later")
+        # Another link later, from a second terminal: in the file and printed.
+        later = block_after(written, "Another sign-in link later")
+        assert later == block_after(banner, "A new browser sign-in link")
         if Path(RUNBELL).resolve() == (ROOT / ".venv" / "bin" / "runbell").resolve():
             assert any(c.endswith("make login-link") for c in later), later
             assert any(".venv/bin/runbell user login-link" in c for c in later), later
         assert all(str(tmp_path / "data") in c for c in later), later
         pasted_links(later, shell, served.url)
 
-        # The curl block, pasted as printed.
-        start = banner.index("  export RB=")
-        curls = banner[start : banner.index("\n\n", start)]
+        # The curl block, pasted as written.
+        start = written.index("  export RB=")
+        curls = written[start : written.index("\n\n", start)]
         res = paste(curls, shell)
         assert res.returncode == 0, res.stderr
         put, signal, inbox, feed = json_documents(res.stdout)
@@ -172,6 +176,7 @@ def test_every_command_the_start_prints_works_pasted_into_a_second_terminal(
     with again:
         later = block_after(again.stdout, "A new browser sign-in link")
         assert later and WELCOME not in again.stdout
+        assert "will ask for your approval" not in again.stdout, again.stdout  # no promise
         pasted_links(later, shell, again.url)
         again.terminate()
 

@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
+from runbell.store.availability import StillUnavailable, wait_while_unavailable
 from runbell.store.db import RETRY_AFTER_S, Availability, unavailable_reason
 
 
@@ -43,6 +44,19 @@ def wrapped(
         (wrapped(psycopg.errors.CrashShutdown("crash")), "unreachable"),
         (wrapped(psycopg.errors.TooManyConnections("too many clients")), "unreachable"),
         (wrapped(psycopg.errors.ConnectionFailure("connection failure")), "unreachable"),
+        # PostgreSQL refusing a connection for good (libpq gives no SQLSTATE): not an outage
+        (
+            wrapped(psycopg.OperationalError('failed: FATAL:  database "rb" does not exist')),
+            None,
+        ),
+        (
+            wrapped(psycopg.OperationalError("FATAL:  password authentication failed for user")),
+            None,
+        ),
+        (
+            wrapped(psycopg.OperationalError('FATAL:  no pg_hba.conf entry for host "10.0.0.9"')),
+            None,
+        ),
         # SQLAlchemy saw a disconnect and invalidated the connection, whatever the class
         (
             wrapped(
@@ -108,3 +122,46 @@ def test_a_busy_sqlite_is_back_only_when_a_write_goes_through() -> None:
         availability.succeeded(time.monotonic(), write=True)
     assert not availability.down
     assert [e["event"] for e in logs] == ["database.unavailable", "database.recovered"]
+
+
+def test_a_start_waits_out_an_outage_with_one_warning_per_failed_attempt() -> None:
+    """Two refused connections, then the start goes through: two ``database.waiting``
+    warnings numbered 1 and 2, with growing pauses; the start's result is returned."""
+    refused = wrapped(psycopg.OperationalError("connection failed: Connection refused"))
+    tries: list[int] = []
+    pauses: list[float] = []
+
+    def start() -> str:
+        tries.append(1)
+        if len(tries) < 3:
+            raise refused
+        return "up"
+
+    with capture_logs() as logs:
+        assert wait_while_unavailable(start, timeout_s=600, sleep=pauses.append) == "up"
+    waiting = [e for e in logs if e["event"] == "database.waiting"]
+    assert [e["attempt"] for e in waiting] == [1, 2]
+    assert {e["reason"] for e in waiting} == {"unreachable"}
+    assert pauses[0] < pauses[1]
+
+
+def test_a_start_gives_up_after_its_bound_and_never_waits_for_a_bug() -> None:
+    refused = wrapped(psycopg.OperationalError("connection failed: Connection refused"))
+
+    def down() -> None:
+        raise refused
+
+    with pytest.raises(StillUnavailable) as gave_up:
+        wait_while_unavailable(down, timeout_s=0, sleep=lambda _: None)
+    assert (gave_up.value.reason, gave_up.value.attempts) == ("unreachable", 1)
+
+    calls: list[int] = []
+    missing = wrapped(psycopg.OperationalError('FATAL:  database "rb" does not exist'))
+
+    def broken() -> None:
+        calls.append(1)
+        raise missing
+
+    with pytest.raises(sa.exc.OperationalError):
+        wait_while_unavailable(broken, timeout_s=600, sleep=lambda _: None)
+    assert calls == [1]  # waiting would not make the database exist

@@ -4,7 +4,8 @@ request ends a command."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -57,6 +58,38 @@ def core(given: Settings | None = None, migrate: bool = True) -> Any:
     given = given or settings()
     data_dir(given)
     return build(given, migrate=migrate)
+
+
+T = TypeVar("T")
+
+
+def when_reachable(settings: Settings, start: Callable[[], T]) -> T:
+    """A process's start-up (``start``: open and migrate the database, first writes),
+    waiting while the database is unreachable: tried again with backoff, one
+    ``database.waiting`` log line per attempt, for RUNBELL_DB_START_TIMEOUT_S seconds.
+    Then, or when the database refuses us for good (a wrong password, no such database),
+    exit 1 with one line naming the cause, never a traceback."""
+    import sqlalchemy as sa
+
+    from runbell.app import StillUnavailable
+    from runbell.app import when_reachable as waiting
+
+    try:
+        return waiting(settings, start)
+    except StillUnavailable as exc:
+        line = (
+            f"runbell: the database is unavailable ({exc.reason}: {exc.detail}); gave up "
+            f"after {exc.attempts} attempt(s) in {exc.waited_s:.0f} s "
+            f"(RUNBELL_DB_START_TIMEOUT_S={settings.db_start_timeout_s:g})."
+        )
+    except sa.exc.OperationalError as exc:
+        text = str(exc.orig).strip().splitlines() or [type(exc.orig).__name__]
+        line = f"runbell: cannot use the database: {text[0][:300]}"
+    except KeyboardInterrupt:  # Ctrl-C while waiting: stopped, not crashed
+        err.print("runbell: stopped before the database answered", markup=False)
+        raise typer.Exit(130) from None
+    err.print(line, markup=False, highlight=False)
+    raise typer.Exit(1) from None
 
 
 def fail(exc: RunbellError) -> NoReturn:

@@ -1,5 +1,6 @@
-"""The first start's text: the secrets the first start made, printed once, and commands
-that work pasted into a second terminal (a new sign-in link for the same database)."""
+"""The first start's text: the secrets the first start made, shown once (printed to a
+terminal, else written to a private file whose path is printed), and commands that work
+pasted into a second terminal (a new sign-in link for the same database)."""
 
 from __future__ import annotations
 
@@ -52,8 +53,56 @@ Open Runbell in your browser (this sign-in link works once, for 15 minutes):
   curl -sS $RB/v1/notifications -H "Authorization: Bearer $ME"
   curl -sS "$RB/v1/events?after=earliest" -H "Authorization: Bearer $RUNTIME"
 
-API reference: {base_url}/docs   ·   docs/api.md
+API reference (served by this server): {base_url}/docs
 """
+
+
+#: The first start's secrets go here, in the data directory, when stdout is no terminal.
+SECRETS_FILE = "first-start-secrets.txt"
+
+
+def write_secrets(data_dir: Path, first: FirstRun, text: str, at: str) -> Path:
+    """Write the first start's ``text`` once to a new file in ``data_dir`` that only this
+    user can read (0600; the directory is created 0700 if missing, as on PostgreSQL);
+    its absolute path. An existing file is never overwritten (one from an earlier
+    database gets a sibling named after the new tenant)."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    header = (
+        f"Written once by Runbell's first start on this database ({at}), instead of to "
+        "stdout,\nwhich was not a terminal (a service journal or a container log keeps "
+        "what it prints).\nOnly this user can read it. Store the secrets somewhere safe, "
+        "then delete this file.\n"
+    )
+    for name in (SECRETS_FILE, f"first-start-secrets-{first.tenant_id}.txt"):
+        path = (data_dir / name).absolute()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(header + text)
+        return path
+    raise FileExistsError(f"{data_dir / SECRETS_FILE} (and its sibling) already exist")
+
+
+def secrets_file_note(path: Path) -> str:
+    """What stdout says instead of the secrets."""
+    return (
+        "Runbell is set up. Its first secrets (admin key, runtime key, user token and a "
+        f"one-time sign-in link) are in {path}, readable only by this user: store them, "
+        "then delete the file. (They are printed only when stdout is a terminal.)"
+    )
+
+
+def sign_in_text(link: str, login_commands: Sequence[str]) -> str:
+    """A restart's sign-in link (stdout is a terminal), and how to get another later."""
+    later = "".join(f"  {command}\n" for command in login_commands)
+    return (
+        "Sign in to Runbell in your browser (this link works once, for 15 minutes):\n\n"
+        f"  {link}\n\n"
+        "Another sign-in link later, from a second terminal in this directory:\n\n"
+        f"{later}"
+    )
 
 
 def this_command() -> str:

@@ -4,7 +4,8 @@ An outage (PostgreSQL restarting, the network gone, SQLite locked beyond its bus
 is a state of the database, not a bug of the request: :func:`unavailable_reason` tells such
 errors apart, and :class:`Availability` logs one warning when one starts and one when it
 ends, instead of a traceback per failed request, delivery claim or sweep. The HTTP layer
-answers them 503 with ``Retry-After``.
+answers them 503 with ``Retry-After``. A process that *starts* during an outage waits it
+out with :func:`wait_while_unavailable` (bounded by ``RUNBELL_DB_START_TIMEOUT_S``).
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ import contextlib
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import sqlalchemy as sa
 import structlog
+
+T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
 
@@ -23,6 +28,14 @@ log = structlog.get_logger(__name__)
 # class 08 connection exceptions, plus shutdown / start-up / too many connections.
 _UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 _SQLITE_BUSY = ("database is locked", "database table is locked", "database is busy")
+# A connection the server refused for good (libpq reports these without a SQLSTATE): no
+# such database or role, a wrong password, not allowed by pg_hba.conf. Waiting fixes none.
+_REFUSED_FOR_GOOD = (
+    "does not exist",
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "permission denied",
+)
 
 #: Seconds a client should wait before retrying, per reason (the ``Retry-After`` header).
 RETRY_AFTER_S = {"busy": 1, "pool_timeout": 2, "unreachable": 5}
@@ -51,7 +64,10 @@ def unavailable_reason(exc: BaseException) -> str | None:
         message = str(orig).lower()
         return "busy" if any(m in message for m in _SQLITE_BUSY) else None
     sqlstate = getattr(orig, "sqlstate", None)
-    # No SQLSTATE: the client library failed to connect or lost the socket (psycopg).
+    # No SQLSTATE: the client library failed to connect or lost the socket (psycopg),
+    # unless the server answered that it never will let us in.
+    if sqlstate is None and any(m in str(orig) for m in _REFUSED_FOR_GOOD):
+        return None
     if sqlstate is None or sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES:
         return "unreachable"
     return None
@@ -123,3 +139,55 @@ class Availability:
             failures = self._failures
             self._down_since, self._failures = None, 0
         log.warning("database.recovered", down_for_s=round(down_for, 1), failed_operations=failures)
+
+
+class StillUnavailable(Exception):
+    """The database stayed unavailable for the whole start-up bound."""
+
+    def __init__(self, reason: str, detail: str, attempts: int, waited_s: float) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+        self.attempts, self.waited_s = attempts, waited_s
+
+
+#: Seconds between start-up attempts: doubling from the first, never more than the last.
+START_BACKOFF_S = (0.5, 5.0)
+
+
+def wait_while_unavailable(
+    start: Callable[[], T],
+    *,
+    timeout_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``start()`` (open the database, migrate, first writes), tried again with backoff
+    while it fails because the database is unavailable (:func:`unavailable_reason`), for
+    at most ``timeout_s`` seconds; then :class:`StillUnavailable`. One ``database.waiting``
+    warning per failed attempt; any other error (a wrong password, a bug) is raised at
+    once: waiting would not fix it. ``start`` must clean up after itself when it fails."""
+    began = time.monotonic()
+    delay, longest = START_BACKOFF_S
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return start()
+        except Exception as exc:
+            reason = unavailable_reason(exc)
+            if reason is None:
+                raise
+            waited = time.monotonic() - began
+            left = timeout_s - waited
+            if left <= 0:
+                raise StillUnavailable(reason, _first_line(exc), attempt, waited) from exc
+            pause = min(delay, left)
+            log.warning(
+                "database.waiting",
+                attempt=attempt,
+                reason=reason,
+                detail=_first_line(exc),
+                retry_in_s=round(pause, 1),
+                gives_up_in_s=round(left, 1),
+            )
+            sleep(pause)
+            delay = min(delay * 2, longest)

@@ -19,9 +19,20 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+#: The PostgreSQL advisory lock every upgrade holds for its transaction (any constant will
+#: do; this one spells "runbell" in ASCII, truncated to 63 bits).
+MIGRATION_LOCK = 0x72756E62656C6C
+
+
 def upgrade(engine: Engine) -> None:
+    """Upgrade to the newest revision in one transaction. On PostgreSQL, processes that
+    start together (an API and a worker brought up at once, or waiting out the same
+    outage) take turns: the first migrates, the others then find the schema current
+    (without the lock, two first migrations race to create the same tables)."""
     cfg = alembic_config(str(engine.url))
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
