@@ -12,6 +12,7 @@ from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, Strict
+from runbell.domain import limits as L
 from runbell.flows import cancel
 
 router = APIRouter(tags=["runs"])
@@ -21,7 +22,7 @@ RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen r
 class CancelIn(Strict):
     reason: str | None = Field(
         default=None,
-        max_length=500,
+        max_length=L.REASON,
         description="PUBLIC: why, shown on the run and sent to the runtime, the feed and "
         "tenant webhooks (kept as one safe line of at most 200 characters)",
     )
