@@ -76,7 +76,9 @@ class RunPut(Strict):
         default=None, max_length=L.EMAIL, description="user id (usr_…) or email of a member"
     )
     title: str | None = Field(default=None, max_length=L.TITLE)
-    kind: str | None = Field(default=None, max_length=L.KIND, description="driver: coding, browser…")
+    kind: str | None = Field(
+        default=None, max_length=L.KIND, description="driver: coding, browser…"
+    )
     subject: Subject | None = None
     objective: str | None = Field(default=None, max_length=L.OBJECTIVE)
     authority: Authority | None = None
@@ -209,7 +211,10 @@ class McpTasksReaderConfig(Strict):
     type: Literal["mcp_tasks"]
     url: str = Field(min_length=8, max_length=L.URL, description="the streamable HTTP endpoint")
     bearer: str | None = Field(
-        default=None, min_length=1, max_length=L.READER_BEARER, description="sealed, shown only as ***"
+        default=None,
+        min_length=1,
+        max_length=L.READER_BEARER,
+        description="sealed, shown only as ***",
     )
     task_id_template: str = Field(
         default="{run_id}",
@@ -282,7 +287,9 @@ class InputRequestIn(Strict):
 class ResponseIn(Strict):
     decision: Literal["approve", "reject", "answer"]
     value: str | None = Field(
-        default=None, max_length=L.ANSWER_VALUE, description="choice: an option id; text: the answer"
+        default=None,
+        max_length=L.ANSWER_VALUE,
+        description="choice: an option id; text: the answer",
     )
     expected_run_version: StrictInt = Field(ge=1)
     expected_request_version: StrictInt = Field(ge=1)

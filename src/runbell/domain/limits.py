@@ -11,7 +11,7 @@ string column of every table on PostgreSQL against a map of what each column sto
 The character rule: text the databases cannot store is refused before anything is written
 (422 naming the field), identically on SQLite and PostgreSQL. PostgreSQL's ``text`` and
 ``jsonb`` cannot hold U+0000 (NUL); no database (and no UTF-8 response) can hold a lone
-UTF-16 surrogate (U+D800–U+DFFF). :data:`STORABLE_PATTERN` is the rule as the OpenAPI
+UTF-16 surrogate (U+D800-U+DFFF). :data:`STORABLE_PATTERN` is the rule as the OpenAPI
 document states it (only NUL: a JSON document cannot carry a lone surrogate as valid
 UTF-8, and a non-Unicode-mode regular expression would misread surrogate pairs).
 """

@@ -334,7 +334,9 @@ deliveries = sa.Table(
     sa.Column("status", sa.String(20), nullable=False),
     sa.Column("run_id", sa.String(limits.RUN_ID), nullable=True),
     sa.Column("event_type", sa.String(limits.EVENT_TYPE), nullable=True),
-    sa.Column("event_key", sa.String(limits.EVENT_KEY), nullable=True),  # one webhook message per event
+    sa.Column(
+        "event_key", sa.String(limits.EVENT_KEY), nullable=True
+    ),  # one webhook message per event
     sa.Column("payload", JSON, nullable=True),  # the webhook message body, fixed at creation
     sa.Column("urgency", sa.String(20), nullable=True),
     sa.Column("attempt_count", sa.Integer, nullable=False, server_default="0"),
@@ -454,7 +456,9 @@ chat_destinations = sa.Table(
     _tenant(),
     sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=True),  # NULL: tenant-wide
     sa.Column("url_sealed", sa.Text, nullable=False),  # Apprise URLs carry tokens
-    sa.Column("url_hint", sa.String(limits.CHAT_URL_HINT), nullable=False),  # scheme and host, for display
+    sa.Column(
+        "url_hint", sa.String(limits.CHAT_URL_HINT), nullable=False
+    ),  # scheme and host, for display
     sa.Column("label", sa.String(limits.CHAT_LABEL), nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
 )
@@ -780,9 +784,13 @@ operations = sa.Table(
     sa.Column("target_type", sa.String(limits.TARGET_TYPE), nullable=False),
     sa.Column("target_id", sa.String(limits.TARGET_ID), nullable=False),
     sa.Column("target_version", sa.String(limits.TARGET_VERSION), nullable=True),
-    sa.Column("intent", sa.String(limits.PUBLIC_LINE), nullable=False),  # public: one short safe line
+    sa.Column(
+        "intent", sa.String(limits.PUBLIC_LINE), nullable=False
+    ),  # public: one short safe line
     sa.Column("details", JSON, nullable=True),
-    sa.Column("idempotency_key", sa.String(limits.IDEMPOTENCY_KEY), nullable=True),  # the destination's
+    sa.Column(
+        "idempotency_key", sa.String(limits.IDEMPOTENCY_KEY), nullable=True
+    ),  # the destination's
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("epoch", sa.Integer, nullable=True),
     sa.Column("evidence", JSON, nullable=True),  # the latest move's

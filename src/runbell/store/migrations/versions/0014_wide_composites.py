@@ -37,7 +37,7 @@ def downgrade() -> None:
     for table, column, old, _new in _WIDENED:
         op.execute(
             sa.text(
-                f"UPDATE {table} SET {column} = substr({column}, 1, {old}) "
+                f"UPDATE {table} SET {column} = substr({column}, 1, {old}) "  # noqa: S608 (constants)
                 f"WHERE length({column}) > {old}"
             )
         )
@@ -49,9 +49,7 @@ def _alter(*, widen: bool) -> None:
     for table, column, old, new in _WIDENED:
         before, after = (old, new) if widen else (new, old)
         if bind.dialect.name != "sqlite":
-            op.alter_column(
-                table, column, existing_type=sa.String(before), type_=sa.String(after)
-            )
+            op.alter_column(table, column, existing_type=sa.String(before), type_=sa.String(after))
             continue
         # SQLite ignores varchar widths, so only the declared type changes (the same TEXT
         # affinity: nothing on disk changes). A batch rebuild would DROP the table, which
