@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from runbell.domain.errors import ReaderError, UnsafeDestination, ValidationFailed
+from runbell.domain.errors import ReaderError, ValidationFailed
 from runbell.ingress.readers import HttpJsonReader, Observed
 
 __all__ = ["DEFAULT_BASE_URL", "RESPONSE_STATES", "OpenAIResponsesReader"]
@@ -98,13 +98,9 @@ class OpenAIResponsesReader:
                 headers=headers,
                 timeout=timeout,
             )
-        except UnsafeDestination as exc:
-            # The template is ours; a fault in it is a fault in base_url.
-            if exc.extra.get("field") == "url_template":
-                exc.extra["field"] = "base_url"
-            raise
         except ValidationFailed as exc:
             field = exc.extra.get("field")
+            # The template is ours; a fault in it is a fault in base_url.
             raise ValidationFailed(
                 exc.detail.replace("url_template", "base_url"),
                 field="base_url" if field == "url_template" else field,

@@ -29,7 +29,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from runbell.domain.errors import ReaderError, RunbellError, ValidationFailed
+from runbell.domain.errors import ReaderError, RunbellError, UnsafeDestination, ValidationFailed
 from runbell.domain.runs import MAX_SEQUENCE
 from runbell.domain.ssrf import parse_url
 from runbell.ingress.mappers import RUN_STATES
@@ -324,6 +324,15 @@ def _dig(document: Any, path: tuple[str, ...]) -> Any:
     return current
 
 
+def parsed_url(url: str, field: str) -> None:
+    """The shared parse step (``domain.ssrf.parse_url``) for a reader's URL: a failure is
+    a configuration error naming ``field`` (its ``rule`` kept)."""
+    try:
+        parse_url(url, field=field)
+    except UnsafeDestination as exc:
+        raise ValidationFailed(exc.detail, field=field, rule=exc.extra.get("rule")) from exc
+
+
 def _check_url_template(url_template: str) -> str:
     if not isinstance(url_template, str) or _RUN_ID_PLACEHOLDER not in url_template:
         raise ValidationFailed("url_template must contain {run_id}", field="url_template")
@@ -345,7 +354,7 @@ def _check_url_template(url_template: str) -> str:
     # The shared parse step (domain.ssrf): whatever the SSRF guard and the HTTP client
     # would fail to read (invalid IDNA, bad labels or ports) is refused here, naming
     # the field, not later as a 500 from the client's lazy host decoding.
-    parse_url(url_template.replace(_RUN_ID_PLACEHOLDER, "probe"), field="url_template")
+    parsed_url(url_template.replace(_RUN_ID_PLACEHOLDER, "probe"), "url_template")
     try:
         probe = httpx.URL(url_template.replace(_RUN_ID_PLACEHOLDER, "probe"))
         other = httpx.URL(url_template.replace(_RUN_ID_PLACEHOLDER, "other"))
