@@ -204,6 +204,13 @@ CASES: dict[str, Case] = {
         json={"type": "x"},
         headers={"webhook-id": f"msg{NUL}"},
     ),
+    "X-Runbell-Owner of /mcp": Case(
+        "POST",
+        "/mcp",
+        "x-runbell-owner",
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        headers={"X-Runbell-Owner": f"me{NUL}@example.com", "Accept": "application/json"},
+    ),
     # --- provider webhook payload -------------------------------------------------------
     "provider webhook payload": Case(
         "POST",
@@ -214,7 +221,7 @@ CASES: dict[str, Case] = {
     ),
     # --- web forms ----------------------------------------------------------------------
     "web amendment form": Case(
-        "POST", f"/runs/nul-run/amendments", "text", who="browser", form={"text": f"a{NUL}b"}
+        "POST", "/runs/nul-run/amendments", "text", who="browser", form={"text": f"a{NUL}b"}
     ),
     "web settings form": Case(
         "POST", "/settings", "quiet_start_0", who="browser", form={"quiet_start_0": NUL}

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from runbell.api.problems import problem
+from runbell.domain.limits import unstorable
 from runbell.flows import accounts
 from runbell.flows.context import Runbell
 from runbell.mcp.backend import Backend
@@ -82,6 +83,13 @@ class McpMount:
             await refusal(scope, receive, send)
             return
         owner = headers.get("x-runbell-owner", "").strip() or None
+        why = unstorable(owner or "")
+        if why is not None:  # the character rule (domain.limits), as api.limits applies it
+            detail = f"the header 'x-runbell-owner' {why}"
+            await problem(422, "Invalid request", detail, "validation", field="x-runbell-owner")(
+                scope, receive, send
+            )
+            return
         reset = _caller.set(LocalBackend(self.rb, who, owner))
         try:
             await self.inner(scope, receive, send)
