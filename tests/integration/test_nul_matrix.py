@@ -10,6 +10,7 @@ asserts the 422 problem, the field it names, and that no table gained or lost a 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.api.schemas import InputRequestIn, OperationIn, RunPut, SignalIn
+from runbell.domain import limits as L
 from runbell.flows.context import Runbell
 from runbell.store.tables import metadata
 from runbell.testing import TenantCreds
@@ -178,7 +180,7 @@ CASES: dict[str, Case] = {
         json={"state": "sent", "evidence": {"receipt": NUL}},
     ),
     # --- query and path parameters ------------------------------------------------------
-    "runs cursor": Case("GET", "/v1/runs", "cursor", params={"cursor": NUL}),
+    "runs after": Case("GET", "/v1/runs", "after", params={"after": NUL}),
     "notifications cursor": Case(
         "GET", "/v1/notifications", "cursor", who="owner", params={"cursor": f"a{NUL}"}
     ),
@@ -328,3 +330,30 @@ def test_the_models_refuse_it_for_every_face(model: Any, body: Any, where: str) 
         with pytest.raises(ValidationError) as caught:
             model.model_validate(body, strict=strict)
         assert f"{where}: " in str(caught.value) and "U+0000" in str(caught.value)
+
+
+def test_the_openapi_document_states_the_rule_and_the_lengths(client: TestClient) -> None:
+    """Schema-driven clients and testers see the rule: free-text strings carry the
+    pattern forbidding U+0000, map keys the same ``propertyNames`` pattern, free-form
+    objects the recursive ``JsonObject``; and every ``maxLength`` is the constant the
+    column width comes from (``domain.limits``)."""
+    doc = client.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    title = schemas["RunPut"]["properties"]["title"]["anyOf"][0]
+    assert title == {"type": "string", "maxLength": L.TITLE, "pattern": L.STORABLE_PATTERN}
+    version = schemas["Subject"]["properties"]["version"]["anyOf"]
+    assert {"type": "string", "maxLength": L.SUBJECT_VERSION, "pattern": L.STORABLE_PATTERN} in (
+        version
+    )
+    metadata = schemas["RunPut"]["properties"]["metadata"]["anyOf"][0]
+    assert metadata == {"allOf": [{"$ref": "#/components/schemas/JsonObject"}]}
+    assert schemas["JsonObject"]["propertyNames"] == {"pattern": L.STORABLE_PATTERN}
+    assert {"type": "string", "pattern": L.STORABLE_PATTERN} in schemas["JsonValue"]["anyOf"]
+    counts = schemas["ProgressIn"]["properties"]["counts"]["anyOf"][0]
+    assert counts["propertyNames"]["pattern"] == L.STORABLE_PATTERN
+    cursor = next(p for p in doc["paths"]["/v1/runs"]["get"]["parameters"] if p["name"] == "after")
+    assert cursor["schema"]["anyOf"][0]["pattern"] == L.STORABLE_PATTERN
+    # The pattern means what the server does, in the regular-expression dialect of
+    # JSON Schema validators (Python's re here, as schemathesis uses).
+    assert re.fullmatch(L.STORABLE_PATTERN, "ok \U0001f600") is not None
+    assert re.fullmatch(L.STORABLE_PATTERN, f"a{NUL}b") is None
