@@ -197,7 +197,7 @@ def create_app(
     from fastapi import Depends, FastAPI
 
     from runbell import __version__, api, web
-    from runbell.api.limits import reject_lone_surrogates
+    from runbell.api.limits import reject_unstorable
     from runbell.api.responses import JSON
     from runbell.mcp.http import McpMount
     from runbell.store.wakeup import start_bridge
@@ -219,7 +219,7 @@ def create_app(
                 pg.stop()
 
     app = FastAPI(
-        dependencies=[Depends(reject_lone_surrogates)],
+        dependencies=[Depends(reject_unstorable)],
         default_response_class=JSON,
         title="Runbell",
         version=__version__,

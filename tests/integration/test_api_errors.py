@@ -556,11 +556,12 @@ def test_lone_surrogates_are_refused_before_anything_is_written(
     client: TestClient, creds: TenantCreds
 ) -> None:
     """A lone UTF-16 surrogate would be stored and then break every read of the run:
-    it is a 422 naming the body, nothing is committed; a real emoji pair is fine."""
+    it is a 422 naming the field (issue 16: the nested field, not just "body"), nothing is
+    committed; a real emoji pair is fine."""
     rt = {**bearer(creds.runtime_key), "Content-Type": "application/json"}
     body = b'{"owner": "%s", "metadata": {"a": "\\ud800"}}' % creds.owner_email.encode()
     r = client.put("/v1/runs/sur-1", content=body, headers=rt)
-    assert_problem(r, 422, field="body")
+    assert_problem(r, 422, field="metadata.a")
     assert client.get("/v1/runs/sur-1", headers=bearer(creds.runtime_key)).status_code == 404
     assert client.get("/v1/runs", headers=bearer(creds.runtime_key)).status_code == 200
     ok = b'{"owner": "%s", "metadata": {"a": "\\ud83d\\ude00"}}' % creds.owner_email.encode()

@@ -1,9 +1,11 @@
-"""A request body cap, enforced before anything reads the body (→ 413 problem+json)."""
+"""A request body cap, enforced before anything reads the body (→ 413 problem+json), and
+the character rule, checked before anything reads a request (→ 422 naming the field)."""
 
 from __future__ import annotations
 
 import json
 import re
+from urllib.parse import parse_qsl
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -11,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runbell.api.responses import dumps
 from runbell.domain.errors import ValidationFailed
+from runbell.domain.limits import first_unstorable, unstorable
 
 
 class BodyTooLarge(HTTPException):
@@ -80,30 +83,58 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# A JSON escape of NUL or of a UTF-16 surrogate; a raw NUL or a form's %00.
+_SUSPECT_JSON = re.compile(rb"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
+_SUSPECT_FORM = re.compile(rb"%00|\x00")
+FORM = "application/x-www-form-urlencoded"
 
 
-async def reject_lone_surrogates(request: Request) -> None:
-    """Refuse JSON that decodes to a lone UTF-16 surrogate (``"\\ud800"``).
+async def reject_unstorable(request: Request) -> None:
+    """Refuse text the databases cannot store (``domain.limits``: U+0000, lone
+    surrogates) anywhere in a request, before anything reads it: path and query
+    parameters, headers, JSON bodies (values and nested keys), form posts.
 
-    Python accepts it, the database stores it, and then every response that includes
-    it fails to encode — a 500 on a write that already committed, and a read that stays
-    broken. Checked once per request, only when the raw body has such an escape.
+    PostgreSQL refuses NUL in ``text`` and ``jsonb`` (a 500 after part of the work ran)
+    where SQLite stores it; a lone surrogate stores, then every response that includes it
+    fails to encode. Either way the same request must get the same answer on both
+    databases: a 422 naming the field. Bodies are decoded only when their raw bytes hold
+    such an escape, so ordinary requests pay one regular-expression scan.
     """
+    for name, value in request.path_params.items():
+        _refuse_text(str(value), str(name), "path parameter")
+    for name, value in request.query_params.multi_items():
+        _refuse_text(name, name, "query parameter name")
+        _refuse_text(value, name, "query parameter")
+    for name, value in request.headers.items():
+        _refuse_text(value, name, "header")
     if request.method not in ("POST", "PUT", "PATCH"):
         return
     body = await request.body()  # cached: the route reads the same bytes
-    if not _SURROGATE_ESCAPE.search(body):
+    if request.headers.get("content-type", "").startswith(FORM):
+        if _SUSPECT_FORM.search(body):
+            text = body.decode("utf-8", "replace")
+            for name, value in parse_qsl(text, keep_blank_values=True, max_num_fields=500):
+                _refuse_text(name, name, "form field name")
+                _refuse_text(value, name, "form field")
+        return
+    if not _SUSPECT_JSON.search(body):
         return
     try:
         decoded = json.loads(body)
     except (ValueError, RecursionError):
         return  # not JSON: the route answers that itself
-    try:
-        json.dumps(decoded, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValidationFailed(
-            "the body contains a lone UTF-16 surrogate escape (\\ud800-\\udfff); "
-            "send valid Unicode text",
-            field="body",
-        ) from exc
+    found = first_unstorable(decoded)
+    if found is not None:
+        field, why = found
+        raise ValidationFailed(f"{field}: {why}; send valid Unicode text", field=field)
+
+
+def _refuse_text(text: str, field: str, where: str) -> None:
+    why = unstorable(text)
+    if why is not None:
+        raise ValidationFailed(f"the {where} {field!r} {why}", field=_printable(field))
+
+
+def _printable(name: str) -> str:
+    """A field name fit for a problem document (a bad name is shown escaped)."""
+    return repr(name)[1:-1] if unstorable(name) is not None else name

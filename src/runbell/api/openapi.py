@@ -16,6 +16,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from runbell.domain.limits import STORABLE_PATTERN
+
 PROBLEM_MEDIA = "application/problem+json"
 PROBLEM_REF = "#/components/schemas/Problem"
 
@@ -110,6 +112,7 @@ def install(app: FastAPI) -> None:
         )
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
         schemas["Problem"] = PROBLEM_SCHEMA
+        declare_storable(doc)
         for path_item in doc.get("paths", {}).values():
             for operation in path_item.values():
                 responses = operation.get("responses", {})
@@ -131,3 +134,82 @@ def _is_fastapi_422(response: dict[str, Any] | None) -> bool:
         return False
     schema = response.get("content", {}).get("application/json", {}).get("schema", {})
     return bool(schema.get("$ref", "").endswith("/HTTPValidationError"))
+
+
+# --- the character rule (runbell.domain.limits), stated ---------------------------------
+
+JSON_VALUE_REF = "#/components/schemas/JsonValue"
+JSON_OBJECT_REF = "#/components/schemas/JsonObject"
+_STORABLE_STRING: dict[str, Any] = {"type": "string", "pattern": STORABLE_PATTERN}
+JSON_SCHEMAS: dict[str, dict[str, Any]] = {
+    "JsonValue": {
+        "title": "JsonValue",
+        "description": "Any JSON value whose strings and keys hold no U+0000",
+        "anyOf": [
+            _STORABLE_STRING,
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "null"},
+            {"type": "array", "items": {"$ref": JSON_VALUE_REF}},
+            {"$ref": JSON_OBJECT_REF},
+        ],
+    },
+    "JsonObject": {
+        "title": "JsonObject",
+        "description": "A JSON object whose strings and keys, at every depth, hold no U+0000",
+        "type": "object",
+        "propertyNames": {"pattern": STORABLE_PATTERN},
+        "additionalProperties": {"$ref": JSON_VALUE_REF},
+    },
+}
+_NOT_FREE_TEXT = ("pattern", "enum", "const", "format", "contentEncoding")
+
+
+def declare_storable(doc: dict[str, Any]) -> None:
+    """State the character rule wherever the server enforces it (``api.limits``): every
+    free-text string gets the pattern forbidding U+0000, every map's keys the same
+    (``propertyNames``), and every free-form JSON object (``dict[str, Any]``) becomes
+    :data:`JSON_SCHEMAS` ``JsonObject``, recursive, so schema-driven clients and testers
+    see the rule instead of meeting an undeclared 422."""
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    for name, schema in schemas.items():
+        if name != "Problem":
+            _walk(schema)
+    for path_item in doc.get("paths", {}).values():
+        for operation in path_item.values():
+            if not isinstance(operation, dict):
+                continue
+            for parameter in operation.get("parameters", []):
+                if isinstance(parameter.get("schema"), dict):
+                    _walk(parameter["schema"])
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                if isinstance(media.get("schema"), dict):
+                    _walk(media["schema"])
+    schemas.update(JSON_SCHEMAS)
+
+
+def _walk(schema: dict[str, Any]) -> None:
+    kind = schema.get("type")
+    if kind == "string" and not any(k in schema for k in _NOT_FREE_TEXT):
+        schema["pattern"] = STORABLE_PATTERN
+    if kind == "object" and "properties" not in schema:
+        extra = schema.get("additionalProperties", True)
+        if extra is True or extra == {}:
+            # Free-form JSON: the recursive rule, keeping what the field says about itself.
+            kept = {k: v for k, v in schema.items() if k in ("title", "description", "default")}
+            schema.clear()
+            schema.update(kept, allOf=[{"$ref": JSON_OBJECT_REF}])
+            return
+        names = schema.setdefault("propertyNames", {})
+        names.setdefault("pattern", STORABLE_PATTERN)
+    for key in ("properties", "$defs", "definitions", "patternProperties"):
+        for sub in (schema.get(key) or {}).values():
+            if isinstance(sub, dict):
+                _walk(sub)
+    for key in ("items", "additionalProperties", "not", "propertyNames"):
+        if isinstance(schema.get(key), dict):
+            _walk(schema[key])
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        for sub in schema.get(key) or []:
+            if isinstance(sub, dict):
+                _walk(sub)

@@ -10,37 +10,77 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from runbell.domain import limits as L
 from runbell.domain.runs import MAX_SEQUENCE
 
-RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"
+RUN_ID_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._:@~-]{{0,{L.RUN_ID - 1}}}$"
 StateName = Literal[
     "queued", "working", "input_required", "stopping", "completed", "failed", "cancelled"
 ]
 
 
-class Strict(BaseModel):
+class Storable(BaseModel):
+    """Text the databases cannot store (U+0000, lone surrogates; ``domain.limits``) is
+    refused in every string of the body, nested keys and values included, before any
+    field is read: the same 422 on SQLite and PostgreSQL, for every face using the model."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        found = L.first_unstorable(data)
+        if found is not None:
+            raise PydanticCustomError(
+                "unstorable", "{field}: {why}", {"field": found[0], "why": found[1]}
+            )
+        return data
+
+
+class Strict(Storable):
     model_config = ConfigDict(extra="forbid")
 
 
+#: A version that may be a number or text: bounded so its text fits the columns that
+#: store it (``notifications.subject_version``, ``operations.target_version``).
+Version = (
+    Annotated[str, Field(max_length=L.SUBJECT_VERSION)]
+    | Annotated[int, Field(ge=-L.MAX_INT_VERSION, le=L.MAX_INT_VERSION)]
+)
+
+
 class Subject(Strict):
-    type: str = Field(min_length=1, max_length=100)
-    id: str = Field(min_length=1, max_length=200)
-    version: str | int | None = None
+    type: str = Field(min_length=1, max_length=L.SUBJECT_TYPE)
+    id: str = Field(min_length=1, max_length=L.SUBJECT_ID)
+    version: Version | None = None
 
 
 class Authority(Strict):
-    users: list[str] = Field(default_factory=list, max_length=100)
+    users: list[Annotated[str, Field(max_length=L.EMAIL)]] = Field(
+        default_factory=list, max_length=100
+    )
     roles: list[Literal["owner", "admin", "member"]] = Field(default_factory=list)
 
 
 class RunPut(Strict):
-    owner: str | None = Field(default=None, description="user id (usr_…) or email of a member")
-    title: str | None = Field(default=None, max_length=500)
-    kind: str | None = Field(default=None, max_length=100, description="driver: coding, browser…")
+    owner: str | None = Field(
+        default=None, max_length=L.EMAIL, description="user id (usr_…) or email of a member"
+    )
+    title: str | None = Field(default=None, max_length=L.TITLE)
+    kind: str | None = Field(
+        default=None, max_length=L.KIND, description="driver: coding, browser…"
+    )
     subject: Subject | None = None
-    objective: str | None = Field(default=None, max_length=10_000)
+    objective: str | None = Field(default=None, max_length=L.OBJECTIVE)
     authority: Authority | None = None
     notify_on_complete: StrictBool | None = None
     metadata: dict[str, Any] | None = None
@@ -56,10 +96,10 @@ class RunPut(Strict):
     )
 
 
-class RunError(BaseModel):
+class RunError(Storable):
     model_config = ConfigDict(extra="allow")
-    code: str | None = Field(default=None, max_length=200)
-    message: str | None = Field(default=None, max_length=2000)
+    code: str | None = Field(default=None, max_length=L.ERROR_CODE)
+    message: str | None = Field(default=None, max_length=L.ERROR_MESSAGE)
     retryable: StrictBool = False
     user_action_required: StrictBool = False
     data_inconsistent: StrictBool = False
@@ -67,12 +107,12 @@ class RunError(BaseModel):
 
 class Spend(Strict):
     amount: float = Field(ge=0)
-    currency: str = Field(min_length=1, max_length=8, description="e.g. USD, or 'tokens'")
+    currency: str = Field(min_length=1, max_length=L.CURRENCY, description="e.g. USD, or 'tokens'")
 
 
 class Link(Strict):
-    label: str = Field(min_length=1, max_length=200)
-    url: str = Field(min_length=1, max_length=2000)
+    label: str = Field(min_length=1, max_length=L.LINK_LABEL)
+    url: str = Field(min_length=1, max_length=L.URL)
 
 
 class Report(Strict):
@@ -80,19 +120,19 @@ class Report(Strict):
 
     iterations: StrictInt | None = Field(default=None, ge=0)
     spend: Spend | None = None
-    summary: str | None = Field(default=None, max_length=500)
-    trace_id: str | None = Field(default=None, max_length=200)
+    summary: str | None = Field(default=None, max_length=L.REPORT_SUMMARY)
+    trace_id: str | None = Field(default=None, max_length=L.TRACE_ID)
     links: list[Link] | None = Field(default=None, max_length=20)
 
 
 class SignalIn(Strict):
-    event_id: str = Field(min_length=1, max_length=200)
+    event_id: str = Field(min_length=1, max_length=L.EVENT_ID)
     state: StateName
     sequence: StrictInt | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
     at: datetime | None = None
     reason: str | None = Field(
         default=None,
-        max_length=500,
+        max_length=L.REASON,
         description="PUBLIC: shown in the inbox, the feed and every tenant webhook. Stored as "
         "one safe line of at most 200 characters (control characters removed, longer text "
         "cut with …). Put private diagnostics in error",
@@ -114,8 +154,14 @@ class SignalIn(Strict):
 
 
 class ProgressIn(Strict):
-    message: str | None = Field(default=None, max_length=500)
-    counts: dict[str, int | float | str] | None = Field(
+    message: str | None = Field(default=None, max_length=L.PROGRESS_MESSAGE)
+    counts: (
+        dict[
+            Annotated[str, Field(max_length=L.PROGRESS_KEY)],
+            int | float | Annotated[str, Field(max_length=L.PROGRESS_VALUE)],
+        ]
+        | None
+    ) = Field(
         default=None,
         description='say what is counted, e.g. {"done": 2, "total": 5, "unit": "files"}',
     )
@@ -126,11 +172,17 @@ class ReaderConfig(Strict):
     """``http_json``: a JSON status document per run."""
 
     type: Literal["http_json"]
-    url_template: str = Field(min_length=8, max_length=2000)
-    state_field: str = "state"
-    sequence_field: str | None = "sequence"
-    state_map: dict[str, str] = Field(default_factory=dict)
-    headers: dict[str, str] = Field(default_factory=dict)
+    url_template: str = Field(min_length=8, max_length=L.URL)
+    state_field: str = Field(default="state", max_length=L.READER_FIELD)
+    sequence_field: str | None = Field(default="sequence", max_length=L.READER_FIELD)
+    state_map: dict[
+        Annotated[str, Field(max_length=L.READER_FIELD)],
+        Annotated[str, Field(max_length=L.READER_FIELD)],
+    ] = Field(default_factory=dict)
+    headers: dict[
+        Annotated[str, Field(max_length=L.READER_HEADER_NAME)],
+        Annotated[str, Field(max_length=L.READER_HEADER_VALUE)],
+    ] = Field(default_factory=dict)
     timeout: float = Field(default=5.0, gt=0, le=30)
 
 
@@ -140,16 +192,16 @@ class OpenAIResponsesReaderConfig(Strict):
 
     type: Literal["openai_responses"]
     api_key: str = Field(
-        min_length=1, max_length=500, description="sealed at rest, shown only as ***"
+        min_length=1, max_length=L.READER_API_KEY, description="sealed at rest, shown only as ***"
     )
     base_url: str = Field(
         default="https://api.openai.com",
         min_length=8,
-        max_length=2000,
+        max_length=L.URL,
         description="the API origin, without /v1",
     )
-    organization: str | None = Field(default=None, max_length=200)
-    project: str | None = Field(default=None, max_length=200)
+    organization: str | None = Field(default=None, max_length=L.READER_ORG)
+    project: str | None = Field(default=None, max_length=L.READER_ORG)
     timeout: float = Field(default=10.0, gt=0, le=30)
 
 
@@ -157,12 +209,18 @@ class McpTasksReaderConfig(Strict):
     """``mcp_tasks``: ``tasks/get`` on an MCP server over streamable HTTP."""
 
     type: Literal["mcp_tasks"]
-    url: str = Field(min_length=8, max_length=2000, description="the streamable HTTP endpoint")
+    url: str = Field(min_length=8, max_length=L.URL, description="the streamable HTTP endpoint")
     bearer: str | None = Field(
-        default=None, min_length=1, max_length=4000, description="sealed, shown only as ***"
+        default=None,
+        min_length=1,
+        max_length=L.READER_BEARER,
+        description="sealed, shown only as ***",
     )
     task_id_template: str = Field(
-        default="{run_id}", min_length=1, max_length=300, description="the task id of a run"
+        default="{run_id}",
+        min_length=1,
+        max_length=L.TASK_ID_TEMPLATE,
+        description="the task id of a run",
     )
     timeout: float = Field(default=10.0, gt=0, le=30)
 
@@ -178,7 +236,7 @@ AnyReaderConfig = Annotated[
 
 
 class SourceCreate(Strict):
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(min_length=1, max_length=L.NAME, pattern=r"^[A-Za-z0-9._-]+$")
     kind: Literal["api", "webhook"] = "webhook"
     mapper: Literal["generic", "openai"] | None = None
     trust: Literal["authoritative", "advisory"] = "advisory"
@@ -186,7 +244,7 @@ class SourceCreate(Strict):
     signing_secret: str | None = Field(
         default=None,
         min_length=10,
-        max_length=300,
+        max_length=L.SIGNING_SECRET,
         description="a webhook source's provider-issued whsec_ secret (OpenAI makes its own); "
         "omitted: Runbell makes one and shows it once",
     )
@@ -194,13 +252,13 @@ class SourceCreate(Strict):
 
 class SigningSecretIn(Strict):
     signing_secret: str = Field(
-        min_length=10, max_length=300, description="the provider's new whsec_ secret"
+        min_length=10, max_length=L.SIGNING_SECRET, description="the provider's new whsec_ secret"
     )
 
 
 class OptionIn(Strict):
-    id: str = Field(min_length=1, max_length=100)
-    label: str = Field(min_length=1, max_length=200)
+    id: str = Field(min_length=1, max_length=L.OPTION_ID)
+    label: str = Field(min_length=1, max_length=L.OPTION_LABEL)
 
 
 class InputRequestIn(Strict):
@@ -209,7 +267,7 @@ class InputRequestIn(Strict):
     )
     kind: Literal["approval", "choice", "text"]
     summary: str = Field(
-        min_length=1, max_length=300, description="safe to show a signed-in person"
+        min_length=1, max_length=L.REQUEST_SUMMARY, description="safe to show a signed-in person"
     )
     details: dict[str, Any] | None = Field(
         default=None, description="sensitive: arguments, evidence, risk"
@@ -229,7 +287,9 @@ class InputRequestIn(Strict):
 class ResponseIn(Strict):
     decision: Literal["approve", "reject", "answer"]
     value: str | None = Field(
-        default=None, max_length=10_000, description="choice: an option id; text: the answer"
+        default=None,
+        max_length=L.ANSWER_VALUE,
+        description="choice: an option id; text: the answer",
     )
     expected_run_version: StrictInt = Field(ge=1)
     expected_request_version: StrictInt = Field(ge=1)
@@ -238,7 +298,7 @@ class ResponseIn(Strict):
 class CancelIn(Strict):
     reason: str | None = Field(
         default=None,
-        max_length=500,
+        max_length=L.REASON,
         description="PUBLIC: why, shown on the run and sent to the runtime, the feed and "
         "tenant webhooks (kept as one safe line of at most 200 characters)",
     )
@@ -254,33 +314,33 @@ class ReceiptIn(Strict):
 Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
 
 
-class PreferencesIn(BaseModel):
+class PreferencesIn(Storable):
     model_config = ConfigDict(extra="forbid")
     consent: dict[Literal["email", "webpush", "chat"], list[Urgency]] | None = Field(
         default=None, description="urgencies each channel may interrupt you for"
     )
     quiet_hours: list[dict[str, Any]] | None = Field(default=None, max_length=14)
-    timezone: str | None = Field(default=None, max_length=64)
-    locale: str | None = Field(default=None, max_length=32)
+    timezone: str | None = Field(default=None, max_length=L.TIMEZONE)
+    locale: str | None = Field(default=None, max_length=L.LOCALE)
 
 
-class PushKeys(BaseModel):
+class PushKeys(Storable):
     model_config = ConfigDict(extra="forbid")
-    p256dh: str = Field(min_length=40, max_length=200)
-    auth: str = Field(min_length=16, max_length=100)
+    p256dh: str = Field(min_length=40, max_length=L.P256DH)
+    auth: str = Field(min_length=16, max_length=L.PUSH_AUTH)
 
 
-class PushSubscriptionIn(BaseModel):
+class PushSubscriptionIn(Storable):
     model_config = ConfigDict(extra="ignore")  # browsers add expirationTime
-    endpoint: str = Field(min_length=10, max_length=2000)
+    endpoint: str = Field(min_length=10, max_length=L.URL)
     keys: PushKeys
-    user_agent: str | None = Field(default=None, max_length=300)
+    user_agent: str | None = Field(default=None, max_length=L.USER_AGENT)
 
 
-class ChatIn(BaseModel):
+class ChatIn(Storable):
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(min_length=6, max_length=2000, description="an Apprise URL")
-    label: str | None = Field(default=None, max_length=200)
+    url: str = Field(min_length=6, max_length=L.URL, description="an Apprise URL")
+    label: str | None = Field(default=None, max_length=L.CHAT_LABEL)
 
 
 # --- the operations ledger (issue 10) ---------------------------------------------------
@@ -299,9 +359,15 @@ OperationState = Literal[
 
 
 class TargetIn(Strict):
-    type: str = Field(min_length=1, max_length=100, description="e.g. invoice, issue, file")
-    id: str = Field(min_length=1, max_length=200)
-    version: str | StrictInt | None = Field(default=None, description="the version acted on")
+    type: str = Field(
+        min_length=1, max_length=L.TARGET_TYPE, description="e.g. invoice, issue, file"
+    )
+    id: str = Field(min_length=1, max_length=L.TARGET_ID)
+    version: (
+        Annotated[str, Field(max_length=L.TARGET_VERSION)]
+        | Annotated[StrictInt, Field(ge=-L.MAX_INT_VERSION, le=L.MAX_INT_VERSION)]
+        | None
+    ) = Field(default=None, description="the version acted on")
 
 
 class OperationIn(Strict):
@@ -312,7 +378,7 @@ class OperationIn(Strict):
     target: TargetIn
     intent: str = Field(
         min_length=1,
-        max_length=500,
+        max_length=L.INTENT,
         description="PUBLIC, short and non-sensitive (feed, webhooks, notifications); "
         "stored as one safe line of at most 200 characters",
     )
@@ -320,7 +386,10 @@ class OperationIn(Strict):
         default=None, description="sensitive: never in the feed, webhooks, logs or channels"
     )
     idempotency_key: str | None = Field(
-        default=None, min_length=1, max_length=200, description="the destination's own key"
+        default=None,
+        min_length=1,
+        max_length=L.IDEMPOTENCY_KEY,
+        description="the destination's own key",
     )
 
 
@@ -330,9 +399,9 @@ class OperationsIn(Strict):
     operations: list[OperationIn] | None = Field(default=None, min_length=1, max_length=500)
     operation_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
     target: TargetIn | None = None
-    intent: str | None = Field(default=None, min_length=1, max_length=500)
+    intent: str | None = Field(default=None, min_length=1, max_length=L.INTENT)
     details: dict[str, Any] | None = None
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=L.IDEMPOTENCY_KEY)
     epoch: StrictInt | None = Field(
         default=None, ge=0, description="the epoch POST …/claim gave this worker"
     )
@@ -349,4 +418,4 @@ class OperationMove(Strict):
 
 
 class ClaimIn(Strict):
-    worker_id: str = Field(min_length=1, max_length=200)
+    worker_id: str = Field(min_length=1, max_length=L.WORKER_ID)

@@ -243,7 +243,10 @@ def load_plugin(url: str, asset: apprise.AppriseAsset) -> tuple[Any, ChatTarget]
         supported = ", ".join(sorted(SUPPORTED_SCHEMES))
         raise _invalid(f"chat service {scheme!r} is not supported (supported: {supported})")
 
-    plugin = apprise.Apprise.instantiate(text, asset=asset)
+    try:
+        plugin = apprise.Apprise.instantiate(text, asset=asset)
+    except Exception as exc:  # a parser failure in a plugin is a bad URL, never a 500
+        raise _invalid(f"not a valid {scheme}:// URL") from exc
     if plugin is None or type(plugin).__name__ != service.plugin:
         raise _invalid(f"not a valid {scheme}:// URL")
     if not plugin.verify_certificate:
@@ -282,13 +285,16 @@ def parse_destination(url: str) -> ChatTarget:
 
 
 def check_target(
-    target: ChatTarget, allow_hosts: frozenset[str], resolve: Resolver
+    target: ChatTarget,
+    allow_hosts: frozenset[str],
+    resolve: Resolver,
+    field: str | None = None,
 ) -> list[Target]:
     """Every host ``target``'s plugin will contact, through the SSRF guard (raises
     ``UnsafeDestination`` for the first refused one; ``OSError`` when a name does not
     resolve)."""
     return [
-        check_url(endpoint.origin, allow_hosts=allow_hosts, resolve=resolve)
+        check_url(endpoint.origin, allow_hosts=allow_hosts, resolve=resolve, field=field)
         for endpoint in target.endpoints
     ]
 
@@ -306,7 +312,10 @@ def check_destination(
     """
     target = parse_destination(url)
     check_target(
-        target, frozenset(allow_hosts), resolve if resolve is not None else make_resolver()
+        target,
+        frozenset(allow_hosts),
+        resolve if resolve is not None else make_resolver(),
+        field="url",
     )
 
 

@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from runbell.domain import limits
 from runbell.domain.errors import ValidationFailed
 
 DEFAULT_WINDOW_S = 3600
@@ -31,7 +32,7 @@ MAX_WINDOW_S = 7 * 24 * 3600
 # A digest notification's run id: a namespace no run page serves (a digest is known by its
 # attention type ``digest``, never by this prefix alone).
 RUN_PREFIX = "digest:"
-_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+_KEY = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{limits.DIGEST_KEY}}}$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Urgencies that are sent at once even when a rule says digest.
 IMMEDIATE = frozenset({"time_sensitive", "urgent"})

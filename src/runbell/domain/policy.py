@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal, cast
 
-from runbell.domain import digests
+from runbell.domain import digests, limits
 from runbell.domain.errors import ValidationFailed
 from runbell.domain.escalation import Step, parse_ladder
 
@@ -103,6 +103,10 @@ class Rule:
         rule_id = raw.get("id")
         if not isinstance(rule_id, str) or not rule_id:
             raise ValidationFailed(f"{where}: every rule needs a non-empty string id", field="id")
+        if len(rule_id) > limits.RULE_ID:
+            raise ValidationFailed(
+                f"{where}: a rule id is at most {limits.RULE_ID} characters", field="id"
+            )
         decision = raw.get("decision")
         if decision not in DECISION_KINDS:
             raise ValidationFailed(

@@ -49,15 +49,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import idna
+
+from runbell.domain import limits
 from runbell.domain.errors import UnsafeDestination
 
 __all__ = [
     "IPAddress",
+    "ParsedUrl",
     "Resolver",
     "Target",
     "blocked_reason",
     "check_url",
     "parse_host",
+    "parse_url",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -215,10 +220,10 @@ class Target:
     addresses: tuple[str, ...]
 
 
-def _refuse(rule: str, detail: str) -> UnsafeDestination:
+def _refuse(rule: str, detail: str, field: str | None = None) -> UnsafeDestination:
     # Details name the host, never the whole URL: webhook URLs often carry secrets
     # in their path or query, and errors end up in logs and problem documents.
-    return UnsafeDestination(f"refused outbound URL ({rule}): {detail}", rule=rule)
+    return UnsafeDestination(f"refused outbound URL ({rule}): {detail}", rule=rule, field=field)
 
 
 def _is_allowed(host: str, port: int, allow_hosts: frozenset[str]) -> bool:
@@ -236,25 +241,41 @@ def _ends_in_number(host: str) -> bool:
     return bool(_DEC.fullmatch(last) or _HEX.fullmatch(last))
 
 
-def _normalise_name(host: str) -> str:
-    """The ASCII (IDNA) form of a host name; refuses what is not a valid DNS name."""
+def _normalise_name(host: str, field: str | None) -> str:
+    """The ASCII (IDNA) form of a host name, as the HTTP client will send it; refuses
+    what IDNA cannot encode, and A-labels (``xn--…``) that do not decode (the client
+    decodes them lazily, so an invalid one would fail later, outside any check)."""
+    bad = _refuse("invalid-host", f"{host!r} is not a valid host name", field)
     if not host.isascii():
         try:
-            host = host.encode("idna").decode("ascii").lower()
-        except UnicodeError as exc:
-            raise _refuse("invalid-host", f"{host!r} is not a valid host name") from exc
+            host = idna.encode(host, uts46=True).decode("ascii").lower()
+        except (UnicodeError, ValueError) as exc:
+            raise bad from exc
+    for label in host.split("."):
+        if label.startswith("xn--"):
+            try:
+                idna.decode(label)
+            except (UnicodeError, ValueError) as exc:
+                raise bad from exc
     return host
 
 
-def _check_name(host: str) -> None:
+def _check_syntax(host: str, field: str | None) -> None:
+    """A host name's DNS syntax: labels of 1-63 letters, digits, ``-`` or ``_`` (not at
+    either end), at most 253 characters (one trailing dot allowed)."""
     name = host[:-1] if host.endswith(".") else host
     labels = name.split(".")
     if not name or len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
-        raise _refuse("invalid-host", f"{host!r} is not a valid host name")
+        raise _refuse("invalid-host", f"{host[:300]!r} is not a valid host name", field)
+
+
+def _check_name(host: str, field: str | None) -> None:
+    name = host[:-1] if host.endswith(".") else host
+    labels = name.split(".")
     if name in _LOCAL_NAMES or name.endswith(_LOCAL_SUFFIXES):
-        raise _refuse("local-name", f"{host!r} is a local-only name")
+        raise _refuse("local-name", f"{host!r} is a local-only name", field)
     if len(labels) == 1:
-        raise _refuse("single-label", f"{host!r} is a bare single-label host name")
+        raise _refuse("single-label", f"{host!r} is a bare single-label host name", field)
 
 
 def _checked_addresses(host: str, answers: Sequence[str], *, enforce: bool) -> tuple[str, ...]:
@@ -273,51 +294,111 @@ def _checked_addresses(host: str, answers: Sequence[str], *, enforce: bool) -> t
     return tuple(checked)
 
 
-def check_url(url: str, *, allow_hosts: frozenset[str], resolve: Resolver) -> Target:
-    """Check ``url`` against the SSRF rules; return where it may be dialled, or raise.
+@dataclass(frozen=True)
+class ParsedUrl:
+    """An http(s) URL that parses, as every outbound check and client will read it.
 
-    ``resolve(host, port)`` is called once, only for host names (never for IP
-    literals); whatever it raises (e.g. ``OSError`` for a failed lookup)
-    propagates unchanged, since a lookup failure is a network error, not a
-    verdict on the destination. Raises ``UnsafeDestination`` naming the rule.
-    """
+    ``host`` is lower-cased ASCII (IDNA for non-ASCII names, no brackets for IPv6);
+    ``raw_host`` as written; ``ip`` the address an IP-literal host denotes (None for a
+    name, whose syntax is checked); ``port`` the explicit or default port."""
+
+    scheme: str
+    raw_host: str
+    host: str
+    port: int
+    path_and_query: str
+    ip: IPAddress | None
+
+
+def parse_url(url: str, *, field: str | None = None) -> ParsedUrl:
+    """The one parse step every URL-taking face shares (webhook endpoints, chat, push,
+    state readers): refuses what does not parse, with ``UnsafeDestination`` naming the
+    rule and, when given, the request ``field`` (a 422 naming it).
+
+    Refused: not a string, over :data:`limits.URL` characters, spaces or control
+    characters anywhere, no http(s) scheme, a bad port, userinfo, an empty host, a host
+    that is not a valid DNS name or IP literal (labels over 63 characters, empty labels,
+    names over 253 characters, invalid IDNA such as ``xn--localhost-``)."""
+    if not isinstance(url, str) or not url.strip():
+        raise _refuse("malformed", "the URL is empty", field)
+    if len(url) > limits.URL:
+        raise _refuse("malformed", f"the URL is longer than {limits.URL} characters", field)
+    text = url.strip()
+    authority = re.split(r"[/?#]", text.partition("//")[2], maxsplit=1)[0]
+    if any(ch.isspace() or not ch.isprintable() for ch in authority):
+        raise _refuse("invalid-host", "the host contains spaces or control characters", field)
+    if any(ch.isspace() or not ch.isprintable() for ch in text):
+        raise _refuse("malformed", "the URL contains spaces or control characters", field)
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(text)
         port_given = parts.port
     except ValueError as exc:
-        raise _refuse("malformed", f"cannot parse URL: {exc}") from exc
+        raise _refuse("malformed", f"cannot parse URL: {exc}", field) from exc
 
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise _refuse("scheme", f"scheme {scheme or '(none)'!r} is not http(s)")
+        raise _refuse("scheme", f"scheme {scheme[:20] or '(none)'!r} is not http(s)", field)
     if "@" in parts.netloc or parts.username is not None or parts.password is not None:
-        raise _refuse("userinfo", "credentials in the URL are not allowed")
+        raise _refuse("userinfo", "credentials in the URL are not allowed", field)
     raw_host = parts.hostname or ""
     if not raw_host:
-        raise _refuse("empty-host", "the URL has no host")
-    if any(ch.isspace() or not ch.isprintable() for ch in raw_host):
-        raise _refuse("invalid-host", f"{raw_host!r} contains spaces or control characters")
+        raise _refuse("empty-host", "the URL has no host", field)
 
     port = port_given if port_given is not None else (443 if scheme == "https" else 80)
-    host = _normalise_name(raw_host)
-    allowed = _is_allowed(host, port, allow_hosts) or _is_allowed(raw_host, port, allow_hosts)
-    if scheme == "http" and not allowed:
-        raise _refuse("https-only", f"plain http to {host!r} is not allowed")
-
+    if port == 0:
+        raise _refuse("malformed", "port 0 cannot be dialled", field)
+    host = _normalise_name(raw_host, field)
     path_and_query = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     ip = parse_host(host)
+    if ip is None:
+        if ":" in host or "%" in host or _ends_in_number(host):
+            raise _refuse(
+                "invalid-host", f"{host[:300]!r} is not a valid IP address or host name", field
+            )
+        _check_syntax(host, field)
+    return ParsedUrl(
+        scheme=scheme,
+        raw_host=raw_host,
+        host=host,
+        port=port,
+        path_and_query=path_and_query,
+        ip=ip,
+    )
+
+
+def check_url(
+    url: str, *, allow_hosts: frozenset[str], resolve: Resolver, field: str | None = None
+) -> Target:
+    """Check ``url`` against the SSRF rules; return where it may be dialled, or raise.
+
+    ``url`` is parsed by :func:`parse_url` first. ``resolve(host, port)`` is called once,
+    only for host names (never for IP literals); whatever it raises (e.g. ``OSError``
+    for a failed lookup) propagates unchanged, since a lookup failure is a network
+    error, not a verdict on the destination. Raises ``UnsafeDestination`` naming the
+    rule (and ``field``, when given).
+    """
+    parsed = parse_url(url, field=field)
+    scheme, host, port, ip = parsed.scheme, parsed.host, parsed.port, parsed.ip
+    allowed = _is_allowed(host, port, allow_hosts) or _is_allowed(
+        parsed.raw_host, port, allow_hosts
+    )
+    if scheme == "http" and not allowed:
+        raise _refuse("https-only", f"plain http to {host!r} is not allowed", field)
+
     if ip is not None:
         reason = None if allowed else blocked_reason(ip)
         if reason is not None:
-            raise _refuse(reason, f"{host!r} is the address {ip} ({reason})")
+            raise _refuse(reason, f"{host!r} is the address {ip} ({reason})", field)
         addresses: tuple[str, ...] = (str(ip),)
     else:
-        if ":" in host or "%" in host or _ends_in_number(host):
-            raise _refuse("invalid-host", f"{host!r} is not a valid IP address or host name")
         if not allowed:
-            _check_name(host)
+            _check_name(host, field)
         addresses = _checked_addresses(host, resolve(host, port), enforce=not allowed)
 
     return Target(
-        scheme=scheme, host=host, port=port, path_and_query=path_and_query, addresses=addresses
+        scheme=scheme,
+        host=host,
+        port=port,
+        path_and_query=parsed.path_and_query,
+        addresses=addresses,
     )

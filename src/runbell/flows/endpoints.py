@@ -67,7 +67,7 @@ def create_endpoint(
     """Register an endpoint (201); the answer carries its signing secret, once."""
 
     def prepare() -> Act:
-        check_destination(rb, url)
+        check_destination(rb, url, "url")
         secret = new_secret()
 
         def act(tx: Tx) -> tuple[int, dict[str, Any]]:
@@ -110,7 +110,7 @@ def update_endpoint(
         if name in values and values[name] is None:
             raise ValidationFailed(f"{name} cannot be null", field=name)
     if "url" in values:
-        check_destination(rb, values["url"])
+        check_destination(rb, values["url"], "url")
     if values.get("status") == "enabled":
         values.update(dead_streak=0, disabled_reason=None)
     elif values.get("status") == "disabled":

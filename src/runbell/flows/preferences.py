@@ -166,7 +166,10 @@ def subscribe(
         # A name that does not resolve right now passes; every send checks it again.
         with contextlib.suppress(OSError):
             check_url(
-                endpoint, allow_hosts=rb.settings.outbound_allow_hosts, resolve=make_resolver()
+                endpoint,
+                allow_hosts=rb.settings.outbound_allow_hosts,
+                resolve=make_resolver(),
+                field="endpoint",
             )
         return lambda tx: _subscribe_in(tx, who, endpoint, p256dh, auth, user_agent)
 

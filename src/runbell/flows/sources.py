@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from runbell.domain.errors import NotFound, Unauthorized, ValidationFailed
+from runbell.domain.errors import NotFound, Unauthorized, UnsafeDestination, ValidationFailed
 from runbell.flows import auth_failures, signals
 from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
@@ -54,7 +54,11 @@ def source_view(src: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def check_destination(rb: Runbell, url: str) -> None:
+#: Each reader kind's URL field, for a refused destination's problem.
+_URL_FIELD = {"http_json": "url_template", "openai_responses": "base_url", "mcp_tasks": "url"}
+
+
+def check_destination(rb: Runbell, url: str, field: str | None = None) -> None:
     """Refuse an unsafe URL at registration; it is checked again on every call.
 
     A name that does not resolve right now is accepted here (DNS may be down); the
@@ -64,7 +68,12 @@ def check_destination(rb: Runbell, url: str) -> None:
     from runbell.outbound import make_resolver
 
     try:
-        check_url(url, allow_hosts=rb.settings.outbound_allow_hosts, resolve=make_resolver())
+        check_url(
+            url,
+            allow_hosts=rb.settings.outbound_allow_hosts,
+            resolve=make_resolver(),
+            field=field,
+        )
     except OSError:
         return
 
@@ -91,17 +100,21 @@ def _creation(rb: Runbell, tenant_id: str, body: Mapping[str, Any]) -> Act:
     reader = None
     if body.get("reader") is not None:
         reader = dict(body["reader"])
+        url_field = _URL_FIELD.get(str(reader.get("type")), "type")
         # Build it once now: a config that cannot work is refused here, naming the field,
         # instead of failing every later signal of this source.
         with httpx.Client() as throwaway:
             try:
                 reader_kinds.build(reader, throwaway, allow_hosts=rb.settings.outbound_allow_hosts)
-            except ValidationFailed as exc:
+            except UnsafeDestination as exc:
                 # Name the field as the caller wrote it: "reader.url_template".
+                exc.extra["field"] = f"reader.{exc.extra.get('field') or url_field}"
+                raise
+            except ValidationFailed as exc:
                 raise ValidationFailed(
                     exc.detail, field=f"reader.{exc.extra.get('field', 'type')}"
                 ) from exc
-        check_destination(rb, reader_kinds.destination(reader))
+        check_destination(rb, reader_kinds.destination(reader), f"reader.{url_field}")
         reader = reader_kinds.seal(reader, rb.box.seal)
     provided = body.get("signing_secret")
     if provided is not None and kind != "webhook":

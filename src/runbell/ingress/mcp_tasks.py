@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict
 
 from runbell.domain.errors import ReaderError, RunbellError, ValidationFailed
 from runbell.domain.ssrf import Resolver, Target, check_url, parse_host
-from runbell.ingress.readers import Observed, redacted
+from runbell.ingress.readers import Observed, parsed_url, redacted
 
 __all__ = ["TASKS_EXTENSION", "TASK_STATES", "McpTasksReader", "SafeAsyncTransport"]
 
@@ -243,8 +243,10 @@ def from_config(config: dict[str, Any], *, allow_hosts: frozenset[str]) -> McpTa
 def _check_url(url: str) -> str:
     if not isinstance(url, str) or not url:
         raise ValidationFailed("url is required", field="url")
+    parsed_url(url, "url")  # the shared parse step (domain.ssrf), naming the field
     try:
         parsed = httpx2.URL(url)
+        _ = parsed.host  # decoded lazily: an invalid IDNA host raises here, not later
     except (httpx2.InvalidURL, ValueError, TypeError) as exc:
         raise ValidationFailed("url is not a valid URL", field="url") from exc
     if parsed.scheme not in {"http", "https"} or not parsed.host:

@@ -29,8 +29,9 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from runbell.domain.errors import ReaderError, RunbellError, ValidationFailed
+from runbell.domain.errors import ReaderError, RunbellError, UnsafeDestination, ValidationFailed
 from runbell.domain.runs import MAX_SEQUENCE
+from runbell.domain.ssrf import parse_url
 from runbell.ingress.mappers import RUN_STATES
 
 __all__ = [
@@ -323,6 +324,15 @@ def _dig(document: Any, path: tuple[str, ...]) -> Any:
     return current
 
 
+def parsed_url(url: str, field: str) -> None:
+    """The shared parse step (``domain.ssrf.parse_url``) for a reader's URL: a failure is
+    a configuration error naming ``field`` (its ``rule`` kept)."""
+    try:
+        parse_url(url, field=field)
+    except UnsafeDestination as exc:
+        raise ValidationFailed(exc.detail, field=field, rule=exc.extra.get("rule")) from exc
+
+
 def _check_url_template(url_template: str) -> str:
     if not isinstance(url_template, str) or _RUN_ID_PLACEHOLDER not in url_template:
         raise ValidationFailed("url_template must contain {run_id}", field="url_template")
@@ -341,19 +351,20 @@ def _check_url_template(url_template: str) -> str:
         raise invalid from exc
     if _RUN_ID_PLACEHOLDER in parts.scheme + parts.netloc + parts.fragment:
         raise misplaced
+    # The shared parse step (domain.ssrf): whatever the SSRF guard and the HTTP client
+    # would fail to read (invalid IDNA, bad labels or ports) is refused here, naming
+    # the field, not later as a 500 from the client's lazy host decoding.
+    parsed_url(url_template.replace(_RUN_ID_PLACEHOLDER, "probe"), "url_template")
     try:
         probe = httpx.URL(url_template.replace(_RUN_ID_PLACEHOLDER, "probe"))
         other = httpx.URL(url_template.replace(_RUN_ID_PLACEHOLDER, "other"))
-    except (httpx.InvalidURL, ValueError, TypeError) as exc:
+        probe_origin = (probe.scheme, probe.userinfo, probe.host, probe.port)
+        other_origin = (other.scheme, other.userinfo, other.host, other.port)
+    except (httpx.InvalidURL, ValueError, TypeError) as exc:  # UnicodeError: lazy IDNA
         raise invalid from exc
     # Belt and braces against parser differences: whatever the run id is, the URL the
     # client sends must name the same origin.
-    if (other.scheme, other.userinfo, other.host, other.port) != (
-        probe.scheme,
-        probe.userinfo,
-        probe.host,
-        probe.port,
-    ):
+    if other_origin != probe_origin:
         raise misplaced
     if probe.scheme not in {"http", "https"} or not probe.host:
         raise ValidationFailed("url_template must be an absolute http(s) URL", field="url_template")

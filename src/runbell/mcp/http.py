@@ -52,6 +52,7 @@ from runbell.api.responses import JSON
 from runbell.domain.errors import RunbellError
 from runbell.domain.origins import Guard, parse_authority
 from runbell.flows import accounts, auth_failures
+from runbell.domain.limits import unstorable
 from runbell.flows.context import Runbell
 from runbell.mcp.backend import Backend
 from runbell.mcp.local import LocalBackend
@@ -185,6 +186,13 @@ class McpMount:
             await answer(scope, receive, send)
             return
         owner = headers.get("x-runbell-owner", "").strip() or None
+        why = unstorable(owner or "")
+        if why is not None:  # the character rule (domain.limits), as api.limits applies it
+            detail = f"the header 'x-runbell-owner' {why}"
+            await problem(422, "Invalid request", detail, "validation", field="x-runbell-owner")(
+                scope, receive, send
+            )
+            return
         reset = _caller.set(LocalBackend(self.rb, who, owner))
         try:
             await self.inner(scope, receive, send)

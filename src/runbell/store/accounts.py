@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from runbell.domain import limits
 from runbell.domain.errors import NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.ids import new_id, new_token, token_hash
@@ -129,7 +130,7 @@ def ensure_user(conn: Connection, email: str, now: datetime, name: str | None = 
 def normalize_email(email: str) -> str:
     email = email.strip().lower()
     local, at, domain = email.partition("@")
-    if not at or not local or not domain or " " in email or len(email) > 320:
+    if not at or not local or not domain or " " in email or len(email) > limits.EMAIL:
         raise ValidationFailed(f"{email!r} is not an email address", field="email")
     return email
 

@@ -14,6 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.types import TypeDecorator
 
+from runbell.domain import limits
+
 metadata = sa.MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -46,7 +48,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-Id = sa.String(64)
+Id = sa.String(limits.ID)
 
 
 def _tenant() -> sa.Column[str]:
@@ -57,7 +59,7 @@ tenants = sa.Table(
     "tenants",
     metadata,
     sa.Column("id", Id, primary_key=True),
-    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("name", sa.String(limits.NAME), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     # The feed cursor counter: bumped once per committing transaction, under the row lock,
     # so feed sequence order equals commit order (no reader can skip a late commit).
@@ -73,8 +75,8 @@ users = sa.Table(
     "users",
     metadata,
     sa.Column("id", Id, primary_key=True),
-    sa.Column("email", sa.String(320), nullable=False, unique=True),
-    sa.Column("name", sa.String(200), nullable=True),
+    sa.Column("email", sa.String(limits.EMAIL), nullable=False, unique=True),
+    sa.Column("name", sa.String(limits.NAME), nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
 )
 
@@ -107,7 +109,7 @@ sources = sa.Table(
     metadata,
     sa.Column("id", Id, primary_key=True),
     _tenant(),
-    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("name", sa.String(limits.NAME), nullable=False),
     # api: signals over the HTTP API with a runtime key; webhook: signed provider events
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("mapper", sa.String(32), nullable=True),
@@ -128,7 +130,7 @@ api_keys = sa.Table(
     sa.Column("id", Id, primary_key=True),
     _tenant(),
     sa.Column("role", sa.String(16), nullable=False),
-    sa.Column("name", sa.String(200), nullable=True),
+    sa.Column("name", sa.String(limits.NAME), nullable=True),
     sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
     sa.Column("source_id", Id, sa.ForeignKey("sources.id"), nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
@@ -140,10 +142,10 @@ runs = sa.Table(
     "runs",
     metadata,
     _tenant(),
-    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("owner_user_id", Id, sa.ForeignKey("users.id"), nullable=False),
-    sa.Column("title", sa.String(500), nullable=True),
-    sa.Column("kind", sa.String(100), nullable=True),
+    sa.Column("title", sa.String(limits.TITLE), nullable=True),
+    sa.Column("kind", sa.String(limits.KIND), nullable=True),
     sa.Column("subject", JSON, nullable=True),
     sa.Column("objective", sa.Text, nullable=True),
     sa.Column("authority", JSON, nullable=True),
@@ -157,7 +159,7 @@ runs = sa.Table(
     # What the runtime reported about the outcome: iterations, spend, summary, trace_id,
     # links. Not sensitive by contract (it goes into tenant webhooks), unlike details.
     sa.Column("report", JSON, nullable=True),
-    sa.Column("stop_reason", sa.String(500), nullable=True),
+    sa.Column("stop_reason", sa.String(limits.REASON), nullable=True),
     sa.Column("error", JSON, nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
@@ -175,7 +177,7 @@ runs = sa.Table(
     # Worker fencing and the completion's meaning (issue 10, runbell.flows.operations):
     # the worker that claimed the run last, its epoch (bumped per new worker id), and
     # verified | needs_review | unknown once a completion was judged (None otherwise).
-    sa.Column("worker_id", sa.String(200), nullable=True),
+    sa.Column("worker_id", sa.String(limits.WORKER_ID), nullable=True),
     sa.Column("worker_epoch", sa.Integer, nullable=False, server_default="0"),
     sa.Column("outcome", sa.String(16), nullable=True),
     # Whether the run ever declared an operation (migration 0013): a run without a ledger
@@ -193,7 +195,7 @@ run_access = sa.Table(
     "run_access",
     metadata,
     _tenant(),
-    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
     sa.PrimaryKeyConstraint("tenant_id", "user_id", "run_id"),
 )
@@ -202,15 +204,15 @@ transitions = sa.Table(
     "transitions",
     metadata,
     _tenant(),
-    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("kind", sa.String(16), nullable=False),  # create | state | update
     sa.Column("from_state", sa.String(20), nullable=True),
     sa.Column("to_state", sa.String(20), nullable=False),
     sa.Column("source_id", Id, nullable=True),
-    sa.Column("event_id", sa.String(200), nullable=True),
+    sa.Column("event_id", sa.String(limits.EVENT_ID), nullable=True),
     sa.Column("sequence", sa.BigInteger, nullable=True),
-    sa.Column("reason", sa.String(500), nullable=True),
+    sa.Column("reason", sa.String(limits.REASON), nullable=True),
     sa.Column("decision", JSON, nullable=True),  # the policy decision, even when suppressed
     sa.Column("at", UTCDateTime, nullable=False),
     sa.Column("reported_at", UTCDateTime, nullable=True),  # the runtime's own clock, as sent
@@ -224,12 +226,12 @@ inbound_events = sa.Table(
     metadata,
     _tenant(),
     sa.Column("source_id", Id, nullable=False),
-    sa.Column("event_id", sa.String(200), nullable=False),
-    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("event_id", sa.String(limits.EVENT_ID), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("claimed_state", sa.String(20), nullable=False),
     sa.Column("sequence", sa.BigInteger, nullable=True),
     sa.Column("outcome", sa.String(16), nullable=False),
-    sa.Column("reason", sa.String(500), nullable=True),
+    sa.Column("reason", sa.String(limits.REASON), nullable=True),
     sa.Column("run_version", sa.Integer, nullable=True),
     sa.Column("notification_ids", JSON, nullable=True),
     sa.Column("received_at", UTCDateTime, nullable=False),
@@ -244,9 +246,9 @@ mismatches = sa.Table(
     metadata,
     sa.Column("id", Id, primary_key=True),
     _tenant(),
-    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("source_id", Id, nullable=False),
-    sa.Column("event_id", sa.String(200), nullable=False),
+    sa.Column("event_id", sa.String(limits.EVENT_ID), nullable=False),
     sa.Column("claimed", JSON, nullable=False),
     sa.Column("observed", JSON, nullable=True),
     sa.Column("status", sa.String(16), nullable=False),  # open|resolved|superseded|escalated
@@ -266,17 +268,17 @@ notifications = sa.Table(
     sa.Column("id", Id, primary_key=True),
     _tenant(),
     sa.Column("recipient_user_id", Id, sa.ForeignKey("users.id"), nullable=False),
-    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("transition_version", sa.Integer, nullable=False),
     sa.Column("attention_type", sa.String(20), nullable=False),
     sa.Column("urgency", sa.String(20), nullable=False),
     sa.Column("decision", sa.String(16), nullable=False),
-    sa.Column("rule_id", sa.String(200), nullable=False),
+    sa.Column("rule_id", sa.String(limits.RULE_ID), nullable=False),
     sa.Column("inputs", JSON, nullable=False),
     sa.Column("summary", sa.String(300), nullable=False),  # neutral: safe on a lock screen
-    sa.Column("subject_version", sa.String(200), nullable=True),
-    sa.Column("input_request_id", sa.String(200), nullable=True),
-    sa.Column("reason", sa.String(500), nullable=True),
+    sa.Column("subject_version", sa.String(limits.SUBJECT_VERSION_STORED), nullable=True),
+    sa.Column("input_request_id", sa.String(limits.RUN_ID), nullable=True),
+    sa.Column("reason", sa.String(limits.REASON), nullable=True),
     sa.Column("expires_at", UTCDateTime, nullable=True),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("closed_at", UTCDateTime, nullable=True),
@@ -330,9 +332,11 @@ deliveries = sa.Table(
     sa.Column("channel", sa.String(16), nullable=False),
     sa.Column("destination", sa.String(500), nullable=False),
     sa.Column("status", sa.String(20), nullable=False),
-    sa.Column("run_id", sa.String(200), nullable=True),
-    sa.Column("event_type", sa.String(50), nullable=True),
-    sa.Column("event_key", sa.String(300), nullable=True),  # one webhook message per event
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=True),
+    sa.Column("event_type", sa.String(limits.EVENT_TYPE), nullable=True),
+    sa.Column(
+        "event_key", sa.String(limits.EVENT_KEY), nullable=True
+    ),  # one webhook message per event
     sa.Column("payload", JSON, nullable=True),  # the webhook message body, fixed at creation
     sa.Column("urgency", sa.String(20), nullable=True),
     sa.Column("attempt_count", sa.Integer, nullable=False, server_default="0"),
@@ -379,8 +383,8 @@ feed_events = sa.Table(
     metadata,
     _tenant(),
     sa.Column("seq", sa.BigInteger, nullable=False),
-    sa.Column("type", sa.String(50), nullable=False),
-    sa.Column("run_id", sa.String(200), nullable=True),
+    sa.Column("type", sa.String(limits.EVENT_TYPE), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=True),
     sa.Column("notification_id", Id, nullable=True),
     # Audience: NULL = a run event (visible to whoever may see the run); else one user.
     sa.Column("user_id", Id, nullable=True),
@@ -399,8 +403,8 @@ preferences = sa.Table(
     # {"email": {"urgencies": [...], "given_at": ..., "how": ...}, ...}
     sa.Column("consent", JSON, nullable=False),
     sa.Column("quiet_hours", JSON, nullable=True),
-    sa.Column("timezone", sa.String(64), nullable=False, server_default="UTC"),
-    sa.Column("locale", sa.String(32), nullable=False, server_default="en"),
+    sa.Column("timezone", sa.String(limits.TIMEZONE), nullable=False, server_default="UTC"),
+    sa.Column("locale", sa.String(limits.LOCALE), nullable=False, server_default="en"),
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.PrimaryKeyConstraint("tenant_id", "user_id"),
 )
@@ -410,8 +414,8 @@ webhook_endpoints = sa.Table(
     metadata,
     sa.Column("id", Id, primary_key=True),
     _tenant(),
-    sa.Column("url", sa.String(2000), nullable=False),
-    sa.Column("description", sa.String(500), nullable=True),
+    sa.Column("url", sa.String(limits.URL), nullable=False),
+    sa.Column("description", sa.String(limits.DESCRIPTION), nullable=True),
     sa.Column("event_types", JSON, nullable=False),  # [] = every event type
     # [{"sealed": …, "created_at": …, "expires_at": … | None}], newest first
     sa.Column("secrets", JSON, nullable=False),
@@ -430,10 +434,10 @@ push_subscriptions = sa.Table(
     sa.Column("id", Id, primary_key=True),
     _tenant(),
     sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
-    sa.Column("endpoint", sa.String(2000), nullable=False),
-    sa.Column("p256dh", sa.String(200), nullable=False),
-    sa.Column("auth", sa.String(100), nullable=False),
-    sa.Column("user_agent", sa.String(300), nullable=True),
+    sa.Column("endpoint", sa.String(limits.URL), nullable=False),
+    sa.Column("p256dh", sa.String(limits.P256DH), nullable=False),
+    sa.Column("auth", sa.String(limits.PUSH_AUTH), nullable=False),
+    sa.Column("user_agent", sa.String(limits.USER_AGENT), nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("last_success_at", UTCDateTime, nullable=True),
 )
@@ -452,8 +456,10 @@ chat_destinations = sa.Table(
     _tenant(),
     sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=True),  # NULL: tenant-wide
     sa.Column("url_sealed", sa.Text, nullable=False),  # Apprise URLs carry tokens
-    sa.Column("url_hint", sa.String(200), nullable=False),  # scheme and host, for display
-    sa.Column("label", sa.String(200), nullable=True),
+    sa.Column(
+        "url_hint", sa.String(limits.CHAT_URL_HINT), nullable=False
+    ),  # scheme and host, for display
+    sa.Column("label", sa.String(limits.CHAT_LABEL), nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
 )
 sa.Index("ix_chat_destinations_user", chat_destinations.c.tenant_id, chat_destinations.c.user_id)
@@ -495,10 +501,10 @@ input_requests = sa.Table(
     "input_requests",
     metadata,
     _tenant(),
-    sa.Column("id", sa.String(200), nullable=False),  # the runtime's input_request_id
-    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("id", sa.String(limits.RUN_ID), nullable=False),  # the runtime's input_request_id
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("kind", sa.String(16), nullable=False),  # approval | choice | text
-    sa.Column("summary", sa.String(300), nullable=False),  # safe to show after sign-in
+    sa.Column("summary", sa.String(limits.REQUEST_SUMMARY), nullable=False),  # safe after sign-in
     sa.Column("details", JSON, nullable=True),  # sensitive: arguments, evidence, risk
     sa.Column("options", JSON, nullable=True),  # [{"id", "label"}] for choice
     sa.Column("blocks_work", sa.Boolean, nullable=False, server_default=sa.true()),
@@ -507,7 +513,7 @@ input_requests = sa.Table(
     sa.Column("run_version", sa.Integer, nullable=False),  # the run version it opened at
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("request_hash", sa.String(64), nullable=False),  # idempotent re-open
-    sa.Column("superseded_by", sa.String(200), nullable=True),
+    sa.Column("superseded_by", sa.String(limits.RUN_ID), nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("closed_at", UTCDateTime, nullable=True),
     sa.PrimaryKeyConstraint("tenant_id", "id"),
@@ -528,14 +534,14 @@ responses = sa.Table(
     "responses",
     metadata,
     _tenant(),
-    sa.Column("input_request_id", sa.String(200), nullable=False),
+    sa.Column("input_request_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("id", Id, nullable=False, unique=True),
     sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
     sa.Column("decision", sa.String(16), nullable=False),  # approve | reject | answer
     sa.Column("value", JSON, nullable=True),
     sa.Column("expected_run_version", sa.Integer, nullable=False),
     sa.Column("expected_request_version", sa.Integer, nullable=False),
-    sa.Column("idempotency_key", sa.String(200), nullable=False),
+    sa.Column("idempotency_key", sa.String(limits.IDEMPOTENCY_KEY), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.PrimaryKeyConstraint("tenant_id", "input_request_id"),
 )
@@ -548,7 +554,7 @@ idempotency_keys = sa.Table(
     metadata,
     _tenant(),
     sa.Column("principal", sa.String(100), nullable=False),  # user or key id
-    sa.Column("key", sa.String(200), nullable=False),
+    sa.Column("key", sa.String(limits.IDEMPOTENCY_KEY), nullable=False),
     sa.Column("request_hash", sa.String(64), nullable=False),
     sa.Column("status_code", sa.Integer, nullable=False),
     sa.Column("response", JSON, nullable=False),
@@ -644,15 +650,15 @@ digest_items = sa.Table(
     sa.Column("id", Id, primary_key=True),
     _tenant(),
     sa.Column("recipient_user_id", Id, sa.ForeignKey("users.id"), nullable=False),
-    sa.Column("digest_key", sa.String(100), nullable=False),
+    sa.Column("digest_key", sa.String(limits.DIGEST_KEY), nullable=False),
     sa.Column("window_start", UTCDateTime, nullable=False),
     sa.Column("closes_at", UTCDateTime, nullable=False),
     sa.Column("max_items", sa.Integer, nullable=False),
-    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("transition_version", sa.Integer, nullable=False),
     sa.Column("attention_type", sa.String(20), nullable=False),
     sa.Column("urgency", sa.String(20), nullable=False),
-    sa.Column("rule_id", sa.String(200), nullable=False),
+    sa.Column("rule_id", sa.String(limits.RULE_ID), nullable=False),
     sa.Column("notification_id", Id, nullable=True),  # the item's own inbox notification
     sa.Column("digest_id", Id, nullable=True),  # set when a digest claims the item
     sa.Column("created_at", UTCDateTime, nullable=False),
@@ -675,7 +681,7 @@ digests = sa.Table(
     sa.Column("id", Id, primary_key=True),
     _tenant(),
     sa.Column("recipient_user_id", Id, sa.ForeignKey("users.id"), nullable=False),
-    sa.Column("digest_key", sa.String(100), nullable=False),
+    sa.Column("digest_key", sa.String(limits.DIGEST_KEY), nullable=False),
     sa.Column("window_start", UTCDateTime, nullable=False),
     sa.Column("part", sa.Integer, nullable=False),
     sa.Column("window_end", UTCDateTime, nullable=False),
@@ -703,7 +709,7 @@ sa.Index("ix_digests_tenant_created", digests.c.tenant_id, digests.c.created_at)
 runs.append_column(sa.Column("cancel_requested_at", UTCDateTime, nullable=True))
 # The person who asked; NULL with cancel_requested_at set: the runtime (an API key) asked.
 runs.append_column(sa.Column("cancel_requested_by", Id, nullable=True))
-runs.append_column(sa.Column("cancel_reason", sa.String(500), nullable=True))
+runs.append_column(sa.Column("cancel_reason", sa.String(limits.REASON), nullable=True))
 runs.append_column(sa.Column("cancel_summary", JSON, nullable=True))
 
 # ``run``: the runtime's own question (it blocks the run); ``amendment``: a proposed change
@@ -718,8 +724,8 @@ amendments = sa.Table(
     metadata,
     _tenant(),
     sa.Column("id", Id, nullable=False),
-    sa.Column("run_id", sa.String(200), nullable=False),
-    sa.Column("input_request_id", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
+    sa.Column("input_request_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("proposed_by", Id, sa.ForeignKey("users.id"), nullable=False),
     sa.Column("text", sa.Text, nullable=False),
     sa.Column("changes", JSON, nullable=True),  # {"objective": …, "title": …}
@@ -760,7 +766,7 @@ escalation_steps = sa.Table(
     sa.Column("due_at", UTCDateTime, nullable=False),
     sa.Column("status", sa.String(16), nullable=False),  # pending | fired | cancelled
     sa.Column("deliveries", sa.Integer, nullable=True),  # rows queued when it fired
-    sa.Column("reason", sa.String(500), nullable=True),
+    sa.Column("reason", sa.String(limits.REASON), nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("settled_at", UTCDateTime, nullable=True),
     sa.UniqueConstraint("notification_id", "step_no", name="uq_escalation_step_once"),
@@ -782,15 +788,19 @@ operations = sa.Table(
     "operations",
     metadata,
     _tenant(),
-    sa.Column("run_id", sa.String(200), nullable=False),
-    sa.Column("operation_id", sa.String(200), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
+    sa.Column("operation_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("position", sa.Integer, nullable=False),  # declaration order within the run
-    sa.Column("target_type", sa.String(100), nullable=False),
-    sa.Column("target_id", sa.String(200), nullable=False),
-    sa.Column("target_version", sa.String(100), nullable=True),
-    sa.Column("intent", sa.String(200), nullable=False),  # public: one short safe line
+    sa.Column("target_type", sa.String(limits.TARGET_TYPE), nullable=False),
+    sa.Column("target_id", sa.String(limits.TARGET_ID), nullable=False),
+    sa.Column("target_version", sa.String(limits.TARGET_VERSION), nullable=True),
+    sa.Column(
+        "intent", sa.String(limits.PUBLIC_LINE), nullable=False
+    ),  # public: one short safe line
     sa.Column("details", JSON, nullable=True),
-    sa.Column("idempotency_key", sa.String(200), nullable=True),  # the destination's
+    sa.Column(
+        "idempotency_key", sa.String(limits.IDEMPOTENCY_KEY), nullable=True
+    ),  # the destination's
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("epoch", sa.Integer, nullable=True),
     sa.Column("evidence", JSON, nullable=True),  # the latest move's

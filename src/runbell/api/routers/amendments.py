@@ -13,6 +13,7 @@ from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, Strict
+from runbell.domain import limits as L
 from runbell.flows import amendments
 
 router = APIRouter(tags=["runs"])
@@ -20,12 +21,16 @@ RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen r
 
 
 class AmendmentChanges(Strict):
-    objective: str | None = Field(default=None, min_length=1, max_length=10_000)
-    title: str | None = Field(default=None, min_length=1, max_length=500)
+    objective: str | None = Field(default=None, min_length=1, max_length=L.OBJECTIVE)
+    title: str | None = Field(default=None, min_length=1, max_length=L.TITLE)
 
 
 class AmendmentIn(Strict):
-    text: str = Field(min_length=1, max_length=2000, description="what to change, and why")
+    text: str = Field(
+        min_length=1,
+        max_length=L.AMENDMENT_TEXT,
+        description="what to change, and why",
+    )
     changes: AmendmentChanges | None = Field(
         default=None, description="the run fields to set when the owner approves"
     )

@@ -7,17 +7,18 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictBool, StrictInt
+from pydantic import ConfigDict, Field, RootModel, StrictBool, StrictInt
 
 from runbell.api.deps import Admin, Core
 from runbell.api.openapi import problems
+from runbell.api.schemas import Storable
 from runbell.domain.errors import ValidationFailed
 from runbell.flows import dry_run, policy, retention
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
 
 
-class PolicyDoc(BaseModel):
+class PolicyDoc(Storable):
     model_config = ConfigDict(extra="forbid")
     rules: list[dict[str, Any]] = Field(default_factory=list, max_length=200)
     replace_defaults: StrictBool = False

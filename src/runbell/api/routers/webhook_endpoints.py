@@ -6,12 +6,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import ConfigDict, Field, StrictInt
 
 from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
+from runbell.api.schemas import Storable
+from runbell.domain import limits as L
 from runbell.flows import endpoints
 
 router = APIRouter(prefix="/v1/webhook-endpoints", tags=["webhooks"])
@@ -40,23 +42,23 @@ EventType = Literal[
 assert set(EventType.__args__) == set(endpoints.EVENT_TYPES)  # type: ignore[attr-defined]
 
 
-class EndpointIn(BaseModel):
+class EndpointIn(Storable):
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(min_length=8, max_length=2000)
-    description: str | None = Field(default=None, max_length=500)
+    url: str = Field(min_length=8, max_length=L.URL)
+    description: str | None = Field(default=None, max_length=L.DESCRIPTION)
     event_types: list[EventType] = Field(default_factory=list, description="[] = all")
     rate_limit_per_s: float | None = Field(default=None, gt=0, le=1000)
 
 
-class EndpointPatch(BaseModel):
+class EndpointPatch(Storable):
     model_config = ConfigDict(extra="forbid")
-    url: str | None = Field(default=None, min_length=8, max_length=2000)
-    description: str | None = Field(default=None, max_length=500)
+    url: str | None = Field(default=None, min_length=8, max_length=L.URL)
+    description: str | None = Field(default=None, max_length=L.DESCRIPTION)
     event_types: list[EventType] | None = None
     status: Literal["enabled", "disabled"] | None = None
 
 
-class RotateIn(BaseModel):
+class RotateIn(Storable):
     model_config = ConfigDict(extra="forbid")
     overlap_s: StrictInt = Field(
         default=86400, ge=0, le=7 * 86400, description="how long the previous secrets stay valid"

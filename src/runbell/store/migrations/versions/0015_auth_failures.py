@@ -1,7 +1,7 @@
 """auth_failures: failed authentication counted across API processes
 
 Revision ID: auth_failures
-Revises: ledger_flag
+Revises: wide_composites
 Create Date: 2026-12-01
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 import runbell.store.tables
 
 revision = "auth_failures"
-down_revision = "ledger_flag"
+down_revision = "wide_composites"
 branch_labels = None
 depends_on = None
 
