@@ -14,6 +14,7 @@ import pytest
 
 from tests.acceptance.test_cli import RUNBELL, cli_env
 from tests.conftest import free_port
+from tests.timeouts import WAIT, scaled
 
 BANNER = "/metrics is off"
 TOKEN = "metrics-token-0c4d"
@@ -34,11 +35,11 @@ def api(tmp_path: Path, host: str, **env: str) -> Iterator[tuple[str, Path]]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WAIT
         while True:
             assert proc.poll() is None, out_path.read_text()
             try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{url}/healthz", timeout=scaled(5)).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -47,7 +48,7 @@ def api(tmp_path: Path, host: str, **env: str) -> Iterator[tuple[str, Path]]:
         yield url, out_path
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=WAIT)
 
 
 def banner_lines(out_path: Path) -> list[str]:

@@ -17,6 +17,7 @@ import pytest
 from runbell.testing import TenantCreds
 from tests.conftest import LiveServer, bearer
 from tests.integration.test_sdk import answer_when_pending
+from tests.timeouts import scaled
 
 RUNBELL = str(Path(sys.executable).parent / "runbell")
 
@@ -39,7 +40,7 @@ def env(live: LiveServer, creds: TenantCreds, tmp_path: Path) -> dict[str, str]:
 
 
 def runbell(
-    env: dict[str, str], *args: str, timeout: float = 60
+    env: dict[str, str], *args: str, timeout: float = scaled(60)
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [RUNBELL, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False

@@ -28,6 +28,7 @@ from pydantic import ConfigDict, Field
 from runbell.flows.context import Runbell
 from runbell.testing import TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer
+from tests.timeouts import WAIT
 
 RUNBELL = str(Path(sys.executable).with_name("runbell"))
 TOOLS = {"report_run", "request_input", "await_run", "list_attention", "get_run", "cancel_run"}
@@ -155,7 +156,7 @@ async def test_request_input_answered_through_the_api_then_await_run_sees_the_en
         got = await call(
             s, "request_input", run_id=run_id, summary="Deploy to staging?", wait_seconds=30
         )
-        person.join(5)
+        person.join(WAIT)
         assert got["status"] == "answered"
         assert got["decision"] == "approve"
         assert got["answered_by"] == creds.owner_email
@@ -180,7 +181,7 @@ async def test_request_input_answered_through_the_api_then_await_run_sees_the_en
 
         finisher = in_thread(runtime_finishes)
         done = await call(s, "await_run", run_id=run_id, wait_seconds=30)
-        finisher.join(5)
+        finisher.join(WAIT)
         assert done["status"] == "finished"
         assert done["state"] == "completed"
 

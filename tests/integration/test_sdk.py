@@ -38,6 +38,7 @@ from runbell.flows.context import Runbell
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user
 from tests.conftest import LiveServer, bearer
+from tests.timeouts import WAIT
 
 FAST = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.2)
 
@@ -66,8 +67,8 @@ class Answerer(threading.Thread):
             self.error = exc
 
     def _answer(self) -> None:
-        with httpx.Client(base_url=self.url, headers=bearer(self.token), timeout=30) as http:
-            deadline = time.monotonic() + 30
+        with httpx.Client(base_url=self.url, headers=bearer(self.token), timeout=WAIT) as http:
+            deadline = time.monotonic() + WAIT
             while time.monotonic() < deadline:
                 run = http.get(f"/v1/runs/{self.run_id}").json()
                 pending = run.get("pending_input_request")
@@ -289,7 +290,7 @@ def test_ask_answered_by_the_owner_through_the_api(
 ) -> None:
     rb.put_run("ask-1", state="working")
     helper = answer_when_pending(live.url, creds.owner_token, "ask-1", "approve")
-    answer = rb.ask("ask-1", "Push to main?", details={"cmd": "git push"}, timeout=20)
+    answer = rb.ask("ask-1", "Push to main?", details={"cmd": "git push"}, timeout=WAIT)
     helper.join()
     assert answer.outcome == "answered" and answer.approved
     assert answer.answered_by == creds.owner_id
@@ -299,7 +300,7 @@ def test_ask_answered_by_the_owner_through_the_api(
 def test_ask_choice_returns_the_value(rb: Client, live: LiveServer, creds: TenantCreds) -> None:
     rb.put_run("ask-2", state="working")
     helper = answer_when_pending(live.url, creds.owner_token, "ask-2", "answer", "window")
-    answer = rb.ask("ask-2", "Which?", kind="choice", options=["online", "window"], timeout=20)
+    answer = rb.ask("ask-2", "Which?", kind="choice", options=["online", "window"], timeout=WAIT)
     helper.join()
     assert (answer.outcome, answer.decision, answer.value) == ("answered", "answer", "window")
 
@@ -309,7 +310,7 @@ def test_ask_timeout_and_expiry(rb: Client) -> None:
     timed_out = rb.ask("ask-3", "Anyone?", timeout=0.5)
     assert timed_out.outcome == "timeout" and not timed_out.approved
     assert rb.get_input_request(timed_out.request_id).state == "pending"
-    expired = rb.ask("ask-3", "Quick?", expires_in=1, timeout=20)
+    expired = rb.ask("ask-3", "Quick?", expires_in=1, timeout=WAIT)
     assert expired.outcome == "expired"
 
 
@@ -319,11 +320,11 @@ def test_ask_superseded_by_a_newer_request(rb: Client) -> None:
     first = rb.open_input_request("ask-4", summary="First?", request_id="first")
     result: list[Any] = []
     waiter = threading.Thread(
-        target=lambda: result.append(rb.wait_for_answer("first", timeout=20)), daemon=True
+        target=lambda: result.append(rb.wait_for_answer("first", timeout=WAIT)), daemon=True
     )
     waiter.start()
     rb.open_input_request("ask-4", summary="Second?", request_id="second")
-    waiter.join(20)
+    waiter.join(WAIT)
     assert first.created
     assert result and result[0].outcome == "superseded"
 
@@ -336,7 +337,7 @@ def test_await_run_returns_the_terminal_run(rb: Client) -> None:
     assert rb.await_run("wait-1", timeout=0.3).state == "working"
     timer = threading.Timer(0.3, lambda: rb.signal("wait-1", "failed", reason="broke"))
     timer.start()
-    run = rb.await_run("wait-1", timeout=20)
+    run = rb.await_run("wait-1", timeout=WAIT)
     timer.join()
     assert (run.state, run.terminal, run.stop_reason) == ("failed", True, "broke")
 
@@ -404,7 +405,7 @@ def test_requires_approval_runs_only_when_approved_and_records_the_call(
 ) -> None:
     calls: list[str] = []
 
-    @rb.requires_approval(summary="Push the branch?", timeout=20)
+    @rb.requires_approval(summary="Push the branch?", timeout=WAIT)
     def push(branch: str) -> str:
         calls.append(branch)
         return f"pushed {branch}"
@@ -445,7 +446,7 @@ async def test_async_ask_round_trip_timeout_and_block(live: LiveServer, creds: T
     async with AsyncClient(live.url, creds.runtime_key, creds.owner_email, retry=FAST) as rb:
         await rb.put_run("async-1", state="working")
         helper = answer_when_pending(live.url, creds.owner_token, "async-1", "reject")
-        answer = await rb.ask("async-1", "Delete the bucket?", timeout=20)
+        answer = await rb.ask("async-1", "Delete the bucket?", timeout=WAIT)
         await asyncio.to_thread(helper.join)
         assert (answer.outcome, answer.decision, answer.rejected) == ("answered", "reject", True)
         timed_out = await rb.ask("async-1", "Still there?", timeout=0.5)
@@ -461,7 +462,7 @@ async def test_async_ask_round_trip_timeout_and_block(live: LiveServer, creds: T
 
         async with rb.run("async-3", title="fine"):
             pass
-        assert (await rb.await_run("async-3", timeout=5)).state == "completed"
+        assert (await rb.await_run("async-3", timeout=WAIT)).state == "completed"
 
 
 async def test_async_connection_dropped_mid_request_is_one_signal(
@@ -497,9 +498,9 @@ def test_testing_server_is_a_whole_runbell_for_user_tests() -> None:
             rb.open_input_request("user-1", summary="Ship?", request_id="ship-1")
             answered = srv.answer("ship-1", "approve")
             assert answered["input_request"]["state"] == "answered"
-            assert rb.wait_for_answer("ship-1", timeout=5).approved
+            assert rb.wait_for_answer("ship-1", timeout=WAIT).approved
             # the scheduler runs: an expiring request ends as expired on the server too
-            ended = rb.ask("user-1", "Quick?", request_id="quick-1", expires_in=0.5, timeout=20)
+            ended = rb.ask("user-1", "Quick?", request_id="quick-1", expires_in=0.5, timeout=WAIT)
             assert ended.outcome == "expired"
         r = httpx.get(f"{srv.url}/v1/notifications", headers=bearer(srv.owner_token))
         assert r.status_code == 200 and r.json()["notifications"]
