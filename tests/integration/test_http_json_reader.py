@@ -24,6 +24,7 @@ from runbell.ingress.readers import (
     StaticReader,
     reader_from_config,
 )
+from tests.timeouts import WAIT
 
 TOKEN = "Bearer sk-live-7f3c9e-never-show-me"
 
@@ -80,7 +81,7 @@ def server() -> Iterator[tuple[ThreadingHTTPServer, Peer]]:
     finally:
         httpd.shutdown()
         httpd.server_close()
-        thread.join(timeout=5)
+        thread.join(timeout=WAIT)
 
 
 @pytest.fixture
@@ -271,7 +272,11 @@ def test_error_details_leave_out_the_query_string(client, peer):
     assert "/runs/r" in info.value.detail
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,  # I/O: an HTTP peer
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(run_id=st.text(min_size=1).filter(lambda s: s not in {".", ".."}))
 def test_any_run_id_reaches_its_own_path(client, peer, run_id):
     path = "/runs/" + quote(run_id, safe="")
