@@ -24,9 +24,9 @@ from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from tests.timeouts import WAIT
+from tests.timeouts import WAIT, scaled
 
-HOLD_LIMIT_S = 120.0  # a held connection or answer is let go after this, whatever happens
+HOLD_LIMIT_S = scaled(120)  # a held connection or answer is let go after this, whatever happens
 
 
 @dataclass(frozen=True)

@@ -339,7 +339,7 @@ def test_a_transaction_held_open_does_not_stop_the_queue(
                 lambda n=n: statuses(core) == {"accepted": n, "queued": 1},
                 f"delivery {n} to go out past the locked one",
                 [worker],
-                timeout=HOLD_S,
+                timeout=WAIT,
             )
             time.sleep(0.5)
         with core.db.read() as conn:
