@@ -59,7 +59,7 @@ def test_beyond_loopback_without_token_metrics_are_off_and_the_banner_says_so(
     tmp_path: Path,
 ) -> None:
     with api(tmp_path, ANY_V4) as (url, out):
-        r = httpx.get(f"{url}/metrics")
+        r = httpx.get(f"{url}/metrics", timeout=WAIT)
         assert r.status_code == 404
         assert r.headers["content-type"].startswith("application/problem+json")
         assert "RUNBELL_METRICS_TOKEN" in r.json()["detail"]
@@ -77,9 +77,11 @@ def test_with_a_token_or_on_loopback_there_is_no_such_line(
     tmp_path: Path, host: str, env: dict[str, str], status: int
 ) -> None:
     with api(tmp_path, host, **env) as (url, out):
-        assert httpx.get(f"{url}/metrics").status_code == status
+        assert httpx.get(f"{url}/metrics", timeout=WAIT).status_code == status
         if "RUNBELL_METRICS_TOKEN" in env:
-            authorized = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+            authorized = httpx.get(
+                f"{url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=WAIT
+            )
             assert authorized.status_code == 200
             assert "runbell_deliveries" in authorized.text
         assert banner_lines(out) == []

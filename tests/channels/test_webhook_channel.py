@@ -137,7 +137,7 @@ class Receiver:
     async def settle(self) -> None:
         """Make sure every connection made so far has been accepted and counted (the
         server accepts in order, so an answered fresh request comes after them all)."""
-        async with httpx.AsyncClient(trust_env=False) as plain:
+        async with httpx.AsyncClient(trust_env=False, timeout=WAIT) as plain:
             assert (await plain.get(f"http://{self.origin}/settle")).status_code == 200
 
 

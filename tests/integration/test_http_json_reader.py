@@ -94,7 +94,7 @@ def peer(server) -> Peer:
 
 @pytest.fixture
 def client() -> Iterator[httpx.Client]:
-    with httpx.Client(trust_env=False, follow_redirects=False) as plain:
+    with httpx.Client(trust_env=False, follow_redirects=False, timeout=WAIT) as plain:
         yield plain
 
 
@@ -190,7 +190,7 @@ def test_redirect_is_reader_error_and_not_followed(peer, follow):
     peer.json("/elsewhere/r", {"state": "completed"})
     # Even a client configured to follow redirects must not follow them here.
     with (
-        httpx.Client(trust_env=False, follow_redirects=follow) as client,
+        httpx.Client(trust_env=False, follow_redirects=follow, timeout=WAIT) as client,
         pytest.raises(ReaderError, match=r"HTTP 302.*redirects are not followed"),
     ):
         make_reader(client, peer).read("r")

@@ -92,7 +92,7 @@ class Receiver:
         The server accepts in order, so once a fresh request over a plain client has
         been answered, any earlier connection attempt has been counted too.
         """
-        with httpx.Client(trust_env=False) as plain:
+        with httpx.Client(trust_env=False, timeout=WAIT) as plain:
             assert plain.get(f"http://{self.origin}/settle").status_code == 200
 
 

@@ -45,7 +45,7 @@ FAST = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.2)
 
 @pytest.fixture
 def rb(live: LiveServer, creds: TenantCreds) -> Iterator[Client]:
-    with Client(live.url, creds.runtime_key, creds.owner_email, retry=FAST) as client:
+    with Client(live.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT) as client:
         yield client
 
 
@@ -224,7 +224,7 @@ def test_the_default_owner_applies_to_new_runs_only(
 ) -> None:
     bob_id, _ = add_user(core, creds.tenant_id, "bob@acme.test")
     assert rb.put_run("own-1", title="Mine").owner == creds.owner_id
-    with Client(live.url, creds.runtime_key, "bob@acme.test", retry=FAST) as bobs:
+    with Client(live.url, creds.runtime_key, "bob@acme.test", retry=FAST, timeout=WAIT) as bobs:
         assert bobs.put_run("own-1", title="Renamed").owner == creds.owner_id
         assert bobs.put_run("own-2").owner == bob_id
         assert bobs.put_run("own-1", owner="bob@acme.test").owner == bob_id
@@ -237,7 +237,9 @@ def test_the_default_owner_applies_to_new_runs_only(
 def test_connection_dropped_mid_request_is_retried_once_with_the_same_event_id(
     live: LiveServer, creds: TenantCreds, core: Runbell, proxy: DroppingProxy
 ) -> None:
-    with Client(proxy.url, creds.runtime_key, creds.owner_email, retry=FAST) as client:
+    with Client(
+        proxy.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT
+    ) as client:
         client.put_run("drop-1", state="working")
         before = len(transitions(core, creds.tenant_id, "drop-1"))
         proxy.drop_next = True
@@ -443,7 +445,9 @@ def test_requires_approval_needs_a_run(rb: Client) -> None:
 
 
 async def test_async_ask_round_trip_timeout_and_block(live: LiveServer, creds: TenantCreds) -> None:
-    async with AsyncClient(live.url, creds.runtime_key, creds.owner_email, retry=FAST) as rb:
+    async with AsyncClient(
+        live.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT
+    ) as rb:
         await rb.put_run("async-1", state="working")
         helper = answer_when_pending(live.url, creds.owner_token, "async-1", "reject")
         answer = await rb.ask("async-1", "Delete the bucket?", timeout=WAIT)
@@ -468,7 +472,9 @@ async def test_async_ask_round_trip_timeout_and_block(live: LiveServer, creds: T
 async def test_async_connection_dropped_mid_request_is_one_signal(
     live: LiveServer, creds: TenantCreds, core: Runbell, proxy: DroppingProxy
 ) -> None:
-    async with AsyncClient(proxy.url, creds.runtime_key, creds.owner_email, retry=FAST) as rb:
+    async with AsyncClient(
+        proxy.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT
+    ) as rb:
         await rb.put_run("adrop-1", state="working")
         proxy.drop_next = True
         result = await rb.signal("adrop-1", "failed", reason="gave up")
@@ -479,7 +485,7 @@ async def test_async_connection_dropped_mid_request_is_one_signal(
 
 
 async def test_async_watch_yields_events(live: LiveServer, creds: TenantCreds) -> None:
-    async with AsyncClient(live.url, creds.runtime_key, creds.owner_email) as rb:
+    async with AsyncClient(live.url, creds.runtime_key, creds.owner_email, timeout=WAIT) as rb:
         head = await rb.head_cursor()
         await rb.put_run("awatch-1", state="working")
         feed = rb.watch(after=head, wait=1)
@@ -493,7 +499,7 @@ async def test_async_watch_yields_events(live: LiveServer, creds: TenantCreds) -
 
 def test_testing_server_is_a_whole_runbell_for_user_tests() -> None:
     with runbell.testing.server() as srv:
-        with Client(srv.url, srv.runtime_key, srv.owner_email) as rb:
+        with Client(srv.url, srv.runtime_key, srv.owner_email, timeout=WAIT) as rb:
             rb.put_run("user-1", title="Mine", state="working")
             rb.open_input_request("user-1", summary="Ship?", request_id="ship-1")
             answered = srv.answer("ship-1", "approve")
@@ -502,5 +508,5 @@ def test_testing_server_is_a_whole_runbell_for_user_tests() -> None:
             # the scheduler runs: an expiring request ends as expired on the server too
             ended = rb.ask("user-1", "Quick?", request_id="quick-1", expires_in=0.5, timeout=WAIT)
             assert ended.outcome == "expired"
-        r = httpx.get(f"{srv.url}/v1/notifications", headers=bearer(srv.owner_token))
+        r = httpx.get(f"{srv.url}/v1/notifications", headers=bearer(srv.owner_token), timeout=WAIT)
         assert r.status_code == 200 and r.json()["notifications"]

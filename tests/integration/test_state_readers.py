@@ -144,7 +144,7 @@ def openai_peer() -> Iterator[OpenAIPeer]:
 
 @pytest.fixture
 def plain() -> Iterator[httpx.Client]:
-    with httpx.Client(trust_env=False, follow_redirects=False) as client:
+    with httpx.Client(trust_env=False, follow_redirects=False, timeout=WAIT) as client:
         yield client
 
 
