@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
@@ -27,6 +28,8 @@ from runbell.flows.context import Runbell
 from runbell.store.db import make_engine
 from runbell.store.migrate import upgrade
 from runbell.testing import Clock, TenantCreds, make_tenant
+from tests.pgdatabases import TestDatabases
+from tests.timeouts import WAIT, scaled
 
 PG_URL = os.environ.get(
     "RUNBELL_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -34,10 +37,20 @@ PG_URL = os.environ.get(
 IN_CI = os.environ.get("CI", "").lower() == "true"
 SECRET_KEY = Fernet.generate_key().decode()
 
+# Hypothesis: no deadline and no too_slow health check anywhere in the suite. Both are
+# timing limits (a deadline is a timing assertion) that fail on a loaded machine and pass
+# on rerun; most property tests here do I/O (a database, HTTP). Loaded before any test
+# module is imported, so every @settings(...) inherits it; a test that lists its own
+# suppress_health_check must list too_slow too. HYPOTHESIS_PROFILE picks another profile.
+hypothesis.settings.register_profile(
+    "runbell", deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow]
+)
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "runbell"))
+
 
 def _pg_problem() -> str | None:
     try:
-        engine = sa.create_engine(PG_URL, connect_args={"connect_timeout": 3})
+        engine = sa.create_engine(PG_URL, connect_args={"connect_timeout": int(scaled(5))})
         with engine.connect() as conn:
             conn.execute(sa.text("SELECT 1"))
         engine.dispose()
@@ -46,27 +59,45 @@ def _pg_problem() -> str | None:
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
+def _run_and_worker(config: pytest.Config) -> tuple[str, str]:
+    """This run's id (shared by its xdist workers) and this process's worker id."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return str(workerinput["testrunuid"])[:8], str(workerinput["workerid"])
+    return str(config.option.testrunuid)[:8], "main"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist hands the controller's --testrunuid to every worker; set one when none was
+    # given, so the controller knows it too and can sweep what its workers left.
+    if not hasattr(config, "workerinput") and not getattr(config.option, "testrunuid", None):
+        # (also without xdist, e.g. -p no:xdist: then it is this process's own id)
+        config.option.testrunuid = uuid.uuid4().hex
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Drop every database this run made that is still there (a worker that crashed, a
+    drop that failed): in the xdist controller once all workers are done, else here."""
+    if hasattr(session.config, "workerinput") or _pg_problem() is not None:
+        return
+    run, worker = _run_and_worker(session.config)
+    TestDatabases(PG_URL, run, worker).sweep(whole_run=True)
+
+
 @pytest.fixture(scope="session")
-def pg_template() -> Iterator[str | None]:
+def pg_template(request: pytest.FixtureRequest) -> Iterator[str | None]:
     """A migrated template database; each test clones it (fast, isolated)."""
     problem = _pg_problem()
     if problem is not None:
         yield None
         return
-    admin = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    name = f"rb_tmpl_{os.getpid()}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    engine = make_engine(
-        str(sa.make_url(PG_URL).set(database=name).render_as_string(hide_password=False))
-    )
+    dbs = TestDatabases(PG_URL, *_run_and_worker(request.config))
+    dbs.drop(dbs.template)
+    engine = make_engine(dbs.create(dbs.template))
     upgrade(engine)
     engine.dispose()
-    yield name
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    yield dbs.template
+    dbs.sweep()  # the template and any clone whose own drop did not succeed
 
 
 @pytest.fixture(scope="session")
@@ -87,16 +118,13 @@ def pg_database(pg_template: str | None) -> Iterator[str]:
         if IN_CI:
             pytest.fail("CI requires PostgreSQL: " + reason)
         pytest.skip(reason)
-    admin = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    name = f"rb_t_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"'))
+    dbs = TestDatabases.of_template(PG_URL, pg_template)
+    name = dbs.new_clone_name()
+    url = dbs.create(name, template=pg_template)
     try:
-        yield sa.make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+        yield url
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        dbs.drop(name)  # reconnects and retries across a server restart
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -191,7 +219,7 @@ class LiveServer:
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT
         while not self.server.started:
             if time.monotonic() > deadline:
                 raise RuntimeError("live server did not start")
@@ -200,7 +228,7 @@ class LiveServer:
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=WAIT)
 
 
 @pytest.fixture

@@ -23,6 +23,8 @@ from typing import Self
 
 import sqlalchemy as sa
 
+from tests.timeouts import WAIT
+
 __all__ = ["PgBouncer", "PgBouncerUnavailable"]
 
 
@@ -104,7 +106,7 @@ class PgBouncer:
                 os.chown(path, user.pw_uid, user.pw_gid)
             command = ["runuser", "-u", "postgres", "--", *command]
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + WAIT
         while True:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", self.port)) == 0:
@@ -121,10 +123,10 @@ class PgBouncer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=WAIT)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=WAIT)
         if self.proc is not None and self.proc.stderr is not None:
             self.proc.stderr.close()
         shutil.rmtree(self.root, ignore_errors=True)

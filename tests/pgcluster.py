@@ -35,7 +35,11 @@ import tempfile
 from pathlib import Path
 from typing import Self
 
+from tests.timeouts import WAIT, scaled
+
 __all__ = ["PgCluster", "PgUnavailable", "find_bindir"]
+
+PG_CTL_T = str(int(scaled(60)))  # pg_ctl -t: seconds to wait for a start or stop
 
 
 class PgUnavailable(RuntimeError):
@@ -47,7 +51,7 @@ def find_bindir() -> Path:
     candidates: list[str] = []
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run(
-            ["pg_config", "--bindir"], capture_output=True, text=True, timeout=10, check=True
+            ["pg_config", "--bindir"], capture_output=True, text=True, timeout=WAIT, check=True
         )
         candidates.append(out.stdout.strip())
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)  # newest first
@@ -138,16 +142,16 @@ class PgCluster:
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""
         self._run(
-            "pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data), "-l", str(self.logfile)
+            "pg_ctl", "start", "-w", "-t", PG_CTL_T, "-D", str(self.data), "-l", str(self.logfile)
         )
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server: ``fast`` terminates sessions, ``immediate`` is a crash."""
-        self._run("pg_ctl", "stop", "-w", "-t", "60", "-m", mode, "-D", str(self.data))
+        self._run("pg_ctl", "stop", "-w", "-t", PG_CTL_T, "-m", mode, "-D", str(self.data))
 
     def restart(self, mode: str = "fast") -> None:
         self._run(
-            "pg_ctl", "restart", "-w", "-t", "60", "-m", mode,
+            "pg_ctl", "restart", "-w", "-t", PG_CTL_T, "-m", mode,
             "-D", str(self.data), "-l", str(self.logfile),
         )  # fmt: skip
 
@@ -160,7 +164,7 @@ class PgCluster:
         if (self.data / "postmaster.pid").exists():
             with contextlib.suppress(subprocess.SubprocessError, OSError):
                 self._run(
-                    "pg_ctl", "stop", "-w", "-t", "30", "-m", "immediate", "-D", str(self.data)
+                    "pg_ctl", "stop", "-w", "-t", PG_CTL_T, "-m", "immediate", "-D", str(self.data)
                 )
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -194,7 +198,7 @@ class PgCluster:
         if self._as_postgres:
             command = ["runuser", "-u", "postgres", "--", *command]
         res = subprocess.run(
-            command, capture_output=True, text=True, timeout=120, check=False, cwd=self.root
+            command, capture_output=True, text=True, timeout=scaled(120), check=False, cwd=self.root
         )
         if check and res.returncode != 0:
             raise RuntimeError(

@@ -13,6 +13,7 @@ import httpx
 
 from tests.acceptance.test_worker_processes import RUNBELL, WorkerProc, wait_for
 from tests.conftest import free_port
+from tests.timeouts import scaled
 
 
 class ApiProc(WorkerProc):
@@ -37,12 +38,12 @@ class ApiProc(WorkerProc):
     def ready(self) -> None:
         def answers() -> bool:
             try:
-                return httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200
+                return httpx.get(f"{self.url}/readyz", timeout=scaled(5)).status_code == 200
             except httpx.HTTPError:
                 return False
 
         # Start-up is mostly imports: slow on a loaded machine.
-        wait_for(answers, f"{self.log.name} to answer", [self], timeout=90)
+        wait_for(answers, f"{self.log.name} to answer", [self], timeout=scaled(90))
 
 
 class ServeProc(ApiProc):

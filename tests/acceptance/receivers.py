@@ -24,7 +24,9 @@ from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-HOLD_LIMIT_S = 120.0  # a held connection or answer is let go after this, whatever happens
+from tests.timeouts import WAIT, scaled
+
+HOLD_LIMIT_S = scaled(120)  # a held connection or answer is let go after this, whatever happens
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ class Receiver:
         self._released.set()
         self._server.shutdown()
         self._server.server_close()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=WAIT)
 
     # --- switches --------------------------------------------------------------------
 

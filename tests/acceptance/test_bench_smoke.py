@@ -26,6 +26,7 @@ from bench import targets, verify
 from bench.common import Child, CorrectnessError
 from bench.servers import Databases
 from tests.conftest import IN_CI, PG_URL, _pg_problem
+from tests.timeouts import WAIT, scaled
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -45,7 +46,7 @@ def tiny(tmp_path: Path, *args: str) -> tuple[str, int]:
         text=True,
     ) as proc:
         try:
-            _, err = proc.communicate(timeout=600)
+            _, err = proc.communicate(timeout=scaled(600))
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
@@ -178,7 +179,7 @@ def test_receiver_counts_each_webhook_id_once_and_flags_repeats(tmp_path: Path) 
                 "webhook-signature": key.sign(msg_id, at, body),
                 "content-type": "application/json",
             }
-            return httpx.post(url, content=body, headers=headers, timeout=10).status_code
+            return httpx.post(url, content=body, headers=headers, timeout=WAIT).status_code
 
         assert send("msg_1", "rx-1") == 200
         assert send("msg_2", "rx-2") == 200

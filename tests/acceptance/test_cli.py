@@ -28,6 +28,7 @@ from runbell.flows import policy
 from runbell.store import accounts
 from runbell.store.migrate import current_revision
 from tests.conftest import SECRET_KEY, free_port, pg_database
+from tests.timeouts import WAIT, scaled
 
 RUNBELL = str(Path(sys.executable).with_name("runbell"))
 KEY = re.compile(r"\brbk_[A-Za-z0-9_-]{20,}")
@@ -57,7 +58,7 @@ def cli_env(data_dir: Path, database_url: str | None = None) -> dict[str, str]:
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [RUNBELL, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        [RUNBELL, *args], env=env, capture_output=True, text=True, timeout=scaled(60), check=False
     )
 
 
@@ -291,12 +292,12 @@ class Served:
                 stderr=err,
                 cwd=self.cwd,
             )
-        deadline = time.monotonic() + 120  # generous: the suite shares two busy cores
+        deadline = time.monotonic() + scaled(120)  # generous: the suite shares two busy cores
         while True:
             if self.proc.poll() is not None:
                 raise AssertionError(f"serve exited early:\n{self.stdout}\n{self.stderr}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=scaled(5)).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -317,14 +318,14 @@ class Served:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=30)
+            return self.proc.wait(timeout=WAIT)
         finally:
             self.kill()
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=WAIT)
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
@@ -394,7 +395,7 @@ def test_serve_first_start_writes_working_credentials_once_to_a_private_file(
         curls = printed_curls(block)
         assert [c["method"] for c in curls] == ["PUT", "POST", "GET", "GET"], curls
         results = []
-        with httpx.Client(timeout=10) as http:
+        with httpx.Client(timeout=WAIT) as http:
             for c in curls:
                 assert c["url"].startswith(served.url), c
                 r = http.request(
@@ -424,7 +425,7 @@ def test_serve_first_start_writes_working_credentials_once_to_a_private_file(
         r = httpx.get(
             f"{again.url}/v1/runs/demo-1",
             headers={"Authorization": runtime_auth},
-            timeout=10,
+            timeout=WAIT,
         )
         assert r.status_code == 200, r.text
         assert r.json()["state"] == "completed"
@@ -449,7 +450,7 @@ def test_serve_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
             f"{served.url}/v1/runs/kept-1",
             json={"owner": "you@example.com"},
             headers={"Authorization": f"Bearer {runtime_key}"},
-            timeout=10,
+            timeout=WAIT,
         )
         assert r.status_code == 201, r.text
         rc = served.terminate()

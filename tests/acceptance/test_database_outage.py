@@ -34,6 +34,7 @@ from tests.acceptance.receivers import Receiver
 from tests.acceptance.test_worker_processes import WorkerProc, child_env, wait_for
 from tests.conftest import IN_CI, make_settings
 from tests.pgcluster import PgCluster, PgUnavailable
+from tests.timeouts import WAIT
 
 pytestmark = pytest.mark.postgres
 
@@ -85,7 +86,7 @@ class Load:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         for thread in self._threads:
-            thread.join(timeout=30)
+            thread.join(timeout=WAIT)
 
     def _record(self, kind: str, run_id: str, event_id: str | None, r: httpx.Response) -> None:
         try:
@@ -98,7 +99,7 @@ class Load:
             )
 
     def _run(self, n: int) -> None:
-        with httpx.Client(base_url=self.url, headers=self.auth, timeout=15) as client:
+        with httpx.Client(base_url=self.url, headers=self.auth, timeout=WAIT) as client:
             i = 0
             while not self._stop.is_set():
                 i += 1
@@ -146,12 +147,12 @@ class Stream:
 
     def __enter__(self) -> Stream:
         self._thread.start()
-        assert self.opened.wait(30), self.error
+        assert self.opened.wait(WAIT), self.error
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=WAIT)
 
     def _run(self) -> None:
         fields: dict[str, str] = {}
@@ -252,7 +253,7 @@ def test_postgres_restart_under_load_answers_503_and_recovers_losing_nothing(
             )
 
         # The worker and the scheduler survived too: a run finished now is delivered.
-        with httpx.Client(base_url=base, headers=load.auth, timeout=15) as finish:
+        with httpx.Client(base_url=base, headers=load.auth, timeout=WAIT) as finish:
             made = finish.put("/v1/runs/final", json={"owner": creds.owner_email})
             assert made.is_success, made.text
             done = finish.post(

@@ -19,13 +19,14 @@ import pytest
 
 from tests.acceptance.test_cli import SECRETS_NOTE, secrets_file
 from tests.conftest import free_port
+from tests.timeouts import WAIT, scaled
 
 TOKEN = re.compile(r"\b(rbu_[A-Za-z0-9_-]{20,})")
 ADMIN = re.compile(r"admin key\s+(rbk_[A-Za-z0-9_-]{20,})")
 RUNBELL = str(Path(sys.executable).with_name("runbell"))
 
 
-def until(what: Callable[[], Any], seconds: float = 60.0) -> Any:
+def until(what: Callable[[], Any], seconds: float = scaled(60)) -> Any:
     """Poll ``what`` until it returns something truthy (bounded)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -62,7 +63,7 @@ def demo(tmp_path: Path) -> Iterator[tuple[str, str, str, Path]]:
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=WAIT)
         except subprocess.TimeoutExpired:
             proc.kill()
 
@@ -75,7 +76,7 @@ def test_demo_run_asks_for_approval_and_finishes_with_every_delivery_in_the_trai
     base, token, admin, log = demo
     me = {"Authorization": f"Bearer {token}"}
     ops = {"Authorization": f"Bearer {admin}"}
-    with httpx.Client(base_url=base, timeout=10, trust_env=False) as http:
+    with httpx.Client(base_url=base, timeout=WAIT, trust_env=False) as http:
 
         def pending() -> dict[str, Any] | None:
             r = http.get("/v1/input-requests/demo-approve-deploy", headers=me)
@@ -136,7 +137,7 @@ def test_demo_invoice_sync_needs_review_for_its_lost_reply_then_the_lookup_resol
     a lookup confirms it, the review is resolved, and the completion alert follows."""
     base, token, _admin, log = demo
     me = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=base, timeout=10, trust_env=False) as http:
+    with httpx.Client(base_url=base, timeout=WAIT, trust_env=False) as http:
 
         def notes() -> list[dict[str, Any]]:
             inbox = http.get("/v1/notifications", headers=me).json()["notifications"]

@@ -36,6 +36,7 @@ from tests.acceptance.test_cli import (
     settings_for,
 )
 from tests.conftest import bearer, free_port
+from tests.timeouts import WAIT, scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"(https?://[^\s/]+)/auth/(rbl_[A-Za-z0-9_-]{20,})")
@@ -59,7 +60,7 @@ def paste(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
 
@@ -79,7 +80,7 @@ def block_after(text: str, heading: str) -> list[str]:
 
 def signs_in(url: str) -> None:
     """The link opens a session on the running server: 303 and the session cookie."""
-    r = httpx.get(url, follow_redirects=False, timeout=10, trust_env=False)
+    r = httpx.get(url, follow_redirects=False, timeout=WAIT, trust_env=False)
     assert r.status_code == 303, (url, r.status_code, r.text[:300])
     assert SESSION_COOKIE in r.cookies, r.headers
 
@@ -364,7 +365,12 @@ def test_data_directory_and_database_files_are_private(tmp_path: Path) -> None:
     data = tmp_path / "data"
     env = {k: v for k, v in cli_env(data).items() if k != "RUNBELL_SECRET_KEY"}
     res = subprocess.run(
-        [RUNBELL, "migrate"], env=env, capture_output=True, text=True, timeout=60, umask=0o022
+        [RUNBELL, "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        umask=0o022,
     )
     assert res.returncode == 0, res.stderr
     assert (mode(data), mode(data / "runbell.db")) == (0o700, 0o600)

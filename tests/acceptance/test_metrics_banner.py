@@ -14,6 +14,7 @@ import pytest
 
 from tests.acceptance.test_cli import RUNBELL, cli_env
 from tests.conftest import free_port
+from tests.timeouts import WAIT, scaled
 
 BANNER = "/metrics is off"
 TOKEN = "metrics-token-0c4d"
@@ -34,11 +35,11 @@ def api(tmp_path: Path, host: str, **env: str) -> Iterator[tuple[str, Path]]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WAIT
         while True:
             assert proc.poll() is None, out_path.read_text()
             try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{url}/healthz", timeout=scaled(5)).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -47,7 +48,7 @@ def api(tmp_path: Path, host: str, **env: str) -> Iterator[tuple[str, Path]]:
         yield url, out_path
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=WAIT)
 
 
 def banner_lines(out_path: Path) -> list[str]:
@@ -58,7 +59,7 @@ def test_beyond_loopback_without_token_metrics_are_off_and_the_banner_says_so(
     tmp_path: Path,
 ) -> None:
     with api(tmp_path, ANY_V4) as (url, out):
-        r = httpx.get(f"{url}/metrics")
+        r = httpx.get(f"{url}/metrics", timeout=WAIT)
         assert r.status_code == 404
         assert r.headers["content-type"].startswith("application/problem+json")
         assert "RUNBELL_METRICS_TOKEN" in r.json()["detail"]
@@ -76,9 +77,11 @@ def test_with_a_token_or_on_loopback_there_is_no_such_line(
     tmp_path: Path, host: str, env: dict[str, str], status: int
 ) -> None:
     with api(tmp_path, host, **env) as (url, out):
-        assert httpx.get(f"{url}/metrics").status_code == status
+        assert httpx.get(f"{url}/metrics", timeout=WAIT).status_code == status
         if "RUNBELL_METRICS_TOKEN" in env:
-            authorized = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+            authorized = httpx.get(
+                f"{url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=WAIT
+            )
             assert authorized.status_code == 200
             assert "runbell_deliveries" in authorized.text
         assert banner_lines(out) == []

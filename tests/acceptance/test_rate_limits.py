@@ -33,6 +33,7 @@ from tests.acceptance.test_worker_processes import (
     statuses,
     wait_for,
 )
+from tests.timeouts import scaled
 
 RATE = 10.0  # per second; burst = one second's worth (the bucket's size)
 MESSAGES = 80
@@ -87,7 +88,7 @@ def test_two_workers_together_keep_one_rate_limit(
             lambda: statuses(core) == {"accepted": MESSAGES},
             f"{MESSAGES} accepted",
             workers,
-            timeout=120,
+            timeout=scaled(120),
         )
         assert [w.stop() for w in workers] == [0, 0]
         for w in workers:

@@ -54,6 +54,7 @@ from tests.acceptance.test_worker_processes import (
 )
 from tests.conftest import make_settings, pg_database
 from tests.pgbouncer import PgBouncer, PgBouncerUnavailable
+from tests.timeouts import WAIT, scaled
 
 pytestmark = pytest.mark.postgres
 
@@ -97,7 +98,7 @@ def test_a_viewer_on_one_api_process_is_watching_for_a_signal_on_another(
     runtime = {"Authorization": f"Bearer {creds.runtime_key}"}
 
     def complete(api: ApiProc, run_id: str) -> dict[str, object]:
-        with httpx.Client(base_url=api.url, headers=runtime, timeout=30) as c:
+        with httpx.Client(base_url=api.url, headers=runtime, timeout=WAIT) as c:
             made = c.put(
                 f"/v1/runs/{run_id}",
                 json={"owner": creds.owner_email, "state": "working", "notify_on_complete": True},
@@ -177,7 +178,7 @@ class SignalLoad:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         for thread in self._threads:
-            thread.join(timeout=60)
+            thread.join(timeout=scaled(60))
 
     def count(self) -> int:
         with self._lock:
@@ -193,7 +194,7 @@ class SignalLoad:
 
     def _run(self, n: int) -> None:
         clients = [
-            httpx.Client(base_url=a.url, headers=self.headers, timeout=30) for a in self.apis
+            httpx.Client(base_url=a.url, headers=self.headers, timeout=WAIT) for a in self.apis
         ]
         try:
             i = 0
@@ -254,7 +255,7 @@ def test_two_apis_two_workers_lose_nothing_when_one_of_each_is_killed(
             lambda: statuses(core) == {"accepted": total},
             f"{total} deliveries accepted",
             [workers[1]],
-            timeout=120,
+            timeout=scaled(120),
         )
         assert workers[1].stop() == 0
         assert apis[1].stop() == 0
@@ -338,7 +339,7 @@ def test_a_transaction_held_open_does_not_stop_the_queue(
                 lambda n=n: statuses(core) == {"accepted": n, "queued": 1},
                 f"delivery {n} to go out past the locked one",
                 [worker],
-                timeout=HOLD_S,
+                timeout=WAIT,
             )
             time.sleep(0.5)
         with core.db.read() as conn:

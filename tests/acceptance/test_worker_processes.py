@@ -47,9 +47,10 @@ from runbell.store import tables as t
 from runbell.testing import Clock, make_tenant
 from tests.acceptance.receivers import Receiver
 from tests.conftest import SECRET_KEY, make_settings
+from tests.timeouts import WAIT, scaled
 
 RUNBELL = str(Path(sys.executable).with_name("runbell"))
-WAIT_S = 60.0
+WAIT_S = scaled(60)
 LEASE_S = "3"
 ATTEMPTED = re.compile(r"delivery\.attempted\s.*\bdelivery_id=(\S+).*\boutcome=(\S+)")
 
@@ -210,7 +211,7 @@ class WorkerProc:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         if self.proc is not None:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=WAIT)
 
     def stop(self) -> int:
         """SIGTERM and wait: a clean stop exits 0."""
@@ -259,7 +260,7 @@ def wait_for(
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [RUNBELL, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        [RUNBELL, *args], env=env, capture_output=True, text=True, timeout=scaled(120), check=False
     )
 
 
@@ -518,7 +519,7 @@ def test_two_workers_deliver_each_message_exactly_once(
             lambda: statuses(core) == {"accepted": total},
             f"{total} deliveries accepted",
             workers,
-            timeout=120,
+            timeout=scaled(120),
         )
         assert [w.stop() for w in workers] == [0, 0]  # nothing more can arrive after this
         for w in workers:
@@ -580,7 +581,7 @@ def drive_to_dead(core: Runbell, clock: Clock, expected: int) -> None:
     async def main() -> None:
         settings = core.settings
         async with safe_async_client(
-            allow_hosts=settings.outbound_allow_hosts, timeout=10
+            allow_hosts=settings.outbound_allow_hosts, timeout=WAIT
         ) as client:
             worker = Worker(core, {"webhook": WebhookChannel(client)}, rng=random.Random(7))
             for _ in range(20):

@@ -35,6 +35,7 @@ from runbell.store import sessions
 from runbell.testing import TenantCreds
 from tests.channels.push_receiver import PushReceiver
 from tests.conftest import IN_CI, LiveServer, bearer, free_port, make_settings
+from tests.timeouts import WAIT, WAIT_MS, scaled
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = [
@@ -50,7 +51,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
-WAIT_MS = 10_000  # every Playwright wait and expect() is bounded by this
+# Every Playwright wait and expect() is bounded by tests.timeouts.WAIT_MS (scaled by
+# RUNBELL_TEST_TIME_SCALE); importing it from here keeps working.
 
 expect.set_options(timeout=WAIT_MS)
 
@@ -95,7 +97,7 @@ class BrowserServer(LiveServer):
             log_level="warning",
             lifespan="on",
             # Open event streams must not hold the teardown for long.
-            timeout_graceful_shutdown=2,
+            timeout_graceful_shutdown=int(scaled(2)),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -175,7 +177,9 @@ def sign_in(page: Page, core: Runbell, tenant_id: str, user_id: str) -> None:
     expect(page.locator("#sign-out")).to_be_visible()
 
 
-def wait_until(page: Page, condition: Callable[[], bool], what: str, timeout_s: float = 15) -> None:
+def wait_until(
+    page: Page, condition: Callable[[], bool], what: str, timeout_s: float = WAIT
+) -> None:
     """Wait for something outside the page (a CDP event, a push the server sent).
 
     ``page.wait_for_timeout`` is what lets Playwright's sync API dispatch CDP events
@@ -205,7 +209,7 @@ class Runtime:
         self.http = httpx.Client(
             base_url=base_url,
             headers=bearer(creds.runtime_key),
-            timeout=10,
+            timeout=WAIT,
             trust_env=False,  # no proxy between the test and 127.0.0.1
         )
 
@@ -261,4 +265,4 @@ def runtime(web: BrowserServer, creds: TenantCreds) -> Iterator[Runtime]:
 
 
 def user_client(base_url: str, token: str) -> httpx.Client:
-    return httpx.Client(base_url=base_url, headers=bearer(token), timeout=10, trust_env=False)
+    return httpx.Client(base_url=base_url, headers=bearer(token), timeout=WAIT, trust_env=False)

@@ -43,9 +43,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from py_vapid import jwt as vapid_jwt
 
+from tests.timeouts import WAIT
+
 MAX_BODY_BYTES = 4096  # RFC 8030 §7.2: a push service must accept at least this much
 MAX_JWT_LIFETIME_S = 24 * 3600  # RFC 8292 §2: exp no more than 24 hours ahead
-STALL_LIMIT_S = 30.0  # a stalled request never outlives a forgotten stop() by much
+STALL_LIMIT_S = WAIT  # a stalled request never outlives a forgotten stop() by much
 
 _AUTH_RE = re.compile(r"^vapid\s+(?P<params>.+)$", re.IGNORECASE)
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.timeouts import WAIT
+
 
 class TwoFacedDNS:
     """``socket.getaddrinfo`` that answers ``name`` with ``first`` once, then ``second``."""
@@ -73,13 +75,13 @@ class Trap:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=WAIT)
         self._sock.close()
 
     def settle(self) -> int:
         """Connections so far, after accepting any still queued in the backlog."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=WAIT)
         self._sock.setblocking(False)
         while True:
             try:

@@ -36,6 +36,7 @@ from runbell.channels.chat_urls import (
 )
 from runbell.domain.errors import UnsafeDestination, ValidationFailed
 from tests.channels.rebinding import Trap, TwoFacedDNS
+from tests.timeouts import WAIT
 
 LOCAL = frozenset({"127.0.0.1"})
 SECRET = "planted-secret-7f3a9c"
@@ -77,7 +78,7 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                 Received(self.command, self.path, dict(self.headers.items()), body)
             )
             if receiver.hang:
-                receiver.release.wait(timeout=30)
+                receiver.release.wait(timeout=WAIT)
             self.send_response(receiver.status)
             for name, value in receiver.headers.items():
                 self.send_header(name, value)
@@ -379,7 +380,7 @@ async def test_chat_dials_the_checked_address_when_dns_answers_differently_later
     """The name is resolved once, by the SSRF check; Apprise's own connection goes to the
     checked address with the name in Host; the second answer is never contacted."""
     rx, trap, dns = rebinding_chat
-    channel = ChatChannel(allow_hosts=frozenset({REBIND_NAME}), timeout=5.0)
+    channel = ChatChannel(allow_hosts=frozenset({REBIND_NAME}), timeout=WAIT)
 
     sent = await channel.send(outbound(f"json://{REBIND_NAME}:{rx.port}/hook"))
 

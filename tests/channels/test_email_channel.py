@@ -41,6 +41,7 @@ from runbell.channels.base import (
     TransientDeliveryError,
 )
 from runbell.channels.email import EmailChannel, SmtpConfig, message_id_for
+from tests.timeouts import WAIT
 
 SECRET = "SECRET-PLANTED-9"
 PASSWORD = "hunter2-SMTP-PASSWORD"
@@ -97,14 +98,14 @@ class _EphemeralController(Controller):
     def stop_when_idle(self) -> None:
         with self._idle:
             # An event wait, not a delay: returns as soon as the last session ends.
-            self._idle.wait_for(lambda: self._sessions == 0, timeout=30)
+            self._idle.wait_for(lambda: self._sessions == 0, timeout=WAIT)
 
         async def settle() -> None:
             # Closing a transport finishes in callbacks a few loop turns later.
             for _ in range(5):
                 await asyncio.sleep(0)
 
-        asyncio.run_coroutine_threadsafe(settle(), self.loop).result(timeout=30)
+        asyncio.run_coroutine_threadsafe(settle(), self.loop).result(timeout=WAIT)
         self.stop()
 
 

@@ -35,6 +35,7 @@ from runbell.channels.base import (
 from runbell.channels.webhook import ClientLanes, WebhookChannel, sign_all
 from runbell.ingress.signatures import new_secret
 from runbell.outbound import AsyncSafeTransport, safe_async_client
+from tests.timeouts import WAIT
 
 PAYLOAD: dict[str, Any] = {
     "type": "run.finished",
@@ -136,7 +137,7 @@ class Receiver:
     async def settle(self) -> None:
         """Make sure every connection made so far has been accepted and counted (the
         server accepts in order, so an answered fresh request comes after them all)."""
-        async with httpx.AsyncClient(trust_env=False) as plain:
+        async with httpx.AsyncClient(trust_env=False, timeout=WAIT) as plain:
             assert (await plain.get(f"http://{self.origin}/settle")).status_code == 200
 
 
@@ -185,7 +186,7 @@ def make_msg(url: str, secrets: list[str], *, now: datetime | None = None) -> Ou
 
 
 async def send(rx: Receiver, msg: Outbound) -> Sent:
-    async with safe_async_client(allow_hosts=frozenset({rx.origin}), timeout=5.0) as client:
+    async with safe_async_client(allow_hosts=frozenset({rx.origin}), timeout=WAIT) as client:
         return await WebhookChannel(client).send(msg)
 
 
@@ -269,7 +270,7 @@ async def test_connection_refused_is_transient(secret: str) -> None:
     with socket.socket() as probe:  # a port nobody listens on once it is closed
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    async with safe_async_client(allow_hosts=frozenset({"127.0.0.1"}), timeout=5.0) as client:
+    async with safe_async_client(allow_hosts=frozenset({"127.0.0.1"}), timeout=WAIT) as client:
         with pytest.raises(TransientDeliveryError) as caught:
             await WebhookChannel(client).send(make_msg(f"http://127.0.0.1:{port}/h", [secret]))
     assert caught.value.status_code is None

@@ -36,6 +36,7 @@ from runbell.channels.webpush import (
 from runbell.dispatch.wiring import GuardedWebPush
 from tests.channels.push_receiver import PushReceiver, flat_target, refused_endpoint
 from tests.channels.rebinding import Trap, TwoFacedDNS
+from tests.timeouts import WAIT
 
 NOW = datetime(2030, 5, 6, 7, 8, 9, tzinfo=UTC)
 SUBJECT = "mailto:ops@runbell.example"
@@ -78,7 +79,7 @@ def receiver(keys: VapidKeys) -> Iterator[PushReceiver]:
 
 @pytest.fixture
 def channel(keys: VapidKeys) -> WebPushChannel:
-    return WebPushChannel(keys, SUBJECT, timeout=5.0)
+    return WebPushChannel(keys, SUBJECT, timeout=WAIT)
 
 
 @pytest.fixture

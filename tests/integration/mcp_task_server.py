@@ -25,6 +25,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import free_port
+from tests.timeouts import WAIT
 
 #: A name no resolver knows; tests resolve it to 127.0.0.1 through the reader's own resolver.
 PINNED_NAME = "tasks.mcp.test"
@@ -125,7 +126,7 @@ class TaskServer:
 
     def __enter__(self) -> TaskServer:
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT
         while not self.uvicorn.started:
             if time.monotonic() > deadline:
                 raise RuntimeError("MCP test server did not start")
@@ -134,4 +135,4 @@ class TaskServer:
 
     def __exit__(self, *exc: object) -> None:
         self.uvicorn.should_exit = True
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=WAIT)

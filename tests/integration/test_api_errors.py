@@ -16,6 +16,7 @@ from runbell.store import accounts
 from runbell.store.migrate import current_revision
 from runbell.testing import TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer
+from tests.timeouts import WAIT
 
 PROBLEM = "application/problem+json"
 LIMIT = 256 * 1024
@@ -218,7 +219,7 @@ def test_chunked_body_over_limit_is_413(
         for i in range(0, len(body), 16 * 1024):
             yield body[i : i + 16 * 1024]
 
-    with httpx.Client(base_url=live.url, timeout=20) as http:
+    with httpx.Client(base_url=live.url, timeout=WAIT) as http:
         r = http.put(
             "/v1/runs/big-chunked",
             content=chunks(),

@@ -19,6 +19,7 @@ from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer
 from tests.integration.test_input_requests import race, rows
 from tests.peers import Dispatcher, WebhookReceiver
+from tests.timeouts import scaled
 
 # --- helpers -----------------------------------------------------------------------------
 
@@ -343,7 +344,7 @@ def test_six_devices_cancelling_at_once_make_one_request(core: Runbell, creds: T
     """Six real concurrent cancels under different keys (the owner on every device): one
     202, five 200 ``already_stopping``, one ``cancel`` transition, one event."""
     with LiveServer(core, bridge=False) as server:
-        with httpx.Client(base_url=server.url, timeout=60) as c:
+        with httpx.Client(base_url=server.url, timeout=scaled(60)) as c:
             c.put(
                 "/v1/runs/race-c",
                 json={"owner": creds.owner_email, "state": "working"},
@@ -351,7 +352,7 @@ def test_six_devices_cancelling_at_once_make_one_request(core: Runbell, creds: T
             ).raise_for_status()
 
         def post(i: int) -> httpx.Response:
-            with httpx.Client(base_url=server.url, timeout=60) as c:
+            with httpx.Client(base_url=server.url, timeout=scaled(60)) as c:
                 return c.post(
                     "/v1/runs/race-c/cancel",
                     json={"reason": f"device {i}"},
@@ -380,7 +381,7 @@ def test_a_runtime_long_polling_the_feed_hears_the_request(
 ) -> None:
     """The runtime's long-poll (waiting after the feed's head) is answered with the
     request: the transition to stopping and ``run.cancel_requested``."""
-    with LiveServer(core) as server, httpx.Client(base_url=server.url, timeout=60) as c:
+    with LiveServer(core) as server, httpx.Client(base_url=server.url, timeout=scaled(60)) as c:
         rt = bearer(creds.runtime_key)
         c.put(
             "/v1/runs/poll-1",
@@ -391,9 +392,9 @@ def test_a_runtime_long_polling_the_feed_hears_the_request(
 
         def job(i: int) -> httpx.Response:
             if i == 0:  # the runtime, waiting
-                with httpx.Client(base_url=server.url, timeout=60) as poller:
+                with httpx.Client(base_url=server.url, timeout=scaled(60)) as poller:
                     return poller.get(f"/v1/events?after={head}&wait=25", headers=rt)
-            with httpx.Client(base_url=server.url, timeout=60) as owner:
+            with httpx.Client(base_url=server.url, timeout=scaled(60)) as owner:
                 return owner.post(
                     "/v1/runs/poll-1/cancel",
                     json={"reason": "enough"},

@@ -17,6 +17,7 @@ import pytest
 from runbell.testing import TenantCreds
 from tests.conftest import LiveServer, bearer
 from tests.integration.test_sdk import answer_when_pending
+from tests.timeouts import WAIT, scaled
 
 RUNBELL = str(Path(sys.executable).parent / "runbell")
 
@@ -39,7 +40,7 @@ def env(live: LiveServer, creds: TenantCreds, tmp_path: Path) -> dict[str, str]:
 
 
 def runbell(
-    env: dict[str, str], *args: str, timeout: float = 60
+    env: dict[str, str], *args: str, timeout: float = scaled(60)
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [RUNBELL, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
@@ -103,10 +104,12 @@ def test_ask_again_under_the_same_request_id_waits_on_the_same_request(
     helper.join()
     assert (again.returncode, again.stdout) == (0, "approved\n")
     requests = httpx.get(
-        f"{live.url}/v1/input-requests/ci-8-ship", headers=bearer(creds.owner_token)
+        f"{live.url}/v1/input-requests/ci-8-ship", headers=bearer(creds.owner_token), timeout=WAIT
     ).json()
     assert requests["input_request"]["state"] == "answered"
-    run = httpx.get(f"{live.url}/v1/runs/ci-8", headers=bearer(creds.owner_token)).json()
+    run = httpx.get(
+        f"{live.url}/v1/runs/ci-8", headers=bearer(creds.owner_token), timeout=WAIT
+    ).json()
     assert run["version"] == 3  # created working (1), one request (2), one answer (3)
 
 

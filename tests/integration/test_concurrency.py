@@ -24,6 +24,7 @@ from runbell.store import db as store_db
 from runbell.store import tables as t
 from runbell.testing import TenantCreds
 from tests.conftest import LiveServer, bearer
+from tests.timeouts import WAIT, scaled
 
 T = TypeVar("T")
 
@@ -34,12 +35,12 @@ def race(n_threads: int, jobs: list[Callable[[], T]]) -> list[T]:
 
     def gated(job: Callable[[], T], first_wave: bool) -> T:
         if first_wave:
-            barrier.wait(timeout=30)
+            barrier.wait(timeout=WAIT)
         return job()
 
     with ThreadPoolExecutor(max_workers=n_threads) as pool:
         futures = [pool.submit(gated, job, i < n_threads) for i, job in enumerate(jobs)]
-        return [f.result(timeout=120) for f in futures]
+        return [f.result(timeout=scaled(120)) for f in futures]
 
 
 def api_source(core: Runbell, tenant_id: str) -> dict[str, Any]:
@@ -155,7 +156,7 @@ def test_same_event_over_http_from_eight_clients_applies_once(
     create_runs(core, creds, ["r1"], notify_on_complete=True)
 
     def post() -> httpx.Response:
-        with httpx.Client(base_url=live.url, timeout=60) as c:
+        with httpx.Client(base_url=live.url, timeout=scaled(60)) as c:
             return c.post(
                 "/v1/runs/r1/signals",
                 json={"event_id": "evt-http", "state": "completed"},

@@ -33,6 +33,7 @@ from runbell.testing import Clock
 from tests.acceptance.receivers import Receiver
 from tests.acceptance.test_worker_processes import attempts, seed, statuses, webhook_rows
 from tests.conftest import make_settings
+from tests.timeouts import scaled
 
 LEASE_S = 30.0
 
@@ -157,7 +158,7 @@ def test_a_crash_between_claim_and_record_redelivers_under_the_same_ids(
             async with safe_async_client(allow_hosts=core.settings.outbound_allow_hosts) as client:
                 dying = SendThenDie(WebhookChannel(client), expected=len(ids))
                 task = asyncio.ensure_future(Worker(core, {"webhook": dying}).run_once())
-                await asyncio.wait_for(dying.all_sent.wait(), 60)
+                await asyncio.wait_for(dying.all_sent.wait(), scaled(60))
                 task.cancel()  # the process is gone: nothing after the sends ran
                 with pytest.raises(asyncio.CancelledError):
                     await task

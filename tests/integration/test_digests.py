@@ -27,6 +27,7 @@ from runbell.testing import add_user
 from tests.channels.push_receiver import PushReceiver
 from tests.conftest import Env
 from tests.peers import ChatReceiver, Dispatcher, SmtpPeer, WebhookReceiver, mail_text
+from tests.timeouts import WAIT
 
 WINDOW_S = 600
 DIGEST_RULE = {
@@ -212,7 +213,7 @@ def test_two_flushers_racing_make_exactly_one_digest(env: Env, via: str) -> None
 
     def flush() -> None:
         try:
-            barrier.wait(timeout=10)
+            barrier.wait(timeout=WAIT)
             if via == "scheduler":
                 made.append(Scheduler(env.core).tick(closed)["digests"])
             else:
@@ -224,7 +225,7 @@ def test_two_flushers_racing_make_exactly_one_digest(env: Env, via: str) -> None
     for th in threads:
         th.start()
     for th in threads:
-        th.join(timeout=30)
+        th.join(timeout=WAIT)
     assert errors == []
     assert sorted(made) == [0, 1]
     assert count(env, t.digests) == 1

@@ -24,6 +24,7 @@ from runbell.flows.context import Runbell
 from tests.channels.push_receiver import PushReceiver
 from tests.conftest import Env, make_settings
 from tests.peers import ChatReceiver, Dispatcher, SmtpPeer
+from tests.timeouts import WAIT
 
 LADDER_RULE = {
     "id": "acme.failed_escalating",
@@ -368,14 +369,14 @@ def test_two_sweeps_without_leader_election_fire_a_step_once(
         fired: list[int] = []
 
         def sweep(core: Runbell) -> None:
-            barrier.wait(timeout=10)
+            barrier.wait(timeout=WAIT)
             fired.append(escalation.sweep(core, now))
 
         threads = [threading.Thread(target=sweep, args=(c,)) for c in (env.core, second)]
         for th in threads:
             th.start()
         for th in threads:
-            th.join(timeout=30)
+            th.join(timeout=WAIT)
         assert sorted(fired) == [0, 1]
         got = trail(env, note_id)
         assert [d["channel"] for d in got["deliveries"]].count("chat") == 1

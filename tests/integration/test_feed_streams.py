@@ -30,6 +30,7 @@ from runbell.store.streams import Streams
 from runbell.testing import TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer, make_settings
 from tests.integration.test_feed import all_events, put_run, signal, wait_until
+from tests.timeouts import WAIT
 
 
 def who(core: Runbell, token: str) -> Principal:
@@ -142,7 +143,7 @@ class Streams_:
         started: list[int] = []
         limits = httpx.Limits(max_connections=len(self.tokens) + 1)
         try:
-            async with httpx.AsyncClient(base_url=self.url, timeout=30, limits=limits) as http:
+            async with httpx.AsyncClient(base_url=self.url, timeout=WAIT, limits=limits) as http:
                 tasks = [
                     asyncio.create_task(self._one(http, i, started))
                     for i in range(len(self.tokens))
@@ -157,14 +158,14 @@ class Streams_:
 
     def __enter__(self) -> Streams_:
         self._thread.start()
-        assert self.primed.wait(30), "streams never primed"
+        assert self.primed.wait(WAIT), "streams never primed"
         assert self.error is None, self.error
         return self
 
     def __exit__(self, *exc: object) -> None:
         assert self._loop is not None and self._stop is not None
         self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=WAIT)
 
     def events(self, i: int) -> list[dict[str, Any]]:
         return [json.loads(f["data"][0]) for f in frames(bytes(self.received[i])) if "event" in f]
@@ -190,7 +191,7 @@ def test_many_streams_cost_one_feed_read_per_commit_and_see_only_their_own(
     """60 streams of seven principals on one process: each commit is read from the feed
     once (not once per stream), and every stream gets exactly what the page query shows
     its principal, in order, once."""
-    with LiveServer(core) as live, httpx.Client(base_url=live.url, timeout=15) as http:
+    with LiveServer(core) as live, httpx.Client(base_url=live.url, timeout=WAIT) as http:
         tokens = tenant_with_members(http, core, creds)
         other = make_tenant(core, "other")
         tokens["other tenant"] = other.runtime_key
@@ -279,7 +280,7 @@ def test_a_stream_behind_the_buffer_catches_up_without_gap_or_repeat(
         async def take(sub: Any, n: int) -> list[int]:
             ids: list[int] = []
             while len(ids) < n:
-                chunk = await asyncio.wait_for(sub.next(), 10)
+                chunk = await asyncio.wait_for(sub.next(), WAIT)
                 ids += [int(f["id"][0]) for f in frames(chunk) if "event" in f]
             return ids
 
@@ -308,7 +309,7 @@ def test_sub_second_keep_alives_flow(db_url: str, tmp_path: Path) -> None:
     core = build(make_settings(tmp_path, db_url, sse_keepalive_s=0.2), migrate=False)
     try:
         creds = make_tenant(core)
-        with LiveServer(core) as server, httpx.Client(base_url=server.url, timeout=10) as http:
+        with LiveServer(core) as server, httpx.Client(base_url=server.url, timeout=WAIT) as http:
             with http.stream("GET", "/v1/events/stream", headers=bearer(creds.runtime_key)) as r:
                 comments = 0
                 for line in r.iter_lines():
@@ -334,7 +335,7 @@ def test_the_id_moves_past_unseen_events_with_the_next_keep_alive(
     core = build(make_settings(tmp_path, db_url, sse_keepalive_s=0.3), migrate=False)
     try:
         creds = make_tenant(core)
-        with LiveServer(core) as server, httpx.Client(base_url=server.url, timeout=10) as http:
+        with LiveServer(core) as server, httpx.Client(base_url=server.url, timeout=WAIT) as http:
             put_run(http, creds.runtime_key, "r1", creds.owner_email, notify_on_complete=True)
             signal(http, creds.runtime_key, "r1", "r1-done", "completed")
             with http.stream("GET", "/v1/events/stream", headers=bearer(creds.runtime_key)) as r:
@@ -372,11 +373,11 @@ def test_a_commit_in_another_process_reaches_the_streams(db_url: str, tmp_path: 
         with (
             LiveServer(core_a) as server_a,
             LiveServer(core_b) as server_b,
-            httpx.Client(base_url=server_b.url, timeout=10) as via_b,
+            httpx.Client(base_url=server_b.url, timeout=WAIT) as via_b,
         ):
             put_run(via_b, creds.runtime_key, "r1", creds.owner_email)
             # Both bridges connect in the background: wait until B's commits reach A's hub.
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + WAIT
             while core_a.db.hub.head(creds.tenant_id) is None:
                 assert time.monotonic() < deadline, "process A never heard of B's commits"
                 r = via_b.post(
@@ -394,7 +395,7 @@ def test_a_commit_in_another_process_reaches_the_streams(db_url: str, tmp_path: 
                         for i in range(3)
                     ),
                     "the commit on B to reach the streams on A",
-                    timeout=15,
+                    timeout=WAIT,
                 )
     finally:
         core_a.db.dispose()

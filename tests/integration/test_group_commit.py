@@ -30,6 +30,7 @@ from runbell.flows.signals import Signal, SignalResult
 from runbell.store import tables as t
 from runbell.testing import TenantCreds
 from tests.integration.test_concurrency import api_source, create_runs
+from tests.timeouts import WAIT, scaled
 
 
 def count(core: Runbell, table: sa.Table, tenant_id: str) -> int:
@@ -52,18 +53,18 @@ class HeldWriter:
 
         def hold(tx: Any) -> None:
             started.set()
-            self.gate.wait(30)
+            self.gate.wait(WAIT)
 
         self.held: Future[Any] = core.db.writer.submit(hold)
-        assert started.wait(30), "the writer never started"
+        assert started.wait(WAIT), "the writer never started"
 
     def release_when_queued(self, n: int) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WAIT
         while self.core.db.writer._queue.qsize() < n:
             assert time.monotonic() < deadline, "the units never queued"
             time.sleep(0.01)
         self.gate.set()
-        self.held.result(timeout=30)
+        self.held.result(timeout=WAIT)
 
 
 def accept_in_thread(
@@ -92,7 +93,7 @@ def test_signals_waiting_together_commit_in_one_batch(core: Runbell, creds: Tena
     before = core.db.writer.batches
     answers = [accept_in_thread(core, creds, f"r{i}", f"e{i}") for i in range(8)]
     held.release_when_queued(8)
-    assert [a.result(timeout=30).outcome for a in answers] == ["applied"] * 8
+    assert [a.result(timeout=WAIT).outcome for a in answers] == ["applied"] * 8
     # One batch for the held unit, one for the eight.
     assert core.db.writer.batches - before == 2
     assert count(core, t.inbound_events, creds.tenant_id) == 8
@@ -110,8 +111,8 @@ def test_a_failing_signal_in_a_batch_answers_its_own_error_and_the_others_commit
     }
     held.release_when_queued(5)
     with pytest.raises(NotFound):
-        answers.pop("missing").result(timeout=30)
-    assert {r: a.result(timeout=30).outcome for r, a in answers.items()} == dict.fromkeys(
+        answers.pop("missing").result(timeout=WAIT)
+    assert {r: a.result(timeout=WAIT).outcome for r, a in answers.items()} == dict.fromkeys(
         answers, "applied"
     )
     with core.db.read() as conn:
@@ -148,9 +149,9 @@ def test_a_unit_that_raises_after_writing_leaves_nothing_of_itself(
     good = accept_in_thread(core, creds, "r0", "e0")
     bad = core.db.writer.submit(writes_then_fails)
     held.release_when_queued(2)
-    assert good.result(timeout=30).outcome == "applied"
+    assert good.result(timeout=WAIT).outcome == "applied"
     with pytest.raises(RuntimeError, match="boom"):
-        bad.result(timeout=30)
+        bad.result(timeout=WAIT)
     with core.db.read() as conn:
         summary = conn.execute(
             sa.select(t.runs.c.title).where(
@@ -181,7 +182,7 @@ def test_the_same_event_twice_in_one_batch_is_one_signal(core: Runbell, creds: T
     first = accept_in_thread(core, creds, "r0", "e0")
     again = accept_in_thread(core, creds, "r0", "e0")
     held.release_when_queued(2)
-    outcomes = sorted([first.result(timeout=30).outcome, again.result(timeout=30).outcome])
+    outcomes = sorted([first.result(timeout=WAIT).outcome, again.result(timeout=WAIT).outcome])
     assert outcomes == ["applied", "duplicate"]
     results = [first.result(), again.result()]
     assert results[0].notifications == results[1].notifications
@@ -223,7 +224,7 @@ def test_nobody_hears_applied_before_the_commit_and_a_failed_commit_answers_ever
     for th in threads:
         th.start()
     for th in threads:
-        th.join(timeout=60)
+        th.join(timeout=scaled(60))
     assert seen_durable == [True, True, True]
 
     # Now make the next commit fail (a hook that runs inside the transaction, last).
@@ -238,7 +239,7 @@ def test_nobody_hears_applied_before_the_commit_and_a_failed_commit_answers_ever
         held.release_when_queued(3)
         for a in answers:
             with pytest.raises(sa.exc.OperationalError):
-                a.result(timeout=30)
+                a.result(timeout=WAIT)
     finally:
         core.db.before_flush.remove(fail)
     assert count(core, t.inbound_events, creds.tenant_id) == 3
@@ -259,8 +260,8 @@ CRASH_SCRIPT = textwrap.dedent(
     with core.db.read() as conn:
         source = accounts.get_source(conn, tenant_id, accounts.api_source_id(conn, tenant_id))
     gate, started = threading.Event(), threading.Event()
-    held = core.db.writer.submit(lambda tx: (started.set(), gate.wait(30)))
-    started.wait(30)
+    held = core.db.writer.submit(lambda tx: (started.set(), gate.wait(WAIT)))
+    started.wait(WAIT)
     for i in range(4):
         threading.Thread(
             target=signals.accept_signal,
@@ -295,7 +296,7 @@ def test_a_crash_with_a_batch_half_built_commits_nothing_of_it(
         env={**os.environ, "TENANT": creds.tenant_id},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert proc.returncode == -signals_os.SIGKILL, proc.stderr[-2000:]
     assert "crashing" in proc.stdout
@@ -329,7 +330,7 @@ def test_a_batch_counts_its_own_recent_completions(core: Runbell, creds: TenantC
     answers = [accept_in_thread(core, creds, f"r{i}", f"e{i}") for i in range(5)]
     held.release_when_queued(5)
     decided = sorted(
-        (n["rule_id"], n["decision"]) for a in answers for n in a.result(timeout=30).notifications
+        (n["rule_id"], n["decision"]) for a in answers for n in a.result(timeout=WAIT).notifications
     )
     assert decided == sorted(
         [("completed.default", "inbox")] * 3 + [("completed.many_quiet", "digest")] * 2

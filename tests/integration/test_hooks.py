@@ -22,6 +22,7 @@ import pytest
 from runbell.hooks.mapping import permission_output
 from runbell.testing import TenantCreds
 from tests.conftest import LiveServer, bearer, free_port
+from tests.timeouts import WAIT, scaled
 
 RUNBELL = str(Path(sys.executable).with_name("runbell"))
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -58,7 +59,7 @@ def env(live: LiveServer, creds: TenantCreds, tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def api(live: LiveServer, creds: TenantCreds) -> Iterator[httpx.Client]:
     """The owner's view (a user token), as the web app sees it."""
-    with httpx.Client(base_url=live.url, headers=bearer(creds.owner_token), timeout=10) as c:
+    with httpx.Client(base_url=live.url, headers=bearer(creds.owner_token), timeout=WAIT) as c:
         yield c
 
 
@@ -82,7 +83,7 @@ class Hook:
         self.proc.stdin = None  # written and closed: communicate() only reads
 
     def finish(self) -> tuple[int, str, str]:
-        out, err = self.proc.communicate(timeout=120)
+        out, err = self.proc.communicate(timeout=scaled(120))
         return self.proc.returncode, out, err
 
 
@@ -125,7 +126,7 @@ def kinds(api: httpx.Client, run_id: str) -> list[str]:
 
 def pending(api: httpx.Client, run_id: str, other_than: str | None = None) -> dict[str, Any]:
     """Wait (bounded) until the run has a pending input request (other than one)."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
         response = api.get(f"/v1/runs/{run_id}")
         if response.status_code == 200:
@@ -250,7 +251,7 @@ def test_permission_request_approved_from_another_device(
 
     thread = answer_in_thread(api, RUN1, "approve")
     code, out, err = finish(proc)
-    thread.join(timeout=30)
+    thread.join(timeout=WAIT)
     assert (code, err) == (0, "")
     assert out.count("\n") == 1 and json.loads(out) == ALLOW
     assert run(api, RUN1)["state"] == "working"
@@ -261,7 +262,7 @@ def test_permission_request_denied(env: dict[str, str], api: httpx.Client) -> No
     proc = start(env, fixture("claude_code", "permission_request"), RUNBELL_HOOK_TIMEOUT="60")
     thread = answer_in_thread(api, RUN1, "reject")
     code, out, err = finish(proc)
-    thread.join(timeout=30)
+    thread.join(timeout=WAIT)
     assert (code, err) == (0, "")
     assert json.loads(out) == DENY
 
@@ -294,7 +295,7 @@ def test_a_second_prompt_supersedes_the_first(env: dict[str, str], api: httpx.Cl
     assert refused.status_code == 409
     thread = answer_in_thread(api, RUN1, "approve")
     code, out, _ = finish(second)
-    thread.join(timeout=30)
+    thread.join(timeout=WAIT)
     assert code == 0 and json.loads(out) == ALLOW
 
 
@@ -341,7 +342,7 @@ def test_codex_permission_request_and_stop(env: dict[str, str], api: httpx.Clien
     proc = start(env, fixture("codex", "permission_request"), "codex", RUNBELL_HOOK_TIMEOUT="60")
     thread = answer_in_thread(api, CODEX_TURN, "approve")
     code, out, err = finish(proc)
-    thread.join(timeout=30)
+    thread.join(timeout=WAIT)
     assert (code, err) == (0, "")
     assert json.loads(out) == ALLOW  # behavior only: Codex fails closed on anything more
     assert hook(env, fixture("codex", "stop"), "codex") == ""

@@ -24,6 +24,7 @@ from runbell.ingress.readers import (
     StaticReader,
     reader_from_config,
 )
+from tests.timeouts import WAIT
 
 TOKEN = "Bearer sk-live-7f3c9e-never-show-me"
 
@@ -80,7 +81,7 @@ def server() -> Iterator[tuple[ThreadingHTTPServer, Peer]]:
     finally:
         httpd.shutdown()
         httpd.server_close()
-        thread.join(timeout=5)
+        thread.join(timeout=WAIT)
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ def peer(server) -> Peer:
 
 @pytest.fixture
 def client() -> Iterator[httpx.Client]:
-    with httpx.Client(trust_env=False, follow_redirects=False) as plain:
+    with httpx.Client(trust_env=False, follow_redirects=False, timeout=WAIT) as plain:
         yield plain
 
 
@@ -189,7 +190,7 @@ def test_redirect_is_reader_error_and_not_followed(peer, follow):
     peer.json("/elsewhere/r", {"state": "completed"})
     # Even a client configured to follow redirects must not follow them here.
     with (
-        httpx.Client(trust_env=False, follow_redirects=follow) as client,
+        httpx.Client(trust_env=False, follow_redirects=follow, timeout=WAIT) as client,
         pytest.raises(ReaderError, match=r"HTTP 302.*redirects are not followed"),
     ):
         make_reader(client, peer).read("r")
@@ -271,7 +272,11 @@ def test_error_details_leave_out_the_query_string(client, peer):
     assert "/runs/r" in info.value.detail
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,  # I/O: an HTTP peer
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(run_id=st.text(min_size=1).filter(lambda s: s not in {".", ".."}))
 def test_any_run_id_reaches_its_own_path(client, peer, run_id):
     path = "/runs/" + quote(run_id, safe="")

@@ -23,6 +23,7 @@ from runbell.ingress.signatures import new_secret
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer
+from tests.timeouts import WAIT, scaled
 
 PUSH_KEYS = {"p256dh": "B" * 87, "auth": "A" * 22}
 
@@ -318,11 +319,11 @@ def race(n: int, job: Callable[[int], httpx.Response]) -> list[httpx.Response]:
     barrier = threading.Barrier(n)
 
     def gated(i: int) -> httpx.Response:
-        barrier.wait(timeout=30)
+        barrier.wait(timeout=WAIT)
         return job(i)
 
     with ThreadPoolExecutor(max_workers=n) as pool:
-        return [f.result(timeout=120) for f in [pool.submit(gated, i) for i in range(n)]]
+        return [f.result(timeout=scaled(120)) for f in [pool.submit(gated, i) for i in range(n)]]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -336,7 +337,7 @@ def test_concurrent_requests_with_one_key_have_one_effect(
     with LiveServer(core, bridge=False) as server:
 
         def job(_: int) -> httpx.Response:
-            with httpx.Client(base_url=server.url, timeout=60) as c:
+            with httpx.Client(base_url=server.url, timeout=scaled(60)) as c:
                 return post(c, case, "k-race")
 
         answers = race(4, job)

@@ -22,6 +22,7 @@ from runbell.flows.context import Runbell
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer
+from tests.timeouts import WAIT, scaled
 
 # These tests follow email rows through the outbox: this server has an SMTP relay.
 pytestmark = pytest.mark.usefixtures("mailing")
@@ -156,11 +157,11 @@ def race(n: int, job: Callable[[int], T]) -> list[T]:
     barrier = threading.Barrier(n)
 
     def gated(i: int) -> T:
-        barrier.wait(timeout=30)
+        barrier.wait(timeout=WAIT)
         return job(i)
 
     with ThreadPoolExecutor(max_workers=n) as pool:
-        return [f.result(timeout=120) for f in [pool.submit(gated, i) for i in range(n)]]
+        return [f.result(timeout=scaled(120)) for f in [pool.submit(gated, i) for i in range(n)]]
 
 
 @pytest.fixture
@@ -582,7 +583,7 @@ def _race_answers(
     core: Runbell, creds: TenantCreds, clock: Clock, keys: list[str]
 ) -> list[httpx.Response]:
     with LiveServer(core, bridge=False) as server:
-        with httpx.Client(base_url=server.url, timeout=60) as c:
+        with httpx.Client(base_url=server.url, timeout=scaled(60)) as c:
             c.put(
                 "/v1/runs/race-1",
                 json={"owner": creds.owner_email, "state": "working"},
@@ -595,7 +596,7 @@ def _race_answers(
             ).raise_for_status()
 
         def post(i: int) -> httpx.Response:
-            with httpx.Client(base_url=server.url, timeout=60) as c:
+            with httpx.Client(base_url=server.url, timeout=scaled(60)) as c:
                 return c.post(
                     "/v1/input-requests/race-req/responses",
                     json={

@@ -28,6 +28,7 @@ from pydantic import ConfigDict, Field
 from runbell.flows.context import Runbell
 from runbell.testing import TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer
+from tests.timeouts import WAIT
 
 RUNBELL = str(Path(sys.executable).with_name("runbell"))
 TOOLS = {"report_run", "request_input", "await_run", "list_attention", "get_run", "cancel_run"}
@@ -97,7 +98,9 @@ def answer_when_asked(
     ``POST /v1/input-requests/{id}/responses`` with their own token."""
 
     def person() -> None:
-        with httpx.Client(base_url=live.url, headers=bearer(creds.owner_token)) as http:
+        with httpx.Client(
+            base_url=live.url, headers=bearer(creds.owner_token), timeout=WAIT
+        ) as http:
             for _ in range(400):  # bounded: 20 s at most
                 run = http.get(f"/v1/runs/{run_id}")
                 pending = run.json().get("pending_input_request") if run.is_success else None
@@ -155,12 +158,14 @@ async def test_request_input_answered_through_the_api_then_await_run_sees_the_en
         got = await call(
             s, "request_input", run_id=run_id, summary="Deploy to staging?", wait_seconds=30
         )
-        person.join(5)
+        person.join(WAIT)
         assert got["status"] == "answered"
         assert got["decision"] == "approve"
         assert got["answered_by"] == creds.owner_email
 
-        with httpx.Client(base_url=live.url, headers=bearer(creds.runtime_key)) as http:
+        with httpx.Client(
+            base_url=live.url, headers=bearer(creds.runtime_key), timeout=WAIT
+        ) as http:
             run = http.get(f"/v1/runs/{run_id}").json()
             assert run["state"] == "working"  # the answer moved the run on
             assert run["pending_input_request"] is None
@@ -172,7 +177,9 @@ async def test_request_input_answered_through_the_api_then_await_run_sees_the_en
 
         def runtime_finishes() -> None:
             time.sleep(0.2)
-            with httpx.Client(base_url=live.url, headers=bearer(creds.runtime_key)) as http:
+            with httpx.Client(
+                base_url=live.url, headers=bearer(creds.runtime_key), timeout=WAIT
+            ) as http:
                 r = http.post(
                     f"/v1/runs/{run_id}/signals", json={"event_id": "done-1", "state": "completed"}
                 )
@@ -180,11 +187,11 @@ async def test_request_input_answered_through_the_api_then_await_run_sees_the_en
 
         finisher = in_thread(runtime_finishes)
         done = await call(s, "await_run", run_id=run_id, wait_seconds=30)
-        finisher.join(5)
+        finisher.join(WAIT)
         assert done["status"] == "finished"
         assert done["state"] == "completed"
 
-    with httpx.Client(base_url=live.url, headers=bearer(creds.owner_token)) as http:
+    with httpx.Client(base_url=live.url, headers=bearer(creds.owner_token), timeout=WAIT) as http:
         inbox = http.get("/v1/notifications").json()
     kinds = {n["attention_type"] for n in inbox["notifications"] if n["run_id"] == run_id}
     assert kinds == {"input_required", "completed"}
@@ -214,7 +221,9 @@ async def test_an_unanswered_request_returns_a_handle_to_call_again_with(
         assert again["status"] == "answered"
         assert again["value"] == "eu"
         assert again["handle"] == handle
-        with httpx.Client(base_url=live.url, headers=bearer(creds.runtime_key)) as http:
+        with httpx.Client(
+            base_url=live.url, headers=bearer(creds.runtime_key), timeout=WAIT
+        ) as http:
             run = http.get(f"/v1/runs/{run_id}").json()
         assert run["version"] == 3  # created, one request, one answer: no second request
 
@@ -268,6 +277,7 @@ def test_mcp_over_http_needs_a_good_bearer(live: LiveServer, headers: dict[str, 
         f"{live.url}/mcp",
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
         headers={**headers, "Accept": "application/json"},
+        timeout=WAIT,
     )
     assert r.status_code == 401
     assert r.headers["content-type"].startswith("application/problem+json")
@@ -370,7 +380,9 @@ async def test_long_tools_run_as_mcp_tasks_when_the_client_declares_the_extensio
         waiting = await s.call_tool("await_run", {"run_id": run_id}, allow_claimed=True)
         assert isinstance(waiting, TaskCreated)
         assert (await get_task(s, waiting.task_id)).status == "working"
-        with httpx.Client(base_url=live.url, headers=bearer(creds.runtime_key)) as http:
+        with httpx.Client(
+            base_url=live.url, headers=bearer(creds.runtime_key), timeout=WAIT
+        ) as http:
             http.post(f"/v1/runs/{run_id}/signals", json={"event_id": "f-1", "state": "failed"})
         finished = tool_result(await get_task(s, waiting.task_id))
         assert finished == finished | {"status": "finished", "state": "failed"}

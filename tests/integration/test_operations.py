@@ -20,6 +20,7 @@ from runbell.store import sessions
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer
+from tests.timeouts import WAIT, scaled
 
 PLANTED = "SECRET-PAYLOAD-9931"
 
@@ -544,8 +545,8 @@ def test_two_lookups_racing_to_confirm_the_lost_reply_review_it_once(
     lookup = {"state": "confirmed", "evidence": {"lookup": "paid"}}
 
     def report(_: int) -> httpx.Response:
-        with httpx.Client(base_url=live.url, timeout=30, trust_env=False) as http:
-            barrier.wait(timeout=30)
+        with httpx.Client(base_url=live.url, timeout=WAIT, trust_env=False) as http:
+            barrier.wait(timeout=WAIT)
             return http.patch(
                 "/v1/runs/race-1/operations/op-12",
                 json=lookup,
@@ -553,7 +554,8 @@ def test_two_lookups_racing_to_confirm_the_lost_reply_review_it_once(
             )
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        answers = [f.result(timeout=120) for f in [pool.submit(report, i) for i in range(4)]]
+        futures = [pool.submit(report, i) for i in range(4)]
+        answers = [f.result(timeout=scaled(120)) for f in futures]
     assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
     assert sorted(a.json()["changed"] for a in answers) == [False, False, False, True]
     assert {a.json()["run"]["version"] for a in answers} == {finished["version"] + 1}

@@ -31,6 +31,7 @@ from runbell.outbound import (
     safe_client,
 )
 from tests.channels.rebinding import TwoFacedDNS
+from tests.timeouts import WAIT
 
 
 @dataclass
@@ -91,7 +92,7 @@ class Receiver:
         The server accepts in order, so once a fresh request over a plain client has
         been answered, any earlier connection attempt has been counted too.
         """
-        with httpx.Client(trust_env=False) as plain:
+        with httpx.Client(trust_env=False, timeout=WAIT) as plain:
             assert plain.get(f"http://{self.origin}/settle").status_code == 200
 
 
@@ -293,10 +294,10 @@ def test_pinned_adapter_dials_the_checked_address_with_the_name_for_sni_and_cert
         f"https://{name}/push", allow_hosts=frozenset({name}), resolve=resolver_to("127.0.0.1")
     )
     with pinned_session(target, verify=str(tmp_path / "cert.pem")) as session:
-        response = session.post(f"https://{name}/push", data=b"x", timeout=5)
+        response = session.post(f"https://{name}/push", data=b"x", timeout=WAIT)
         assert response.status_code == 501  # the receiver only does GET: it was reached
         with pytest.raises(requests.exceptions.InvalidURL, match=r"receiver\.test"):
-            session.get(f"https://other.test:{rx.port}/push", timeout=5)
+            session.get(f"https://other.test:{rx.port}/push", timeout=WAIT)
     assert rx.seen.sni == ["receiver.test"]
 
 
@@ -306,14 +307,14 @@ def test_pinned_adapter_keeps_host_and_refuses_other_origins(receiver: Receiver)
         f"http://{name}/a", allow_hosts=frozenset({name}), resolve=resolver_to("127.0.0.1")
     )
     with pinned_session(target) as session:
-        assert session.get(f"http://{name}/a?b=1", timeout=5).text == "ok"
+        assert session.get(f"http://{name}/a?b=1", timeout=WAIT).text == "ok"
         for other in (
             f"http://push.example.com:{receiver.port + 1}/a",  # another port
             f"https://{name}/a",  # another scheme
             f"http://127.0.0.1:{receiver.port}/a",  # the address itself, by its own name
         ):
             with pytest.raises(requests.exceptions.InvalidURL):
-                session.get(other, timeout=5)
+                session.get(other, timeout=WAIT)
     receiver.settle()
     assert receiver.seen.requests[0] == ("/a?b=1", name)
     assert receiver.seen.connections == 2  # the pinned request and the settle request
@@ -333,16 +334,16 @@ def test_guarded_dials_pins_checked_hosts_and_checks_the_others_when_they_connec
     )
     assert dns.lookups == 1
     with guarded_dials([pinned], allow_hosts=frozenset()) as guard:
-        ok = requests.get(f"http://hook.rebind.test:{receiver.port}/pinned", timeout=5)
+        ok = requests.get(f"http://hook.rebind.test:{receiver.port}/pinned", timeout=WAIT)
         # Not pinned, and resolving to loopback without an allow-list entry: refused at
         # connect time, reported on the guard.
         with pytest.raises(requests.exceptions.ConnectionError):
-            requests.get(f"http://localhost:{receiver.port}/sneaky", timeout=5)
+            requests.get(f"http://localhost:{receiver.port}/sneaky", timeout=WAIT)
         # Threads that copy the context are guarded too (asyncio.to_thread, Apprise).
         ctx = contextvars.copy_context()
         with pytest.raises(requests.exceptions.ConnectionError):
             threading_run(
-                lambda: ctx.run(requests.get, f"http://127.1:{receiver.port}/", timeout=5)
+                lambda: ctx.run(requests.get, f"http://127.1:{receiver.port}/", timeout=WAIT)
             )
     assert ok.text == "ok"
     assert dns.lookups == 1  # requests never looked the pinned name up again
@@ -350,7 +351,7 @@ def test_guarded_dials_pins_checked_hosts_and_checks_the_others_when_they_connec
     receiver.settle()
     assert [path for path, _ in receiver.seen.requests] == ["/pinned", "/settle"]
     # Outside the context, urllib3 dials as usual again.
-    assert requests.get(f"http://127.0.0.1:{receiver.port}/after", timeout=5).text == "ok"
+    assert requests.get(f"http://127.0.0.1:{receiver.port}/after", timeout=WAIT).text == "ok"
 
 
 def threading_run(fn: Callable[[], object]) -> None:
@@ -365,6 +366,6 @@ def threading_run(fn: Callable[[], object]) -> None:
 
     thread = threading.Thread(target=main)
     thread.start()
-    thread.join(timeout=30)
+    thread.join(timeout=WAIT)
     if errors:
         raise errors[0]

@@ -18,6 +18,7 @@ from runbell.flows.context import Runbell
 from runbell.store import tables as t
 from runbell.store.presence import Presence
 from runbell.testing import Clock, TenantCreds
+from tests.timeouts import WAIT
 
 TTL_S = 30.0
 
@@ -143,12 +144,12 @@ def test_the_heartbeat_thread_writes_a_new_viewer_at_once(
     viewer = Presence(core.db, ttl_s=300)  # next beat in 100 s: only the wake-up can do it
     try:
         viewer.enter(creds.tenant_id, creds.owner_id)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + WAIT
         while not rows(core) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert rows(core) == [(creds.tenant_id, creds.owner_id, viewer.holder)]
         viewer.leave(creds.tenant_id, creds.owner_id)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + WAIT
         while rows(core) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert rows(core) == []

@@ -21,6 +21,7 @@ from runbell.flows import reconcile
 from runbell.flows.context import Runbell
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import bearer
+from tests.timeouts import WAIT
 
 Headers = dict[str, str]
 OPENAI_AUTH = "Bearer sk-test-4f1e0c-keep-me-secret"
@@ -398,7 +399,7 @@ def openai_api() -> Iterator[OpenAIStub]:
     yield stub
     stub.httpd.shutdown()
     stub.httpd.server_close()
-    stub.thread.join(timeout=5)
+    stub.thread.join(timeout=WAIT)
 
 
 @pytest.fixture

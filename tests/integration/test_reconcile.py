@@ -22,6 +22,7 @@ from runbell.store import accounts
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds
 from tests.conftest import bearer, free_port
+from tests.timeouts import WAIT
 
 Headers = dict[str, str]
 AFTER_ANY_BACKOFF_S = 2000  # more than the longest default backoff step (1800 s)
@@ -65,7 +66,7 @@ class RuntimeStub:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=WAIT)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ import pytest
 from runbell.app import build
 from runbell.testing import Clock, make_tenant
 from tests.conftest import LiveServer, make_settings
+from tests.timeouts import scaled
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 
@@ -67,7 +68,7 @@ def test_schemathesis_finds_no_contract_violation(
                 cwd=tmp_path,
                 capture_output=True,
                 text=True,
-                timeout=600,
+                timeout=scaled(600),
                 check=False,
             )
     finally:

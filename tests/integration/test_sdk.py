@@ -38,13 +38,14 @@ from runbell.flows.context import Runbell
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user
 from tests.conftest import LiveServer, bearer
+from tests.timeouts import WAIT
 
 FAST = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.2)
 
 
 @pytest.fixture
 def rb(live: LiveServer, creds: TenantCreds) -> Iterator[Client]:
-    with Client(live.url, creds.runtime_key, creds.owner_email, retry=FAST) as client:
+    with Client(live.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT) as client:
         yield client
 
 
@@ -66,8 +67,8 @@ class Answerer(threading.Thread):
             self.error = exc
 
     def _answer(self) -> None:
-        with httpx.Client(base_url=self.url, headers=bearer(self.token), timeout=30) as http:
-            deadline = time.monotonic() + 30
+        with httpx.Client(base_url=self.url, headers=bearer(self.token), timeout=WAIT) as http:
+            deadline = time.monotonic() + WAIT
             while time.monotonic() < deadline:
                 run = http.get(f"/v1/runs/{self.run_id}").json()
                 pending = run.get("pending_input_request")
@@ -223,7 +224,7 @@ def test_the_default_owner_applies_to_new_runs_only(
 ) -> None:
     bob_id, _ = add_user(core, creds.tenant_id, "bob@acme.test")
     assert rb.put_run("own-1", title="Mine").owner == creds.owner_id
-    with Client(live.url, creds.runtime_key, "bob@acme.test", retry=FAST) as bobs:
+    with Client(live.url, creds.runtime_key, "bob@acme.test", retry=FAST, timeout=WAIT) as bobs:
         assert bobs.put_run("own-1", title="Renamed").owner == creds.owner_id
         assert bobs.put_run("own-2").owner == bob_id
         assert bobs.put_run("own-1", owner="bob@acme.test").owner == bob_id
@@ -236,7 +237,9 @@ def test_the_default_owner_applies_to_new_runs_only(
 def test_connection_dropped_mid_request_is_retried_once_with_the_same_event_id(
     live: LiveServer, creds: TenantCreds, core: Runbell, proxy: DroppingProxy
 ) -> None:
-    with Client(proxy.url, creds.runtime_key, creds.owner_email, retry=FAST) as client:
+    with Client(
+        proxy.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT
+    ) as client:
         client.put_run("drop-1", state="working")
         before = len(transitions(core, creds.tenant_id, "drop-1"))
         proxy.drop_next = True
@@ -289,7 +292,7 @@ def test_ask_answered_by_the_owner_through_the_api(
 ) -> None:
     rb.put_run("ask-1", state="working")
     helper = answer_when_pending(live.url, creds.owner_token, "ask-1", "approve")
-    answer = rb.ask("ask-1", "Push to main?", details={"cmd": "git push"}, timeout=20)
+    answer = rb.ask("ask-1", "Push to main?", details={"cmd": "git push"}, timeout=WAIT)
     helper.join()
     assert answer.outcome == "answered" and answer.approved
     assert answer.answered_by == creds.owner_id
@@ -299,7 +302,7 @@ def test_ask_answered_by_the_owner_through_the_api(
 def test_ask_choice_returns_the_value(rb: Client, live: LiveServer, creds: TenantCreds) -> None:
     rb.put_run("ask-2", state="working")
     helper = answer_when_pending(live.url, creds.owner_token, "ask-2", "answer", "window")
-    answer = rb.ask("ask-2", "Which?", kind="choice", options=["online", "window"], timeout=20)
+    answer = rb.ask("ask-2", "Which?", kind="choice", options=["online", "window"], timeout=WAIT)
     helper.join()
     assert (answer.outcome, answer.decision, answer.value) == ("answered", "answer", "window")
 
@@ -309,7 +312,7 @@ def test_ask_timeout_and_expiry(rb: Client) -> None:
     timed_out = rb.ask("ask-3", "Anyone?", timeout=0.5)
     assert timed_out.outcome == "timeout" and not timed_out.approved
     assert rb.get_input_request(timed_out.request_id).state == "pending"
-    expired = rb.ask("ask-3", "Quick?", expires_in=1, timeout=20)
+    expired = rb.ask("ask-3", "Quick?", expires_in=1, timeout=WAIT)
     assert expired.outcome == "expired"
 
 
@@ -319,11 +322,11 @@ def test_ask_superseded_by_a_newer_request(rb: Client) -> None:
     first = rb.open_input_request("ask-4", summary="First?", request_id="first")
     result: list[Any] = []
     waiter = threading.Thread(
-        target=lambda: result.append(rb.wait_for_answer("first", timeout=20)), daemon=True
+        target=lambda: result.append(rb.wait_for_answer("first", timeout=WAIT)), daemon=True
     )
     waiter.start()
     rb.open_input_request("ask-4", summary="Second?", request_id="second")
-    waiter.join(20)
+    waiter.join(WAIT)
     assert first.created
     assert result and result[0].outcome == "superseded"
 
@@ -336,7 +339,7 @@ def test_await_run_returns_the_terminal_run(rb: Client) -> None:
     assert rb.await_run("wait-1", timeout=0.3).state == "working"
     timer = threading.Timer(0.3, lambda: rb.signal("wait-1", "failed", reason="broke"))
     timer.start()
-    run = rb.await_run("wait-1", timeout=20)
+    run = rb.await_run("wait-1", timeout=WAIT)
     timer.join()
     assert (run.state, run.terminal, run.stop_reason) == ("failed", True, "broke")
 
@@ -404,7 +407,7 @@ def test_requires_approval_runs_only_when_approved_and_records_the_call(
 ) -> None:
     calls: list[str] = []
 
-    @rb.requires_approval(summary="Push the branch?", timeout=20)
+    @rb.requires_approval(summary="Push the branch?", timeout=WAIT)
     def push(branch: str) -> str:
         calls.append(branch)
         return f"pushed {branch}"
@@ -442,10 +445,12 @@ def test_requires_approval_needs_a_run(rb: Client) -> None:
 
 
 async def test_async_ask_round_trip_timeout_and_block(live: LiveServer, creds: TenantCreds) -> None:
-    async with AsyncClient(live.url, creds.runtime_key, creds.owner_email, retry=FAST) as rb:
+    async with AsyncClient(
+        live.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT
+    ) as rb:
         await rb.put_run("async-1", state="working")
         helper = answer_when_pending(live.url, creds.owner_token, "async-1", "reject")
-        answer = await rb.ask("async-1", "Delete the bucket?", timeout=20)
+        answer = await rb.ask("async-1", "Delete the bucket?", timeout=WAIT)
         await asyncio.to_thread(helper.join)
         assert (answer.outcome, answer.decision, answer.rejected) == ("answered", "reject", True)
         timed_out = await rb.ask("async-1", "Still there?", timeout=0.5)
@@ -461,13 +466,15 @@ async def test_async_ask_round_trip_timeout_and_block(live: LiveServer, creds: T
 
         async with rb.run("async-3", title="fine"):
             pass
-        assert (await rb.await_run("async-3", timeout=5)).state == "completed"
+        assert (await rb.await_run("async-3", timeout=WAIT)).state == "completed"
 
 
 async def test_async_connection_dropped_mid_request_is_one_signal(
     live: LiveServer, creds: TenantCreds, core: Runbell, proxy: DroppingProxy
 ) -> None:
-    async with AsyncClient(proxy.url, creds.runtime_key, creds.owner_email, retry=FAST) as rb:
+    async with AsyncClient(
+        proxy.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT
+    ) as rb:
         await rb.put_run("adrop-1", state="working")
         proxy.drop_next = True
         result = await rb.signal("adrop-1", "failed", reason="gave up")
@@ -478,7 +485,7 @@ async def test_async_connection_dropped_mid_request_is_one_signal(
 
 
 async def test_async_watch_yields_events(live: LiveServer, creds: TenantCreds) -> None:
-    async with AsyncClient(live.url, creds.runtime_key, creds.owner_email) as rb:
+    async with AsyncClient(live.url, creds.runtime_key, creds.owner_email, timeout=WAIT) as rb:
         head = await rb.head_cursor()
         await rb.put_run("awatch-1", state="working")
         feed = rb.watch(after=head, wait=1)
@@ -492,14 +499,14 @@ async def test_async_watch_yields_events(live: LiveServer, creds: TenantCreds) -
 
 def test_testing_server_is_a_whole_runbell_for_user_tests() -> None:
     with runbell.testing.server() as srv:
-        with Client(srv.url, srv.runtime_key, srv.owner_email) as rb:
+        with Client(srv.url, srv.runtime_key, srv.owner_email, timeout=WAIT) as rb:
             rb.put_run("user-1", title="Mine", state="working")
             rb.open_input_request("user-1", summary="Ship?", request_id="ship-1")
             answered = srv.answer("ship-1", "approve")
             assert answered["input_request"]["state"] == "answered"
-            assert rb.wait_for_answer("ship-1", timeout=5).approved
+            assert rb.wait_for_answer("ship-1", timeout=WAIT).approved
             # the scheduler runs: an expiring request ends as expired on the server too
-            ended = rb.ask("user-1", "Quick?", request_id="quick-1", expires_in=0.5, timeout=20)
+            ended = rb.ask("user-1", "Quick?", request_id="quick-1", expires_in=0.5, timeout=WAIT)
             assert ended.outcome == "expired"
-        r = httpx.get(f"{srv.url}/v1/notifications", headers=bearer(srv.owner_token))
+        r = httpx.get(f"{srv.url}/v1/notifications", headers=bearer(srv.owner_token), timeout=WAIT)
         assert r.status_code == 200 and r.json()["notifications"]

@@ -24,6 +24,7 @@ from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds
 from tests.conftest import bearer, make_settings
 from tests.peers import Dispatcher, WebhookReceiver
+from tests.timeouts import WAIT
 
 PENDING = ("queued", "retry_scheduled", "deferred", "delivery_unknown", "sending")
 
@@ -145,7 +146,7 @@ def test_a_vanished_worker_stalls_once_with_one_webhook_even_with_two_schedulers
 
         def tick(s: Scheduler) -> None:
             try:
-                barrier.wait(timeout=10)
+                barrier.wait(timeout=WAIT)
                 done.append(s.tick(now)["stalls"])
             except BaseException as exc:  # surfaced below, in the test's thread
                 errors.append(exc)
@@ -154,7 +155,7 @@ def test_a_vanished_worker_stalls_once_with_one_webhook_even_with_two_schedulers
         for th in threads:
             th.start()
         for th in threads:
-            th.join(timeout=30)
+            th.join(timeout=WAIT)
         assert errors == []
         assert sorted(done) == [0, 1]
         # Later ticks of either scheduler find the episode already recorded.
@@ -344,7 +345,7 @@ def race(*calls: Callable[[], int]) -> list[int]:
 
     def run(call: Callable[[], int]) -> None:
         try:
-            barrier.wait(timeout=10)
+            barrier.wait(timeout=WAIT)
             done.append(call())
         except BaseException as exc:  # surfaced below, in the test's thread
             errors.append(exc)
@@ -353,7 +354,7 @@ def race(*calls: Callable[[], int]) -> list[int]:
     for th in threads:
         th.start()
     for th in threads:
-        th.join(timeout=30)
+        th.join(timeout=WAIT)
     assert errors == []
     return sorted(done)
 

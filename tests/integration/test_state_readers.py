@@ -45,6 +45,7 @@ from runbell.ingress.readers import Observed
 from runbell.testing import Clock, TenantCreds
 from tests.conftest import SECRET_KEY, bearer
 from tests.integration.mcp_task_server import PINNED_NAME, TaskServer
+from tests.timeouts import WAIT, scaled
 
 MCP_TOKEN = "mcp-token-5b2e-never-show-me"
 OPENAI_KEY = "sk-test-9d1c-never-show-me"
@@ -138,12 +139,12 @@ def openai_peer() -> Iterator[OpenAIPeer]:
     yield peer
     peer.httpd.shutdown()
     peer.httpd.server_close()
-    peer.thread.join(timeout=5)
+    peer.thread.join(timeout=WAIT)
 
 
 @pytest.fixture
 def plain() -> Iterator[httpx.Client]:
-    with httpx.Client(trust_env=False, follow_redirects=False) as client:
+    with httpx.Client(trust_env=False, follow_redirects=False, timeout=WAIT) as client:
         yield client
 
 
@@ -633,7 +634,12 @@ def test_cli_source_create_takes_the_new_reader_kinds(tmp_path: Path) -> None:
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [runbell, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+            [runbell, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=scaled(60),
+            check=False,
         )
 
     assert cli("migrate").returncode == 0
