@@ -50,9 +50,9 @@ from starlette.types import Receive, Scope, Send
 from runbell.api.problems import TYPE_BASE, problem
 from runbell.api.responses import JSON
 from runbell.domain.errors import RunbellError
+from runbell.domain.limits import unstorable
 from runbell.domain.origins import Guard, parse_authority
 from runbell.flows import accounts, auth_failures
-from runbell.domain.limits import unstorable
 from runbell.flows.context import Runbell
 from runbell.mcp.backend import Backend
 from runbell.mcp.local import LocalBackend
