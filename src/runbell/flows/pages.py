@@ -18,12 +18,9 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
-
-from sqlalchemy.engine import Connection
 
 from runbell.domain.principal import Principal
 from runbell.flows import views
@@ -31,7 +28,8 @@ from runbell.flows.context import Runbell
 from runbell.flows.input_requests import get_for_notification, may_answer
 from runbell.flows.operations import operation_view
 from runbell.flows.runs import get_run
-from runbell.store import accounts, amendments, destinations, endpoints, feed, operations, runs
+from runbell.flows.trail import members
+from runbell.store import amendments, destinations, endpoints, feed, operations, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 
@@ -153,7 +151,7 @@ def run_page(
         ledger = [operation_view(op) for op in operations.for_run(conn, who.tenant_id, run_id)]
         named = views.user_ids_in(_ledger_texts(ledger))
         named |= views.user_ids_in(n.get("closed_reason") for n in mine)
-        people = _members(conn, who.tenant_id, named)
+        people = members(conn, who.tenant_id, named)
         asked = {}
         for tr in transitions:
             m = _ASKED.fullmatch(str(tr.get("reason") or ""))
@@ -208,19 +206,6 @@ def _ledger_texts(ledger: list[dict[str, Any]]) -> list[Any]:
         for evidence in [op.get("evidence"), *(s.get("evidence") for s in op["history"])]:
             if isinstance(evidence, dict):
                 out.extend(evidence.values())
-    return out
-
-
-def _members(conn: Connection, tenant_id: str, user_ids: Iterable[str]) -> dict[str, str]:
-    """``{user id: email}`` for those of ``user_ids`` who are members of the tenant: an id
-    a runtime wrote into evidence never reveals a person of another tenant."""
-    out = {}
-    for user_id in sorted(user_ids)[:50]:
-        if accounts.membership_role(conn, tenant_id, user_id) is None:
-            continue
-        email = destinations.email_of(conn, user_id)
-        if email is not None:
-            out[user_id] = email
     return out
 
 
