@@ -77,17 +77,15 @@ def test_an_existing_run_keeps_its_owner_and_gets_no_refused_put(
     assert not [s for s in wire.seen if s[2] >= 400 and s[0] == "PUT"], wire.seen
 
 
-def test_the_async_client_sends_no_refused_put_either(
-    live: LiveServer, creds: TenantCreds
-) -> None:
+def test_the_async_client_sends_no_refused_put_either(live: LiveServer, creds: TenantCreds) -> None:
     wire = AsyncRecording()
 
     async def go() -> None:
-        async with AsyncClient(
-            live.url, creds.runtime_key, creds.owner_email, transport=wire
-        ) as rb:
-            async with rb.run("first-put-4", title="Async") as run:
-                await run.progress("one step")
+        async with (
+            AsyncClient(live.url, creds.runtime_key, creds.owner_email, transport=wire) as rb,
+            rb.run("first-put-4", title="Async") as run,
+        ):
+            await run.progress("one step")
 
     asyncio.run(go())
     assert not [s for s in wire.seen if s[2] == 422], wire.seen
