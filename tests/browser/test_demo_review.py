@@ -26,6 +26,7 @@ from tests.browser.conftest import (
     user_client,
     wait_until,
 )
+from tests.timeouts import WAIT, WAIT_MS
 
 pytestmark = pytest.mark.browser
 
@@ -52,11 +53,11 @@ def ledger_agent(
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    ready.wait(30)
+    ready.wait(WAIT)
     yield
     the_loop, stop = loop["loop"], loop["stop"]
     the_loop.call_soon_threadsafe(stop.set)  # type: ignore[attr-defined]
-    thread.join(30)
+    thread.join(WAIT)
 
 
 def test_the_review_waits_for_the_person_and_keeps_its_history(
@@ -75,7 +76,7 @@ def test_the_review_waits_for_the_person_and_keeps_its_history(
         found = [n["id"] for n in notes if n["attention_type"] == "needs_review"]
         return found[0] if found else None
 
-    wait_until(page, lambda: review_id() is not None, "the sync's review", timeout_s=60)
+    wait_until(page, lambda: review_id() is not None, "the sync's review", timeout_s=WAIT)
     me.close()
 
     # The inbox shows it; opening it is what the demo waits for.
@@ -90,7 +91,7 @@ def test_the_review_waits_for_the_person_and_keeps_its_history(
     page.evaluate("window.__sameDocument = true")
 
     # The lookup settles it while the person watches: no reload.
-    expect(page.locator("#operations-counts")).to_have_text("5 confirmed", timeout=60_000)
+    expect(page.locator("#operations-counts")).to_have_text("5 confirmed", timeout=WAIT_MS)
     expect(page.locator("#operations-outcome")).to_contain_text("Verified")
     expect(page.locator("#ops-uncertain")).to_have_count(0)
     # What changed is the review, not the state: the notice says so.
