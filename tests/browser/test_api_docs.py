@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import ConsoleMessage, Page, Route, expect
 
 from tests.browser.conftest import BrowserServer, NewContext
+from tests.timeouts import WAIT
 
 pytestmark = pytest.mark.browser
 
@@ -47,7 +48,7 @@ def operations(spec: dict[str, Any]) -> set[str]:
 
 
 def test_api_reference_renders_with_no_way_out(web: BrowserServer, new_context: NewContext) -> None:
-    spec = httpx.get(f"{web.url}/openapi.json", trust_env=False).json()
+    spec = httpx.get(f"{web.url}/openapi.json", trust_env=False, timeout=WAIT).json()
     expected = operations(spec)
     assert len(expected) > 30  # the whole API, so a half-rendered page cannot pass
 
