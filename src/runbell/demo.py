@@ -12,8 +12,12 @@ What it sets up (once per database, on the first tenant):
   the answer, and then completes (approved) or stops (rejected);
 - a second run, an invoice sync with five operations whose fourth reply is lost: it
   reports completed, the run answers ``needs_review`` (the uncertain invoice on the run
-  page and in the notification), and a few seconds later a lookup confirms it — the
-  review is resolved and the completion alert follows.
+  page and in the notification), and the review waits for the person: only once they
+  have opened it (the notification, from the inbox, a mail or a push, or the run's page:
+  its ``first_seen_at``, read through the inbox flow) — or after
+  :data:`LOOKUP_HOLD_S` at the latest — does a lookup confirm the invoice, a few seconds
+  later, while they watch. The review is resolved, the completion alert follows, and the
+  run page keeps the invoice's history: uncertain at …, confirmed by the lookup at ….
 
 Nothing here is used outside demo mode.
 """
@@ -37,7 +41,7 @@ from starlette.routing import NoMatchFound
 
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
-from runbell.flows import accounts, endpoints, operations, runs, signals
+from runbell.flows import accounts, endpoints, inbox, operations, runs, signals
 from runbell.flows import input_requests as actions
 from runbell.flows.context import Runbell
 from runbell.flows.signals import Signal
@@ -57,8 +61,18 @@ LEDGER_OPERATIONS = (
     ("invoice-5", "INV-1005", 99),
 )
 LOST_REPLY = "invoice-4"
-#: Seconds between the sync reporting completed and the lookup of its lost reply.
-LOOKUP_AFTER_S = 8.0
+#: Seconds between the person opening the review and the lookup of the lost reply: time
+#: to read the uncertain invoice before the page shows it settled.
+LOOKUP_AFTER_SEEN_S = 15.0
+#: The review waits this long at most for the person (then the lookup runs anyway).
+LOOKUP_HOLD_S = 600.0
+#: What the uncertain invoice's evidence tells the person (shown on the run page).
+NEXT_STEP = (
+    "The demo's reconciler looks this invoice up in the billing system "
+    f"{LOOKUP_AFTER_SEEN_S:g} seconds after you open this review (at the latest "
+    f"{LOOKUP_HOLD_S / 60:g} minutes after the sync finished); this page then shows the answer "
+    "by itself."
+)
 MAILBOX_ROUTE = "demo_mailbox"
 SINK_PATH = "/demo/webhook-sink"
 
@@ -238,7 +252,11 @@ async def ledger_agent(core: Runbell, tenant_id: str, owner_id: str, stop: async
             if await _wait(stop, 0.8):
                 return
             if op_id == LOST_REPLY:
-                evidence = {"error": "no reply within 30 s", "checked_by": "demo-worker-1"}
+                evidence = {
+                    "error": "no reply within 30 s",
+                    "checked_by": "demo-worker-1",
+                    "next": NEXT_STEP,
+                }
                 await _move(core, who, op_id, "uncertain", epoch=epoch, evidence=evidence)
             else:
                 receipt = {"receipt_id": f"rcpt-{invoice}", "checked_by": "billing API reply"}
@@ -254,8 +272,10 @@ async def ledger_agent(core: Runbell, tenant_id: str, owner_id: str, stop: async
         log.info("demo.ledger_completed", run_id=LEDGER_RUN_ID)
     elif state != "completed":
         return  # a run left over from an older demo: nothing to settle
-    # The lookup, a few seconds later: the lost reply's invoice is paid after all.
-    if await _wait(stop, LOOKUP_AFTER_S):
+    # The review waits for the person; the lookup follows once they have seen it.
+    if await _held_until_seen(core, tenant_id, owner_id, stop):
+        return
+    if await _wait(stop, LOOKUP_AFTER_SEEN_S):
         return
     found = await asyncio.to_thread(operations.list_operations, core, who, LEDGER_RUN_ID)
     lost = next(o for o in found["operations"] if o["operation_id"] == LOST_REPLY)
@@ -266,6 +286,35 @@ async def ledger_agent(core: Runbell, tenant_id: str, owner_id: str, stop: async
         }
         await _move(core, who, LOST_REPLY, "confirmed", evidence=lookup)
         log.info("demo.ledger_reviewed", run_id=LEDGER_RUN_ID)
+
+
+async def _held_until_seen(
+    core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event
+) -> bool:
+    """Wait until the owner has seen the sync's review (or :data:`LOOKUP_HOLD_S` passed);
+    True when the demo is stopping meanwhile."""
+    owner = Principal(tenant_id=tenant_id, kind="user", role="owner", user_id=owner_id)
+    deadline = asyncio.get_running_loop().time() + LOOKUP_HOLD_S
+    while asyncio.get_running_loop().time() < deadline:
+        if await asyncio.to_thread(_review_seen, core, owner):
+            log.info("demo.review_seen", run_id=LEDGER_RUN_ID)
+            return False
+        if await _wait(stop, 1.0):
+            return True
+    return False
+
+
+def _review_seen(core: Runbell, owner: Principal) -> bool:
+    """Whether the owner has seen the sync's review: its notification has a
+    ``first_seen_at`` (opened from the inbox, a mail, a push or the run page), or it is no
+    longer open (acknowledged, or settled another way)."""
+    found = inbox.list_notifications(core, owner, states=None, before=None, limit=200)
+    reviews = [
+        n
+        for n in found["notifications"]
+        if n["run_id"] == LEDGER_RUN_ID and n["attention_type"] == "needs_review"
+    ]
+    return any(n["first_seen_at"] is not None or n["state"] != "open" for n in reviews)
 
 
 async def _move(core: Runbell, who: Principal, op_id: str, state: str, **extra: Any) -> None:

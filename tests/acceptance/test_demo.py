@@ -129,12 +129,15 @@ def test_demo_run_asks_for_approval_and_finishes_with_every_delivery_in_the_trai
     assert "Traceback" not in log.read_text()
 
 
-def test_demo_invoice_sync_needs_review_for_its_lost_reply_then_the_lookup_resolves_it(
+def test_demo_invoice_sync_review_waits_for_the_person_then_the_lookup_resolves_it(
     demo: tuple[str, str, str, Path],
 ) -> None:
     """The second demo run: five operations, one reply lost. Completed → needs_review
-    naming the uncertain invoice (in the notification and the ledger); a few seconds later
-    a lookup confirms it, the review is resolved, and the completion alert follows."""
+    naming the uncertain invoice (in the notification and the ledger). The review waits
+    for the person (issue 16 row 13: it used to be gone 8 s later, before anyone had read
+    the banner): the invoice stays uncertain, its evidence saying what happens next, until
+    the notification is opened; then the lookup confirms it, the review is resolved, the
+    completion alert follows, and the ledger keeps the invoice's whole history."""
     base, token, _admin, log = demo
     me = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=base, timeout=WAIT, trust_env=False) as http:
@@ -146,9 +149,28 @@ def test_demo_invoice_sync_needs_review_for_its_lost_reply_then_the_lookup_resol
         def reviewed() -> dict[str, Any] | None:
             return next((n for n in notes() if n["attention_type"] == "needs_review"), None)
 
+        def lost() -> dict[str, Any]:
+            ledger = http.get("/v1/runs/demo-sync-invoices/operations", headers=me).json()
+            return next(o for o in ledger["operations"] if o["operation_id"] == "invoice-4")
+
         review = until(reviewed)
         assert review["reason"].startswith("4 confirmed, 1 uncertain"), review["reason"]
         assert "uncertain: invoice-4" in review["reason"]
+        # Held: nobody has opened the review, so nothing settles it. The demo's own
+        # polls of the inbox (one a second) come and go meanwhile.
+        for _ in range(5):
+            time.sleep(1)
+            assert lost()["state"] == "uncertain"
+            assert reviewed()["state"] == "open"  # type: ignore[index]
+        assert "seconds after you open this review" in lost()["evidence"]["next"]
+
+        # The person opens the review (what /n/{id}, a mail link or the run page record).
+        opened = http.post(
+            f"/v1/notifications/{review['id']}/receipts",
+            headers={**me, "Idempotency-Key": "demo-open-1"},
+            json={"kind": "opened", "channel": "email"},
+        )
+        assert opened.status_code == 201, opened.text
 
         def settled() -> dict[str, Any] | None:
             run = http.get("/v1/runs/demo-sync-invoices", headers=me).json()
@@ -157,15 +179,15 @@ def test_demo_invoice_sync_needs_review_for_its_lost_reply_then_the_lookup_resol
         run = until(settled)
         assert run["state"] == "completed"
         assert run["operations"] == {"counts": {"confirmed": 5}, "text": "5 confirmed"}
-        ledger = http.get("/v1/runs/demo-sync-invoices/operations", headers=me).json()
-        lost = next(o for o in ledger["operations"] if o["operation_id"] == "invoice-4")
-        assert [h["state"] for h in lost["history"]] == [
+        invoice = lost()
+        assert [h["state"] for h in invoice["history"]] == [
             "planned",
             "sent",
             "uncertain",
             "confirmed",
         ]
-        assert lost["evidence"]["checked_by"] == "demo reconciler"
+        assert invoice["history"][2]["evidence"]["error"] == "no reply within 30 s"
+        assert invoice["evidence"]["checked_by"] == "demo reconciler"
         by_type = {(n["attention_type"], n["state"]) for n in notes()}
         assert ("needs_review", "resolved") in by_type and ("completed", "open") in by_type
         assert sum(1 for n in notes() if n["attention_type"] == "needs_review") == 1

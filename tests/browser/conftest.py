@@ -266,3 +266,29 @@ def runtime(web: BrowserServer, creds: TenantCreds) -> Iterator[Runtime]:
 
 def user_client(base_url: str, token: str) -> httpx.Client:
     return httpx.Client(base_url=base_url, headers=bearer(token), timeout=WAIT, trust_env=False)
+
+
+# --- accessibility (axe-core) ------------------------------------------------------------
+
+
+def axe_violations(page: Page, context: Any = None) -> list[dict[str, Any]]:
+    """axe-core's violations on ``page`` as it is now: the ``axe.min.js`` the
+    ``axe-playwright-python`` dev dependency bundles, injected from disk (no network)."""
+    from axe_playwright_python.base import AXE_FILE_PATH
+
+    if not page.evaluate("() => Boolean(window.axe)"):
+        page.evaluate(AXE_FILE_PATH.read_text(encoding="utf-8"))
+    found = page.evaluate(
+        "async (context) => (await axe.run(context || document, "
+        "{resultTypes: ['violations']})).violations",
+        context,
+    )
+    return [
+        {
+            "id": v["id"],
+            "impact": v["impact"],
+            "nodes": [" ".join(map(str, n["target"])) for n in v["nodes"]][:5],
+            "summary": (v["nodes"][0].get("failureSummary") or "")[:300] if v["nodes"] else "",
+        }
+        for v in found
+    ]

@@ -177,8 +177,10 @@ def test_a_run_that_changes_under_an_open_form_closes_it_until_reload(
     expect(page.locator("#run-facts")).to_contain_text("also upgrade the payment SDK")
     expect(page.locator("#run-version")).to_have_text(str(version + 1))
     notice = page.locator("#run-changed")
+    # What changed is its details, not its state: the notice says so (issue 16 row 18).
     expect(notice).to_contain_text(
-        f"Updated: the run is now waiting for input (version {version + 1})."
+        "Updated: its details were updated; the run is still waiting for input "
+        f"(version {version + 1})."
     )
     expect(notice).to_contain_text("reload the page to answer")
     expect(page.locator("#approve")).to_be_disabled()

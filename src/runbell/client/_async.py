@@ -68,6 +68,7 @@ class AsyncClient:
         self.owner = config.owner
         self.retry = retry or RetryPolicy()
         self.timeout = timeout
+        self._known_runs: set[str] = set()  # runs this client has created or updated
         self._http = httpx.AsyncClient(
             base_url=config.url,
             headers={"Authorization": f"Bearer {config.key}", "User-Agent": _core.USER_AGENT},
@@ -155,13 +156,23 @@ class AsyncClient:
             sequence,
         )
         path = f"/v1/runs/{_p(run_id)}"
+        if owner is None and self.owner is not None and run_id not in self._known_runs:
+            # The default owner applies to a new run only. Ask whether it exists rather
+            # than send a PUT the server must refuse ("owner is required when a run is
+            # created", a 422 in every log) and then send it again.
+            try:
+                await self._send(Call("GET", path))
+            except errors.NotFound:
+                body = {**body, "owner": self.owner}
         try:
-            return Run.from_json(await self._send(Call("PUT", path, body)))
+            run = Run.from_json(await self._send(Call("PUT", path, body)))
         except errors.ValidationFailed as exc:
-            # A new run: only now does the default owner apply (one more round trip).
+            # Created by nobody after all (a race with retention): the default owner applies.
             if owner is not None or self.owner is None or not _core.needs_owner(exc):
                 raise
-            return Run.from_json(await self._send(Call("PUT", path, {**body, "owner": self.owner})))
+            run = Run.from_json(await self._send(Call("PUT", path, {**body, "owner": self.owner})))
+        _core.remember(self._known_runs, run_id)
+        return run
 
     async def get_run(self, run_id: str) -> Run:
         return Run.from_json(await self._send(Call("GET", f"/v1/runs/{_p(run_id)}")))

@@ -94,6 +94,18 @@ def failure(response: httpx.Response) -> errors.APIError:
     return errors.api_error(response.status_code, body)
 
 
+#: How many run ids a client remembers as existing (then it forgets them all, and asks
+#: again on the next first PUT of each).
+KNOWN_RUNS_MAX = 10_000
+
+
+def remember(known: set[str], run_id: str) -> None:
+    """Note that ``run_id`` exists, so the next PUT of it needs no question first."""
+    if len(known) >= KNOWN_RUNS_MAX:
+        known.clear()
+    known.add(run_id)
+
+
 def needs_owner(exc: errors.ValidationFailed) -> bool:
     """Whether a PUT was refused only because a new run needs an owner."""
     return exc.field == "owner" and "required" in (exc.detail or "")

@@ -17,8 +17,10 @@ Invariants kept here (DESIGN §2):
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from runbell.domain.principal import Principal
 from runbell.flows import views
@@ -26,7 +28,8 @@ from runbell.flows.context import Runbell
 from runbell.flows.input_requests import get_for_notification, may_answer
 from runbell.flows.operations import operation_view
 from runbell.flows.runs import get_run
-from runbell.store import amendments, destinations, feed, operations, runs
+from runbell.flows.trail import members
+from runbell.store import amendments, destinations, endpoints, feed, operations, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 
@@ -116,13 +119,18 @@ def run_page(
 
     ``{head_cursor, snapshot, run, owner_email, cancel_requested_by_email,
     pending_amendments, transitions, pending_request, may_answer, my_notifications,
-    answered_request, operations}``: ``snapshot`` is what ``GET /v1/runs/{id}`` answers;
-    ``run`` the stored row (times as datetimes); ``transitions`` oldest first;
+    answered_request, operations, people, asked, endpoints}``: ``snapshot`` is what
+    ``GET /v1/runs/{id}`` answers; ``run`` the stored row (times as datetimes);
+    ``transitions`` oldest first;
     ``pending_request`` the newest pending input request or None; ``my_notifications``
     this person's own about the run (up to 50, newest first), each with its
     ``deliveries``; ``answered_request`` the request named by ``answered_request`` when
     it is of this run and this person answered it, else None; ``operations`` the
-    run's ledger in declaration order (``flows.operations.operation_view``).
+    run's ledger in declaration order (``flows.operations.operation_view``);
+    ``people`` maps the user ids named in the ledger's evidence and the notifications'
+    closing reasons to emails (members of the tenant only); ``asked`` maps the input
+    requests the timeline names (``input request <id>``) to their summaries;
+    ``endpoints`` maps the webhook endpoints the deliveries went to to a label.
     """
     snapshot = get_run(rb, who, run_id)  # the access check, and the API's view of the run
     with rb.db.read() as conn:
@@ -141,6 +149,24 @@ def run_page(
         asked_by = run.get("cancel_requested_by")
         cancel_by = destinations.email_of(conn, asked_by) if asked_by else None
         ledger = [operation_view(op) for op in operations.for_run(conn, who.tenant_id, run_id)]
+        named = views.user_ids_in(_ledger_texts(ledger))
+        named |= views.user_ids_in(n.get("closed_reason") for n in mine)
+        people = members(conn, who.tenant_id, named)
+        asked = {}
+        for tr in transitions:
+            m = _ASKED.fullmatch(str(tr.get("reason") or ""))
+            if m and m[1] not in asked:
+                req = requests.get(conn, who.tenant_id, m[1])
+                if req is not None and req["run_id"] == run_id:
+                    asked[m[1]] = str(req["summary"])
+        hooks = {
+            d["destination"] for n in mine for d in n["deliveries"] if d["channel"] == "webhook"
+        }
+        labels = (
+            {e["id"]: _endpoint_label(e) for e in endpoints.list_all(conn, who.tenant_id)}
+            if hooks
+            else {}
+        )
         answered = None
         if answered_request:
             answered = requests.get(conn, who.tenant_id, answered_request)
@@ -163,7 +189,41 @@ def run_page(
         "my_notifications": mine,
         "answered_request": answered,
         "operations": ledger,
+        "people": people,
+        "asked": asked,
+        "endpoints": {k: v for k, v in labels.items() if k in hooks},
     }
+
+
+#: The reason ``flows.input_requests`` records on the transition a request opens.
+_ASKED = re.compile(r"input request (\S+)")
+
+
+def _ledger_texts(ledger: list[dict[str, Any]]) -> list[Any]:
+    """Every string value of the operations' evidence, current and in their history."""
+    out: list[Any] = []
+    for op in ledger:
+        for evidence in [op.get("evidence"), *(s.get("evidence") for s in op["history"])]:
+            if isinstance(evidence, dict):
+                out.extend(evidence.values())
+    return out
+
+
+def _endpoint_label(endpoint: dict[str, Any]) -> str:
+    """What a person can tell one webhook endpoint from another by: its description, else
+    its host."""
+    description = str(endpoint.get("description") or "").strip()
+    return description or (urlsplit(str(endpoint.get("url") or "")).hostname or "a webhook")
+
+
+def unseen_notifications(rb: Runbell, who: Principal, run_id: str) -> list[str]:
+    """The ids of ``who``'s open notifications about ``run_id`` that were never seen
+    (no ``first_seen_at``): what opening the run page marks seen."""
+    with rb.db.read() as conn:
+        mine = notes.for_recipient_on_run(
+            conn, who.tenant_id, who.user_id, run_id, limit=RUN_NOTES_LIMIT
+        )
+    return [n["id"] for n in mine if n["state"] == "open" and n.get("first_seen_at") is None]
 
 
 def is_request_of_run(rb: Runbell, who: Principal, run_id: str, request_id: str) -> bool:

@@ -8,8 +8,11 @@ the administrator asking. Administrators only; another tenant's id answers 404.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy.engine import Connection
 
 from runbell.domain.principal import Principal
 from runbell.flows import digests, views
@@ -17,9 +20,21 @@ from runbell.flows.context import Runbell
 from runbell.flows.escalation import step_view
 from runbell.flows.inbox import actionable, recipient_sees_run
 from runbell.flows.input_requests import get_for_notification
-from runbell.store import accounts, escalations, feed, runs
+from runbell.store import accounts, destinations, escalations, feed, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
+
+
+def members(conn: Connection, tenant_id: str, user_ids: Iterable[str]) -> dict[str, str]:
+    """``{user id: email}`` for the members of the tenant among ``user_ids`` (at most 50):
+    an id a runtime wrote into evidence never reveals a person of another tenant."""
+    out = {}
+    for user_id in sorted(user_ids)[:50]:
+        if accounts.membership_role(conn, tenant_id, user_id) is not None:
+            email = destinations.email_of(conn, user_id)
+            if email is not None:
+                out[user_id] = email
+    return out
 
 
 def trail(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
@@ -45,7 +60,10 @@ def trail(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
             request = get_for_notification(conn, note)
         steps = escalations.for_notification(conn, who.tenant_id, notification_id)
         retractions = escalations.retractions_for(conn, who.tenant_id, notification_id)
+        people = members(conn, who.tenant_id, views.user_ids_in([note.get("closed_reason")]))
     out = views.notification_view(note)
+    # "answered by usr_…" names the person: support reads who it was (members only).
+    out["closed_reason"] = views.name_people(note.get("closed_reason"), people)
     # "Could the user still act?": the recipient's answer, not the admin asking.
     out["actionable"], out["actionable_reason"] = actionable(rb, note, run, request, sees)
     if digest is not None:

@@ -12,6 +12,8 @@ run, in the words the faces show).
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +27,24 @@ def json_body(content: Any) -> bytes:
         json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
         + b"\n"
     )
+
+
+#: A user id as it appears inside stored reasons and evidence ("answered by usr_…").
+USER_ID = re.compile(r"\busr_[0-9a-z]{10,40}\b")
+
+
+def user_ids_in(texts: Iterable[Any]) -> set[str]:
+    """The user ids named in ``texts`` (strings; anything else is skipped)."""
+    return {m for t in texts if isinstance(t, str) for m in USER_ID.findall(t)}
+
+
+def name_people(text: str | None, people: Mapping[str, str]) -> str | None:
+    """``text`` with each user id of ``people`` replaced by that person's email: a stored
+    reason says "answered by usr_…"; a person reads who it was. Ids of anyone else (not a
+    member of the tenant) stay as they are."""
+    if not text:
+        return text
+    return USER_ID.sub(lambda m: people.get(m.group(0), m.group(0)), text)
 
 
 def iso(value: datetime | None) -> str | None:

@@ -9,6 +9,8 @@ part of the app, each with its routes (no ``/v1`` prefix, not in the OpenAPI doc
 - :mod:`~runbell.web.inbox`: ``/`` and acknowledging from it
 - :mod:`~runbell.web.runs_page`: ``/runs``, the runs overview
 - :mod:`~runbell.web.run_page`: ``/runs/{run_id}``, deep links ``/n/{id}``, answering
+- :mod:`~runbell.web.ledger`: the run page's Operations section (and the history of an
+  operation that was in doubt)
 - :mod:`~runbell.web.cancel_form`: cancelling from the run page
 - :mod:`~runbell.web.amend_form`: proposing a change from the run page
 - :mod:`~runbell.web.settings`: ``/settings`` and what hangs off it

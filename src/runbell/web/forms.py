@@ -8,12 +8,14 @@ path on this site.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runbell.api.deps import web_session
 from runbell.domain.principal import Principal, WebSession
@@ -114,6 +116,26 @@ def install_handlers(app: FastAPI) -> None:
     async def _sign_in(_: Request, exc: SignInRequired) -> Response:
         return RedirectResponse(f"/login?next={quote(exc.next_path, safe='/')}", status_code=303)
 
+    api_answer = app.exception_handlers.get(StarletteHTTPException)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _not_here(request: Request, exc: StarletteHTTPException) -> Response:
+        # A person who typed or followed a wrong address gets a page, not JSON; the API,
+        # and every client that does not ask for HTML, keeps its problem+json answer.
+        if exc.status_code in (404, 405) and _wants_page(request):
+            return message(
+                "There is no page here",
+                [
+                    "The address may be mistyped, or the page may have moved.",
+                    "Runs and notifications are reached from your inbox.",
+                ],
+                status=exc.status_code,
+                link=("/", "Go to your inbox"),
+            )
+        assert api_answer is not None
+        answer = api_answer(request, exc)
+        return await answer if inspect.isawaitable(answer) else answer
+
     @app.exception_handler(CsrfRefused)
     async def _csrf(_: Request, exc: CsrfRefused) -> Response:
         return message(
@@ -125,3 +147,17 @@ def install_handlers(app: FastAPI) -> None:
             ],
             status=403,
         )
+
+
+#: Paths whose answers are for programs: never an HTML error page.
+_API_PREFIXES = ("/v1/", "/mcp", "/openapi.json", "/.well-known/", "/static/", "/docs/assets/")
+
+
+def _wants_page(request: Request) -> bool:
+    """A browser asking for a page: ``GET`` with ``text/html`` accepted, not an API path."""
+    path = request.url.path
+    return (
+        request.method in ("GET", "HEAD")
+        and "text/html" in request.headers.get("accept", "")
+        and not path.startswith(_API_PREFIXES)
+    )

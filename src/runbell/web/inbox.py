@@ -69,7 +69,15 @@ def inbox_page(session: Session, core: Core) -> Response:
     needs_ids = {i["id"] for i in needs}
     fyi = [i for i in items if i["id"] not in needs_ids]
     needs.sort(key=lambda i: wording.URGENCY_RANK.get(i["urgency"], 0), reverse=True)
-    earlier = [_item(v, n) for n in shown["closed"]]
+    earlier = [
+        {
+            **_item(v, n),
+            # A run the person may see now has a page; a digest or a lost run does not.
+            "run_link": n["attention_type"] != "digest"
+            and shown["titles"].get(n["run_id"]) is not None,
+        }
+        for n in shown["closed"]
+    ]
     ctx = v.base("inbox", "Inbox")
     ctx.update(
         needs=_groups(needs, titles),

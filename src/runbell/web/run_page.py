@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import structlog
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from runbell.api.deps import Core
@@ -32,6 +32,7 @@ from runbell.flows import answers, inbox, pages, receipts, views
 from runbell.flows.context import Runbell
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
+from runbell.web.ledger import ledger_view
 from runbell.web.templating import render
 from runbell.web.viewer import Viewer, no_access, viewer
 
@@ -146,75 +147,6 @@ def _request_view(v: Viewer, req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-#: The Operations section's groups, in the order a reader needs them (issue 10).
-LEDGER_GROUPS = (
-    ("confirmed", "Confirmed", ("confirmed",)),
-    ("absent", "Confirmed absent", ("absent",)),
-    ("conflicts", "Conflicts", ("conflict",)),
-    ("uncertain", "Uncertain: may have landed, being checked", ("uncertain", "unresolved")),
-    ("in-flight", "Sent or planned, no reply yet", ("sent", "planned")),
-    ("not-started", "Not started", ("not_started",)),
-    ("failed", "Failed", ("failed",)),
-)
-OP_STATE_LABEL = {
-    "planned": "planned",
-    "sent": "sent",
-    "confirmed": "confirmed",
-    "conflict": "conflict",
-    "failed": "failed",
-    "uncertain": "uncertain",
-    "absent": "confirmed absent",
-    "unresolved": "unresolved after lookup",
-    "not_started": "not started",
-}
-OUTCOME_LINE = {
-    "verified": "Verified: every operation is confirmed.",
-    "needs_review": "Needs review: the run finished, but not every operation is confirmed.",
-    "unknown": "Outcome unknown: the run finished while operations were still in flight.",
-}
-
-
-def _evidence(value: Any) -> list[tuple[str, str]]:
-    if not isinstance(value, dict):
-        return []
-    return [
-        (str(k), v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str))
-        for k, v in value.items()
-    ]
-
-
-def ledger_view(snapshot: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """The Operations section: the counts text, the outcome, each group with its items."""
-    groups = []
-    for key, label, states in LEDGER_GROUPS:
-        items = [
-            {
-                "operation_id": op["operation_id"],
-                "state": op["state"],
-                "state_label": OP_STATE_LABEL.get(op["state"], op["state"]),
-                "intent": op["intent"],
-                "target": " ".join(
-                    str(p) for p in (op["target"]["type"], op["target"]["id"]) if p is not None
-                )
-                + (f" (version {op['target']['version']})" if op["target"].get("version") else ""),
-                "evidence": _evidence(op.get("evidence")),
-            }
-            for op in ops
-            if op["state"] in states
-        ]
-        if items:
-            groups.append({"key": key, "label": label, "ops": items})
-    summary = snapshot.get("operations") or {}
-    outcome = snapshot.get("outcome")
-    return {
-        "text": summary.get("text"),
-        "outcome": outcome,
-        "outcome_line": OUTCOME_LINE.get(outcome) if ops and outcome else None,
-        "previous_worker_may_still_act": bool(snapshot.get("previous_worker_may_still_act")),
-        "groups": groups,
-    }
-
-
 def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Response:
     try:
         shown = pages.run_page(core, v.who, run_id, state.answered_request)
@@ -254,7 +186,7 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
             "stalled": v.time(run.get("stalled_at")) if run.get("stalled_at") else None,
         },
         request=request_view,
-        ledger=ledger_view(snapshot, shown["operations"]),
+        ledger=ledger_view(snapshot, shown["operations"], v, shown["people"]),
         may_answer=shown["may_answer"],
         cancel=cancel_view(v, run, snapshot, shown, state),
         amendments=[
@@ -277,16 +209,7 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
         amend_error=state.amend_error,
         idempotency_key=secrets.token_urlsafe(24),
         transitions=[
-            {
-                "version": tr["version"],
-                "kind": tr["kind"],
-                "from": tr["from_state"],
-                "to": tr["to_state"],
-                "reason": tr.get("reason"),
-                "at": v.time(tr["at"]),
-                "at_iso": views.iso(tr["at"]),
-            }
-            for tr in reversed(shown["transitions"])
+            _transition_view(v, tr, shown["asked"]) for tr in reversed(shown["transitions"])
         ],
         notes=[
             {
@@ -295,18 +218,17 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
                 "attention": n["attention_type"],
                 "urgency": n["urgency"],
                 "state": n["state"],
+                "closed_reason": (
+                    views.name_people(
+                        n.get("closed_reason"), {**shown["people"], v.who.user_id or "": "you"}
+                    )
+                    if n["state"] != "open"
+                    else None
+                ),
                 "created": v.time(n["created_at"]),
                 "created_iso": views.iso(n["created_at"]),
                 "highlight": highlight is not None and highlight["id"] == n["id"],
-                "deliveries": [
-                    {
-                        "channel": d["channel"],
-                        "status": d["status"],
-                        "attempts": d["attempt_count"],
-                        "updated": v.time(d["updated_at"]),
-                    }
-                    for d in n["deliveries"]
-                ],
+                "deliveries": _deliveries_view(v, n["deliveries"], shown["endpoints"]),
             }
             for n in shown["my_notifications"]
         ],
@@ -328,6 +250,9 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
             "cursor": str(shown["head_cursor"]),
             "run-id": run_id,
             "run-version": str(run["version"]),
+            "run-state": run["state"],
+            # What the live notice says when the state did not change (app.js).
+            "last-change": _last_change(shown["transitions"]),
             "request-id": request_view["id"] if request_view else "",
             "request-version": str(request_view["version"]) if request_view else "",
         },
@@ -335,10 +260,75 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
     return render("run.html.j2", ctx, status=state.status)
 
 
+def _transition_view(v: Viewer, tr: dict[str, Any], asked: dict[str, str]) -> dict[str, Any]:
+    what, why = wording.transition_text(
+        tr["kind"], tr["from_state"], tr["to_state"], tr.get("reason"), asked
+    )
+    return {
+        "version": tr["version"],
+        "what": what,
+        "reason": why,
+        "at": v.time(tr["at"]),
+        "at_iso": views.iso(tr["at"]),
+    }
+
+
+def _last_change(transitions: list[dict[str, Any]]) -> str:
+    if not transitions:
+        return ""
+    tr = transitions[-1]
+    return wording.change_sentence(tr["kind"], tr["from_state"], tr["to_state"], tr.get("reason"))
+
+
+def _deliveries_view(
+    v: Viewer, deliveries: list[dict[str, Any]], endpoints: dict[str, str]
+) -> list[dict[str, Any]]:
+    """A notification's deliveries, each row telling itself apart from the others: a
+    tenant webhook carries one message when the notification was made and one when it
+    closed (two rows, "new notification" and "notification closed"), per endpoint (named when
+    there are several)."""
+    hooks = {d["destination"] for d in deliveries if d["channel"] == "webhook"}
+    out = []
+    for d in deliveries:
+        detail = None
+        if d["channel"] == "webhook":
+            parts = [
+                wording.WEBHOOK_EVENT_LABEL.get(d.get("event_type") or "", d.get("event_type"))
+            ]
+            if len(hooks) > 1:
+                parts.append(f"to {endpoints.get(d['destination'], 'another endpoint')}")
+            detail = " ".join(p for p in parts if p) or None
+        out.append(
+            {
+                "channel": d["channel"],
+                "detail": detail,
+                "status": d["status"],
+                "attempts": d["attempt_count"],
+                "updated": v.time(d["updated_at"]),
+            }
+        )
+    return out
+
+
 @router.get("/runs/{run_id}")
-def run_view(run_id: str, session: Session, core: Core, answered: str | None = None) -> Response:
+def run_view(
+    run_id: str, request: Request, session: Session, core: Core, answered: str | None = None
+) -> Response:
     v = viewer(core, session)
-    return run_page(core, v, run_id, RunPageState(answered_request=answered))
+    page = run_page(core, v, run_id, RunPageState(answered_request=answered))
+    if page.status_code == 200 and _navigated(request):
+        # Opening the run page is seeing what its notifications point at: each of this
+        # person's open ones not seen yet gets an ``opened`` receipt (telemetry, never a
+        # decision: invariant 10), as opening it from the inbox or a link would.
+        for note_id in pages.unseen_notifications(core, v.who, run_id):
+            _record_opened(core, v.who, note_id)
+    return page
+
+
+def _navigated(request: Request) -> bool:
+    """Whether a person opened the page (a top-level navigation), not app.js fetching it
+    again for a live update (``Sec-Fetch-Dest: empty``)."""
+    return request.headers.get("sec-fetch-dest", "document") == "document"
 
 
 def _record_opened(core: Runbell, who: Principal, notification_id: str) -> None:

@@ -34,8 +34,8 @@ class Viewer:
     def who(self) -> Principal:
         return self.session.principal
 
-    def time(self, value: datetime | None) -> str:
-        return wording.local_time(value, self.tz)
+    def time(self, value: datetime | None, *, seconds: bool = False) -> str:
+        return wording.local_time(value, self.tz, seconds=seconds)
 
     def base(self, page: str, title: str) -> dict[str, Any]:
         return {

@@ -4,6 +4,7 @@ can no longer run. Pure functions, no I/O, so every sentence a person reads is i
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Any
@@ -149,12 +150,14 @@ def conflict_text(detail: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def local_time(value: datetime | None, tz: ZoneInfo) -> str:
-    """An absolute time in the person's timezone, e.g. ``29 Nov 2026, 14:05 CET``."""
+def local_time(value: datetime | None, tz: ZoneInfo, *, seconds: bool = False) -> str:
+    """An absolute time in the person's timezone, e.g. ``29 Nov 2026, 14:05 CET``
+    (``14:05:09`` with ``seconds``: steps a few seconds apart, like an operation's)."""
     if value is None:
         return ""
     local = value.astimezone(tz)
-    return f"{local.day} {local:%b %Y, %H:%M} {local.tzname() or ''}".rstrip()
+    clock = f"{local:%H:%M:%S}" if seconds else f"{local:%H:%M}"
+    return f"{local.day} {local:%b %Y}, {clock} {local.tzname() or ''}".rstrip()
 
 
 def relative(value: datetime, now: datetime) -> str:
@@ -174,3 +177,131 @@ def relative(value: datetime, now: datetime) -> str:
         n = seconds // 86400
         amount = f"{n} day{'s' if n != 1 else ''}"
     return f"in {amount}" if future else f"{amount} ago"
+
+
+# --- the run page's history and ledger in words -------------------------------------------
+
+_ASKED = re.compile(r"input request (\S+)")
+_ANSWERED = re.compile(r"answered: (\w+)")
+_AMENDED = re.compile(r"amended: (.*?) \(amendment \S+, approved by the owner\)")
+DECISION_WORD = {"approve": "approved", "reject": "rejected", "answer": "answered"}
+
+
+def transition_text(
+    kind: str, before: str | None, after: str, reason: str | None, asked: dict[str, str]
+) -> tuple[str, str | None]:
+    """One timeline entry in words: (what happened, why). Ids the runtime never showed a
+    person (``input request ask-b120…``, ``amendment amd_…``) become what they stand
+    for: the question that was asked, the fields an approved change set."""
+    to = STATE_LABEL.get(after, after)
+    why = reason or None
+    if why:
+        m = _ASKED.fullmatch(why)
+        if m:
+            summary = asked.get(m[1])
+            why = f"asked “{summary}”" if summary else "a question was asked"
+        elif m := _ANSWERED.fullmatch(why):
+            why = f"the request was {DECISION_WORD.get(m[1], m[1])}"
+    if kind == "create":
+        return f"created as {to.lower()}", None
+    if kind == "update":
+        return "details updated", why
+    if kind == "review":
+        return f"operations reviewed, still {to.lower()}", why
+    if kind == "amend":
+        m = _AMENDED.fullmatch(reason or "")
+        fields = m[1] if m else None
+        return "a change approved by the owner was applied", (
+            f"changed: {fields}" if fields else why
+        )
+    if kind == "stall":
+        return "stalled: no progress reported", why
+    if kind == "recover":
+        return "moving again after a stall", why
+    if before and before != after:
+        return f"{STATE_LABEL.get(before, before)} → {to}", why
+    return f"still {to.lower()}", why
+
+
+def change_sentence(kind: str, before: str | None, after: str, reason: str | None) -> str:
+    """What the live notice on the run page says the newest change was, when the run's
+    state did not change with it: the review of a finished run is not "now completed"."""
+    state = STATE_LABEL.get(after, after).lower()
+    if kind == "review":
+        counts = f" ({reason})" if reason else ""
+        return f"its operations were reviewed{counts}; the run is still {state}"
+    if kind == "update":
+        return f"its details were updated; the run is still {state}"
+    if kind == "amend":
+        return f"a change approved by the owner was applied; the run is still {state}"
+    if kind == "stall":
+        return f"it stalled: no progress reported; the run is still {state}"
+    if kind == "recover":
+        return f"it is moving again after a stall; the run is still {state}"
+    if kind == "request":
+        return f"a new question was asked; the run is still {state}"
+    if before and before != after:
+        return f"the run is now {state}"
+    return f"the run is still {state}"
+
+
+EVIDENCE_LABEL = {
+    "approved_by": "Approved by",
+    "checked_by": "Checked by",
+    "receipt_id": "Receipt",
+    "returned": "Result",
+    "raised": "Result",
+    "lookup": "Lookup",
+    "error": "Error",
+    "next": "What happens next",
+}
+
+
+def evidence_rows(evidence: Any, people: dict[str, str]) -> list[tuple[str, str]]:
+    """An operation's evidence as (label, value) rows a person reads: user ids become
+    their emails, the SDK's ``returned: NoneType`` becomes "finished, returned nothing"."""
+    if not isinstance(evidence, dict):
+        return []
+    rows = []
+    for key, value in evidence.items():
+        label = EVIDENCE_LABEL.get(str(key)) or str(key).replace("_", " ").capitalize()
+        if key == "returned" and isinstance(value, str):
+            text = (
+                "finished, returned nothing"
+                if value == "NoneType"
+                else f"finished, returned a {value}"
+            )
+        elif key == "raised" and isinstance(value, str):
+            text = f"stopped with an error ({value})"
+        elif isinstance(value, str):
+            text = _USER.sub(lambda m: people.get(m.group(0), m.group(0)), value)
+        else:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        rows.append((label, text))
+    return rows
+
+
+_USER = re.compile(r"\busr_[0-9a-z]{10,40}\b")
+
+
+def operation_line(intent: str, target: dict[str, Any]) -> tuple[str, str | None]:
+    """(what the operation does, on what): ``mark paid`` · ``invoice INV-1004``; a
+    function the SDK's ``requires_approval`` ran (target ``function __main__.push``) is
+    ``Call push()``, without the module path."""
+    kind, ident, version = target.get("type"), target.get("id"), target.get("version")
+    if kind == "function" and isinstance(ident, str):
+        name = ident.rsplit(".", 1)[-1]
+        return (f"Call {name}()" if intent in (name, ident) else intent), (
+            None if intent in (name, ident) else f"{name}()"
+        )
+    on = " ".join(str(p) for p in (kind, ident) if p is not None)
+    if version:
+        on += f" (version {version})"
+    return intent, on or None
+
+
+#: Which message a webhook delivery of a notification carried (two rows per endpoint).
+WEBHOOK_EVENT_LABEL = {
+    "notification.created": "new notification",
+    "notification.closed": "notification closed",
+}

@@ -249,14 +249,21 @@
       }
       body.dataset.runVersion = String(now);
 
+      const stateBefore = body.dataset.runState;
+      const stateNow = fresh.body.dataset.runState;
+      body.dataset.runState = stateNow || "";
       if (now === before && !why && !closed) return;
       const state = document.getElementById("run-state");
       const parts = [];
       if (why) parts.push(WHY[why]);
-      parts.push(
-        "Updated: the run is now " + (state ? state.textContent.trim().toLowerCase() : "changed") +
-          " (version " + now + ")."
-      );
+      // Say what changed: a new state, or (same state) the newest change in words — the
+      // review of a finished run is not "now completed" (issue 16).
+      const sameState = now !== before && stateNow === stateBefore;
+      const change =
+        sameState && fresh.body.dataset.lastChange
+          ? fresh.body.dataset.lastChange
+          : "the run is now " + (state ? state.textContent.trim().toLowerCase() : "changed");
+      parts.push("Updated: " + change + " (version " + now + ").");
       if (closed) parts.push(closed);
       notice.textContent = parts.join(" ");
       notice.hidden = false;

@@ -1,0 +1,139 @@
+"""The run page's Operations section (issue 10): what the ledger's counts count, the
+outcome they give a completion, each group of operations with its evidence, and — for an
+operation that was ever in doubt — its history, so the page keeps showing what was
+uncertain and how it was settled after a lookup (issue 16)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from runbell.flows import views
+from runbell.web import wording
+from runbell.web.viewer import Viewer
+
+#: The Operations section's groups, in the order a reader needs them (issue 10).
+LEDGER_GROUPS = (
+    ("confirmed", "Confirmed", ("confirmed",)),
+    ("absent", "Confirmed absent", ("absent",)),
+    ("conflicts", "Conflicts", ("conflict",)),
+    ("uncertain", "Uncertain: may have landed, being checked", ("uncertain", "unresolved")),
+    ("in-flight", "Sent or planned, no reply yet", ("sent", "planned")),
+    ("not-started", "Not started", ("not_started",)),
+    ("failed", "Failed", ("failed",)),
+)
+OP_STATE_LABEL = {
+    "planned": "planned",
+    "sent": "sent",
+    "confirmed": "confirmed",
+    "conflict": "conflict",
+    "failed": "failed",
+    "uncertain": "uncertain",
+    "absent": "confirmed absent",
+    "unresolved": "unresolved after lookup",
+    "not_started": "not started",
+}
+OUTCOME_LINE = {
+    "verified": "Verified: every operation is confirmed.",
+    "needs_review": (
+        "Needs review: the run finished, but not every operation is confirmed. An "
+        "uncertain one is looked up by the runtime; this page shows the answer when it comes."
+    ),
+    "unknown": "Outcome unknown: the run finished while operations were still in flight.",
+}
+
+
+#: States an operation passes through on its way to a settled answer that a reader must
+#: be able to see afterwards: what was in doubt, and how it was settled.
+DOUBTED = ("uncertain", "unresolved", "conflict", "absent", "failed")
+
+
+def _history_view(
+    v: Viewer, op: dict[str, Any], people: dict[str, str]
+) -> list[dict[str, Any]] | None:
+    """The operation's steps (state, when, evidence) when one of them was a doubt, so the
+    run page keeps showing what was uncertain and how it was settled; None otherwise."""
+    steps = [s for s in op.get("history") or [] if isinstance(s, dict)]
+    if not any(s.get("state") in DOUBTED for s in steps):
+        return None
+    out = []
+    for i, step in enumerate(steps):
+        evidence = step.get("evidence")
+        if isinstance(evidence, dict) and i < len(steps) - 1:
+            # "What happens next" was true then; once the next step came, it is history.
+            evidence = {k: val for k, val in evidence.items() if k != "next"}
+        try:
+            at = datetime.fromisoformat(str(step.get("at")))
+        except ValueError:
+            at = None
+        state = str(step.get("state"))
+        out.append(
+            {
+                "state": state,
+                "state_label": OP_STATE_LABEL.get(state, state),
+                "at": v.time(at, seconds=True),
+                "at_iso": views.iso(at),
+                "evidence": wording.evidence_rows(evidence, people),
+            }
+        )
+    return out
+
+
+def _settled_note(ops: list[dict[str, Any]]) -> str | None:
+    """One sentence for the operations that were in doubt and are settled now."""
+    settled = [
+        op
+        for op in ops
+        if op["state"] in ("confirmed", "absent")
+        and any(s.get("state") == "uncertain" for s in op.get("history") or [])
+    ]
+    if not settled:
+        return None
+    n = len(settled)
+    which = ", ".join(op["operation_id"] for op in settled[:5]) + (" …" if n > 5 else "")
+    verb = "was" if n == 1 else "were"
+    return (
+        f"{n} operation{'s' if n != 1 else ''} ({which}) {verb} uncertain and "
+        f"{verb} settled by a lookup: see {'its' if n == 1 else 'their'} history below."
+    )
+
+
+def ledger_view(
+    snapshot: dict[str, Any],
+    ops: list[dict[str, Any]],
+    v: Viewer | None = None,
+    people: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Operations section: the counts text, the outcome, each group with its items
+    (and, for an item that was ever in doubt, its history)."""
+    people = people or {}
+    groups = []
+    for key, label, states in LEDGER_GROUPS:
+        items = []
+        for op in ops:
+            if op["state"] not in states:
+                continue
+            intent, target = wording.operation_line(op["intent"], op["target"])
+            items.append(
+                {
+                    "operation_id": op["operation_id"],
+                    "state": op["state"],
+                    "state_label": OP_STATE_LABEL.get(op["state"], op["state"]),
+                    "intent": intent,
+                    "target": target,
+                    "evidence": wording.evidence_rows(op.get("evidence"), people),
+                    "history": _history_view(v, op, people) if v is not None else None,
+                }
+            )
+        if items:
+            groups.append({"key": key, "label": label, "ops": items})
+    summary = snapshot.get("operations") or {}
+    outcome = snapshot.get("outcome")
+    return {
+        "text": summary.get("text"),
+        "outcome": outcome,
+        "outcome_line": OUTCOME_LINE.get(outcome) if ops and outcome else None,
+        "settled_note": _settled_note(ops),
+        "previous_worker_may_still_act": bool(snapshot.get("previous_worker_may_still_act")),
+        "groups": groups,
+    }

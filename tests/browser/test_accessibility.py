@@ -1,0 +1,274 @@
+"""axe-core on every page of the web app, in both themes, at phone and desktop size
+(issue 16 item 11): 0 violations of any impact.
+
+The pages: sign-in (plain, from a deep link), an expired sign-in link, a wrong address,
+the inbox (needs you, for your information, earlier), the runs overview, settings (with
+the attention policy), a run page in each state (working with progress, waiting for an
+approval, waiting for a choice, finished under review, finished after a settled lookup,
+failed, cancelled, a pending proposed change), a stale deep link, a digest, the "no
+access" page, the demo mailbox, and the API reference's own frame (/docs, /redoc: the
+Swagger UI and ReDoc bundles inside it are third-party and excluded).
+
+The theme is the browser's (app.css follows ``prefers-color-scheme``); Playwright emulates
+it per context. axe-core is the ``axe.min.js`` of the ``axe-playwright-python`` dev
+dependency, injected from disk: nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser
+
+from runbell import demo
+from runbell.flows import digests
+from runbell.flows.context import Runbell
+from runbell.testing import TenantCreds, add_user
+from tests.browser.conftest import (
+    DESKTOP,
+    PHONE,
+    ROOT,
+    BrowserServer,
+    Runtime,
+    axe_violations,
+    login_link,
+    user_client,
+)
+from tests.timeouts import WAIT_MS
+
+pytestmark = pytest.mark.browser
+
+SIZES = {"phone": PHONE, "desktop": {"width": 1280, "height": 800}}
+THEMES = ("light", "dark")
+assert DESKTOP["width"] == 1280
+#: What the API reference pages check: our frame, not the vendored UI inside it.
+DOCS_CONTEXT = {"exclude": [["#swagger-ui > *:not(noscript)"], ["#redoc > *:not(noscript)"]]}
+
+
+@pytest.fixture
+def demo_state(core: Runbell) -> Iterator[demo.DemoState]:
+    state = demo.DemoState()
+    core.settings.smtp_host, core.settings.smtp_port = demo.start_mail_sink(state)
+    yield state
+    state.smtp.stop()
+
+
+@pytest.fixture
+def web(core: Runbell, port: int, demo_state: demo.DemoState) -> Iterator[BrowserServer]:
+    with BrowserServer(core, port, routers=[demo.sink_router(core, demo_state)]) as server:
+        yield server
+
+
+def ok(response: Any, *codes: int) -> Any:
+    assert response.status_code in (codes or (200, 201, 202)), response.text
+    return response.json()
+
+
+def answer(me: Any, request_id: str, decision: str = "approve") -> None:
+    req = ok(me.get(f"/v1/input-requests/{request_id}"))["input_request"]
+    ok(
+        me.post(
+            f"/v1/input-requests/{request_id}/responses",
+            headers={"Idempotency-Key": f"a11y-{request_id}"},
+            json={
+                "decision": decision,
+                "expected_run_version": req["run_version"],
+                "expected_request_version": req["version"],
+            },
+        )
+    )
+
+
+def ledger(runtime: Runtime, run_id: str, settle: bool) -> None:
+    ops = [
+        {"operation_id": f"{run_id}-{i}", "target": {"type": "invoice", "id": f"{run_id}-INV-{i}"}}
+        for i in range(1, 4)
+    ]
+    ok(
+        runtime.http.post(
+            f"/v1/runs/{run_id}/operations",
+            json={"operations": [{**o, "intent": "mark paid"} for o in ops]},
+        )
+    )
+
+    def move(i: int, state: str, **evidence: str) -> None:
+        ok(
+            runtime.http.patch(
+                f"/v1/runs/{run_id}/operations/{run_id}-{i}",
+                json={"state": state, "evidence": evidence or None},
+            )
+        )
+
+    for i in (1, 2, 3):
+        move(i, "sent")
+    move(1, "confirmed", receipt_id="rcpt-1")
+    move(2, "conflict" if not settle else "confirmed", status="409 version mismatch")
+    move(3, "uncertain", error="no reply within 30 s", checked_by="worker-a")
+    runtime.signal(run_id, f"{run_id}-done", "completed")
+    if settle:
+        move(3, "confirmed", lookup="GET /invoices/INV-3: paid", checked_by="reconciler")
+
+
+def scenario(
+    core: Runbell, creds: TenantCreds, web: BrowserServer, runtime: Runtime
+) -> dict[str, str]:
+    """Every state a page can be in; returns {page name: path} for a signed-in person."""
+    me = user_client(web.url, creds.owner_token)
+    admin = user_client(web.url, creds.admin_key)
+    try:
+        runtime.create_run("a11y-working", title="Refactor the billing module")
+        runtime.progress("a11y-working", "running tests", done=2, total=5, unit="test files")
+
+        runtime.create_run("a11y-ask", title="Deploy the API to staging")
+        expires = (core.db.clock() + timedelta(hours=1)).isoformat()
+        runtime.open_request(
+            "a11y-ask",
+            "a11y-approve",
+            summary="Deploy v2 to staging?",
+            details={"command": "deploy --env staging", "risk": "rollback takes a minute"},
+            expires_at=expires,
+        )
+        runtime.create_run("a11y-choice", title="Pick a release window")
+        runtime.open_request(
+            "a11y-choice",
+            "a11y-window",
+            kind="choice",
+            summary="When should it ship?",
+            options=[{"id": "now", "label": "Now"}, {"id": "tonight", "label": "Tonight"}],
+        )
+        runtime.create_run("a11y-review", title="Sync three invoices")
+        ledger(runtime, "a11y-review", settle=False)
+        runtime.create_run("a11y-settled", title="Sync three more invoices")
+        ledger(runtime, "a11y-settled", settle=True)
+        runtime.create_run("a11y-failed", title="Migrate the database")
+        runtime.signal(
+            "a11y-failed",
+            "a11y-failed-1",
+            "failed",
+            reason="migration 12 failed",
+            error={"message": "column exists", "user_action_required": True},
+        )
+        runtime.create_run("a11y-cancelled", title="Rebuild the search index")
+        runtime.signal("a11y-cancelled", "a11y-cancelled-1", "cancelled", reason="not needed")
+
+        # An answered request: Earlier in the inbox, and a deep link that is stale now.
+        runtime.create_run("a11y-answered", title="Rotate the signing keys")
+        opened = runtime.open_request("a11y-answered", "a11y-rotate", summary="Rotate now?")
+        (stale,) = [n["id"] for n in opened["notifications"]]
+        answer(me, "a11y-rotate")
+
+        # A change proposed by another member, waiting for the owner.
+        _, bob = add_user(core, creds.tenant_id, "bob@a11y.test")
+        runtime.create_run(
+            "a11y-amend", title="Write the release notes", authority={"users": ["bob@a11y.test"]}
+        )
+        bobs = user_client(web.url, bob)
+        ok(
+            bobs.post(
+                "/v1/runs/a11y-amend/amendments",
+                headers={"Idempotency-Key": "a11y-amend-1"},
+                json={
+                    "text": "Mention the new API limits",
+                    "changes": {"objective": "Notes with limits"},
+                },
+            )
+        )
+        bobs.close()
+
+        # A digest of two quiet completions.
+        rule = {
+            "id": "completed.digest_all",
+            "when": {"attention": "completed"},
+            "decision": "digest",
+            "urgency": "low",
+            "digest_window_s": 600,
+            "digest_max_items": 50,
+        }
+        ok(admin.put("/v1/policy", json={"rules": [rule]}))
+        for n in (1, 2):
+            runtime.create_run(f"a11y-quiet-{n}", title=f"Nightly report {n}")
+            runtime.signal(f"a11y-quiet-{n}", f"a11y-quiet-{n}-done", "completed")
+        assert digests.flush_due(core, core.db.clock() + timedelta(seconds=1200)) == 1
+        (digest,) = [
+            n["id"]
+            for n in ok(me.get("/v1/notifications"))["notifications"]
+            if n["attention_type"] == "digest"
+        ]
+        ok(admin.put("/v1/policy", json={"rules": []}))
+    finally:
+        me.close()
+        admin.close()
+    pages = {
+        f"run {r}": f"/runs/a11y-{r}"
+        for r in ("working", "ask", "choice", "review", "settled", "failed", "cancelled", "amend")
+    }
+    pages.update(
+        {
+            "inbox": "/",
+            "runs": "/runs",
+            "settings": "/settings",
+            "stale deep link": f"/n/{stale}",
+            "digest": f"/n/{digest}",
+            "no access": "/runs/nobody-has-this",
+            "demo mailbox": "/demo/mailbox",
+        }
+    )
+    return pages
+
+
+SIGNED_OUT = {
+    "sign-in": "/login",
+    "sign-in from a link": "/login?next=/n/ntf_x",
+    "expired sign-in link": "/auth/rbl_not-a-real-link",
+    "wrong address": "/no-such-page",
+    "API reference (Swagger UI)": "/docs",
+    "API reference (ReDoc)": "/redoc",
+}
+
+
+def test_every_page_has_no_axe_violations_in_both_themes_at_both_sizes(
+    core: Runbell,
+    creds: TenantCreds,
+    web: BrowserServer,
+    runtime: Runtime,
+    browser: Browser,
+) -> None:
+    signed_in = scenario(core, creds, web, runtime)
+    # The OpenAPI document is built on its first request: once, before any page waits.
+    assert runtime.http.get("/openapi.json", timeout=WAIT_MS / 1000).status_code == 200
+    found: dict[str, list[dict[str, Any]]] = {}
+    checked = 0
+    for theme in THEMES:
+        for size, viewport in SIZES.items():
+            ctx = browser.new_context(base_url=web.url, viewport=viewport, color_scheme=theme)
+            ctx.set_default_timeout(WAIT_MS)
+            ctx.set_default_navigation_timeout(WAIT_MS)
+            try:
+                page = ctx.new_page()
+                for name, path in SIGNED_OUT.items():
+                    page.goto(path)
+                    context = None
+                    if path in ("/docs", "/redoc"):
+                        page.wait_for_selector("#swagger-ui .swagger-ui, #redoc h1")
+                        context = DOCS_CONTEXT
+                    found[f"{name} · {theme} · {size}"] = axe_violations(page, context)
+                    checked += 1
+                page.goto(f"/auth/{login_link(core, creds.tenant_id, creds.owner_id)}")
+                page.wait_for_selector("#sign-out")
+                for name, path in signed_in.items():
+                    page.goto(path)
+                    page.wait_for_load_state("load")
+                    found[f"{name} · {theme} · {size}"] = axe_violations(page)
+                    checked += 1
+            finally:
+                ctx.close()
+    report = ROOT / "test-artifacts" / "axe.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps(found, indent=2))
+    assert checked == len(THEMES) * len(SIZES) * (len(SIGNED_OUT) + len(signed_in))
+    bad = {page: v for page, v in found.items() if v}
+    assert not bad, json.dumps(bad, indent=2)
