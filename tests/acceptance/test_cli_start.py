@@ -93,7 +93,6 @@ PROBE = textwrap.dedent(
     # Commands that need nothing else run to the end.
     code, key, _ = run(["secret-key"])
     codes["secret-key"] = code
-    codes["hook install codex"] = run(["hook", "install", "codex"])[0]
     codes["usage error"] = run(["user", "add", "x@example.com"])[0]
     print(json.dumps({"codes": codes, "key": key.strip(), "modules": sorted(sys.modules)}))
     """

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-
 from typing import Any
 
 import pytest
@@ -37,7 +36,7 @@ def _command(path: tuple[str, ...]) -> Any:
 
 
 def _help(path: tuple[str, ...]) -> str:
-    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"}, prog_name="runbell")
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -77,7 +76,7 @@ def test_every_parameter_has_help_and_an_upper_placeholder(path: tuple[str, ...]
                 )
         else:
             assert getattr(param, "help", None), f"argument {label} of `{name}` has no help"
-            assert param.metavar and re.fullmatch(r"[A-Z][A-Z0-9_]*", param.metavar), label
+            assert param.metavar and re.fullmatch(r"[A-Z][A-Z0-9_=]*", param.metavar), label
 
 
 def test_command_summaries_fit_the_command_list() -> None:
