@@ -94,8 +94,6 @@ def _error(exc: "RunbellError", prefix: str = "") -> NoReturn:
 def _hint(exc: "RunbellError") -> str | None:
     from runbell.client import errors
 
-    if isinstance(exc, errors.ConfigError):
-        return "runbell login, or set RUNBELL_URL, RUNBELL_KEY and RUNBELL_OWNER"
     if isinstance(exc, errors.ConnectionFailed):
         return "is the server running (runbell serve)? RUNBELL_URL names it"
     if isinstance(exc, errors.Unauthorized):

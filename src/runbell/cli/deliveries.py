@@ -95,32 +95,37 @@ def deliveries_list(
         for d in rows:
             sys.stdout.write("\t".join(_cell(d[c]) for c in DELIVERY_COLUMNS) + "\n")
         return
-    out.print(_table(rows, out.width))
+    out.print(_table(rows, out.width), markup=False, highlight=False)
 
 
-def _table(rows: list[dict[str, Any]], width: int) -> Any:
+def _table(rows: list[dict[str, Any]], width: int) -> str:
     """The columns an operator acts on, in ``width`` columns: whole ids (they are copied
-    into ``deliveries replay``), channel, status, attempts and the last error cut to what
+    into ``deliveries replay``), channel, status, attempts, and the last error cut to what
     is left; the event or notification too when the terminal is wide enough."""
-    from rich import box
-    from rich.table import Table
-
+    titles = ["id", "channel", "status", "tries"]
     wide = width >= 120
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, expand=False)
-    table.add_column("id", no_wrap=True, min_width=30)
-    table.add_column("channel", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("tries", no_wrap=True, justify="right")
     if wide:
-        table.add_column("event / notification", no_wrap=True, overflow="ellipsis")
-    table.add_column("last error", no_wrap=True, overflow="ellipsis", ratio=1)
+        titles.append("event / notification")
+    table = []
     for d in rows:
         cells = [d["id"], d["channel"], d["status"], str(d["attempt_count"])]
         if wide:
-            cells.append(d["event_type"] or d["notification_id"] or "")
-        cells.append(" ".join((d["last_error"] or "").split()))
-        table.add_row(*cells)
-    return table
+            cells.append(d["event_type"] or d["notification_id"] or "-")
+        table.append(cells)
+    widths = [max([len(t)] + [len(r[i]) for r in table]) for i, t in enumerate(titles)]
+    room = max(width - sum(widths) - 2 * len(widths) - 1, 12)
+
+    def line(cells: list[str], last: str) -> str:
+        padded = [
+            c.rjust(w) if t == "tries" else c.ljust(w)
+            for c, w, t in zip(cells, widths, titles, strict=True)
+        ]
+        last = " ".join(last.split())
+        return "  ".join([*padded, last if len(last) <= room else last[: room - 1] + "…"]).rstrip()
+
+    lines = [line(titles, "last error"), line(["─" * w for w in widths], "─" * 10)]
+    lines += [line(cells, d["last_error"] or "") for cells, d in zip(table, rows, strict=True)]
+    return "\n".join(lines)
 
 
 @deliveries_app.command("replay", cls=Command)
