@@ -694,7 +694,7 @@ def test_deliveries_list_fits_an_80_column_terminal(
     for delivery_id in ids:
         row = next(line for line in lines if delivery_id in line)
         assert row.split()[1:4] == ["webhook", "delivery_unknown", "8"], row
-        assert "the endpoint answered" in row, row
+        assert "the endpoint" in row, row  # the last error, cut to what is left
     wide = deliveries_table(child_env(tmp_path, db_url), 140)
     assert "event / notification" in wide and "run.finished" in wide, wide
 
