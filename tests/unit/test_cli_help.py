@@ -100,3 +100,11 @@ def test_usage_names_arguments_as_the_readme_does() -> None:
     first = _help(("deliveries", "replay")).splitlines()[0]
     assert first == "Usage: runbell deliveries replay [OPTIONS] [ID]..."
     assert "--limit N" in _help(("deliveries", "list"))
+
+
+def test_a_group_without_a_command_shows_its_help() -> None:
+    result = CliRunner().invoke(app, ["user"], prog_name="runbell")
+    assert result.exit_code == 2
+    usage = "Usage: runbell user [OPTIONS] COMMAND [ARGS]..."
+    assert result.output.startswith(usage), result.output
+    assert "login-link" in result.output

@@ -242,6 +242,9 @@ class Group(_Light, TyperGroup):
 
         try:
             code = super().main(*given, False, windows_expand_args, **extra)
+        except _click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()  # `runbell`, `runbell user`: the help, on stderr, exit 2
+            code = EXIT_REFUSED
         except _click.exceptions.ClickException as exc:
             # click's own codes are 1 and 2; a command may set another (AgentCommand: 3)
             code = EXIT_REFUSED if exc.exit_code == 1 else exc.exit_code
