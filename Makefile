@@ -39,10 +39,13 @@ run: $(STAMP)
 login-link: $(STAMP)
 	@$(BIN)/runbell user login-link $(EMAIL) --tenant $(TENANT)
 
+# lint-imports: no logo, and no spinner (TERM=dumb); a broken contract is still printed.
+LINT_IMPORTS := TERM=dumb $(BIN)/lint-imports --no-logo
+
 test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	$(LINT_IMPORTS)
 	$(BIN)/pytest -n 4 --dist loadfile $(PYTEST_ARGS)
 
 lint: $(DEVSTAMP)
@@ -50,7 +53,7 @@ lint: $(DEVSTAMP)
 
 typecheck: $(DEVSTAMP)
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	$(LINT_IMPORTS)
 
 bench: $(DEVSTAMP)
 	$(BIN)/python -m bench.run $(if $(FULL),--full) --out BENCHMARKS.md $(BENCH_ARGS)

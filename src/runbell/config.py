@@ -269,8 +269,7 @@ class Settings(BaseSettings):
         except ValueError:
             raise ValueError(
                 "not a key Runbell can use: 32 url-safe base64-encoded bytes, as printed by "
-                "python -c 'from cryptography.fernet import Fernet; "
-                "print(Fernet.generate_key().decode())'"
+                "`runbell secret-key`"
             ) from None
         return value.strip()
 

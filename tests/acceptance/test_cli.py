@@ -196,6 +196,57 @@ def test_bad_input_exits_2_with_a_message(tmp_path: Path, args: list[str], menti
         core.db.dispose()
 
 
+def test_every_refusal_is_one_style_with_a_hint_where_there_is_something_to_do(
+    tmp_path: Path,
+) -> None:
+    """Issue 16 row 17: two error styles (`runbell: …` and `error: …`) and no hint. Now
+    `runbell: <what>`, then `hint: <what to do>`; a refusal or usage error exits 2."""
+    env = cli_env(tmp_path)
+    ok(env, "tenant", "create", "acme")
+    cases = {
+        # `make login-link EMAIL=…` for someone who is not a member
+        ("user", "login-link", "bob@example.com", "--tenant", "acme"): (
+            "runbell: no member 'bob@example.com' in this tenant",
+            "user add bob@example.com --tenant acme",
+        ),
+        ("user", "add", "x@b.test", "--tenant", "nope"): (
+            "runbell: no single tenant named or numbered 'nope'",
+            "runbell tenant create NAME",
+        ),
+        ("user", "add", "x@b.test"): (
+            "runbell: missing option '--tenant'",
+            "runbell user add --help",
+        ),
+        ("deliveries", "list", "--tenant", "acme", "--limit", "0"): (
+            "runbell: invalid value for '--limit': must be 1 to 1000",
+            "runbell deliveries list --help",
+        ),
+        ("deliveries", "list", "--tenant", "acme", "--status", "deadd"): (
+            "runbell: unknown status deadd",
+            "hint: one of ",
+        ),
+        ("nosuch",): ("runbell: no such command 'nosuch'", "runbell --help"),
+    }
+    for args, (first, hint) in cases.items():
+        lines = refused(env, *args).splitlines()
+        assert len(lines) == 2, (args, lines)
+        assert lines[0] == first or lines[0].startswith(first), (args, lines)
+        assert lines[1].startswith("hint: ") and hint in lines[1], (args, lines)
+    # Refused without anything to do: one line, no hint.
+    assert refused(env, "tenant", "create", "acme").splitlines()[0].startswith("runbell: ")
+
+
+def test_an_unreachable_database_exits_3_with_one_line(tmp_path: Path) -> None:
+    """An error talking to the database is exit 3 (README "Exit codes"), no traceback."""
+    env = cli_env(tmp_path, f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nowhere")
+    res = run_cli(env, "tenant", "create", "acme")
+    assert res.returncode == 3, res.stderr
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith("runbell: cannot reach the database: "), lines
+    assert lines[1].startswith("hint: ") and "RUNBELL_DATABASE_URL" in lines[1]
+    assert len(lines) == 2 and "Traceback" not in res.stderr
+
+
 def test_duplicate_tenant_name_is_refused(tmp_path: Path) -> None:
     """Creating a second tenant with a taken name is refused, so the name stays usable."""
     env = cli_env(tmp_path)

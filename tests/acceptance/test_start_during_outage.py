@@ -1,7 +1,7 @@
 """Processes that start while PostgreSQL is down (issue 16 row 4): `runbell api`, `runbell
 worker` and `runbell migrate` wait, retrying with backoff and one ``database.waiting`` log
 line per attempt, and come up once the database is back; with the database never back they
-exit 1 within RUNBELL_DB_START_TIMEOUT_S with one line and no traceback.
+exit 3 within RUNBELL_DB_START_TIMEOUT_S with one line and no traceback.
 
 A private cluster (``tests.pgcluster``; the shared one is never touched) is created and
 stopped before the processes start; the test starts it again. The processes are real
@@ -107,19 +107,19 @@ def test_processes_started_while_postgres_is_down_wait_and_come_up(
 def test_processes_give_up_after_the_start_timeout_with_one_line(
     tmp_path: Path, stopped_cluster: PgCluster, command: str
 ) -> None:
-    """The database never comes back: exit 1 once RUNBELL_DB_START_TIMEOUT_S is spent, with
-    one line naming the cause and the setting (besides one log line per attempt)."""
+    """The database never comes back: exit 3 once RUNBELL_DB_START_TIMEOUT_S is spent, with
+    one line naming the cause and the setting, and a hint (besides one log line per attempt)."""
     env = child_env(tmp_path, stopped_cluster.url(), RUNBELL_DB_START_TIMEOUT_S="2")
     args = [command, *(["--port", "0"] if command == "api" else [])]
     res = subprocess.run(
         [RUNBELL, *args], env=env, capture_output=True, text=True, timeout=WAIT * 4, check=False
     )
     output = res.stdout + res.stderr
-    assert res.returncode == 1, output
+    assert res.returncode == 3, output
     assert "Traceback" not in output, output
     assert attempts(res.stderr), output  # it did retry
     said = [line for line in res.stderr.splitlines() if "database.waiting" not in line]
-    assert len(said) == 1, output
+    assert len(said) == 2 and said[1].startswith("hint: "), output  # the one error style
     assert said[0].startswith("runbell: the database is unavailable (unreachable: "), said
     assert "RUNBELL_DB_START_TIMEOUT_S=2" in said[0], said
     assert "secret" not in res.stdout.lower()  # nothing was created, nothing shown

@@ -47,6 +47,7 @@ from runbell.store import tables as t
 from runbell.testing import Clock, make_tenant
 from tests.acceptance.receivers import Receiver
 from tests.conftest import SECRET_KEY, make_settings
+from tests.terminal import in_a_terminal
 from tests.timeouts import WAIT, scaled
 
 RUNBELL = str(Path(sys.executable).with_name("runbell"))
@@ -657,6 +658,46 @@ def test_dead_letter_list_shows_whole_ids_in_an_80_column_terminal(
     assert listed.returncode == 0, listed.stderr
     for delivery_id in ids:
         assert delivery_id in listed.stdout, listed.stdout
+
+
+def deliveries_table(env: dict[str, str], columns: int) -> str:
+    """`runbell deliveries list --tenant acme` as a terminal ``columns`` wide shows it."""
+    code, text = in_a_terminal([RUNBELL, "deliveries", "list", "--tenant", "acme"], env, columns)
+    assert code == 0, text
+    return text
+
+
+def test_deliveries_list_fits_an_80_column_terminal(
+    tmp_path: Path, db_url: str, core_for: Callable[..., Runbell]
+) -> None:
+    """Issue 16 row 17: the table was unreadable at 80 columns. Every line fits, every id
+    is whole (it is copied into `deliveries replay`), and the columns an operator acts on
+    are there, the longest status and a long last error included."""
+    core = core_for(db_url)
+    seeded = seed(core, "http://127.0.0.1:9/hook", new_secret(), runs=3)
+    ids = seeded.delivery_ids
+    with core.db.transaction() as tx:
+        tx.conn.execute(
+            sa.update(t.deliveries)
+            .where(t.deliveries.c.id.in_(ids))
+            .values(
+                status="delivery_unknown",
+                attempt_count=8,
+                last_error="the endpoint answered 500 Internal Server Error " + "x" * 200,
+            )
+        )
+    shown = deliveries_table(child_env(tmp_path, db_url), 80)
+    lines = [line for line in shown.splitlines() if line.strip()]
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    header = lines[0].split()
+    assert header[:4] == ["id", "channel", "status", "tries"], lines[0]
+    assert "last error" in lines[0]
+    for delivery_id in ids:
+        row = next(line for line in lines if delivery_id in line)
+        assert row.split()[1:4] == ["webhook", "delivery_unknown", "8"], row
+        assert "the endpoint" in row, row  # the last error, cut to what is left
+    wide = deliveries_table(child_env(tmp_path, db_url), 140)
+    assert "event / notification" in wide and "run.finished" in wide, wide
 
 
 @pytest.mark.parametrize("command", ["list", "replay"])

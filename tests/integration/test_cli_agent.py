@@ -123,8 +123,20 @@ def test_server_down_exits_3_with_one_clear_line(tmp_path: Path) -> None:
         assert down.returncode == 3, down
         assert down.stdout == ""
         lines = down.stderr.splitlines()
-        assert len(lines) == 1
+        assert len(lines) == 2, lines
         assert lines[0].startswith(f"runbell: cannot reach Runbell at http://127.0.0.1:{port}")
+        assert lines[1] == "hint: is the server running (runbell serve)? RUNBELL_URL names it"
+
+
+def test_a_wrong_key_says_what_to_do(live: LiveServer, tmp_path: Path) -> None:
+    """Issue 16 row 17: `runbell: 401 …` said nothing about what to do."""
+    env = env_for(live.url, "rbk_not_a_key_of_this_server", None, tmp_path / "none.toml")
+    wrong = runbell(env, "report", "ci-401", "working")
+    assert wrong.returncode == 3
+    lines = wrong.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("runbell: 401 "), lines
+    assert lines[1].startswith("hint: RUNBELL_KEY must be a runtime key of this server"), lines
+    assert "runbell key create" in lines[1]
 
 
 def test_errors_and_usage_errors_exit_3(env: dict[str, str], tmp_path: Path) -> None:

@@ -15,32 +15,44 @@ command     0                                     1 / 2 / 3
 others      done                                  3 error
 ==========  ====================================  =====================================
 
-An error is one line on stderr (``runbell: …``), never a traceback; a usage error exits
-3 too, so that 2 always means "no answer in time".
+An error is one line on stderr (``runbell: …``, then ``hint: …`` when there is something
+to do), never a traceback; a usage error exits 3 too, so that 2 always means "no answer
+in time". The SDK (and httpx) is imported when a command runs, not when ``runbell``
+starts.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` in the command modules: Typer would then
+# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
 import json
-import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from typer.core import TyperCommand
 
-from runbell.client import Client, ClientConfig, RetryPolicy, RunbellError, errors, write_config
-from runbell.client.config import config_path
+from runbell.cli import common
+
+if TYPE_CHECKING:
+    from runbell.client import Client, RetryPolicy, RunbellError
 
 __all__ = ["AgentCommand", "ask", "login", "progress", "report", "wait"]
 
-EXIT_ERROR = 3
-# A script wants a clear answer soon when the server is down: about 2 s of retries.
-CLI_RETRY = RetryPolicy(attempts=4, base_delay=0.25, max_delay=1.0)
+EXIT_ERROR = common.EXIT_UNREACHABLE
 KINDS = ("approval", "choice", "text")
+KEY_HINT = (
+    "RUNBELL_KEY must be a runtime key of this server: runbell key create --tenant TENANT"
+)
+
+RunId = Annotated[str, typer.Argument(help="your run's id, e.g. ci-$GITHUB_RUN_ID")]
 
 
-class AgentCommand(TyperCommand):
+def _retry() -> "RetryPolicy":
+    """A script wants a clear answer soon when the server is down: about 2 s of retries."""
+    from runbell.client import RetryPolicy
+
+    return RetryPolicy(attempts=4, base_delay=0.25, max_delay=1.0)
+
+
+class AgentCommand(common.Command):
     """A command whose usage errors exit 3 (not click's 2, which ``ask`` and ``wait`` use
     for "no answer in time")."""
 
@@ -55,45 +67,72 @@ class AgentCommand(TyperCommand):
             raise
 
 
-def _fail(message: str) -> NoReturn:
-    print(f"runbell: {' '.join(str(message).split())}", file=sys.stderr)
-    raise typer.Exit(EXIT_ERROR)
+def _fail(message: str, hint: str | None = None) -> NoReturn:
+    common.fail(message, hint, EXIT_ERROR)
 
 
-def _client() -> Client:
+def _client() -> "Client":
+    from runbell.client import Client, RunbellError
+
     try:
-        return Client.from_env(retry=CLI_RETRY)
+        return Client.from_env(retry=_retry())
     except RunbellError as exc:
-        _fail(exc.detail)
+        _fail(exc.detail, _hint(exc))
 
 
-def _error_line(exc: RunbellError) -> str:
+def _error(exc: "RunbellError", prefix: str = "") -> NoReturn:
+    """One line for an SDK error (``401 invalid key``), the hint, exit 3."""
+    from runbell.client import errors
+
+    line = exc.detail
     if isinstance(exc, errors.APIError):
         where = f" ({exc.field})" if exc.field else ""
-        return f"{exc.status} {exc.detail}{where}"
-    return exc.detail
+        line = f"{exc.status} {exc.detail}{where}"
+    _fail(prefix + line, _hint(exc))
+
+
+def _hint(exc: "RunbellError") -> str | None:
+    from runbell.client import errors
+
+    if isinstance(exc, errors.ConnectionFailed):
+        return "is the server running (runbell serve)? RUNBELL_URL names it"
+    if isinstance(exc, errors.Unauthorized):
+        return KEY_HINT
+    if isinstance(exc, errors.Forbidden):
+        return "this needs a runtime key: runbell key create --tenant TENANT --role runtime"
+    return None
 
 
 def login(
-    url: Annotated[str | None, typer.Option(help="the server, e.g. http://127.0.0.1:8080")] = None,
-    key: Annotated[str | None, typer.Option(help="a runtime key (rbk_…)")] = None,
-    owner: Annotated[str | None, typer.Option(help="email of the person runs are for")] = None,
-    config: Annotated[Path | None, typer.Option(help="where to write (default: see below)")] = None,
+    url: Annotated[
+        str | None, typer.Option(metavar="URL", help="the server, e.g. http://127.0.0.1:8080")
+    ] = None,
+    key: Annotated[str | None, typer.Option(metavar="KEY", help="a runtime key (rbk_…)")] = None,
+    owner: Annotated[
+        str | None, typer.Option(metavar="EMAIL", help="email of the person runs are for")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(metavar="PATH", help="where to write (default: see above)")
+    ] = None,
     check: Annotated[bool, typer.Option(help="check the key against the server first")] = True,
 ) -> None:
-    """Save the server URL, runtime key and owner for every later command (a 0600 file:
-    $RUNBELL_CONFIG, else ~/.config/runbell/config.toml). Prompts for what is missing;
-    RUNBELL_URL / RUNBELL_KEY / RUNBELL_OWNER still win over the file."""
+    """Save the server URL, runtime key and owner for later commands.
+
+    A 0600 file: $RUNBELL_CONFIG, else ~/.config/runbell/config.toml. Prompts for what is
+    missing; RUNBELL_URL, RUNBELL_KEY and RUNBELL_OWNER still win over the file."""
+    from runbell.client import Client, ClientConfig, RunbellError, write_config
+    from runbell.client.config import config_path
+
     url = url or typer.prompt("Runbell URL", default="http://127.0.0.1:8080")
     key = key or typer.prompt("Runtime key", hide_input=True)
     owner = owner or typer.prompt("Owner email (who runs are for)", default="") or None
     settings = ClientConfig(url.rstrip("/"), key, owner)
     if check:
         try:
-            with Client(settings.url, settings.key, settings.owner, retry=CLI_RETRY) as rb:
+            with Client(settings.url, settings.key, settings.owner, retry=_retry()) as rb:
                 rb.head_cursor()
         except RunbellError as exc:
-            _fail(f"not saved: {_error_line(exc)}")
+            _error(exc, "not saved: ")
     try:
         path = write_config(settings, config or config_path())
     except OSError as exc:
@@ -102,22 +141,34 @@ def login(
 
 
 def report(
-    run_id: Annotated[str, typer.Argument(help="your run's id, e.g. ci-$GITHUB_RUN_ID")],
+    run_id: RunId,
     state: Annotated[str, typer.Argument(help="working, completed, failed, cancelled, …")],
-    title: Annotated[str | None, typer.Option(help="the run's title (creates it if new)")] = None,
-    reason: Annotated[str | None, typer.Option(help="a short public label")] = None,
+    title: Annotated[
+        str | None, typer.Option(metavar="TITLE", help="the run's title (creates it if new)")
+    ] = None,
+    reason: Annotated[
+        str | None, typer.Option(metavar="REASON", help="a short public label")
+    ] = None,
     event_id: Annotated[
-        str | None, typer.Option(help="a stable id for this report (retries stay one report)")
+        str | None,
+        typer.Option(metavar="ID", help="a stable id for this report (retries stay one)"),
     ] = None,
     notify: Annotated[
         bool | None, typer.Option("--notify/--no-notify", help="push when it completes")
     ] = None,
-    summary: Annotated[str | None, typer.Option(help="report.summary: what it achieved")] = None,
+    summary: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="report.summary: what it achieved")
+    ] = None,
     link: Annotated[
-        list[str] | None, typer.Option(help="report link LABEL=URL (repeatable)")
+        list[str] | None,
+        typer.Option(metavar="LABEL=URL", help="a link in the report (repeatable)"),
     ] = None,
 ) -> None:
-    """Report a run's state (the run is created for RUNBELL_OWNER if it does not exist)."""
+    """Report a run's state.
+
+    The run is created for RUNBELL_OWNER if it does not exist."""
+    from runbell.client import RunbellError, errors
+
     body = _report(summary, link or [])
     with _client() as rb:
         try:
@@ -129,7 +180,7 @@ def report(
                 rb.put_run(run_id, title=title, notify_on_complete=notify)
                 result = rb.signal(run_id, state, event_id=event_id, reason=reason, report=body)
         except RunbellError as exc:
-            _fail(_error_line(exc))
+            _error(exc)
     print(f"{result.outcome}: {result.reason}" if result.reason else result.outcome)
     if result.outcome == "rejected":
         raise typer.Exit(1)
@@ -142,19 +193,24 @@ def _report(summary: str | None, links: list[str]) -> dict[str, Any] | None:
     for item in links:
         label, sep, url = item.partition("=")
         if not sep or not label or not url:
-            _fail(f"--link must be LABEL=URL, not {item!r}")
+            _fail(f"--link must be LABEL=URL, not {item!r}", "e.g. --link run=https://…")
         body.setdefault("links", []).append({"label": label, "url": url})
     return body or None
 
 
 def progress(
-    run_id: Annotated[str, typer.Argument()],
+    run_id: RunId,
     message: Annotated[str, typer.Argument(help="what is happening now (public)")],
     count: Annotated[
-        list[str] | None, typer.Option(help="a count NAME=VALUE, e.g. done=3 (repeatable)")
+        list[str] | None,
+        typer.Option(metavar="NAME=VALUE", help="a count, e.g. done=3 (repeatable)"),
     ] = None,
 ) -> None:
-    """A heartbeat: shows progress, never notifies, keeps the run from counting as stalled."""
+    """Send a heartbeat: progress shown, nobody notified.
+
+    It keeps the run from counting as stalled."""
+    from runbell.client import RunbellError
+
     counts: dict[str, Any] = {}
     for item in count or []:
         name, sep, raw = item.partition("=")
@@ -165,7 +221,7 @@ def progress(
         try:
             result = rb.progress(run_id, message, counts or None)
         except RunbellError as exc:
-            _fail(_error_line(exc))
+            _error(exc)
     print("accepted" if result.accepted else f"not recorded: {result.reason}")
 
 
@@ -179,31 +235,38 @@ def _number(raw: str) -> int | float | str:
 
 
 def ask(
-    run_id: Annotated[str, typer.Argument()],
+    run_id: RunId,
     summary: Annotated[str, typer.Argument(help="the question a person answers")],
-    kind: Annotated[str, typer.Option(help="approval, choice or text")] = "approval",
+    kind: Annotated[
+        str, typer.Option(metavar="KIND", help="approval, choice or text")
+    ] = "approval",
     option: Annotated[
-        list[str] | None, typer.Option(help="a choice: ID or ID=LABEL (repeatable)")
+        list[str] | None,
+        typer.Option(metavar="ID[=LABEL]", help="a choice (repeatable)"),
     ] = None,
     details: Annotated[
-        str | None, typer.Option(help="a JSON object shown after sign-in (sensitive)")
+        str | None,
+        typer.Option(metavar="JSON", help="an object shown after sign-in (sensitive)"),
     ] = None,
     expires_in: Annotated[
-        float | None, typer.Option(help="seconds until no answer is accepted")
+        float | None, typer.Option(metavar="S", help="seconds until no answer is accepted")
     ] = None,
     timeout: Annotated[
-        float | None, typer.Option(help="seconds to wait (default: until it ends)")
+        float | None, typer.Option(metavar="S", help="seconds to wait (default: until it ends)")
     ] = None,
     request_id: Annotated[
-        str | None, typer.Option(help="a stable id (retries reuse the request)")
+        str | None, typer.Option(metavar="ID", help="a stable id (retries reuse the request)")
     ] = None,
     title: Annotated[
-        str | None, typer.Option(help="the run's title if it has to be created")
+        str | None, typer.Option(metavar="TITLE", help="the run's title if it is created")
     ] = None,
 ) -> None:
-    """Ask a person and wait for the answer (long-polling, no busy polling). Exits 0
-    approved/answered (the value on stdout), 1 rejected, 2 expired/timeout/superseded/
-    cancelled, 3 error."""
+    """Ask a person and wait for the answer.
+
+    Long-polling, no busy polling. Exits 0 approved or answered (the value on stdout),
+    1 rejected, 2 expired, timed out, superseded or cancelled, 3 error."""
+    from runbell.client import RunbellError, errors
+
     if kind not in KINDS:
         _fail(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
     extra: dict[str, Any] | None = None
@@ -234,14 +297,14 @@ def ask(
                 timeout=timeout,
             )
         except RunbellError as exc:
-            _fail(_error_line(exc))
+            _error(exc)
     if answer.outcome == "answered":
         if answer.value is not None:
             print(answer.value)
         else:
             print("approved" if answer.approved else "rejected")
         raise typer.Exit(1 if answer.rejected else 0)
-    print(f"runbell: no answer: {answer.outcome}", file=sys.stderr)
+    common.say(f"no answer: {answer.outcome}")
     raise typer.Exit(2)
 
 
@@ -251,18 +314,21 @@ def _option(raw: str) -> dict[str, str]:
 
 
 def wait(
-    run_id: Annotated[str, typer.Argument()],
+    run_id: RunId,
     timeout: Annotated[
-        float | None, typer.Option(help="seconds to wait (default: for ever)")
+        float | None, typer.Option(metavar="S", help="seconds to wait (default: for ever)")
     ] = None,
 ) -> None:
-    """Wait until the run finishes; prints its state. Exits 0 completed, 1 failed or
-    cancelled, 2 timeout, 3 error."""
+    """Wait until the run finishes; print its state.
+
+    Exits 0 completed, 1 failed or cancelled, 2 timeout, 3 error."""
+    from runbell.client import RunbellError
+
     with _client() as rb:
         try:
             run = rb.await_run(run_id, timeout)
         except RunbellError as exc:
-            _fail(_error_line(exc))
+            _error(exc)
     print(run.state + (f": {run.stop_reason}" if run.stop_reason else ""))
     if not run.terminal:
         raise typer.Exit(2)

@@ -1,8 +1,8 @@
 """``runbell deliveries``: the outbox from a terminal — list what was sent and what
 failed (a table, tab-separated lines when piped, or JSON), and replay dead letters."""
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` in the command modules: Typer would then
+# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
 import json
 import sys
 from typing import Annotated, Any
@@ -10,10 +10,15 @@ from typing import Annotated, Any
 import typer
 
 from runbell.cli import common
-from runbell.cli.common import err, out
+from runbell.cli.common import Command, err, out
 from runbell.domain.errors import RunbellError
 
-deliveries_app = typer.Typer(help="The outbox: dead letters and replay.", no_args_is_help=True)
+deliveries_app = common.group("The outbox: dead letters and replay.")
+
+Tenant = Annotated[str, typer.Option(metavar="TENANT", help="the tenant's id or name")]
+Channel = Annotated[
+    str | None, typer.Option(metavar="CHANNEL", help="only this channel, e.g. webhook")
+]
 
 
 def _check_statuses(statuses: list[str] | None) -> None:
@@ -21,10 +26,13 @@ def _check_statuses(statuses: list[str] | None) -> None:
 
     wrong = sorted(set(statuses or []) - set(STATUSES))
     if wrong:
-        err.print(
-            f"[red]error:[/red] unknown status {', '.join(wrong)}; one of {', '.join(STATUSES)}"
-        )
-        raise typer.Exit(2)
+        common.fail(f"unknown status {', '.join(wrong)}", f"one of {', '.join(STATUSES)}")
+
+
+def _limit(value: int) -> int:
+    if not 1 <= value <= 1000:
+        raise typer.BadParameter("must be 1 to 1000")
+    return value
 
 
 DELIVERY_COLUMNS = (
@@ -43,21 +51,27 @@ def _cell(value: Any) -> str:
     return "-" if value is None or value == "" else " ".join(str(value).split())
 
 
-@deliveries_app.command("list")
+@deliveries_app.command("list", cls=Command)
 def deliveries_list(
-    tenant: Annotated[str, typer.Option(help="tenant id or name")],
-    status: Annotated[list[str] | None, typer.Option(help="e.g. dead, delivery_unknown")] = None,
-    channel: Annotated[str | None, typer.Option()] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    tenant: Tenant,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(metavar="STATUS", help="only these, e.g. dead (repeatable)"),
+    ] = None,
+    channel: Channel = None,
+    limit: Annotated[
+        int, typer.Option(metavar="N", help="at most N, 1 to 1000", callback=_limit)
+    ] = 50,
     as_json: Annotated[
         bool, typer.Option("--json", help="a JSON array, each item as GET /v1/deliveries")
     ] = False,
 ) -> None:
-    """Deliveries newest first: a table on a terminal. Piped, one tab-separated line per
-    delivery with every value whole (a header line first, ``-`` for none); --json for
-    every field."""
+    """List deliveries, newest first.
+
+    On a terminal, a table that fits its width. Piped, one tab-separated line per
+    delivery with every value whole (a header line first, - for none). --json: every
+    field."""
     _check_statuses(status)
-    from rich.table import Table
 
     from runbell.flows import accounts, deliveries
 
@@ -81,43 +95,61 @@ def deliveries_list(
         for d in rows:
             sys.stdout.write("\t".join(_cell(d[c]) for c in DELIVERY_COLUMNS) + "\n")
         return
-    table = Table()
-    # Whole ids, never cut: an operator copies them into `deliveries replay`.
-    table.add_column("id", no_wrap=True, min_width=30)
-    for title in ("channel", "status", "attempts"):
-        table.add_column(title, no_wrap=True)
-    for title in ("event / notification", "last error"):
-        table.add_column(title, overflow="fold")  # a narrow terminal folds, never cuts
+    out.print(_table(rows, out.width), markup=False, highlight=False)
+
+
+def _table(rows: list[dict[str, Any]], width: int) -> str:
+    """The columns an operator acts on, in ``width`` columns: whole ids (they are copied
+    into ``deliveries replay``), channel, status, attempts, and the last error cut to what
+    is left; the event or notification too when the terminal is wide enough."""
+    titles = ["id", "channel", "status", "tries"]
+    wide = width >= 120
+    if wide:
+        titles.append("event / notification")
+    table = []
     for d in rows:
-        table.add_row(
-            d["id"],
-            d["channel"],
-            d["status"],
-            str(d["attempt_count"]),
-            d["event_type"] or d["notification_id"] or "",
-            (d["last_error"] or "")[:60],
-        )
-    out.print(table)
+        cells = [d["id"], d["channel"], d["status"], str(d["attempt_count"])]
+        if wide:
+            cells.append(d["event_type"] or d["notification_id"] or "-")
+        table.append(cells)
+    widths = [max([len(t)] + [len(r[i]) for r in table]) for i, t in enumerate(titles)]
+    room = max(width - sum(widths) - 2 * len(widths) - 1, 12)
+
+    def line(cells: list[str], last: str) -> str:
+        padded = [
+            c.rjust(w) if t == "tries" else c.ljust(w)
+            for c, w, t in zip(cells, widths, titles, strict=True)
+        ]
+        last = " ".join(last.split())
+        return "  ".join([*padded, last if len(last) <= room else last[: room - 1] + "…"]).rstrip()
+
+    lines = [line(titles, "last error"), line(["─" * w for w in widths], "─" * 10)]
+    lines += [line(cells, d["last_error"] or "") for cells, d in zip(table, rows, strict=True)]
+    return "\n".join(lines)
 
 
-@deliveries_app.command("replay")
+@deliveries_app.command("replay", cls=Command)
 def deliveries_replay(
-    tenant: Annotated[str, typer.Option(help="tenant id or name")],
-    ids: Annotated[list[str] | None, typer.Argument(help="delivery ids")] = None,
-    status: Annotated[
-        list[str] | None, typer.Option(help="replay every delivery in these statuses, e.g. dead")
+    tenant: Tenant,
+    ids: Annotated[
+        list[str] | None, typer.Argument(metavar="ID", help="delivery ids (dlv_…)")
     ] = None,
-    channel: Annotated[str | None, typer.Option()] = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(metavar="STATUS", help="every delivery in this status, e.g. dead"),
+    ] = None,
+    channel: Channel = None,
 ) -> None:
-    """Queue deliveries again under the same identity, with a progress bar."""
+    """Queue deliveries again under the same identity.
+
+    The same webhook-id, the same Message-ID; a progress bar on stderr."""
     _check_statuses(status)
     from rich.progress import Progress
 
     from runbell.flows import accounts, deliveries
 
     if not ids and not status:
-        err.print("[red]error:[/red] name delivery ids or --status")
-        raise typer.Exit(2)
+        common.fail("name delivery ids or --status", "runbell deliveries replay --help")
     core = common.core()
     try:
         tenant_id = accounts.resolve_tenant(core.db, tenant)
@@ -138,8 +170,8 @@ def deliveries_replay(
                 done += 1
             except RunbellError as exc:
                 refused += 1
-                err.print(f"{delivery_id}: {exc.detail}")
+                common.say(f"{delivery_id}: {exc.detail}")
             progress.advance(task)
     out.print(f"queued {done} again, {refused} refused")
     if refused and not done:
-        raise typer.Exit(2)
+        raise typer.Exit(common.EXIT_REFUSED)

@@ -5,8 +5,8 @@ and always exit 0: a hook that fails must leave the agent exactly as if no hook 
 Problems go to ``RUNBELL_HOOK_LOG`` when it is set. The work is in :mod:`runbell.hooks`.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` in the command modules: Typer would then
+# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
 import json
 import os
 import sys
@@ -16,11 +16,13 @@ from typing import Annotated
 
 import typer
 
-hook_app = typer.Typer(
-    help="Hooks for agent runtimes (Claude Code, Codex): report runs, approve from any device.",
-    no_args_is_help=True,
+from runbell.cli import common
+from runbell.cli.common import Command
+
+hook_app = common.group(
+    "Claude Code and Codex hooks: report runs, answer approvals."
 )
-install_app = typer.Typer(help="Write or print a runtime's hook settings.", no_args_is_help=True)
+install_app = common.group("Write or print a runtime's hook settings.")
 hook_app.add_typer(install_app, name="install")
 
 
@@ -41,24 +43,28 @@ def _finish(run: Callable[[], str]) -> None:
     raise typer.Exit(0)
 
 
-@hook_app.command("claude-code", short_help="Report one Claude Code hook event (JSON on stdin).")
+@hook_app.command("claude-code", cls=Command)
 def claude_code() -> None:
-    """Report one Claude Code hook event (its JSON on stdin). Configured by RUNBELL_URL,
-    RUNBELL_KEY and RUNBELL_OWNER, or the `runbell login` file; RUNBELL_HOOK_TIMEOUT is
-    how long a permission prompt waits for an answer (seconds, default 120)."""
+    """Report one Claude Code hook event (its JSON on stdin).
+
+    Configured by RUNBELL_URL, RUNBELL_KEY and RUNBELL_OWNER, or the `runbell login`
+    file; RUNBELL_HOOK_TIMEOUT is how long a permission prompt waits for an answer
+    (seconds, default 120)."""
     from runbell.hooks import claude_code as hook
 
     _finish(lambda: hook.handle(sys.stdin.read(), os.environ))
 
 
-@hook_app.command("codex", short_help="Report a Codex notify call or hook event.")
+@hook_app.command("codex", cls=Command)
 def codex(
     payload: Annotated[
         str | None,
-        typer.Argument(help="The legacy notify JSON (Codex appends it); else stdin."),
+        typer.Argument(metavar="JSON", help="the legacy notify JSON (Codex appends it)"),
     ] = None,
 ) -> None:
-    """Report a Codex notify call (JSON as the last argument) or hook event (stdin)."""
+    """Report a Codex notify call or hook event.
+
+    A notify call's JSON is the last argument; a hook event's comes on stdin."""
     from runbell.hooks import codex as hook
 
     def run() -> str:
@@ -68,19 +74,19 @@ def codex(
     _finish(run)
 
 
-@install_app.command(
-    "claude-code", short_help="Merge the hooks into .claude/settings.json (or --user, --print)."
-)
+@install_app.command("claude-code", cls=Command)
 def install_claude_code(
     user: Annotated[
         bool, typer.Option("--user/--project", help="~/.claude/settings.json, or this project's")
     ] = False,
     print_only: Annotated[
-        bool, typer.Option("--print", help="Print the snippet instead of writing it")
+        bool, typer.Option("--print", help="print the snippet instead of writing it")
     ] = False,
 ) -> None:
-    """Add the Runbell hooks to Claude Code's settings, merged with the hooks already
-    there (nothing is removed; installing twice changes nothing)."""
+    """Merge the Runbell hooks into Claude Code's settings.
+
+    .claude/settings.json (--user: ~/.claude/settings.json), with the hooks already there
+    kept: nothing is removed, and installing twice changes nothing."""
     from runbell.hooks import install, report
 
     snippet = install.claude_snippet(install.runbell_command(), report.hook_timeout(os.environ))
@@ -91,12 +97,11 @@ def install_claude_code(
     try:
         install.install_claude(path, snippet)
     except (install.SettingsError, OSError) as exc:
-        typer.echo(f"runbell: {exc}", err=True)
-        raise typer.Exit(2) from None
+        common.fail(str(exc))
     typer.echo(f"Runbell hooks merged into {path}")
 
 
-@install_app.command("codex", short_help="Print the config.toml and hooks.json lines for Codex.")
+@install_app.command("codex", cls=Command)
 def install_codex() -> None:
     """Print the config.toml notify line and the hooks.json for Codex."""
     from runbell.hooks import install, report

@@ -6,15 +6,19 @@ configured by ``RUNBELL_URL``, ``RUNBELL_KEY`` (a runtime API key) and ``RUNBELL
 (the email of the person the runs are for). Stdout carries only MCP messages.
 """
 
-from __future__ import annotations
-
-import logging
-
-import anyio
+# No ``from __future__ import annotations`` in the command modules: Typer would then
+# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
 
 
 def mcp() -> None:
-    """Serve Runbell's MCP tools over stdio (RUNBELL_URL, RUNBELL_KEY, RUNBELL_OWNER)."""
+    """Serve Runbell's MCP tools over stdio.
+
+    Configured by RUNBELL_URL, RUNBELL_KEY and RUNBELL_OWNER; stdout carries only MCP
+    messages."""
+    import logging
+
+    import anyio
+
     from runbell.mcp.remote import RemoteBackend
     from runbell.mcp.tools import build_server
 

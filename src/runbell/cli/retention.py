@@ -1,19 +1,19 @@
 """Retention from the command line: a tenant's periods (``runbell tenant retention``) and
 pruning now (``runbell prune``, ``--dry-run`` to count only)."""
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` in the command modules: Typer would then
+# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
 from typing import Annotated, Any
 
 import typer
 
 from runbell.cli import common
-from runbell.cli.common import out
+from runbell.cli.common import Command, out
 from runbell.domain.errors import RunbellError, ValidationFailed
 
-retention_app = typer.Typer(
-    help="How long a tenant's history is kept (per table, in days).", no_args_is_help=True
-)
+retention_app = common.group("How long a tenant's history is kept (per table, in days).")
+
+Tenant = Annotated[str, typer.Option(metavar="TENANT", help="the tenant's id or name")]
 
 
 def _changes(pairs: list[str]) -> dict[str, object]:
@@ -41,9 +41,9 @@ def _print_periods(core: Any, tenant_id: str) -> None:
         out.print(f"{table:<18} {days:>8} days  ({origin})", highlight=False)
 
 
-@retention_app.command("show")
-def show(tenant: Annotated[str, typer.Option(help="tenant id or name")]) -> None:
-    """Print each table's retention for a tenant, and whether it is the tenant's own."""
+@retention_app.command("show", cls=Command)
+def show(tenant: Tenant) -> None:
+    """Print each table's retention for a tenant, and where it comes from."""
     from runbell.flows import accounts
 
     core = common.core()
@@ -54,14 +54,20 @@ def show(tenant: Annotated[str, typer.Option(help="tenant id or name")]) -> None
     _print_periods(core, tenant_id)
 
 
-@retention_app.command("set")
+@retention_app.command("set", cls=Command)
 def set_(
     changes: Annotated[
-        list[str], typer.Argument(help="TABLE=DAYS, or TABLE=default to drop the override")
+        list[str],
+        typer.Argument(
+            metavar="TABLE=DAYS", help="TABLE=DAYS, or TABLE=default to drop the override"
+        ),
     ],
-    tenant: Annotated[str, typer.Option(help="tenant id or name")],
+    tenant: Tenant,
 ) -> None:
-    """Override retention for a tenant, e.g. `notifications=180 feed_events=default`."""
+    """Override retention for a tenant.
+
+    For example: runbell tenant retention set --tenant acme notifications=180
+    feed_events=default"""
     from runbell.flows import accounts, retention
 
     core = common.core()
@@ -78,9 +84,13 @@ def prune(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="count what is prunable now, delete nothing")
     ] = False,
-    tenant: Annotated[str | None, typer.Option(help="only this tenant (id or name)")] = None,
+    tenant: Annotated[
+        str | None, typer.Option(metavar="TENANT", help="only this tenant (id or name)")
+    ] = None,
 ) -> None:
-    """Prune history past its retention now, in batches; prints rows per table."""
+    """Prune history past its retention now.
+
+    In batches; prints the rows per table."""
     from runbell.flows import accounts, retention
 
     core = common.core()

@@ -1,10 +1,9 @@
 """The process commands: ``migrate``, ``serve`` (API, delivery worker and scheduler in one
 process), ``api`` (the API alone) and ``worker`` (a delivery worker alone)."""
 
-from __future__ import annotations
-
-import socket
-from typing import Annotated, Any
+# No ``from __future__ import annotations`` in the command modules: Typer would then
+# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,6 +16,12 @@ from runbell.cli.welcome import (
     welcome_text,
     write_secrets,
 )
+
+if TYPE_CHECKING:
+    import socket
+
+Host = Annotated[str, typer.Option(metavar="HOST", help="the interface to listen on")]
+Port = Annotated[int, typer.Option(metavar="PORT", help="the port to listen on (0: any free)")]
 
 
 def migrate() -> None:
@@ -33,7 +38,7 @@ def migrate() -> None:
 
 
 def _serve(
-    asgi: Any, sock: socket.socket, on_exit: Any = None, on_started: Any = None, **config: Any
+    asgi: Any, sock: "socket.socket", on_exit: Any = None, on_started: Any = None, **config: Any
 ) -> None:
     """uvicorn, minus its habit of re-raising SIGTERM after a graceful shutdown (which
     kills the process before our cleanup runs and leaves the SQLite WAL unmerged);
@@ -51,7 +56,7 @@ def _serve(
             if on_exit is not None:
                 on_exit()
 
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        async def startup(self, sockets: "list[socket.socket] | None" = None) -> None:
             await super().startup(sockets=sockets)  # the app's lifespan, then listen()
             if self.started and on_started is not None:
                 on_started()
@@ -65,22 +70,22 @@ def _serve(
     Server(uvicorn.Config(asgi, **config)).run(sockets=[sock])
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int) -> "socket.socket":
     """Bind before anything is created or printed: a taken port fails here, and links use
     the port really bound (``--port 0`` included)."""
+    import socket
+
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        err.print(
-            f"runbell: cannot listen on {host}:{port}: {exc.strerror or exc}. Is another "
-            "server running there? Choose another port: --port 18080 (make run PORT=18080).",
-            markup=False,
-            highlight=False,
+        common.fail(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            "is another server running there? Choose another port: --port 18080 "
+            "(make run PORT=18080)",
         )
-        raise typer.Exit(2) from None
     return sock
 
 
@@ -186,15 +191,19 @@ def _newcomer_noise(method_name: str, event: Any) -> bool:
 
 
 def serve(
-    host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
+    host: Host = "127.0.0.1",
+    port: Port = 8080,
     scheduler: Annotated[bool, typer.Option(help="run the scheduler in this process")] = True,
     deliver: Annotated[bool, typer.Option(help="run a delivery worker in this process")] = True,
     demo: Annotated[
         bool, typer.Option(help="a simulated agent run that asks you for approval")
     ] = False,
 ) -> None:
-    """Run the API, a delivery worker and the scheduler in one process (SQLite by default)."""
+    """Run the API, a worker and the scheduler in one process.
+
+    The API, the web app, a delivery worker and the scheduler; SQLite in RUNBELL_DATA_DIR
+    unless RUNBELL_DATABASE_URL names a database. The first start creates the first
+    tenant, its keys and user."""
     import sys
 
     from runbell.api.routers.health import metrics_refusal
@@ -339,22 +348,24 @@ def _has_default_tenant(core: Any) -> bool:
     return accounts.has_tenant(core.db, "default")
 
 
-def api(
-    host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
-) -> None:
-    """Run the API only (scale-out: N api replicas and M `runbell worker` processes)."""
+def api(host: Host = "127.0.0.1", port: Port = 8080) -> None:
+    """Run the API alone (no worker, no scheduler).
+
+    To scale out: N api replicas next to M `runbell worker` processes on one PostgreSQL."""
     serve(host=host, port=port, scheduler=False, deliver=False)
 
 
 def worker(
     scheduler: Annotated[bool, typer.Option(help="also run the scheduler sweeps")] = False,
     metrics_port: Annotated[
-        int | None, typer.Option(help="serve this worker's /metrics on 127.0.0.1:PORT")
+        int | None,
+        typer.Option(metavar="PORT", help="serve this worker's /metrics on 127.0.0.1:PORT"),
     ] = None,
 ) -> None:
-    """Run a delivery worker alone. Several may share one PostgreSQL; each delivery goes
-    out once. Stops cleanly on SIGTERM/SIGINT (in-flight sends finish first)."""
+    """Run a delivery worker alone.
+
+    Several may share one PostgreSQL; each delivery goes out once. Stops cleanly on
+    SIGTERM or SIGINT (in-flight sends finish first)."""
     import asyncio
     import signal
 

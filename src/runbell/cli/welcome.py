@@ -10,9 +10,11 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runbell.config import Settings
-from runbell.flows.accounts import FirstRun
+if TYPE_CHECKING:  # imported when a command runs, not when `runbell` starts
+    from runbell.config import Settings
+    from runbell.flows.accounts import FirstRun
 
 
 def welcome_text(first: FirstRun, base_url: str, login_commands: Sequence[str] = ()) -> str:

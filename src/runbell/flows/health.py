@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from runbell.flows.context import Runbell
 from runbell.store import outbox
-from runbell.store.db import RETRY_AFTER_S
+from runbell.store.db import RETRY_AFTER_S, unavailable_reason
 from runbell.store.migrate import current_revision, ping
 
 
@@ -35,3 +35,10 @@ def retry_after_s(rb: Runbell, exc: BaseException) -> int | None:
     (logged once per outage); None when it is another error (a bug: a 500)."""
     reason = rb.db.availability.observe(exc)
     return None if reason is None else RETRY_AFTER_S[reason]
+
+
+def unavailable(exc: BaseException) -> str | None:
+    """Why ``exc`` means the database cannot serve right now (``"unreachable"``,
+    ``"busy"``, ``"pool_timeout"``), or None when it is another error; for faces that
+    report an outage without a running :class:`Runbell` (a CLI command's one line)."""
+    return unavailable_reason(exc)
