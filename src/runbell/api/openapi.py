@@ -16,6 +16,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from runbell.domain.runs import MAX_SEQUENCE
+
 PROBLEM_MEDIA = "application/problem+json"
 PROBLEM_REF = "#/components/schemas/Problem"
 
@@ -64,7 +66,8 @@ DESCRIPTIONS: dict[int, str] = {
     409: "The current state forbids it; `current` says what is true now",
     410: "The cursor is older than the feed's retention: load the snapshot",
     413: "The request body is over RUNBELL_MAX_BODY_BYTES",
-    422: "Invalid request: `field` and `errors` name what to fix",
+    422: "Invalid request: `field` and `errors` name what to fix (a body field, a header, "
+    "or a query parameter, including one this operation does not take)",
     503: "The database is unreachable; retry after Retry-After seconds",
 }
 _RETRY_AFTER = {
@@ -105,11 +108,13 @@ def install(app: FastAPI) -> None:
         schemas["Problem"] = PROBLEM_SCHEMA
         for path_item in doc.get("paths", {}).values():
             for operation in path_item.values():
-                responses = operation.get("responses", {})
-                if _is_fastapi_422(responses.get("422")):
-                    # Added by FastAPI for any operation with parameters; where the route
-                    # did not declare a 422, none can happen (e.g. a plain string id).
-                    del responses["422"]
+                responses = operation.setdefault("responses", {})
+                # FastAPI adds its own 422 shape to any operation with parameters; every
+                # operation answers the Problem instead, at least for a query parameter
+                # it does not take (``runbell.api.deps.known_query``).
+                if _is_fastapi_422(responses.get("422")) or "422" not in responses:
+                    responses["422"] = problems(422)[422]
+        _exact_integer_bounds(doc)
         for name in ("HTTPValidationError", "ValidationError"):
             if name in schemas and f"#/components/schemas/{name}" not in json.dumps(doc):
                 del schemas[name]
@@ -117,6 +122,29 @@ def install(app: FastAPI) -> None:
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+#: Integer bounds too large for a float to hold exactly (FastAPI's OpenAPI models keep
+#: ``maximum`` as a float, so 2**63 - 1 would come out as 9.223372036854776e18, i.e. 2**63).
+_EXACT = {float(bound): bound for bound in (MAX_SEQUENCE,)}
+
+
+def _exact_integer_bounds(node: Any) -> None:
+    """Bounds as the models declare them: ``minimum: 0``, not ``0.0``, and the sequence's
+    ``maximum`` exactly 9223372036854775807 (a validator comparing it with a float would
+    accept 2**63, which the server refuses)."""
+    if isinstance(node, list):
+        for item in node:
+            _exact_integer_bounds(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key in _BOUNDS and isinstance(value, float) and value.is_integer():
+            node[key] = _EXACT.get(value, int(value))
+        else:
+            _exact_integer_bounds(value)
 
 
 def _is_fastapi_422(response: dict[str, Any] | None) -> bool:

@@ -1,8 +1,10 @@
 """Request bodies. Unknown fields are refused, so a typo is a 422 naming it, not silence.
 
-Booleans and integers are strict: ``0`` is not ``false`` and ``"7"`` is not ``7`` (a wrong
-type is a 422 naming the field, as DESIGN §6 says), which is also what the OpenAPI
-document promises a generated client.
+Booleans, integers and numbers are strict: ``0`` is not ``false``, and ``"7"`` and ``true``
+are not ``7`` (a wrong type is a 422 naming the field, as DESIGN §6 says), which is also
+what the OpenAPI document promises a generated client. An integer field takes any JSON
+number with a zero fraction: ``7.0`` is ``7``, as in JSON Schema (``type: integer``) and
+I-JSON, so a client whose JSON library writes every number as a float is not refused.
 """
 
 from __future__ import annotations
@@ -10,11 +12,41 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
 
 from runbell.domain.runs import MAX_SEQUENCE
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"
+
+
+def integral(value: Any) -> Any:
+    """``7.0`` → ``7`` (JSON Schema's integer); anything else is left to ``StrictInt``."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# JSON integers: ``7`` or ``7.0``; never ``"7"``, ``true`` or ``7.5``. Bounds go inside the
+# ``Annotated`` (before the validator) so that the JSON Schema says ``minimum``/``maximum``.
+Integer = Annotated[StrictInt, BeforeValidator(integral)]
+NonNegativeInteger = Annotated[StrictInt, Field(ge=0), BeforeValidator(integral)]
+PositiveInteger = Annotated[StrictInt, Field(ge=1), BeforeValidator(integral)]
+SequenceNumber = Annotated[StrictInt, Field(ge=0, le=MAX_SEQUENCE), BeforeValidator(integral)]
+#: ``stall_after_seconds``: at most 30 days; 0 is never.
+StallSeconds = Annotated[StrictInt, Field(ge=0, le=30 * 86_400), BeforeValidator(integral)]
+#: A JSON number: ``7`` or ``7.5``; never ``"7"`` or ``true``.
+Number = StrictFloat
+
 StateName = Literal[
     "queued", "working", "input_required", "stopping", "completed", "failed", "cancelled"
 ]
@@ -27,7 +59,7 @@ class Strict(BaseModel):
 class Subject(Strict):
     type: str = Field(min_length=1, max_length=100)
     id: str = Field(min_length=1, max_length=200)
-    version: str | int | None = None
+    version: StrictStr | Integer | None = None
 
 
 class Authority(Strict):
@@ -46,11 +78,9 @@ class RunPut(Strict):
     metadata: dict[str, Any] | None = None
     details: dict[str, Any] | None = Field(default=None, description="sensitive; never sent out")
     state: Literal["queued", "working"] | None = None
-    sequence: StrictInt | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
-    stall_after_seconds: StrictInt | None = Field(
+    sequence: SequenceNumber | None = None
+    stall_after_seconds: StallSeconds | None = Field(
         default=None,
-        ge=0,
-        le=30 * 86_400,
         description="stalled after this many seconds without progress while working "
         "(0: never; null: the tenant policy's default)",
     )
@@ -66,7 +96,7 @@ class RunError(BaseModel):
 
 
 class Spend(Strict):
-    amount: float = Field(ge=0)
+    amount: Number = Field(ge=0)
     currency: str = Field(min_length=1, max_length=8, description="e.g. USD, or 'tokens'")
 
 
@@ -78,7 +108,7 @@ class Link(Strict):
 class Report(Strict):
     """What the runtime says about the outcome. Not sensitive: tenant webhooks carry it."""
 
-    iterations: StrictInt | None = Field(default=None, ge=0)
+    iterations: NonNegativeInteger | None = None
     spend: Spend | None = None
     summary: str | None = Field(default=None, max_length=500)
     trace_id: str | None = Field(default=None, max_length=200)
@@ -88,7 +118,7 @@ class Report(Strict):
 class SignalIn(Strict):
     event_id: str = Field(min_length=1, max_length=200)
     state: StateName
-    sequence: StrictInt | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
+    sequence: SequenceNumber | None = None
     at: datetime | None = None
     reason: str | None = Field(
         default=None,
@@ -115,7 +145,7 @@ class SignalIn(Strict):
 
 class ProgressIn(Strict):
     message: str | None = Field(default=None, max_length=500)
-    counts: dict[str, int | float | str] | None = Field(
+    counts: dict[str, Integer | Number | StrictStr] | None = Field(
         default=None,
         description='say what is counted, e.g. {"done": 2, "total": 5, "unit": "files"}',
     )
@@ -131,7 +161,7 @@ class ReaderConfig(Strict):
     sequence_field: str | None = "sequence"
     state_map: dict[str, str] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
-    timeout: float = Field(default=5.0, gt=0, le=30)
+    timeout: Number = Field(default=5.0, gt=0, le=30)
 
 
 class OpenAIResponsesReaderConfig(Strict):
@@ -150,7 +180,7 @@ class OpenAIResponsesReaderConfig(Strict):
     )
     organization: str | None = Field(default=None, max_length=200)
     project: str | None = Field(default=None, max_length=200)
-    timeout: float = Field(default=10.0, gt=0, le=30)
+    timeout: Number = Field(default=10.0, gt=0, le=30)
 
 
 class McpTasksReaderConfig(Strict):
@@ -164,7 +194,7 @@ class McpTasksReaderConfig(Strict):
     task_id_template: str = Field(
         default="{run_id}", min_length=1, max_length=300, description="the task id of a run"
     )
-    timeout: float = Field(default=10.0, gt=0, le=30)
+    timeout: Number = Field(default=10.0, gt=0, le=30)
 
 
 #: The tags of the discriminated unions above: pydantic puts them in an error's location,
@@ -231,8 +261,8 @@ class ResponseIn(Strict):
     value: str | None = Field(
         default=None, max_length=10_000, description="choice: an option id; text: the answer"
     )
-    expected_run_version: StrictInt = Field(ge=1)
-    expected_request_version: StrictInt = Field(ge=1)
+    expected_run_version: PositiveInteger
+    expected_request_version: PositiveInteger
 
 
 class ReceiptIn(Strict):
@@ -292,7 +322,7 @@ OperationState = Literal[
 class TargetIn(Strict):
     type: str = Field(min_length=1, max_length=100, description="e.g. invoice, issue, file")
     id: str = Field(min_length=1, max_length=200)
-    version: str | StrictInt | None = Field(default=None, description="the version acted on")
+    version: StrictStr | Integer | None = Field(default=None, description="the version acted on")
 
 
 class OperationIn(Strict):
@@ -324,8 +354,8 @@ class OperationsIn(Strict):
     intent: str | None = Field(default=None, min_length=1, max_length=500)
     details: dict[str, Any] | None = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
-    epoch: StrictInt | None = Field(
-        default=None, ge=0, description="the epoch POST …/claim gave this worker"
+    epoch: NonNegativeInteger | None = Field(
+        default=None, description="the epoch POST …/claim gave this worker"
     )
 
 
@@ -336,7 +366,7 @@ class OperationMove(Strict):
         description="receipt id, lookup result, who or what checked (kept in the ledger; "
         "never in the feed or webhooks)",
     )
-    epoch: StrictInt | None = Field(default=None, ge=0)
+    epoch: NonNegativeInteger | None = None
 
 
 class ClaimIn(Strict):

@@ -7,10 +7,11 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictBool
 
 from runbell.api.deps import Admin, Core
 from runbell.api.openapi import problems
+from runbell.api.schemas import Integer, StallSeconds
 from runbell.domain.errors import ValidationFailed
 from runbell.flows import dry_run, policy, retention
 
@@ -24,10 +25,8 @@ class PolicyDoc(BaseModel):
     quiet_hours_bypass: list[str] = Field(
         default_factory=list, description="urgencies that may be sent during quiet hours"
     )
-    stall_after_seconds: StrictInt | None = Field(
+    stall_after_seconds: StallSeconds | None = Field(
         default=None,
-        ge=0,
-        le=30 * 86_400,
         description="a working run silent this long is stalled (default 900; 0: never)",
     )
 
@@ -84,10 +83,10 @@ def _instant(text: str | None, name: str) -> datetime | None:
     return value
 
 
-class RetentionChange(RootModel[dict[str, StrictInt | None]]):
+class RetentionChange(RootModel[dict[str, Integer | None]]):
     """``{table: days}``; ``null`` drops that table's override."""
 
-    root: dict[str, StrictInt | None] = Field(max_length=50)
+    root: dict[str, Integer | None] = Field(max_length=50)
 
 
 def _retention_view(core: Core, tenant_id: str) -> dict[str, Any]:

@@ -6,11 +6,12 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
+from runbell.api.schemas import Number, integral
 from runbell.api.responses import answered
 from runbell.flows import endpoints
 
@@ -45,7 +46,7 @@ class EndpointIn(BaseModel):
     url: str = Field(min_length=8, max_length=2000)
     description: str | None = Field(default=None, max_length=500)
     event_types: list[EventType] = Field(default_factory=list, description="[] = all")
-    rate_limit_per_s: float | None = Field(default=None, gt=0, le=1000)
+    rate_limit_per_s: Number | None = Field(default=None, gt=0, le=1000)
 
 
 class EndpointPatch(BaseModel):
@@ -58,9 +59,9 @@ class EndpointPatch(BaseModel):
 
 class RotateIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    overlap_s: StrictInt = Field(
-        default=86400, ge=0, le=7 * 86400, description="how long the previous secrets stay valid"
-    )
+    overlap_s: Annotated[
+        StrictInt, Field(ge=0, le=7 * 86400), BeforeValidator(integral)
+    ] = Field(default=86400, description="how long the previous secrets stay valid")
 
 
 @router.post("", status_code=201, response_model=None, responses=problems(401, 403, 413, 422, 503))
