@@ -11,8 +11,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
-from runbell.api.schemas import Number, integral
 from runbell.api.responses import answered
+from runbell.api.schemas import Number, integral
 from runbell.flows import endpoints
 
 router = APIRouter(prefix="/v1/webhook-endpoints", tags=["webhooks"])
@@ -59,9 +59,9 @@ class EndpointPatch(BaseModel):
 
 class RotateIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    overlap_s: Annotated[
-        StrictInt, Field(ge=0, le=7 * 86400), BeforeValidator(integral)
-    ] = Field(default=86400, description="how long the previous secrets stay valid")
+    overlap_s: Annotated[StrictInt, Field(ge=0, le=7 * 86400), BeforeValidator(integral)] = Field(
+        default=86400, description="how long the previous secrets stay valid"
+    )
 
 
 @router.post("", status_code=201, response_model=None, responses=problems(401, 403, 413, 422, 503))
