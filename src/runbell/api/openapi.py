@@ -6,6 +6,13 @@ route), all as ``application/problem+json`` with the shared ``Problem`` schema (
 generated clients and schema-driven testers (schemathesis) see what the server sends.
 FastAPI's own ``422 HTTPValidationError`` (``application/json``, a shape Runbell never
 sends) is dropped: an operation that can answer 422 declares the problem it really is.
+
+What JSON Schema can say is said in the schemas (bounds, enums, patterns, ``if``/``then``
+for fields that depend on another field's value). What it cannot say (a rule that depends
+on stored state, on the operator's settings or on DNS, or one comparing two values) is
+declared with :func:`rules` as the operation's ``x-runbell-rules`` extension: a list of
+``{field, problem, rule}`` (the problem type slug and the ``field`` the 422 names), also
+written into the operation's description so that people see it in ``/docs``.
 """
 
 from __future__ import annotations
@@ -92,6 +99,46 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
+def rule(field: str, says: str, problem: str = "validation") -> dict[str, str]:
+    """One rule JSON Schema cannot state: a 422 ``problem`` naming ``field``."""
+    return {"field": field, "problem": problem, "rule": says}
+
+
+def rules(*items: dict[str, str]) -> dict[str, Any]:
+    """``openapi_extra=`` for a route whose input has rules beyond its schema."""
+    return {"x-runbell-rules": list(items)}
+
+
+#: The SSRF guard on an outbound URL (webhook endpoints, push, chat, state readers).
+SSRF_RULE = (
+    "the host must be public: a name that resolves only to public addresses, or a public "
+    "IP literal (not loopback, private, link-local, multicast or reserved, not a local-only "
+    "name such as localhost or *.internal); plain http only to a host on the operator's "
+    "RUNBELL_OUTBOUND_ALLOW_HOSTS (which also admits private hosts). Checked again on "
+    "every call"
+)
+
+
+IDEMPOTENCY_RULE = rule(
+    "Idempotency-Key",
+    "a key already used (by this caller) for another request, i.e. another method, path, "
+    "query or body, is refused; a retry of the same request returns the first answer",
+)
+
+
+def _describe_rules(operation: dict[str, Any]) -> None:
+    if any(p.get("name") == "Idempotency-Key" for p in operation.get("parameters", ())):
+        operation["x-runbell-rules"] = [*operation.get("x-runbell-rules", ()), IDEMPOTENCY_RULE]
+    items = operation.get("x-runbell-rules")
+    if not items:
+        return
+    lines = [f"- `{r['field']}`: {r['rule']} (422 `{r['problem']}`)" for r in items]
+    text = operation.get("description", "").rstrip()
+    operation["description"] = (
+        f"{text}\n\nRules the schema cannot state (`x-runbell-rules`):\n\n" + "\n".join(lines)
+    ).lstrip()
+
+
 def install(app: FastAPI) -> None:
     """Serve the document with the Problem schema and without FastAPI's 422 shape."""
 
@@ -114,6 +161,7 @@ def install(app: FastAPI) -> None:
                 # it does not take (``runbell.api.deps.known_query``).
                 if _is_fastapi_422(responses.get("422")) or "422" not in responses:
                     responses["422"] = problems(422)[422]
+                _describe_rules(operation)
         _exact_integer_bounds(doc)
         for name in ("HTTPValidationError", "ValidationError"):
             if name in schemas and f"#/components/schemas/{name}" not in json.dumps(doc):

@@ -9,6 +9,7 @@ I-JSON, so a client whose JSON library writes every number as a float is not ref
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -46,6 +47,54 @@ SequenceNumber = Annotated[StrictInt, Field(ge=0, le=MAX_SEQUENCE), BeforeValida
 StallSeconds = Annotated[StrictInt, Field(ge=0, le=30 * 86_400), BeforeValidator(integral)]
 #: A JSON number: ``7`` or ``7.5``; never ``"7"`` or ``true``.
 Number = StrictFloat
+
+
+def _value_branch(prop: dict[str, Any]) -> dict[str, Any]:
+    """The non-null schema of a property (``X | None`` is ``anyOf [X, null]``)."""
+    for branch in prop.get("anyOf", ()):
+        if branch.get("type") != "null":
+            return dict(branch)
+    return prop
+
+
+def refine(**extra: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """``json_schema_extra`` adding keywords to some properties' schemas (their non-null
+    branch), for rules a ``Field`` cannot carry (a second pattern, a property of items)."""
+
+    def apply(schema: dict[str, Any]) -> None:
+        for name, keywords in extra.items():
+            prop = schema["properties"][name]
+            if "anyOf" in prop:
+                prop["anyOf"] = [
+                    {**b, **keywords} if b.get("type") != "null" else b for b in prop["anyOf"]
+                ]
+            else:
+                prop.update(keywords)
+
+    return apply
+
+
+def not_null(*names: str) -> Callable[[dict[str, Any]], None]:
+    """``json_schema_extra`` for fields that may be left out but not sent as ``null``."""
+
+    def apply(schema: dict[str, Any]) -> None:
+        for name in names:
+            prop = schema["properties"][name]
+            branch = _value_branch(prop)
+            keep = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
+            schema["properties"][name] = {**branch, **keep}
+
+    return apply
+
+
+#: An outbound URL as far as a pattern can say what the SSRF guard accepts by default:
+#: https, no credentials, a host name of two or more labels whose last one starts with a
+#: letter (``domain.ssrf.check_url``; its other rules are ``x-runbell-rules``).
+HTTPS_NAME_URL = (
+    r"^https://[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.[A-Za-z]([A-Za-z0-9-]{0,61}"
+    r"[A-Za-z0-9])?\.?(:[0-9]{1,5})?([/?][\x21-\x7e]*)?$"
+)
 
 StateName = Literal[
     "queued", "working", "input_required", "stopping", "completed", "failed", "cancelled"
@@ -152,8 +201,34 @@ class ProgressIn(Strict):
     at: datetime | None = None
 
 
+#: What the readers check (``runbell.ingress``), as far as a pattern can say it.
+_HEADER_VALUE = r"^[\t\x20-\x7e]*$"
+_DOTTED = {"allOf": [{"pattern": r"^[^.]+(\.[^.]+)*$"}]}
+_HEADERS = {
+    "propertyNames": {"pattern": r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
+    "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE},
+}
+
+
+def _reader_schema(schema: dict[str, Any]) -> None:
+    from runbell.domain.runs import RunState
+
+    refine(
+        url_template={
+            "allOf": [{"pattern": r"^https?://[^/?#{}@\s\\]+[/?][^#\s]*\{run_id\}[^#\s]*$"}],
+            "description": "an absolute http(s) URL with {run_id} in its path or query",
+        },
+        state_field=_DOTTED,
+        sequence_field=_DOTTED,
+        state_map={"additionalProperties": {"enum": sorted(s.value for s in RunState)}},
+        headers=_HEADERS,
+    )(schema)
+
+
 class ReaderConfig(Strict):
     """``http_json``: a JSON status document per run."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_reader_schema)
 
     type: Literal["http_json"]
     url_template: str = Field(min_length=8, max_length=2000)
@@ -167,6 +242,16 @@ class ReaderConfig(Strict):
 class OpenAIResponsesReaderConfig(Strict):
     """``openai_responses``: ``GET {base_url}/v1/responses/{run_id}``; the run id is the
     response id (``resp_…``)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra=refine(
+            base_url={"allOf": [{"pattern": r"^https?://[^/?#{}@\s\\]+(/[^?#{}\s]*)?$"}]},
+            organization={"allOf": [{"pattern": _HEADER_VALUE}]},
+            project={"allOf": [{"pattern": _HEADER_VALUE}]},
+            api_key={"allOf": [{"pattern": _HEADER_VALUE}]},
+        ),
+    )
 
     type: Literal["openai_responses"]
     api_key: str = Field(
@@ -185,6 +270,15 @@ class OpenAIResponsesReaderConfig(Strict):
 
 class McpTasksReaderConfig(Strict):
     """``mcp_tasks``: ``tasks/get`` on an MCP server over streamable HTTP."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra=refine(
+            url={"allOf": [{"pattern": r"^https?://[^/?#@\s\\]+([/?][^#\s]*)?$"}]},
+            bearer={"allOf": [{"pattern": r"^[\x20-\x7e]+$"}]},
+            task_id_template={"allOf": [{"pattern": r"\{run_id\}"}]},
+        ),
+    )
 
     type: Literal["mcp_tasks"]
     url: str = Field(min_length=8, max_length=2000, description="the streamable HTTP endpoint")
@@ -207,7 +301,37 @@ AnyReaderConfig = Annotated[
 ]
 
 
+#: ``whsec_`` and standard base64 of 16 to 128 bytes (``ingress.signatures.check_secret``).
+_B64_TAIL = r"(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)"
+_B64 = r"[A-Za-z0-9+/]{4}"
+SIGNING_SECRET_PATTERN = rf"^whsec_(?:(?:{_B64}){{5}}{_B64_TAIL}|(?:{_B64}){{6,42}}{_B64_TAIL}?)$"
+_SIGNING_SECRET: Any = {"properties": {"signing_secret": {"pattern": SIGNING_SECRET_PATTERN}}}
+
+
 class SourceCreate(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "allOf": [
+                _SIGNING_SECRET,
+                {  # kind webhook (the default) needs a mapper; only it has a secret
+                    "if": {"required": ["kind"], "properties": {"kind": {"const": "api"}}},
+                    "then": {"properties": {"signing_secret": {"type": "null"}}},
+                    "else": {
+                        "required": ["mapper"],
+                        "properties": {"mapper": {"enum": ["generic", "openai"]}},
+                    },
+                },
+                {  # trust advisory (the default) needs a state reader to confirm signals
+                    "if": {
+                        "required": ["trust"],
+                        "properties": {"trust": {"const": "authoritative"}},
+                    },
+                    "else": {"required": ["reader"], "properties": {"reader": {"type": "object"}}},
+                },
+            ]
+        },
+    )
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
     kind: Literal["api", "webhook"] = "webhook"
     mapper: Literal["generic", "openai"] | None = None
@@ -223,6 +347,7 @@ class SourceCreate(Strict):
 
 
 class SigningSecretIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [_SIGNING_SECRET]})
     signing_secret: str = Field(
         min_length=10, max_length=300, description="the provider's new whsec_ secret"
     )
@@ -234,6 +359,23 @@ class OptionIn(Strict):
 
 
 class InputRequestIn(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "allOf": [
+                {  # a choice has 2 or more options; other kinds none
+                    "if": {"properties": {"kind": {"const": "choice"}}},
+                    "then": {
+                        "required": ["options"],
+                        "properties": {"options": {"type": "array", "minItems": 2}},
+                    },
+                    "else": {
+                        "properties": {"options": {"anyOf": [{"type": "null"}, {"maxItems": 0}]}}
+                    },
+                }
+            ]
+        },
+    )
     input_request_id: str = Field(
         pattern=RUN_ID_PATTERN, description="runtime-chosen, unique per tenant; reuse to retry"
     )
@@ -275,12 +417,40 @@ class ReceiptIn(Strict):
 Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
 
 
+#: One quiet window (``domain.quiet_hours.QuietWindow.parse`` checks the same; other
+#: members are ignored). Its start and end must differ (``x-runbell-rules``).
+HHMM_PATTERN = r"^([01]?[0-9]|2[0-3]):[0-5][0-9]$"
+QUIET_WINDOW: dict[str, Any] = {
+    "type": "object",
+    "required": ["start", "end"],
+    "properties": {
+        "start": {"type": "string", "pattern": HHMM_PATTERN, "description": "HH:MM"},
+        "end": {"type": "string", "pattern": HHMM_PATTERN, "description": "HH:MM"},
+        "days": {
+            "anyOf": [
+                {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 6}},
+                {"type": "null"},
+            ],
+            "description": "0 (Monday) to 6 (Sunday); absent: every day",
+        },
+    },
+}
+
+
+def _timezones(schema: dict[str, Any]) -> None:
+    from zoneinfo import available_timezones
+
+    schema["properties"]["timezone"]["anyOf"][0]["enum"] = sorted(available_timezones())
+
+
 class PreferencesIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_timezones)
     consent: dict[Literal["email", "webpush", "chat"], list[Urgency]] | None = Field(
         default=None, description="urgencies each channel may interrupt you for"
     )
-    quiet_hours: list[dict[str, Any]] | None = Field(default=None, max_length=14)
+    quiet_hours: list[dict[str, Any]] | None = Field(
+        default=None, max_length=14, json_schema_extra={"items": QUIET_WINDOW}
+    )
     timezone: str | None = Field(default=None, max_length=64)
     locale: str | None = Field(default=None, max_length=32)
 
@@ -292,14 +462,24 @@ class PushKeys(BaseModel):
 
 
 class PushSubscriptionIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # browsers add expirationTime
+    model_config = ConfigDict(
+        extra="ignore",  # browsers add expirationTime
+        json_schema_extra=refine(endpoint={"allOf": [{"pattern": HTTPS_NAME_URL}]}),
+    )
     endpoint: str = Field(min_length=10, max_length=2000)
     keys: PushKeys
     user_agent: str | None = Field(default=None, max_length=300)
 
 
+def _chat_url(schema: dict[str, Any]) -> None:
+    from runbell.channels.chat_urls import SUPPORTED_SCHEMES  # Apprise: only when asked
+
+    schemes = "|".join(sorted(SUPPORTED_SCHEMES))
+    refine(url={"allOf": [{"pattern": rf"^({schemes})://[^\s,;]+$"}]})(schema)
+
+
 class ChatIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_chat_url)
     url: str = Field(min_length=6, max_length=2000, description="an Apprise URL")
     label: str | None = Field(default=None, max_length=200)
 
@@ -347,6 +527,23 @@ class OperationIn(Strict):
 
 class OperationsIn(Strict):
     """``{"operations": [...]}``, or one operation's fields at the top level."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["operations"], "properties": {"operations": {"type": "array"}}},
+                {
+                    "required": ["operation_id", "target", "intent"],
+                    "properties": {
+                        "operation_id": {"type": "string"},
+                        "target": {"type": "object"},
+                        "intent": {"type": "string"},
+                    },
+                },
+            ]
+        },
+    )
 
     operations: list[OperationIn] | None = Field(default=None, min_length=1, max_length=500)
     operation_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
