@@ -21,15 +21,14 @@ RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen r
 def _listed(values: tuple[str, ...]) -> dict[str, Any]:
     """A repeatable query value naming one of ``values``, or a comma list of them."""
     one = "|".join(values)
-    return {
-        "items": {
-            "anyOf": [
-                {"type": "string", "enum": list(values)},
-                # What the server takes: blanks around names and empty parts are ignored.
-                {"type": "string", "pattern": rf"^\s*({one})?\s*(,\s*({one})?\s*)*$"},
-            ]
-        }
+    items = {
+        "anyOf": [
+            {"type": "string", "enum": list(values)},
+            # What the server takes: blanks around names and empty parts are ignored.
+            {"type": "string", "pattern": rf"^\s*({one})?\s*(,\s*({one})?\s*)*$"},
+        ]
     }
+    return {"anyOf": [{"type": "array", "items": items}, {"type": "null"}]}
 
 
 PUT_RULES = rules(
