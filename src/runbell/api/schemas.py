@@ -9,92 +9,37 @@ I-JSON, so a client whose JSON library writes every number as a float is not ref
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
-    StrictFloat,
-    StrictInt,
     StrictStr,
     field_validator,
 )
 
-from runbell.domain.runs import MAX_SEQUENCE
+from runbell.api.jsonschema import (
+    HEADER_VALUE,
+    HTTPS_NAME_URL,
+    QUIET_WINDOW,
+    SIGNING_SECRET,
+    Integer,
+    NonNegativeInteger,
+    Number,
+    PositiveInteger,
+    SequenceNumber,
+    StallSeconds,
+    chat_url,
+    reader_schema,
+    refine,
+    timezones,
+)
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,199}$"
 
-
-def integral(value: Any) -> Any:
-    """``7.0`` → ``7`` (JSON Schema's integer); anything else is left to ``StrictInt``."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-# JSON integers: ``7`` or ``7.0``; never ``"7"``, ``true`` or ``7.5``. Bounds go inside the
-# ``Annotated`` (before the validator) so that the JSON Schema says ``minimum``/``maximum``.
-Integer = Annotated[StrictInt, BeforeValidator(integral)]
-NonNegativeInteger = Annotated[StrictInt, Field(ge=0), BeforeValidator(integral)]
-PositiveInteger = Annotated[StrictInt, Field(ge=1), BeforeValidator(integral)]
-SequenceNumber = Annotated[StrictInt, Field(ge=0, le=MAX_SEQUENCE), BeforeValidator(integral)]
-#: ``stall_after_seconds``: at most 30 days; 0 is never.
-StallSeconds = Annotated[StrictInt, Field(ge=0, le=30 * 86_400), BeforeValidator(integral)]
-#: A JSON number: ``7`` or ``7.5``; never ``"7"`` or ``true``.
-Number = StrictFloat
-
-
-def _value_branch(prop: dict[str, Any]) -> dict[str, Any]:
-    """The non-null schema of a property (``X | None`` is ``anyOf [X, null]``)."""
-    for branch in prop.get("anyOf", ()):
-        if branch.get("type") != "null":
-            return dict(branch)
-    return prop
-
-
-def refine(**extra: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
-    """``json_schema_extra`` adding keywords to some properties' schemas (their non-null
-    branch), for rules a ``Field`` cannot carry (a second pattern, a property of items)."""
-
-    def apply(schema: dict[str, Any]) -> None:
-        for name, keywords in extra.items():
-            prop = schema["properties"][name]
-            if "anyOf" in prop:
-                prop["anyOf"] = [
-                    {**b, **keywords} if b.get("type") != "null" else b for b in prop["anyOf"]
-                ]
-            else:
-                prop.update(keywords)
-
-    return apply
-
-
-def not_null(*names: str) -> Callable[[dict[str, Any]], None]:
-    """``json_schema_extra`` for fields that may be left out but not sent as ``null``."""
-
-    def apply(schema: dict[str, Any]) -> None:
-        for name in names:
-            prop = schema["properties"][name]
-            branch = _value_branch(prop)
-            keep = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
-            schema["properties"][name] = {**branch, **keep}
-
-    return apply
-
-
-#: An outbound URL as far as a pattern can say what the SSRF guard accepts by default:
-#: https, no credentials, a host name of two or more labels whose last one starts with a
-#: letter (``domain.ssrf.check_url``; its other rules are ``x-runbell-rules``).
-HTTPS_NAME_URL = (
-    r"^https://[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.[A-Za-z]([A-Za-z0-9-]{0,61}"
-    r"[A-Za-z0-9])?\.?(:[0-9]{1,5})?([/?][\x21-\x7e]*)?$"
-)
 
 StateName = Literal[
     "queued", "working", "input_required", "stopping", "completed", "failed", "cancelled"
@@ -201,34 +146,10 @@ class ProgressIn(Strict):
     at: datetime | None = None
 
 
-#: What the readers check (``runbell.ingress``), as far as a pattern can say it.
-_HEADER_VALUE = r"^[\t\x20-\x7e]*$"
-_DOTTED = {"allOf": [{"pattern": r"^[^.]+(\.[^.]+)*$"}]}
-_HEADERS = {
-    "propertyNames": {"pattern": r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
-    "additionalProperties": {"type": "string", "pattern": _HEADER_VALUE},
-}
-
-
-def _reader_schema(schema: dict[str, Any]) -> None:
-    from runbell.domain.runs import RunState
-
-    refine(
-        url_template={
-            "allOf": [{"pattern": r"^https?://[^/?#{}@\s\\]+[/?][^#\s]*\{run_id\}[^#\s]*$"}],
-            "description": "an absolute http(s) URL with {run_id} in its path or query",
-        },
-        state_field=_DOTTED,
-        sequence_field=_DOTTED,
-        state_map={"additionalProperties": {"enum": sorted(s.value for s in RunState)}},
-        headers=_HEADERS,
-    )(schema)
-
-
 class ReaderConfig(Strict):
     """``http_json``: a JSON status document per run."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_reader_schema)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=reader_schema)
 
     type: Literal["http_json"]
     url_template: str = Field(min_length=8, max_length=2000)
@@ -247,9 +168,9 @@ class OpenAIResponsesReaderConfig(Strict):
         extra="forbid",
         json_schema_extra=refine(
             base_url={"allOf": [{"pattern": r"^https?://[^/?#{}@\s\\]+(/[^?#{}\s]*)?$"}]},
-            organization={"allOf": [{"pattern": _HEADER_VALUE}]},
-            project={"allOf": [{"pattern": _HEADER_VALUE}]},
-            api_key={"allOf": [{"pattern": _HEADER_VALUE}]},
+            organization={"allOf": [{"pattern": HEADER_VALUE}]},
+            project={"allOf": [{"pattern": HEADER_VALUE}]},
+            api_key={"allOf": [{"pattern": HEADER_VALUE}]},
         ),
     )
 
@@ -301,19 +222,12 @@ AnyReaderConfig = Annotated[
 ]
 
 
-#: ``whsec_`` and standard base64 of 16 to 128 bytes (``ingress.signatures.check_secret``).
-_B64_TAIL = r"(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)"
-_B64 = r"[A-Za-z0-9+/]{4}"
-SIGNING_SECRET_PATTERN = rf"^whsec_(?:(?:{_B64}){{5}}{_B64_TAIL}|(?:{_B64}){{6,42}}{_B64_TAIL}?)$"
-_SIGNING_SECRET: Any = {"properties": {"signing_secret": {"pattern": SIGNING_SECRET_PATTERN}}}
-
-
 class SourceCreate(Strict):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
             "allOf": [
-                _SIGNING_SECRET,
+                SIGNING_SECRET,
                 {  # kind webhook (the default) needs a mapper; only it has a secret
                     "if": {"required": ["kind"], "properties": {"kind": {"const": "api"}}},
                     "then": {"properties": {"signing_secret": {"type": "null"}}},
@@ -347,7 +261,7 @@ class SourceCreate(Strict):
 
 
 class SigningSecretIn(Strict):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [_SIGNING_SECRET]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [SIGNING_SECRET]})
     signing_secret: str = Field(
         min_length=10, max_length=300, description="the provider's new whsec_ secret"
     )
@@ -417,34 +331,8 @@ class ReceiptIn(Strict):
 Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
 
 
-#: One quiet window (``domain.quiet_hours.QuietWindow.parse`` checks the same; other
-#: members are ignored). Its start and end must differ (``x-runbell-rules``).
-HHMM_PATTERN = r"^([01]?[0-9]|2[0-3]):[0-5][0-9]$"
-QUIET_WINDOW: dict[str, Any] = {
-    "type": "object",
-    "required": ["start", "end"],
-    "properties": {
-        "start": {"type": "string", "pattern": HHMM_PATTERN, "description": "HH:MM"},
-        "end": {"type": "string", "pattern": HHMM_PATTERN, "description": "HH:MM"},
-        "days": {
-            "anyOf": [
-                {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 6}},
-                {"type": "null"},
-            ],
-            "description": "0 (Monday) to 6 (Sunday); absent: every day",
-        },
-    },
-}
-
-
-def _timezones(schema: dict[str, Any]) -> None:
-    from zoneinfo import available_timezones
-
-    schema["properties"]["timezone"]["anyOf"][0]["enum"] = sorted(available_timezones())
-
-
 class PreferencesIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_timezones)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=timezones)
     consent: dict[Literal["email", "webpush", "chat"], list[Urgency]] | None = Field(
         default=None, description="urgencies each channel may interrupt you for"
     )
@@ -471,15 +359,8 @@ class PushSubscriptionIn(BaseModel):
     user_agent: str | None = Field(default=None, max_length=300)
 
 
-def _chat_url(schema: dict[str, Any]) -> None:
-    from runbell.channels.chat_urls import SUPPORTED_SCHEMES  # Apprise: only when asked
-
-    schemes = "|".join(sorted(SUPPORTED_SCHEMES))
-    refine(url={"allOf": [{"pattern": rf"^({schemes})://[^\s,;]+$"}]})(schema)
-
-
 class ChatIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_chat_url)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=chat_url)
     url: str = Field(min_length=6, max_length=2000, description="an Apprise URL")
     label: str | None = Field(default=None, max_length=200)
 

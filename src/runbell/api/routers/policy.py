@@ -10,8 +10,9 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictBool
 
 from runbell.api.deps import Admin, Core
+from runbell.api.jsonschema import Integer, StallSeconds, refine
 from runbell.api.openapi import problems, rule, rules
-from runbell.api.schemas import Integer, StallSeconds, Urgency, refine
+from runbell.api.schemas import Urgency
 from runbell.domain import digests, escalation
 from runbell.domain import policy as policy_rules
 from runbell.domain import retention as retention_rules

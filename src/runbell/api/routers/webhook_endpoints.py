@@ -10,9 +10,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import IdemKey
+from runbell.api.jsonschema import HTTPS_NAME_URL, Number, integral, not_null, refine
 from runbell.api.openapi import SSRF_RULE, problems, rule, rules
 from runbell.api.responses import answered
-from runbell.api.schemas import HTTPS_NAME_URL, Number, integral, not_null, refine
 from runbell.flows import endpoints
 
 router = APIRouter(prefix="/v1/webhook-endpoints", tags=["webhooks"])
