@@ -159,6 +159,8 @@ CAN_RETURN: dict[tuple[str, str], set[int]] = {
     ("get", "/healthz"): set(),
     ("get", "/readyz"): {503},
 }
+# Any operation answers 422 for a query parameter it does not take (issue 16 row 9).
+CAN_RETURN = {operation: {*codes, 422} for operation, codes in CAN_RETURN.items()}
 # POSTs that honour Idempotency-Key (docs/api.md 1.4).
 IDEMPOTENT = {
     "/v1/webhook-endpoints",
