@@ -165,6 +165,8 @@ for _codes in CAN_RETURN.values():
     if 401 in _codes:
         _codes.add(429)
 
+# Any operation answers 422 for a query parameter it does not take (issue 16 row 9).
+CAN_RETURN = {operation: {*codes, 422} for operation, codes in CAN_RETURN.items()}
 # POSTs that honour Idempotency-Key (docs/api.md 1.4).
 IDEMPOTENT = {
     "/v1/webhook-endpoints",

@@ -8,6 +8,7 @@ from fastapi import FastAPI
 from starlette.routing import BaseRoute, Route
 
 from runbell.api import openapi, problems
+from runbell.api.deps import KnownQuery
 from runbell.api.limits import BodyLimit
 from runbell.api.responses import JSON
 from runbell.api.routers import (
@@ -57,7 +58,7 @@ def install(app: FastAPI, rb: Runbell, *, listen_host: str | None = None) -> Non
         me.router,
         health.router,
     ):
-        app.include_router(router)
+        app.include_router(router, dependencies=[KnownQuery])
     app.add_middleware(BodyLimit, max_bytes=rb.settings.max_body_bytes)
     app.add_middleware(StreamHandoff)  # outermost: streams outlive the framework's frames
 

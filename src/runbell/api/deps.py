@@ -14,9 +14,10 @@ import re
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
 from starlette.concurrency import run_in_threadpool
 
-from runbell.domain.errors import Forbidden, Unauthorized
+from runbell.domain.errors import Forbidden, Unauthorized, ValidationFailed
 from runbell.domain.principal import Principal, WebSession
 from runbell.flows import accounts, auth_failures, sessions
 from runbell.flows.context import Runbell
@@ -104,3 +105,48 @@ def require_user(who: Who) -> Principal:
 Runtime = Annotated[Principal, Depends(require_runtime)]
 Admin = Annotated[Principal, Depends(require_admin)]
 User = Annotated[Principal, Depends(require_user)]
+
+
+def _declared_query(dependant: Dependant) -> frozenset[str]:
+    names: set[str] = set()
+    stack = [dependant]
+    while stack:
+        current = stack.pop()
+        names.update(param.alias for param in current.query_params)
+        stack.extend(current.dependencies)
+    return frozenset(names)
+
+
+_DECLARED: dict[int, frozenset[str]] = {}
+
+
+async def known_query(request: Request) -> None:
+    """Refuse query parameters the route does not declare: 422 naming each of them.
+
+    A misspelled or unsupported filter (``GET /v1/deliveries?notification_id=…``) would
+    otherwise be ignored and the answer would look like a filtered one. Every ``/v1``
+    route gets this dependency from ``runbell.api.app.install``; the names a route takes
+    are its declared query parameters (the OpenAPI document lists them), so the check runs
+    before authentication without telling anything that is not public.
+    """
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    declared = _DECLARED.get(id(route))
+    if declared is None:
+        declared = _DECLARED[id(route)] = _declared_query(dependant)
+    unknown = sorted({name for name in request.query_params if name not in declared})
+    if unknown:
+        accepted = ", ".join(sorted(declared)) or "none"
+        raise ValidationFailed(
+            f"unknown query parameter{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(n) for n in unknown)}; this operation takes: {accepted}",
+            field=unknown[0],
+            errors=[{"field": name, "message": "unknown query parameter"} for name in unknown],
+        )
+
+
+KnownQuery = Depends(known_query)

@@ -6,6 +6,13 @@ route), all as ``application/problem+json`` with the shared ``Problem`` schema (
 generated clients and schema-driven testers (schemathesis) see what the server sends.
 FastAPI's own ``422 HTTPValidationError`` (``application/json``, a shape Runbell never
 sends) is dropped: an operation that can answer 422 declares the problem it really is.
+
+What JSON Schema can say is said in the schemas (bounds, enums, patterns, ``if``/``then``
+for fields that depend on another field's value). What it cannot say (a rule that depends
+on stored state, on the operator's settings or on DNS, or one comparing two values) is
+declared with :func:`rules` as the operation's ``x-runbell-rules`` extension: a list of
+``{field, problem, rule}`` (the problem type slug and the ``field`` the 422 names), also
+written into the operation's description so that people see it in ``/docs``.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from runbell.domain.limits import STORABLE_PATTERN
+from runbell.domain.runs import MAX_SEQUENCE
 
 PROBLEM_MEDIA = "application/problem+json"
 PROBLEM_REF = "#/components/schemas/Problem"
@@ -66,7 +74,8 @@ DESCRIPTIONS: dict[int, str] = {
     409: "The current state forbids it; `current` says what is true now",
     410: "The cursor is older than the feed's retention: load the snapshot",
     413: "The request body is over RUNBELL_MAX_BODY_BYTES",
-    422: "Invalid request: `field` and `errors` name what to fix",
+    422: "Invalid request: `field` and `errors` name what to fix (a body field, a header, "
+    "or a query parameter, including one this operation does not take)",
     429: "Too many failed authentications from this address or with this credential "
     "(RUNBELL_AUTH_FAILURE_BURST per window); retry after Retry-After seconds. A correct "
     "credential is never refused this way",
@@ -98,6 +107,46 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
+def rule(field: str, says: str, problem: str = "validation") -> dict[str, str]:
+    """One rule JSON Schema cannot state: a 422 ``problem`` naming ``field``."""
+    return {"field": field, "problem": problem, "rule": says}
+
+
+def rules(*items: dict[str, str]) -> dict[str, Any]:
+    """``openapi_extra=`` for a route whose input has rules beyond its schema."""
+    return {"x-runbell-rules": list(items)}
+
+
+#: The SSRF guard on an outbound URL (webhook endpoints, push, chat, state readers).
+SSRF_RULE = (
+    "the host must be public: a name that resolves only to public addresses, or a public "
+    "IP literal (not loopback, private, link-local, multicast or reserved, not a local-only "
+    "name such as localhost or *.internal); plain http only to a host on the operator's "
+    "RUNBELL_OUTBOUND_ALLOW_HOSTS (which also admits private hosts). Checked again on "
+    "every call"
+)
+
+
+IDEMPOTENCY_RULE = rule(
+    "Idempotency-Key",
+    "a key already used (by this caller) for another request, i.e. another method, path, "
+    "query or body, is refused; a retry of the same request returns the first answer",
+)
+
+
+def _describe_rules(operation: dict[str, Any]) -> None:
+    if any(p.get("name") == "Idempotency-Key" for p in operation.get("parameters", ())):
+        operation["x-runbell-rules"] = [*operation.get("x-runbell-rules", ()), IDEMPOTENCY_RULE]
+    items = operation.get("x-runbell-rules")
+    if not items:
+        return
+    lines = [f"- `{r['field']}`: {r['rule']} (422 `{r['problem']}`)" for r in items]
+    text = operation.get("description", "").rstrip()
+    operation["description"] = (
+        f"{text}\n\nRules the schema cannot state (`x-runbell-rules`):\n\n" + "\n".join(lines)
+    ).lstrip()
+
+
 def install(app: FastAPI) -> None:
     """Serve the document with the Problem schema and without FastAPI's 422 shape."""
 
@@ -115,11 +164,14 @@ def install(app: FastAPI) -> None:
         declare_storable(doc)
         for path_item in doc.get("paths", {}).values():
             for operation in path_item.values():
-                responses = operation.get("responses", {})
-                if _is_fastapi_422(responses.get("422")):
-                    # Added by FastAPI for any operation with parameters; where the route
-                    # did not declare a 422, none can happen (e.g. a plain string id).
-                    del responses["422"]
+                responses = operation.setdefault("responses", {})
+                # FastAPI adds its own 422 shape to any operation with parameters; every
+                # operation answers the Problem instead, at least for a query parameter
+                # it does not take (``runbell.api.deps.known_query``).
+                if _is_fastapi_422(responses.get("422")) or "422" not in responses:
+                    responses["422"] = problems(422)[422]
+                _describe_rules(operation)
+        _exact_integer_bounds(doc)
         for name in ("HTTPValidationError", "ValidationError"):
             if name in schemas and f"#/components/schemas/{name}" not in json.dumps(doc):
                 del schemas[name]
@@ -127,6 +179,29 @@ def install(app: FastAPI) -> None:
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+#: Integer bounds too large for a float to hold exactly (FastAPI's OpenAPI models keep
+#: ``maximum`` as a float, so 2**63 - 1 would come out as 9.223372036854776e18, i.e. 2**63).
+_EXACT = {float(bound): bound for bound in (MAX_SEQUENCE,)}
+
+
+def _exact_integer_bounds(node: Any) -> None:
+    """Bounds as the models declare them: ``minimum: 0``, not ``0.0``, and the sequence's
+    ``maximum`` exactly 9223372036854775807 (a validator comparing it with a float would
+    accept 2**63, which the server refuses)."""
+    if isinstance(node, list):
+        for item in node:
+            _exact_integer_bounds(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key in _BOUNDS and isinstance(value, float) and value.is_integer():
+            node[key] = _EXACT.get(value, int(value))
+        else:
+            _exact_integer_bounds(value)
 
 
 def _is_fastapi_422(response: dict[str, Any] | None) -> bool:

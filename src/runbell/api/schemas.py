@@ -1,8 +1,10 @@
 """Request bodies. Unknown fields are refused, so a typo is a 422 naming it, not silence.
 
-Booleans and integers are strict: ``0`` is not ``false`` and ``"7"`` is not ``7`` (a wrong
-type is a 422 naming the field, as DESIGN §6 says), which is also what the OpenAPI
-document promises a generated client.
+Booleans, integers and numbers are strict: ``0`` is not ``false``, and ``"7"`` and ``true``
+are not ``7`` (a wrong type is a 422 naming the field, as DESIGN §6 says), which is also
+what the OpenAPI document promises a generated client. An integer field takes any JSON
+number with a zero fraction: ``7.0`` is ``7``, as in JSON Schema (``type: integer``) and
+I-JSON, so a client whose JSON library writes every number as a float is not refused.
 """
 
 from __future__ import annotations
@@ -15,16 +17,33 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
-    StrictInt,
+    StrictStr,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from runbell.api.jsonschema import (
+    HEADER_VALUE,
+    HTTPS_NAME_URL,
+    QUIET_WINDOW,
+    SIGNING_SECRET,
+    Integer,
+    NonNegativeInteger,
+    Number,
+    PositiveInteger,
+    SequenceNumber,
+    StallSeconds,
+    chat_url,
+    reader_schema,
+    refine,
+    timezones,
+)
 from runbell.domain import limits as L
-from runbell.domain.runs import MAX_SEQUENCE
 
 RUN_ID_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._:@~-]{{0,{L.RUN_ID - 1}}}$"
+
+
 StateName = Literal[
     "queued", "working", "input_required", "stopping", "completed", "failed", "cancelled"
 ]
@@ -53,8 +72,8 @@ class Strict(Storable):
 #: A version that may be a number or text: bounded so its text fits the columns that
 #: store it (``notifications.subject_version``, ``operations.target_version``).
 Version = (
-    Annotated[str, Field(max_length=L.SUBJECT_VERSION)]
-    | Annotated[int, Field(ge=-L.MAX_INT_VERSION, le=L.MAX_INT_VERSION)]
+    Annotated[StrictStr, Field(max_length=L.SUBJECT_VERSION)]
+    | Annotated[Integer, Field(ge=-L.MAX_INT_VERSION, le=L.MAX_INT_VERSION)]
 )
 
 
@@ -86,11 +105,9 @@ class RunPut(Strict):
     metadata: dict[str, Any] | None = None
     details: dict[str, Any] | None = Field(default=None, description="sensitive; never sent out")
     state: Literal["queued", "working"] | None = None
-    sequence: StrictInt | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
-    stall_after_seconds: StrictInt | None = Field(
+    sequence: SequenceNumber | None = None
+    stall_after_seconds: StallSeconds | None = Field(
         default=None,
-        ge=0,
-        le=30 * 86_400,
         description="stalled after this many seconds without progress while working "
         "(0: never; null: the tenant policy's default)",
     )
@@ -106,7 +123,7 @@ class RunError(Storable):
 
 
 class Spend(Strict):
-    amount: float = Field(ge=0)
+    amount: Number = Field(ge=0)
     currency: str = Field(min_length=1, max_length=L.CURRENCY, description="e.g. USD, or 'tokens'")
 
 
@@ -118,7 +135,7 @@ class Link(Strict):
 class Report(Strict):
     """What the runtime says about the outcome. Not sensitive: tenant webhooks carry it."""
 
-    iterations: StrictInt | None = Field(default=None, ge=0)
+    iterations: NonNegativeInteger | None = None
     spend: Spend | None = None
     summary: str | None = Field(default=None, max_length=L.REPORT_SUMMARY)
     trace_id: str | None = Field(default=None, max_length=L.TRACE_ID)
@@ -128,7 +145,7 @@ class Report(Strict):
 class SignalIn(Strict):
     event_id: str = Field(min_length=1, max_length=L.EVENT_ID)
     state: StateName
-    sequence: StrictInt | None = Field(default=None, ge=0, le=MAX_SEQUENCE)
+    sequence: SequenceNumber | None = None
     at: datetime | None = None
     reason: str | None = Field(
         default=None,
@@ -158,7 +175,7 @@ class ProgressIn(Strict):
     counts: (
         dict[
             Annotated[str, Field(max_length=L.PROGRESS_KEY)],
-            int | float | Annotated[str, Field(max_length=L.PROGRESS_VALUE)],
+            Integer | Number | Annotated[StrictStr, Field(max_length=L.PROGRESS_VALUE)],
         ]
         | None
     ) = Field(
@@ -170,6 +187,8 @@ class ProgressIn(Strict):
 
 class ReaderConfig(Strict):
     """``http_json``: a JSON status document per run."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=reader_schema)
 
     type: Literal["http_json"]
     url_template: str = Field(min_length=8, max_length=L.URL)
@@ -183,12 +202,22 @@ class ReaderConfig(Strict):
         Annotated[str, Field(max_length=L.READER_HEADER_NAME)],
         Annotated[str, Field(max_length=L.READER_HEADER_VALUE)],
     ] = Field(default_factory=dict)
-    timeout: float = Field(default=5.0, gt=0, le=30)
+    timeout: Number = Field(default=5.0, gt=0, le=30)
 
 
 class OpenAIResponsesReaderConfig(Strict):
     """``openai_responses``: ``GET {base_url}/v1/responses/{run_id}``; the run id is the
     response id (``resp_…``)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra=refine(
+            base_url={"allOf": [{"pattern": r"^https?://[^/?#{}@\s\\]+(/[^?#{}\s]*)?$"}]},
+            organization={"allOf": [{"pattern": HEADER_VALUE}]},
+            project={"allOf": [{"pattern": HEADER_VALUE}]},
+            api_key={"allOf": [{"pattern": HEADER_VALUE}]},
+        ),
+    )
 
     type: Literal["openai_responses"]
     api_key: str = Field(
@@ -202,11 +231,20 @@ class OpenAIResponsesReaderConfig(Strict):
     )
     organization: str | None = Field(default=None, max_length=L.READER_ORG)
     project: str | None = Field(default=None, max_length=L.READER_ORG)
-    timeout: float = Field(default=10.0, gt=0, le=30)
+    timeout: Number = Field(default=10.0, gt=0, le=30)
 
 
 class McpTasksReaderConfig(Strict):
     """``mcp_tasks``: ``tasks/get`` on an MCP server over streamable HTTP."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra=refine(
+            url={"allOf": [{"pattern": r"^https?://[^/?#@\s\\]+([/?][^#\s]*)?$"}]},
+            bearer={"allOf": [{"pattern": r"^[\x20-\x7e]+$"}]},
+            task_id_template={"allOf": [{"pattern": r"\{run_id\}"}]},
+        ),
+    )
 
     type: Literal["mcp_tasks"]
     url: str = Field(min_length=8, max_length=L.URL, description="the streamable HTTP endpoint")
@@ -222,7 +260,7 @@ class McpTasksReaderConfig(Strict):
         max_length=L.TASK_ID_TEMPLATE,
         description="the task id of a run",
     )
-    timeout: float = Field(default=10.0, gt=0, le=30)
+    timeout: Number = Field(default=10.0, gt=0, le=30)
 
 
 #: The tags of the discriminated unions above: pydantic puts them in an error's location,
@@ -236,6 +274,29 @@ AnyReaderConfig = Annotated[
 
 
 class SourceCreate(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "allOf": [
+                SIGNING_SECRET,
+                {  # kind webhook (the default) needs a mapper; only it has a secret
+                    "if": {"required": ["kind"], "properties": {"kind": {"const": "api"}}},
+                    "then": {"properties": {"signing_secret": {"type": "null"}}},
+                    "else": {
+                        "required": ["mapper"],
+                        "properties": {"mapper": {"enum": ["generic", "openai"]}},
+                    },
+                },
+                {  # trust advisory (the default) needs a state reader to confirm signals
+                    "if": {
+                        "required": ["trust"],
+                        "properties": {"trust": {"const": "authoritative"}},
+                    },
+                    "else": {"required": ["reader"], "properties": {"reader": {"type": "object"}}},
+                },
+            ]
+        },
+    )
     name: str = Field(min_length=1, max_length=L.NAME, pattern=r"^[A-Za-z0-9._-]+$")
     kind: Literal["api", "webhook"] = "webhook"
     mapper: Literal["generic", "openai"] | None = None
@@ -251,6 +312,7 @@ class SourceCreate(Strict):
 
 
 class SigningSecretIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [SIGNING_SECRET]})
     signing_secret: str = Field(
         min_length=10, max_length=L.SIGNING_SECRET, description="the provider's new whsec_ secret"
     )
@@ -262,6 +324,23 @@ class OptionIn(Strict):
 
 
 class InputRequestIn(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "allOf": [
+                {  # a choice has 2 or more options; other kinds none
+                    "if": {"properties": {"kind": {"const": "choice"}}},
+                    "then": {
+                        "required": ["options"],
+                        "properties": {"options": {"type": "array", "minItems": 2}},
+                    },
+                    "else": {
+                        "properties": {"options": {"anyOf": [{"type": "null"}, {"maxItems": 0}]}}
+                    },
+                }
+            ]
+        },
+    )
     input_request_id: str = Field(
         pattern=RUN_ID_PATTERN, description="runtime-chosen, unique per tenant; reuse to retry"
     )
@@ -291,8 +370,8 @@ class ResponseIn(Strict):
         max_length=L.ANSWER_VALUE,
         description="choice: an option id; text: the answer",
     )
-    expected_run_version: StrictInt = Field(ge=1)
-    expected_request_version: StrictInt = Field(ge=1)
+    expected_run_version: PositiveInteger
+    expected_request_version: PositiveInteger
 
 
 class CancelIn(Strict):
@@ -315,11 +394,13 @@ Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
 
 
 class PreferencesIn(Storable):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=timezones)
     consent: dict[Literal["email", "webpush", "chat"], list[Urgency]] | None = Field(
         default=None, description="urgencies each channel may interrupt you for"
     )
-    quiet_hours: list[dict[str, Any]] | None = Field(default=None, max_length=14)
+    quiet_hours: list[dict[str, Any]] | None = Field(
+        default=None, max_length=14, json_schema_extra={"items": QUIET_WINDOW}
+    )
     timezone: str | None = Field(default=None, max_length=L.TIMEZONE)
     locale: str | None = Field(default=None, max_length=L.LOCALE)
 
@@ -331,14 +412,17 @@ class PushKeys(Storable):
 
 
 class PushSubscriptionIn(Storable):
-    model_config = ConfigDict(extra="ignore")  # browsers add expirationTime
+    model_config = ConfigDict(
+        extra="ignore",  # browsers add expirationTime
+        json_schema_extra=refine(endpoint={"allOf": [{"pattern": HTTPS_NAME_URL}]}),
+    )
     endpoint: str = Field(min_length=10, max_length=L.URL)
     keys: PushKeys
     user_agent: str | None = Field(default=None, max_length=L.USER_AGENT)
 
 
 class ChatIn(Storable):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=chat_url)
     url: str = Field(min_length=6, max_length=L.URL, description="an Apprise URL")
     label: str | None = Field(default=None, max_length=L.CHAT_LABEL)
 
@@ -364,8 +448,8 @@ class TargetIn(Strict):
     )
     id: str = Field(min_length=1, max_length=L.TARGET_ID)
     version: (
-        Annotated[str, Field(max_length=L.TARGET_VERSION)]
-        | Annotated[StrictInt, Field(ge=-L.MAX_INT_VERSION, le=L.MAX_INT_VERSION)]
+        Annotated[StrictStr, Field(max_length=L.TARGET_VERSION)]
+        | Annotated[Integer, Field(ge=-L.MAX_INT_VERSION, le=L.MAX_INT_VERSION)]
         | None
     ) = Field(default=None, description="the version acted on")
 
@@ -396,14 +480,31 @@ class OperationIn(Strict):
 class OperationsIn(Strict):
     """``{"operations": [...]}``, or one operation's fields at the top level."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["operations"], "properties": {"operations": {"type": "array"}}},
+                {
+                    "required": ["operation_id", "target", "intent"],
+                    "properties": {
+                        "operation_id": {"type": "string"},
+                        "target": {"type": "object"},
+                        "intent": {"type": "string"},
+                    },
+                },
+            ]
+        },
+    )
+
     operations: list[OperationIn] | None = Field(default=None, min_length=1, max_length=500)
     operation_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
     target: TargetIn | None = None
     intent: str | None = Field(default=None, min_length=1, max_length=L.INTENT)
     details: dict[str, Any] | None = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=L.IDEMPOTENCY_KEY)
-    epoch: StrictInt | None = Field(
-        default=None, ge=0, description="the epoch POST …/claim gave this worker"
+    epoch: NonNegativeInteger | None = Field(
+        default=None, description="the epoch POST …/claim gave this worker"
     )
 
 
@@ -414,7 +515,7 @@ class OperationMove(Strict):
         description="receipt id, lookup result, who or what checked (kept in the ledger; "
         "never in the feed or webhooks)",
     )
-    epoch: StrictInt | None = Field(default=None, ge=0)
+    epoch: NonNegativeInteger | None = None
 
 
 class ClaimIn(Strict):

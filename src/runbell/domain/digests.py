@@ -32,7 +32,8 @@ MAX_WINDOW_S = 7 * 24 * 3600
 # A digest notification's run id: a namespace no run page serves (a digest is known by its
 # attention type ``digest``, never by this prefix alone).
 RUN_PREFIX = "digest:"
-_KEY = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{limits.DIGEST_KEY}}}$")
+# fullmatch: a "$" anchor would admit a final "\n"
+_KEY = re.compile(rf"[A-Za-z0-9_.:-]{{1,{limits.DIGEST_KEY}}}")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Urgencies that are sent at once even when a rule says digest.
 IMMEDIATE = frozenset({"time_sensitive", "urgent"})
@@ -45,7 +46,7 @@ def never_waits(urgency: str | None) -> bool:
 
 def check_rule(rule_id: str, key: object, window_s: int | None, max_items: int | None) -> None:
     """A rule's digest settings, validated (the policy raises before anything is stored)."""
-    if key is not None and (not isinstance(key, str) or not _KEY.match(key)):
+    if key is not None and (not isinstance(key, str) or not _KEY.fullmatch(key)):
         raise ValidationFailed(
             f"rule {rule_id!r}: digest_key must be 1-100 letters, digits or _ . : -",
             field="digest_key",

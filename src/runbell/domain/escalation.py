@@ -53,6 +53,8 @@ def parse_ladder(raw: Any, rule_id: str) -> tuple[Step, ...]:
                 f"{where} must be a table with exactly after_s and channel", field="escalation"
             )
         after, channel = item["after_s"], item["channel"]
+        if isinstance(after, float) and after.is_integer():
+            after = int(after)  # JSON Schema's integer: 60.0 is 60
         if isinstance(after, bool) or not isinstance(after, int) or not 1 <= after <= MAX_AFTER_S:
             raise ValidationFailed(
                 f"{where}: after_s must be whole seconds from 1 to {MAX_AFTER_S}",

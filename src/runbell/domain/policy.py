@@ -181,6 +181,8 @@ def _check_condition(rule_id: str, name: str, cond: Mapping[str, Any]) -> None:
 def _opt_int(value: Any, rule_id: str, name: str) -> int | None:
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON Schema's integer: 60.0 is 60
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValidationFailed(
             f"rule {rule_id!r}: {name} must be a non-negative integer", field=name

@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
@@ -21,17 +22,29 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runbell.domain.errors import ValidationFailed
 
+#: ``H:MM`` or ``HH:MM``, 0:00 to 23:59 (the API's schema states the same pattern).
+_HHMM = re.compile(r"([01]?[0-9]|2[0-3]):([0-5][0-9])")
+
 
 def _hhmm(value: Any, name: str) -> time:
     if not isinstance(value, str):
         raise ValidationFailed(f"quiet hours {name} must be HH:MM", field=f"quiet_hours.{name}")
-    try:
-        hour, minute = value.split(":")
-        return time(int(hour), int(minute))
-    except ValueError as exc:
+    found = _HHMM.fullmatch(value)
+    if found is None:
         raise ValidationFailed(
             f"quiet hours {name} must be HH:MM, got {value!r}", field=f"quiet_hours.{name}"
-        ) from exc
+        )
+    return time(int(found[1]), int(found[2]))
+
+
+def _day(value: Any) -> int | None:
+    """A weekday number 0..6; a JSON ``3.0`` is ``3`` (JSON Schema's integer)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    day = int(value)
+    return day if 0 <= day <= 6 else None
 
 
 @dataclass(frozen=True)
@@ -49,13 +62,12 @@ class QuietWindow:
             )
         days = raw.get("days")
         if days is not None:
-            if not isinstance(days, list) or not all(
-                isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= 6 for d in days
-            ):
+            parsed = [_day(d) for d in days] if isinstance(days, list) else [None]
+            if None in parsed:
                 raise ValidationFailed(
                     "days are 0 (Monday) to 6 (Sunday)", field="quiet_hours.days"
                 )
-            return cls(start, end, frozenset(days))
+            return cls(start, end, frozenset(d for d in parsed if d is not None))
         return cls(start, end)
 
     def as_dict(self) -> dict[str, Any]:

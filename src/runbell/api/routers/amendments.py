@@ -10,7 +10,7 @@ from pydantic import Field
 
 from runbell.api.deps import Core, Who
 from runbell.api.idempotent import IdemKey
-from runbell.api.openapi import problems
+from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, Strict
 from runbell.domain import limits as L
@@ -41,6 +41,12 @@ class AmendmentIn(Strict):
     status_code=201,
     response_model=None,
     responses=problems(401, 403, 404, 409, 413, 422, 503),
+    openapi_extra=rules(
+        rule("text", "not blank: at least one character that is not whitespace"),
+        rule("changes.title", "not blank"),
+        rule("changes.objective", "not blank"),
+        rule("changes", "must differ from the run as it is now"),
+    ),
 )
 def propose_amendment(
     run_id: RunId, body: AmendmentIn, who: Who, core: Core, key: IdemKey

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from runbell.api.deps import SESSION_COOKIE, Core, Who, principal
-from runbell.api.openapi import problems
+from runbell.api.openapi import problems, rule, rules
 from runbell.api.sse import EventStreamResponse
 from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
@@ -27,6 +27,13 @@ from runbell.flows.context import Runbell
 
 router = APIRouter(prefix="/v1/events", tags=["events"])
 PAGE_MAX = 500
+#: ``earliest``, ``latest`` or a cursor (``next_cursor``, a ``Last-Event-ID``).
+CURSOR_PATTERN = r"^(earliest|latest|[0-9]{1,19})$"
+CURSOR_RULE = rule(
+    "after",
+    "a cursor must come from this feed: one ahead of the feed's head is refused "
+    "(one older than its retention is a 410)",
+)
 
 
 async def wait_for_events(
@@ -46,11 +53,11 @@ async def wait_for_events(
             await listener.wait(min(remaining, core.settings.feed_fallback_poll_s))
 
 
-@router.get("", responses=problems(401, 410, 422, 503))
+@router.get("", responses=problems(401, 410, 422, 503), openapi_extra=rules(CURSOR_RULE))
 async def list_events(
     who: Who,
     core: Core,
-    after: Annotated[str | None, Query(max_length=20)] = None,
+    after: Annotated[str | None, Query(max_length=20, pattern=CURSOR_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 100,
     wait: Annotated[float, Query(ge=0, le=30)] = 0,
 ) -> dict[str, Any]:
@@ -138,13 +145,14 @@ RETRY = b"retry: 3000\r\n\r\n"
         },
         **problems(401, 422, 503),
     },
+    openapi_extra=rules(CURSOR_RULE, {**CURSOR_RULE, "field": "Last-Event-ID"}),
 )
 async def stream(
     request: Request,
     who: Who,
     core: Core,
-    after: Annotated[str | None, Query(max_length=20)] = None,
-    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+    after: Annotated[str | None, Query(max_length=20, pattern=CURSOR_PATTERN)] = None,
+    last_event_id: Annotated[str | None, Header(max_length=20, pattern=CURSOR_PATTERN)] = None,
 ) -> EventStreamResponse:
     """The feed as Server-Sent Events. ``Last-Event-ID`` wins over ``?after=``."""
     requested = last_event_id or after or "latest"

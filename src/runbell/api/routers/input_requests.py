@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Path, Response
 
 from runbell.api.deps import Core, Runtime, User, Who
 from runbell.api.idempotent import IdemKey
-from runbell.api.openapi import problems
+from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, InputRequestIn, ResponseIn
 from runbell.flows import answers
@@ -23,7 +23,14 @@ RequestId = Annotated[str, Path(max_length=200, description="the runtime's input
     "/v1/runs/{run_id}/input-requests",
     status_code=201,
     response_model=None,
-    responses=problems(401, 403, 404, 409, 413, 422, 503),
+    responses={
+        200: {"description": "A retry: this request was opened already with the same body"},
+        **problems(401, 403, 404, 409, 413, 422, 503),
+    },
+    openapi_extra=rules(
+        rule("options", "option ids are unique within the request"),
+        rule("summary", "not blank: at least one character that is not whitespace"),
+    ),
 )
 def open_request(
     run_id: RunId, body: InputRequestIn, who: Runtime, core: Core, key: IdemKey
@@ -43,6 +50,11 @@ def get_request(request_id: RequestId, who: Who, core: Core) -> dict[str, Any]:
     "/v1/input-requests/{request_id}/responses",
     response_model=None,
     responses=problems(401, 403, 404, 409, 413, 422, 503),
+    openapi_extra=rules(
+        rule("decision", "approve or reject an approval; answer a choice or a text request"),
+        rule("value", "none for an approval; an option id of a choice; non-blank text"),
+        rule("Idempotency-Key", "required"),
+    ),
 )
 def respond(
     request_id: RequestId,

@@ -8,13 +8,21 @@ from fastapi import APIRouter, Response
 
 from runbell.api.deps import Admin, Core, User
 from runbell.api.idempotent import IdemKey
-from runbell.api.openapi import problems
+from runbell.api.openapi import SSRF_RULE, problems, rule, rules
 from runbell.api.responses import answered
 from runbell.api.schemas import ChatIn, PreferencesIn, PushSubscriptionIn
 from runbell.domain.errors import NotFound
 from runbell.flows import preferences
 
 router = APIRouter(tags=["me"])
+CHAT_RULES = rules(
+    rule(
+        "url",
+        "a valid URL of that Apprise service, naming exactly one target "
+        "(TLS verification stays on)",
+    ),
+    rule("url", SSRF_RULE, "unsafe-destination"),
+)
 
 
 @router.get("/v1/me", responses=problems(401, 403, 503))
@@ -28,7 +36,11 @@ def get_preferences(who: User, core: Core) -> dict[str, Any]:
     return preferences.preferences_of(core, who)
 
 
-@router.put("/v1/me/preferences", responses=problems(401, 403, 413, 422, 503))
+@router.put(
+    "/v1/me/preferences",
+    responses=problems(401, 403, 413, 422, 503),
+    openapi_extra=rules(rule("quiet_hours.end", "differs from the window's start")),
+)
 def put_preferences(body: PreferencesIn, who: User, core: Core) -> dict[str, Any]:
     """Change what may interrupt you. Validated whole; nothing is stored on error."""
     return preferences.save_preferences(
@@ -54,7 +66,11 @@ def vapid_public_key(core: Core) -> dict[str, str]:
     "/v1/me/push-subscriptions",
     status_code=201,
     response_model=None,
-    responses=problems(401, 403, 409, 413, 422, 503),
+    responses={
+        200: {"description": "This endpoint was registered already; its keys are refreshed"},
+        **problems(401, 403, 409, 413, 422, 503),
+    },
+    openapi_extra=rules(rule("endpoint", SSRF_RULE, "unsafe-destination")),
 )
 def add_subscription(body: PushSubscriptionIn, who: User, core: Core, key: IdemKey) -> Response:
     """Register this browser's push subscription (the subscription is the consent).
@@ -90,6 +106,7 @@ def delete_subscription(subscription_id: str, who: User, core: Core) -> Response
     status_code=201,
     response_model=None,
     responses=problems(401, 403, 413, 422, 503),
+    openapi_extra=CHAT_RULES,
 )
 def add_my_chat(body: ChatIn, who: User, core: Core, key: IdemKey) -> Response:
     """An Apprise URL for your own alerts (Slack, Telegram, Discord, Matrix, ntfy, …)."""
@@ -101,6 +118,7 @@ def add_my_chat(body: ChatIn, who: User, core: Core, key: IdemKey) -> Response:
     status_code=201,
     response_model=None,
     responses=problems(401, 403, 413, 422, 503),
+    openapi_extra=CHAT_RULES,
 )
 def add_shared_chat(body: ChatIn, who: Admin, core: Core, key: IdemKey) -> Response:
     """A tenant-wide room that receives every member's pushed alerts (neutral texts)."""

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Response
 
 from runbell.api.deps import Core, Runtime, Who
 from runbell.api.idempotent import IdemKey
-from runbell.api.openapi import problems
+from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, ClaimIn, OperationMove, OperationsIn
 from runbell.flows import operations
@@ -22,7 +22,15 @@ OperationId = Annotated[str, Path(max_length=200, description="the runtime's ope
     "/{run_id}/operations",
     status_code=201,
     response_model=None,
-    responses=problems(401, 403, 404, 409, 413, 422, 503),
+    responses={
+        200: {"description": "Every operation was declared already with the same body"},
+        **problems(401, 403, 404, 409, 413, 422, 503),
+    },
+    openapi_extra=rules(
+        rule("intent", "not blank once control characters are removed"),
+        rule("operations.*.intent", "not blank once control characters are removed"),
+        rule("operations", "each operation_id at most once in one request"),
+    ),
 )
 def declare(run_id: RunId, body: OperationsIn, who: Runtime, core: Core, key: IdemKey) -> Response:
     """Declare one or many intended effects (``planned``). 201; 200 when every one was

@@ -7,28 +7,114 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import ConfigDict, Field, RootModel, StrictBool, StrictInt
+from pydantic import ConfigDict, Field, RootModel, StrictBool
 
 from runbell.api.deps import Admin, Core
-from runbell.api.openapi import problems
-from runbell.api.schemas import Storable
+from runbell.api.jsonschema import Integer, StallSeconds, refine
+from runbell.api.openapi import problems, rule, rules
+from runbell.api.schemas import Storable, Urgency
+from runbell.domain import digests, escalation
+from runbell.domain import limits as L
+from runbell.domain import policy as policy_rules
+from runbell.domain import retention as retention_rules
 from runbell.domain.errors import ValidationFailed
 from runbell.flows import dry_run, policy, retention
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
 
 
+def _rule_schema() -> dict[str, Any]:
+    """One policy rule as ``domain.policy.Rule.parse`` checks it."""
+    count = {"type": "integer", "minimum": 0}
+    condition = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "in": {"type": "array"},
+            **{op: {"type": "number"} for op in ("gte", "lte", "gt", "lt")},
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["id", "decision"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string", "minLength": 1, "maxLength": L.RULE_ID},
+            "decision": {"enum": list(policy_rules.DECISION_KINDS)},
+            "urgency": {"anyOf": [{"enum": list(policy_rules.URGENCIES)}, {"type": "null"}]},
+            "when": {
+                "type": "object",
+                "description": "fact: value (equal), or fact: {gte|lte|gt|lt: number, in: [..]}",
+                "propertyNames": {"enum": sorted(policy_rules.FACT_NAMES)},
+                "additionalProperties": {
+                    "anyOf": [condition, {"not": {"type": "object"}}],
+                },
+            },
+            "expires_after_s": {"anyOf": [count, {"type": "null"}]},
+            "digest_window_s": {
+                "anyOf": [
+                    {"type": "integer", "minimum": 1, "maximum": digests.MAX_WINDOW_S},
+                    {"type": "null"},
+                ]
+            },
+            "digest_key": {
+                "anyOf": [
+                    {"type": "string", "pattern": rf"^[A-Za-z0-9_.:-]{{1,{L.DIGEST_KEY}}}$"},
+                    {"type": "null"},
+                ]
+            },
+            "digest_max_items": {
+                "anyOf": [
+                    {"type": "integer", "minimum": 1, "maximum": digests.MAX_ITEMS_LIMIT},
+                    {"type": "null"},
+                ]
+            },
+            "escalation": {
+                "anyOf": [
+                    {
+                        "type": "array",
+                        "maxItems": escalation.MAX_STEPS,
+                        "items": {
+                            "type": "object",
+                            "required": ["after_s", "channel"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "after_s": {
+                                    "type": "integer",
+                                    "minimum": 1,
+                                    "maximum": escalation.MAX_AFTER_S,
+                                },
+                                "channel": {"enum": list(escalation.ESCALATION_CHANNELS)},
+                            },
+                        },
+                    },
+                    {"type": "null"},
+                ]
+            },
+        },
+        # A push says how urgent it is.
+        "if": {"properties": {"decision": {"const": "push"}}},
+        "then": {"required": ["urgency"], "properties": {"urgency": {"type": "string"}}},
+    }
+
+
+POLICY_RULES = rules(
+    rule("id", "rule ids are unique in the document"),
+    rule("escalation", "after_s increases from step to step; each channel at most once"),
+)
+
+
 class PolicyDoc(Storable):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra=refine(rules={"items": _rule_schema()})
+    )
     rules: list[dict[str, Any]] = Field(default_factory=list, max_length=200)
     replace_defaults: StrictBool = False
-    quiet_hours_bypass: list[str] = Field(
+    quiet_hours_bypass: list[Urgency] = Field(
         default_factory=list, description="urgencies that may be sent during quiet hours"
     )
-    stall_after_seconds: StrictInt | None = Field(
+    stall_after_seconds: StallSeconds | None = Field(
         default=None,
-        ge=0,
-        le=30 * 86_400,
         description="a working run silent this long is stalled (default 900; 0: never)",
     )
 
@@ -39,22 +125,39 @@ def get_policy(who: Admin, core: Core) -> dict[str, Any]:
     return policy.get_policy(core, who.tenant_id)
 
 
-@router.put("", responses=problems(401, 403, 413, 422, 503))
+@router.put("", responses=problems(401, 403, 413, 422, 503), openapi_extra=POLICY_RULES)
 def put_policy(body: PolicyDoc, who: Admin, core: Core) -> dict[str, Any]:
     """Replace the tenant's rules; they are validated whole before anything is stored."""
     return policy.set_policy(core, who.tenant_id, body.model_dump())
 
 
-@router.post("/dry-run", responses=problems(401, 403, 413, 422, 503))
+@router.post(
+    "/dry-run",
+    responses=problems(401, 403, 413, 422, 503),
+    openapi_extra=rules(
+        *POLICY_RULES["x-runbell-rules"],
+        rule("since", "before until (or now), and at most 92 days before it"),
+    ),
+)
 def dry_run_policy(
     body: PolicyDoc,
     who: Admin,
     core: Core,
     since: Annotated[
-        str | None, Query(max_length=40, description="window start, ISO 8601 with offset")
+        str | None,
+        Query(
+            max_length=40,
+            description="window start, ISO 8601 with offset",
+            json_schema_extra={"format": "date-time"},
+        ),
     ] = None,
     until: Annotated[
-        str | None, Query(max_length=40, description="window end, ISO 8601 (default: now)")
+        str | None,
+        Query(
+            max_length=40,
+            description="window end, ISO 8601 (default: now)",
+            json_schema_extra={"format": "date-time"},
+        ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=dry_run.MAX_TRANSITIONS)] = dry_run.MAX_TRANSITIONS,
 ) -> dict[str, Any]:
@@ -85,10 +188,32 @@ def _instant(text: str | None, name: str) -> datetime | None:
     return value
 
 
-class RetentionChange(RootModel[dict[str, StrictInt | None]]):
+def _retention_schema(schema: dict[str, Any]) -> None:
+    """The tables a tenant may set and each one's bounds (``domain.retention`` checks the
+    same): an unknown table, or days under the floor, are 422s naming the table."""
+    schema.pop("additionalProperties", None)
+    schema["properties"] = {
+        table: {
+            "anyOf": [
+                {
+                    "type": "integer",
+                    "minimum": retention_rules.floor_days(table),
+                    "maximum": retention_rules.MAX_DAYS,
+                },
+                {"type": "null"},
+            ]
+        }
+        for table in retention_rules.TABLES
+        if table not in retention_rules.GLOBAL_ONLY
+    }
+    schema["additionalProperties"] = False
+
+
+class RetentionChange(RootModel[dict[str, Integer | None]]):
     """``{table: days}``; ``null`` drops that table's override."""
 
-    root: dict[str, StrictInt | None] = Field(max_length=50)
+    model_config = ConfigDict(json_schema_extra=_retention_schema)
+    root: dict[str, Integer | None] = Field(max_length=50)
 
 
 def _retention_view(core: Core, tenant_id: str) -> dict[str, Any]:

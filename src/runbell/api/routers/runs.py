@@ -8,8 +8,9 @@ from fastapi import APIRouter, Path, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from runbell.api.deps import Core, Runtime, Who
-from runbell.api.openapi import problems
+from runbell.api.openapi import problems, rule, rules
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
+from runbell.domain.overview import GROUPS, STATES
 from runbell.flows import overview, runs, signals
 from runbell.flows.signals import Signal
 
@@ -17,7 +18,36 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
 
 
-@router.put("/{run_id}", status_code=200, responses=problems(401, 403, 409, 413, 422, 503))
+def _listed(values: tuple[str, ...]) -> dict[str, Any]:
+    """A repeatable query value naming one of ``values``, or a comma list of them."""
+    one = "|".join(values)
+    items = {
+        "anyOf": [
+            {"type": "string", "enum": list(values)},
+            # What the server takes: blanks around names and empty parts are ignored.
+            {"type": "string", "pattern": rf"^\s*({one})?\s*(,\s*({one})?\s*)*$"},
+        ]
+    }
+    return {"anyOf": [{"type": "array", "items": items}, {"type": "null"}]}
+
+
+PUT_RULES = rules(
+    rule("owner", "required when the run does not exist yet (optional on an update)"),
+    rule("owner", "a user id (usr_…) or the email of a current member of the tenant"),
+    rule("authority.users", "each a user id or the email of a current member"),
+    rule("state", "only on creation; an existing run changes state with POST …/signals"),
+)
+
+
+@router.put(
+    "/{run_id}",
+    status_code=200,
+    responses={
+        201: {"description": "The run was created; the body is the run snapshot"},
+        **problems(401, 403, 409, 413, 422, 503),
+    },
+    openapi_extra=PUT_RULES,
+)
 def put_run(
     run_id: RunId, body: RunPut, who: Runtime, core: Core, response: Response
 ) -> dict[str, Any]:
@@ -34,19 +64,29 @@ def get_run(run_id: RunId, who: Who, core: Core) -> dict[str, Any]:
     return runs.get_run(core, who, run_id)
 
 
-@router.get("", responses=problems(401, 422, 503))
+@router.get(
+    "",
+    responses=problems(401, 422, 503),
+    openapi_extra=rules(
+        rule("after", "a next_cursor this listing gave, with the same state and group")
+    ),
+)
 def list_runs(
     who: Who,
     core: Core,
     state: Annotated[
         list[str] | None,
-        Query(description="keep runs in these states (repeatable, or a comma list)"),
+        Query(
+            description="keep runs in these states (repeatable, or a comma list)",
+            json_schema_extra=_listed(STATES),
+        ),
     ] = None,
     group: Annotated[
         list[str] | None,
         Query(
             description="the runs overview: needs_you, stalled, needs_review, working, "
-            "finished (repeatable, or a comma list); each run then carries its `group`"
+            "finished (repeatable, or a comma list); each run then carries its `group`",
+            json_schema_extra=_listed(GROUPS),
         ),
     ] = None,
     after: Annotated[

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import IdemKey
-from runbell.api.openapi import problems
+from runbell.api.openapi import SSRF_RULE, problems, rule, rules
 from runbell.api.responses import answered
 from runbell.api.schemas import SigningSecretIn, SourceCreate
 from runbell.flows import sources
@@ -17,7 +17,21 @@ from runbell.flows import sources
 router = APIRouter(prefix="/v1/sources", tags=["sources"])
 
 
-@router.post("", status_code=201, response_model=None, responses=problems(401, 403, 413, 422, 503))
+@router.post(
+    "",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 413, 422, 503),
+    openapi_extra=rules(
+        rule("name", "unique in the tenant"),
+        rule("reader.url_template", "a URL whose origin is the same whatever the run id"),
+        rule("reader.base_url", "the API origin: not ending in /v1"),
+        rule("reader.url", "a URL an HTTP client can parse"),
+        rule("reader.api_key", "not blank"),
+        rule("reader.bearer", "not blank"),
+        rule("reader", SSRF_RULE, "unsafe-destination"),
+    ),
+)
 def post_source(body: SourceCreate, who: Admin, core: Core, key: IdemKey) -> Response:
     """Register a source. A webhook source answers with its signing secret, once."""
     return answered(sources.create_source(core, who.tenant_id, body.model_dump(), key))

@@ -6,11 +6,12 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
-from pydantic import ConfigDict, Field, StrictInt
+from pydantic import BeforeValidator, ConfigDict, Field, StrictInt
 
 from runbell.api.deps import Admin, Core
 from runbell.api.idempotent import IdemKey
-from runbell.api.openapi import problems
+from runbell.api.jsonschema import HTTPS_NAME_URL, Number, integral, not_null, refine
+from runbell.api.openapi import SSRF_RULE, problems, rule, rules
 from runbell.api.responses import answered
 from runbell.api.schemas import Storable
 from runbell.domain import limits as L
@@ -42,16 +43,31 @@ EventType = Literal[
 assert set(EventType.__args__) == set(endpoints.EVENT_TYPES)  # type: ignore[attr-defined]
 
 
+#: What the schema can say of an endpoint URL: https, no credentials, a host name of two
+#: or more labels (the SSRF guard says the rest: ``x-runbell-rules``).
+URL_SCHEMA = {"allOf": [{"pattern": HTTPS_NAME_URL}]}
+
+
+def _patch_schema(schema: dict[str, Any]) -> None:
+    not_null("url", "event_types", "status")(schema)
+    refine(url=URL_SCHEMA)(schema)
+
+
+URL_RULES = rules(
+    rule("url", SSRF_RULE, "unsafe-destination"),
+)
+
+
 class EndpointIn(Storable):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=refine(url=URL_SCHEMA))
     url: str = Field(min_length=8, max_length=L.URL)
     description: str | None = Field(default=None, max_length=L.DESCRIPTION)
     event_types: list[EventType] = Field(default_factory=list, description="[] = all")
-    rate_limit_per_s: float | None = Field(default=None, gt=0, le=1000)
+    rate_limit_per_s: Number | None = Field(default=None, gt=0, le=1000)
 
 
 class EndpointPatch(Storable):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_patch_schema)
     url: str | None = Field(default=None, min_length=8, max_length=L.URL)
     description: str | None = Field(default=None, max_length=L.DESCRIPTION)
     event_types: list[EventType] | None = None
@@ -60,12 +76,18 @@ class EndpointPatch(Storable):
 
 class RotateIn(Storable):
     model_config = ConfigDict(extra="forbid")
-    overlap_s: StrictInt = Field(
-        default=86400, ge=0, le=7 * 86400, description="how long the previous secrets stay valid"
+    overlap_s: Annotated[StrictInt, Field(ge=0, le=7 * 86400), BeforeValidator(integral)] = Field(
+        default=86400, description="how long the previous secrets stay valid"
     )
 
 
-@router.post("", status_code=201, response_model=None, responses=problems(401, 403, 413, 422, 503))
+@router.post(
+    "",
+    status_code=201,
+    response_model=None,
+    responses=problems(401, 403, 413, 422, 503),
+    openapi_extra=URL_RULES,
+)
 def create(body: EndpointIn, who: Admin, core: Core, key: IdemKey) -> Response:
     """Register an endpoint; the answer carries its signing secret, once (a retry under
     the same Idempotency-Key replays that answer, secret included)."""
@@ -92,7 +114,9 @@ def get_endpoint(endpoint_id: str, who: Admin, core: Core) -> dict[str, Any]:
     return endpoints.get_endpoint(core, who.tenant_id, endpoint_id)
 
 
-@router.patch("/{endpoint_id}", responses=problems(401, 403, 404, 413, 422, 503))
+@router.patch(
+    "/{endpoint_id}", responses=problems(401, 403, 404, 413, 422, 503), openapi_extra=URL_RULES
+)
 def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: Core) -> dict[str, Any]:
     """Change the URL or filter, or enable/disable. Re-enabling resets the dead streak."""
     return endpoints.update_endpoint(
