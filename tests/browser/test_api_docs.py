@@ -91,3 +91,37 @@ def test_api_reference_renders_with_no_way_out(web: BrowserServer, new_context: 
     # before any request is made (so it is not in `left`), and nothing else fails.
     others = [e for e in offline.errors if "cdn.redoc.ly/redoc/logo-mini.svg" not in e]
     assert others == []
+
+
+def test_api_reference_markup_fixes_keep_the_bundles_working(
+    web: BrowserServer, new_context: NewContext
+) -> None:
+    """apidocs.js puts the bundles' markup right for assistive technology (axe-core in
+    test_accessibility.py checks the result); here: it really lands on every element, also
+    on ones rendered later, and nothing the bundles do is lost by it."""
+    page = new_context().new_page()
+    page.goto("/docs")
+    put = page.locator("#operations-runs-put_run_v1_runs__run_id__put")
+    expect(put).to_be_visible()
+    # Swagger's title reads as level 2 under our h1; no link left inside an expand button.
+    expect(page.locator(".swagger-ui .info h1.title")).to_have_attribute("aria-level", "2")
+    assert page.locator(".opblock-summary-control a").count() > 30
+    expect(page.locator(".opblock-summary-control a[href]")).to_have_count(0)
+    # Deep linking still works: opening an operation writes its address, which opens it.
+    put.locator(".opblock-summary-control").click()
+    expect(put.locator(".opblock-body")).to_be_visible()
+    expect(page).to_have_url(f"{web.url}/docs#/runs/put_run_v1_runs__run_id__put")
+    page.reload()
+    expect(
+        page.locator("#operations-runs-put_run_v1_runs__run_id__put .opblock-body")
+    ).to_be_visible()
+    expect(page.locator(".opblock-summary-control a[href]")).to_have_count(0)
+
+    page.goto("/redoc")
+    expect(page.locator("[data-section-id*='/operation/']").first).to_be_attached()
+    # Every ReDoc h5 reads as level 3, every select has a name.
+    assert page.locator("#redoc h5").count() > 30
+    expect(page.locator("#redoc h5:not([aria-level='3'])")).to_have_count(0)
+    assert page.locator("#redoc select").count() > 0
+    expect(page.locator("#redoc select:not([aria-label])")).to_have_count(0)
+    expect(page.locator("#redoc select").first).to_have_attribute("aria-label", "Example")
