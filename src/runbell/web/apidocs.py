@@ -5,7 +5,10 @@ FastAPI's own pages load their JavaScript and CSS from a public CDN, so on a sel
 network without a way out the reference was blank. The bundles come from the
 ``fastapi-offline`` package (Swagger UI 5 and ReDoc 2, installed with Runbell) and are
 served under ``/docs/assets/``; the pages start them with a script of ours instead of an
-inline one, so the Content-Security-Policy keeps ``script-src 'self'``.
+inline one, so the Content-Security-Policy keeps ``script-src 'self'``. The bundles stay
+unchanged; where their colours or markup fail axe-core, ``static/apidocs.css``, ReDoc's theme
+options and a small DOM fix-up in ``static/apidocs.js`` put them right (docs/web.md,
+Accessibility).
 """
 
 from __future__ import annotations
