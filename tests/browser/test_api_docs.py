@@ -11,7 +11,7 @@ import httpx
 import pytest
 from playwright.sync_api import ConsoleMessage, Page, Route, expect
 
-from tests.browser.conftest import BrowserServer, NewContext
+from tests.browser.conftest import BrowserServer, NewContext, axe_violations
 from tests.timeouts import WAIT
 
 pytestmark = pytest.mark.browser
@@ -116,6 +116,11 @@ def test_api_reference_markup_fixes_keep_the_bundles_working(
         page.locator("#operations-runs-put_run_v1_runs__run_id__put .opblock-body")
     ).to_be_visible()
     expect(page.locator(".opblock-summary-control a[href]")).to_have_count(0)
+    # An opened operation (parameters, responses, examples) has no axe findings either.
+    page.locator("#operations-runs-list_runs_v1_runs_get .opblock-summary-control").click()
+    expect(page.locator("#operations-runs-list_runs_v1_runs_get .opblock-body")).to_be_visible()
+    expect(page.locator("table.responses-table:not([aria-label])")).to_have_count(0)
+    assert axe_violations(page) == []
 
     page.goto("/redoc")
     expect(page.locator("[data-section-id*='/operation/']").first).to_be_attached()

@@ -21,6 +21,19 @@
     root.querySelectorAll(".opblock-summary-control a[href]").forEach((a) => {
       a.removeAttribute("href");
     });
+    // An opened Swagger UI operation: its responses table is an unnamed role="region"
+    // (landmark-unique, one per opened operation), its examples a scrolling <pre> that a
+    // keyboard cannot reach (scrollable-region-focusable).
+    root.querySelectorAll("table.responses-table[role='region']:not([aria-label])").forEach((t) => {
+      const op = t.closest(".opblock");
+      const name = op && op.querySelector(".opblock-summary-path");
+      const method = op && op.querySelector(".opblock-summary-method");
+      const what = [method && method.textContent, name && name.dataset.path].filter(Boolean);
+      t.setAttribute("aria-label", `Responses of ${what.join(" ") || "this operation"}`);
+    });
+    root.querySelectorAll(".swagger-ui pre.microlight:not([tabindex])").forEach((pre) => {
+      pre.setAttribute("tabindex", "0");
+    });
     // ReDoc titles an operation's "path Parameters" / "Request Body schema" with <h5> right
     // under the operation's <h2>, then "Responses" with <h3>: read them as level 3.
     root.querySelectorAll("#redoc h5:not([aria-level])").forEach((h) => {
@@ -49,6 +62,9 @@
       showExtensions: true,
       showCommonExtensions: true,
       validatorUrl: null, // the online validator is another site: never called
+      // The default highlighter theme draws numbers in #d36363 on #333 (3.5:1): examples
+      // are plain light text on the dark block instead (color-contrast).
+      syntaxHighlight: { activated: false },
       presets: [window.SwaggerUIBundle.presets.apis],
     });
     watch(swagger);
