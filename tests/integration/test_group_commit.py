@@ -257,6 +257,7 @@ CRASH_SCRIPT = textwrap.dedent(
     settings = Settings(**{k: v for k, v in (a.split("=", 1) for a in sys.argv[1:])})
     core = build(settings, migrate=False)
     tenant_id = os.environ["TENANT"]
+    WAIT = float(os.environ["WAIT"])  # the suite's scaled bound (tests/timeouts.py)
     with core.db.read() as conn:
         source = accounts.get_source(conn, tenant_id, accounts.api_source_id(conn, tenant_id))
     gate, started = threading.Event(), threading.Event()
@@ -293,7 +294,7 @@ def test_a_crash_with_a_batch_half_built_commits_nothing_of_it(
     ]
     proc = subprocess.run(
         [sys.executable, "-c", CRASH_SCRIPT, *args],
-        env={**os.environ, "TENANT": creds.tenant_id},
+        env={**os.environ, "TENANT": creds.tenant_id, "WAIT": str(WAIT)},
         capture_output=True,
         text=True,
         timeout=scaled(120),

@@ -277,6 +277,12 @@ def _walk(schema: dict[str, Any]) -> None:
             return
         names = schema.setdefault("propertyNames", {})
         names.setdefault("pattern", STORABLE_PATTERN)
+    elif kind == "object" and schema.get("additionalProperties", True) is not False:
+        # Declared fields plus extra keys the model ignores (a push subscription's
+        # expirationTime): the extra keys are checked too.
+        schema.setdefault("propertyNames", {}).setdefault("pattern", STORABLE_PATTERN)
+    if kind == "array" and "items" not in schema and "prefixItems" not in schema:
+        schema["items"] = {"$ref": JSON_VALUE_REF}  # a free-form list holds JSON values
     for key in ("properties", "$defs", "definitions", "patternProperties"):
         for sub in (schema.get(key) or {}).values():
             if isinstance(sub, dict):

@@ -7,6 +7,9 @@ number with a zero fraction: ``7.0`` is ``7``, as in JSON Schema (``type: intege
 I-JSON, so a client whose JSON library writes every number as a float is not refused.
 """
 
+# size: every request body of the API in one module, so the OpenAPI document and the MCP tools
+# read one set of models (split by resource once a resource outgrows a screen of them).
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -14,9 +17,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
+    StrictInt,
     StrictStr,
     field_validator,
     model_validator,
@@ -35,6 +40,7 @@ from runbell.api.jsonschema import (
     SequenceNumber,
     StallSeconds,
     chat_url,
+    integral,
     reader_schema,
     refine,
     timezones,
@@ -73,7 +79,9 @@ class Strict(Storable):
 #: store it (``notifications.subject_version``, ``operations.target_version``).
 Version = (
     Annotated[StrictStr, Field(max_length=L.SUBJECT_VERSION)]
-    | Annotated[Integer, Field(ge=-L.MAX_INT_VERSION, le=L.MAX_INT_VERSION)]
+    | Annotated[
+        StrictInt, Field(ge=-L.MAX_INT_VERSION, le=L.MAX_INT_VERSION), BeforeValidator(integral)
+    ]
 )
 
 
@@ -449,7 +457,9 @@ class TargetIn(Strict):
     id: str = Field(min_length=1, max_length=L.TARGET_ID)
     version: (
         Annotated[StrictStr, Field(max_length=L.TARGET_VERSION)]
-        | Annotated[Integer, Field(ge=-L.MAX_INT_VERSION, le=L.MAX_INT_VERSION)]
+        | Annotated[
+            StrictInt, Field(ge=-L.MAX_INT_VERSION, le=L.MAX_INT_VERSION), BeforeValidator(integral)
+        ]
         | None
     ) = Field(default=None, description="the version acted on")
 

@@ -64,6 +64,14 @@ class _LazyConsole:
             self._console = Console(stderr=self._stderr, soft_wrap=True)
         return getattr(self._console, name)
 
+    # Dunder methods are looked up on the class, never through __getattr__: rich's
+    # Progress and Live use the console as a context manager (``with console:``).
+    def __enter__(self) -> Any:
+        return self.__getattr__("__enter__")()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.__getattr__("__exit__")(*exc)
+
 
 out: Console = _LazyConsole(stderr=False)  # type: ignore[assignment]
 err: Console = _LazyConsole(stderr=True)  # type: ignore[assignment]

@@ -349,7 +349,9 @@ def _check_url_template(url_template: str) -> str:
         parts = urlsplit(url_template)
     except ValueError as exc:
         raise invalid from exc
-    if _RUN_ID_PLACEHOLDER in parts.scheme + parts.netloc + parts.fragment:
+    # urlsplit reads no scheme in "http{run_id}://…" (braces are not scheme characters)
+    scheme = url_template.partition(":")[0]
+    if _RUN_ID_PLACEHOLDER in scheme + parts.scheme + parts.netloc + parts.fragment:
         raise misplaced
     # The shared parse step (domain.ssrf): whatever the SSRF guard and the HTTP client
     # would fail to read (invalid IDNA, bad labels or ports) is refused here, naming
