@@ -287,7 +287,8 @@ def _walk(schema: dict[str, Any]) -> None:
         for sub in (schema.get(key) or {}).values():
             if isinstance(sub, dict):
                 _walk(sub)
-    for key in ("items", "additionalProperties", "not", "propertyNames"):
+    # never into "not": tightening what is negated would widen what is allowed
+    for key in ("items", "additionalProperties", "propertyNames"):
         if isinstance(schema.get(key), dict):
             _walk(schema[key])
     for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
