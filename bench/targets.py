@@ -20,6 +20,7 @@ What lives here:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,7 +253,7 @@ def run_command_with_app_hook(argv: Sequence[str], hook: Callable[[Any, Core], N
         return app
 
     setattr(app_module, "create_app", create_app)  # noqa: B010 (a typed module attribute)
-    cli.app(list(argv), prog_name="runbell")
+    sys.exit(cli.main(list(argv)))
 
 
 def asgi_app_from_env() -> Any:

@@ -2,41 +2,71 @@
 scripts and CI jobs report with.
 
 One module per concept: :mod:`~runbell.cli.serve` (``migrate``, ``serve``, ``api``,
-``worker``), :mod:`~runbell.cli.admin` (``tenant``, ``key``, ``user``, ``source``),
-:mod:`~runbell.cli.deliveries` (``deliveries``), :mod:`~runbell.cli.retention`
-(``tenant retention``, ``prune``), :mod:`~runbell.cli.agent` (``login``, ``report``,
-``progress``, ``ask``, ``wait``: for scripts and CI, on :mod:`runbell.client`),
-:mod:`~runbell.cli.hooks` (``hook``: Claude Code and Codex), :mod:`~runbell.cli.mcp`
-(``mcp``, the MCP server over stdio);
-:mod:`~runbell.cli.welcome` is the first start's text and :mod:`~runbell.cli.common`
-what every command shares. This module only puts them together as one Typer
-application, :data:`app` (the ``runbell`` entry point).
+``worker``), :mod:`~runbell.cli.admin` (``tenant``, ``key``, ``user``, ``source``,
+``secret-key``), :mod:`~runbell.cli.deliveries` (``deliveries``),
+:mod:`~runbell.cli.retention` (``tenant retention``, ``prune``), :mod:`~runbell.cli.agent`
+(``login``, ``report``, ``progress``, ``ask``, ``wait``: for scripts and CI, on
+:mod:`runbell.client`), :mod:`~runbell.cli.hooks` (``hook``: Claude Code and Codex),
+:mod:`~runbell.cli.mcp` (``mcp``, the MCP server over stdio),
+:mod:`~runbell.cli.completion` (``completion``); :mod:`~runbell.cli.welcome` is the
+first start's text and :mod:`~runbell.cli.common` what every command shares.
 
-Starting is light (well under 150 ms of CPU): these modules import only Typer at their
-top; each command imports its implementation when it runs (see :mod:`~runbell.cli.common`,
-which also holds the help and error style and the exit codes).
+The command line itself is ours, small, and built for a light start (every command
+starts in well under 150 ms of CPU): each command is declared as a value
+(:mod:`~runbell.cli.specs`), argv is read against the declarations
+(:mod:`~runbell.cli.parsing`), and ``--help`` is rendered from them
+(:mod:`~runbell.cli.helptext`, imported only then). Typer (and the click it vendors) was
+replaced: importing it alone cost about 120 ms of CPU on a 2-core machine, nearly the
+whole budget (docs/architecture.md). These modules import nothing heavy at their top;
+each command imports its implementation when it runs.
+
+This module only puts the commands together as one tree, :data:`root`, and runs it:
+:func:`app` is the ``runbell`` entry point, :func:`main` the same for a caller in this
+process (a test) that wants the exit code.
 """
 
 from __future__ import annotations
 
-from runbell.cli import admin, agent, common, deliveries, hooks, retention, serve
-from runbell.cli.mcp import mcp
+import os
+import sys
 
-app = common.group(
-    "Runbell: trustworthy attention for background AI-agent work.",
-    pretty_exceptions_enable=False,
+from runbell.cli import admin, agent, completion, deliveries, hooks, mcp, retention, serve
+from runbell.cli.parsing import run
+from runbell.cli.specs import Group
+
+TYPE_CHECKING = False  # not typing's, see runbell.cli.common
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn
+
+root = Group("runbell", "Runbell: trustworthy attention for background AI-agent work.")
+# Commands first, then groups (as `runbell --help` has always listed them).
+root.add(
+    *serve.commands,
+    *retention.commands,
+    *mcp.commands,
+    *admin.commands,
+    *agent.commands,
+    *completion.commands,
+    admin.tenants,
+    admin.keys,
+    admin.users,
+    admin.sources,
+    deliveries.group,
+    hooks.group,
 )
-admin.tenant_app.add_typer(retention.retention_app, name="retention")
-app.add_typer(admin.tenant_app, name="tenant")
-app.add_typer(admin.key_app, name="key")
-app.add_typer(admin.user_app, name="user")
-app.add_typer(admin.source_app, name="source")
-app.add_typer(deliveries.deliveries_app, name="deliveries")
-app.add_typer(hooks.hook_app, name="hook")
-for command in (serve.migrate, serve.serve, serve.api, serve.worker, retention.prune, mcp):
-    app.command(cls=common.Command)(command)
-app.command("secret-key", cls=common.Command)(admin.secret_key)
-for script_command in (agent.login, agent.report, agent.progress, agent.ask, agent.wait):
-    app.command(cls=agent.AgentCommand)(script_command)
+admin.tenants.add(retention.group)
 
-__all__ = ["app"]
+
+def main(argv: Sequence[str] | None = None, prog: str = "runbell") -> int:
+    """Run ``runbell`` with ``argv`` (default: this process's arguments); the exit code.
+    ``prog`` is how help and hints name the command."""
+    return run(root, sys.argv[1:] if argv is None else argv, prog)
+
+
+def app() -> NoReturn:
+    """The ``runbell`` entry point: :func:`main` on ``sys.argv``, then exit."""
+    sys.exit(main(prog=os.path.basename(sys.argv[0]) or "runbell"))
+
+
+__all__ = ["app", "main", "root"]

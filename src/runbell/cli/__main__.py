@@ -1,5 +1,7 @@
 """``python -m runbell.cli``: the same command as ``runbell``."""
 
-from runbell.cli import app
+import sys
 
-app()
+from runbell.cli import main
+
+sys.exit(main(prog="python -m runbell.cli"))

@@ -2,28 +2,29 @@
 links), signal sources, and a new secret key. Every secret a command makes is printed
 once."""
 
-# No ``from __future__ import annotations`` in the command modules: Typer would then
-# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
-import json
-import shlex
-import sys
-from pathlib import Path
-from typing import Annotated
+from __future__ import annotations
 
-import typer
+import sys
 
 from runbell.cli import common
-from runbell.cli.common import Command, err, out
+from runbell.cli.common import err, out
+from runbell.cli.specs import Argument, Commands, Group, Option, readable_file
 from runbell.domain.errors import NotFound, RunbellError
 
-tenant_app = common.group("Tenants and their policy.")
-key_app = common.group("API keys for runtimes and administrators.")
-user_app = common.group("People: members of a tenant.")
-source_app = common.group("Signal sources (trust, state readers, webhooks).")
+TYPE_CHECKING = False  # not typing's, see runbell.cli.common
+if TYPE_CHECKING:
+    from pathlib import Path
 
-Tenant = Annotated[str, typer.Option(metavar="TENANT", help="the tenant's id or name")]
+commands = Commands()
+tenants = Group("tenant", "Tenants and their policy.")
+keys = Group("key", "API keys for runtimes and administrators.")
+users = Group("user", "People: members of a tenant.")
+sources = Group("source", "Signal sources (trust, state readers, webhooks).")
+
+TENANT = Option("--tenant", "the tenant's id or name", metavar="TENANT")
 
 
+@commands.command()
 def secret_key() -> None:
     """Print a new RUNBELL_SECRET_KEY value (a Fernet key).
 
@@ -37,10 +38,8 @@ def secret_key() -> None:
     print(base64.urlsafe_b64encode(os.urandom(32)).decode())
 
 
-@tenant_app.command("create", cls=Command)
-def tenant_create(
-    name: Annotated[str, typer.Argument(help="a name, unique on this server")],
-) -> None:
+@tenants.command(Argument("name", "a name, unique on this server"), name="create")
+def tenant_create(name: str) -> None:
     """Create a tenant; prints its id and an admin API key (shown once)."""
     from runbell.flows import accounts
 
@@ -52,14 +51,10 @@ def tenant_create(
     out.print(f"tenant    {tenant_id}\nadmin key {secret}   (shown once)", highlight=False)
 
 
-@tenant_app.command("policy", cls=Command)
-def tenant_policy(
-    file: Annotated[
-        Path,
-        typer.Argument(exists=True, dir_okay=False, readable=True, help="a .toml or .yaml file"),
-    ],
-    tenant: Tenant,
-) -> None:
+@tenants.command(
+    Argument("file", "a .toml or .yaml file", type=readable_file), TENANT, name="policy"
+)
+def tenant_policy(file: Path, tenant: str) -> None:
     """Set a tenant's attention rules from a TOML or YAML file.
 
     The rules are put before the defaults (docs/policy.md)."""
@@ -83,14 +78,15 @@ def tenant_policy(
     out.print(f"policy set: {len(effective)} rules, first: {effective[0]['id']}")
 
 
-@key_app.command("create", cls=Command)
+@keys.command(
+    TENANT,
+    Option("--role", "runtime or admin", metavar="ROLE"),
+    Option("--name", "a label", metavar="LABEL"),
+    Option("--source", "bind signals to this source", metavar="SOURCE_ID"),
+    name="create",
+)
 def key_create(
-    tenant: Tenant,
-    role: Annotated[str, typer.Option(metavar="ROLE", help="runtime or admin")] = "runtime",
-    name: Annotated[str | None, typer.Option(metavar="LABEL", help="a label")] = None,
-    source: Annotated[
-        str | None, typer.Option(metavar="SOURCE_ID", help="bind signals to this source")
-    ] = None,
+    tenant: str, role: str = "runtime", name: str | None = None, source: str | None = None
 ) -> None:
     """Create an API key; prints it once."""
     from runbell.flows import accounts
@@ -103,11 +99,8 @@ def key_create(
     out.print(f"key id {key_id}\nkey    {secret}   (shown once)", highlight=False)
 
 
-@key_app.command("revoke", cls=Command)
-def key_revoke(
-    key_id: Annotated[str, typer.Argument(help="the key's id (key_…), not its secret")],
-    tenant: Tenant,
-) -> None:
+@keys.command(Argument("key_id", "the key's id (key_…), not its secret"), TENANT, name="revoke")
+def key_revoke(key_id: str, tenant: str) -> None:
     """Revoke an API key at once."""
     from runbell.flows import accounts
 
@@ -119,12 +112,13 @@ def key_revoke(
     out.print(f"revoked {key_id}")
 
 
-@user_app.command("add", cls=Command)
-def user_add(
-    email: Annotated[str, typer.Argument(help="the person's email address")],
-    tenant: Tenant,
-    role: Annotated[str, typer.Option(metavar="ROLE", help="owner, admin or member")] = "member",
-) -> None:
+@users.command(
+    Argument("email", "the person's email address"),
+    TENANT,
+    Option("--role", "owner, admin or member", metavar="ROLE"),
+    name="add",
+)
+def user_add(email: str, tenant: str, role: str = "member") -> None:
     """Add (or re-activate) a member; prints a user token once."""
     from runbell.flows import accounts
 
@@ -136,11 +130,8 @@ def user_add(
     out.print(f"user  {user_id} ({email}, {role})\ntoken {token}   (shown once)", highlight=False)
 
 
-@user_app.command("revoke", cls=Command)
-def user_revoke(
-    email: Annotated[str, typer.Argument(help="the member's email or user id")],
-    tenant: Tenant,
-) -> None:
+@users.command(Argument("email", "the member's email or user id"), TENANT, name="revoke")
+def user_revoke(email: str, tenant: str) -> None:
     """Revoke a membership and all its tokens.
 
     Their open notifications are withdrawn (queued deliveries cancelled, previews
@@ -156,14 +147,12 @@ def user_revoke(
     out.print(f"revoked {email}; withdrew {withdrawn} open notification(s)")
 
 
-@user_app.command("login-link", cls=Command)
-def user_login_link(
-    tenant: Tenant,
-    email: Annotated[
-        str | None,
-        typer.Argument(help="email or user id; default: the tenant's first owner"),
-    ] = None,
-) -> None:
+@users.command(
+    TENANT,
+    Argument("email", "email or user id; default: the tenant's first owner"),
+    name="login-link",
+)
+def user_login_link(tenant: str, email: str | None = None) -> None:
     """Print a one-time browser sign-in link for a member.
 
     It works once, for 15 minutes. The link starts with RUNBELL_PUBLIC_URL when it is
@@ -193,6 +182,8 @@ def user_login_link(
 
 def _login_link_hint(detail: str, tenant: str, email: str | None) -> str | None:
     """What to do when there is nobody to sign in as (``make login-link`` lands here)."""
+    import shlex
+
     from runbell.cli.welcome import this_command
 
     me = this_command()
@@ -204,34 +195,36 @@ def _login_link_hint(detail: str, tenant: str, email: str | None) -> str | None:
     return None
 
 
-@source_app.command("create", cls=Command)
+@sources.command(
+    Argument("name", "a name for the source"),
+    TENANT,
+    Option("--kind", "webhook or api", metavar="KIND"),
+    Option("--mapper", "generic or openai", metavar="MAPPER"),
+    Option("--trust", "authoritative or advisory", metavar="TRUST"),
+    Option("--reader", "the state reader's config", metavar="JSON"),
+    Option(
+        "--signing-secret",
+        "the provider's own whsec_ secret (OpenAI makes one); better from the environment "
+        "than on the command line",
+        metavar="SECRET",
+        envvar="RUNBELL_SIGNING_SECRET",
+    ),
+    name="create",
+)
 def source_create(
-    name: Annotated[str, typer.Argument(help="a name for the source")],
-    tenant: Tenant,
-    kind: Annotated[str, typer.Option(metavar="KIND", help="webhook or api")] = "webhook",
-    mapper: Annotated[
-        str | None, typer.Option(metavar="MAPPER", help="generic or openai")
-    ] = None,
-    trust: Annotated[
-        str, typer.Option(metavar="TRUST", help="authoritative or advisory")
-    ] = "advisory",
-    reader: Annotated[
-        str | None, typer.Option(metavar="JSON", help="the state reader's config")
-    ] = None,
-    signing_secret: Annotated[
-        str | None,
-        typer.Option(
-            metavar="SECRET",
-            envvar="RUNBELL_SIGNING_SECRET",
-            show_envvar=True,
-            help="the provider's own whsec_ secret (OpenAI makes one); better from the "
-            "environment than on the command line",
-        ),
-    ] = None,
+    name: str,
+    tenant: str,
+    kind: str = "webhook",
+    mapper: str | None = None,
+    trust: str = "advisory",
+    reader: str | None = None,
+    signing_secret: str | None = None,
 ) -> None:
     """Register a signal source.
 
     A webhook source prints its signing secret once (unless the provider made it)."""
+    import json
+
     from pydantic import ValidationError
 
     from runbell.api.schemas import SourceCreate
@@ -261,7 +254,7 @@ def source_create(
         for problem in exc.errors(include_input=False, include_url=False):
             where = ".".join(str(p) for p in problem["loc"])
             common.say(f"{where}: {problem['msg']}")
-        raise typer.Exit(common.EXIT_REFUSED) from exc
+        raise common.Exit(common.EXIT_REFUSED) from exc
     except RunbellError as exc:
         common.fail(exc)
     json.dump(res, sys.stdout, indent=2)

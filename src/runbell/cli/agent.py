@@ -21,57 +21,44 @@ in time". The SDK (and httpx) is imported when a command runs, not when ``runbel
 starts.
 """
 
-# No ``from __future__ import annotations`` in the command modules: Typer would then
-# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
-import json
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
-
-import typer
+from __future__ import annotations
 
 from runbell.cli import common
+from runbell.cli.specs import Argument, Commands, Flag, Option, path
 
+TYPE_CHECKING = False  # not typing's, see runbell.cli.common
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, NoReturn
+
     from runbell.client import Client, RetryPolicy, RunbellError
 
-__all__ = ["AgentCommand", "ask", "login", "progress", "report", "wait"]
+__all__ = ["ask", "commands", "login", "progress", "report", "wait"]
 
 EXIT_ERROR = common.EXIT_UNREACHABLE
+#: Their usage errors exit 3 too (not 2, which ``ask`` and ``wait`` use for "no answer in
+#: time").
+commands = Commands(usage_exit=EXIT_ERROR)
 KINDS = ("approval", "choice", "text")
 KEY_HINT = (
     "RUNBELL_KEY must be a runtime key of this server: runbell key create --tenant TENANT"
 )
 
-RunId = Annotated[str, typer.Argument(help="your run's id, e.g. ci-$GITHUB_RUN_ID")]
+RUN_ID = Argument("run_id", "your run's id, e.g. ci-$GITHUB_RUN_ID")
 
 
-def _retry() -> "RetryPolicy":
+def _retry() -> RetryPolicy:
     """A script wants a clear answer soon when the server is down: about 2 s of retries."""
     from runbell.client import RetryPolicy
 
     return RetryPolicy(attempts=4, base_delay=0.25, max_delay=1.0)
 
 
-class AgentCommand(common.Command):
-    """A command whose usage errors exit 3 (not click's 2, which ``ask`` and ``wait`` use
-    for "no answer in time")."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except Exception as exc:
-            # Typer vendors click (typer._click): match its UsageError by its exit code
-            # rather than import a private module.
-            if getattr(exc, "exit_code", None) == 2:
-                exc.exit_code = EXIT_ERROR  # type: ignore[attr-defined]
-            raise
-
-
 def _fail(message: str, hint: str | None = None) -> NoReturn:
     common.fail(message, hint, EXIT_ERROR)
 
 
-def _client() -> "Client":
+def _client() -> Client:
     from runbell.client import Client, RunbellError
 
     try:
@@ -80,7 +67,7 @@ def _client() -> "Client":
         _fail(exc.detail, _hint(exc))
 
 
-def _error(exc: "RunbellError", prefix: str = "") -> NoReturn:
+def _error(exc: RunbellError, prefix: str = "") -> NoReturn:
     """One line for an SDK error (``401 invalid key``), the hint, exit 3."""
     from runbell.client import errors
 
@@ -91,7 +78,7 @@ def _error(exc: "RunbellError", prefix: str = "") -> NoReturn:
     _fail(prefix + line, _hint(exc))
 
 
-def _hint(exc: "RunbellError") -> str | None:
+def _hint(exc: RunbellError) -> str | None:
     from runbell.client import errors
 
     if isinstance(exc, errors.ConnectionFailed):
@@ -103,18 +90,19 @@ def _hint(exc: "RunbellError") -> str | None:
     return None
 
 
+@commands.command(
+    Option("--url", "the server, e.g. http://127.0.0.1:8080", metavar="URL"),
+    Option("--key", "a runtime key (rbk_…)", metavar="KEY"),
+    Option("--owner", "email of the person runs are for", metavar="EMAIL"),
+    Option("--config", "where to write (default: see above)", metavar="PATH", type=path),
+    Flag("--check/--no-check", "check the key against the server first"),
+)
 def login(
-    url: Annotated[
-        str | None, typer.Option(metavar="URL", help="the server, e.g. http://127.0.0.1:8080")
-    ] = None,
-    key: Annotated[str | None, typer.Option(metavar="KEY", help="a runtime key (rbk_…)")] = None,
-    owner: Annotated[
-        str | None, typer.Option(metavar="EMAIL", help="email of the person runs are for")
-    ] = None,
-    config: Annotated[
-        Path | None, typer.Option(metavar="PATH", help="where to write (default: see above)")
-    ] = None,
-    check: Annotated[bool, typer.Option(help="check the key against the server first")] = True,
+    url: str | None = None,
+    key: str | None = None,
+    owner: str | None = None,
+    config: Path | None = None,
+    check: bool = True,
 ) -> None:
     """Save the server URL, runtime key and owner for later commands.
 
@@ -123,9 +111,9 @@ def login(
     from runbell.client import Client, ClientConfig, RunbellError, write_config
     from runbell.client.config import config_path
 
-    url = url or typer.prompt("Runbell URL", default="http://127.0.0.1:8080")
-    key = key or typer.prompt("Runtime key", hide_input=True)
-    owner = owner or typer.prompt("Owner email (who runs are for)", default="") or None
+    url = url or common.prompt("Runbell URL", default="http://127.0.0.1:8080")
+    key = key or common.prompt("Runtime key", hide=True)
+    owner = owner or common.prompt("Owner email (who runs are for)", default="") or None
     settings = ClientConfig(url.rstrip("/"), key, owner)
     if check:
         try:
@@ -140,29 +128,25 @@ def login(
     print(f"saved {path}")
 
 
+@commands.command(
+    RUN_ID,
+    Argument("state", "working, completed, failed, cancelled, …"),
+    Option("--title", "the run's title (creates it if new)", metavar="TITLE"),
+    Option("--reason", "a short public label", metavar="REASON"),
+    Option("--event-id", "a stable id for this report (retries stay one)", metavar="ID"),
+    Flag("--notify/--no-notify", "push when it completes"),
+    Option("--summary", "report.summary: what it achieved", metavar="TEXT"),
+    Option("--link", "a link in the report (repeatable)", metavar="LABEL=URL", repeat=True),
+)
 def report(
-    run_id: RunId,
-    state: Annotated[str, typer.Argument(help="working, completed, failed, cancelled, …")],
-    title: Annotated[
-        str | None, typer.Option(metavar="TITLE", help="the run's title (creates it if new)")
-    ] = None,
-    reason: Annotated[
-        str | None, typer.Option(metavar="REASON", help="a short public label")
-    ] = None,
-    event_id: Annotated[
-        str | None,
-        typer.Option(metavar="ID", help="a stable id for this report (retries stay one)"),
-    ] = None,
-    notify: Annotated[
-        bool | None, typer.Option("--notify/--no-notify", help="push when it completes")
-    ] = None,
-    summary: Annotated[
-        str | None, typer.Option(metavar="TEXT", help="report.summary: what it achieved")
-    ] = None,
-    link: Annotated[
-        list[str] | None,
-        typer.Option(metavar="LABEL=URL", help="a link in the report (repeatable)"),
-    ] = None,
+    run_id: str,
+    state: str,
+    title: str | None = None,
+    reason: str | None = None,
+    event_id: str | None = None,
+    notify: bool | None = None,
+    summary: str | None = None,
+    link: list[str] | None = None,
 ) -> None:
     """Report a run's state.
 
@@ -183,7 +167,7 @@ def report(
             _error(exc)
     print(f"{result.outcome}: {result.reason}" if result.reason else result.outcome)
     if result.outcome == "rejected":
-        raise typer.Exit(1)
+        raise common.Exit(common.EXIT_NO)
 
 
 def _report(summary: str | None, links: list[str]) -> dict[str, Any] | None:
@@ -198,14 +182,12 @@ def _report(summary: str | None, links: list[str]) -> dict[str, Any] | None:
     return body or None
 
 
-def progress(
-    run_id: RunId,
-    message: Annotated[str, typer.Argument(help="what is happening now (public)")],
-    count: Annotated[
-        list[str] | None,
-        typer.Option(metavar="NAME=VALUE", help="a count, e.g. done=3 (repeatable)"),
-    ] = None,
-) -> None:
+@commands.command(
+    RUN_ID,
+    Argument("message", "what is happening now (public)"),
+    Option("--count", "a count, e.g. done=3 (repeatable)", metavar="NAME=VALUE", repeat=True),
+)
+def progress(run_id: str, message: str, count: list[str] | None = None) -> None:
     """Send a heartbeat: progress shown, nobody notified.
 
     It keeps the run from counting as stalled."""
@@ -234,37 +216,34 @@ def _number(raw: str) -> int | float | str:
     return raw
 
 
+@commands.command(
+    RUN_ID,
+    Argument("summary", "the question a person answers"),
+    Option("--kind", "approval, choice or text", metavar="KIND"),
+    Option("--option", "a choice (repeatable)", metavar="ID[=LABEL]", repeat=True),
+    Option("--details", "an object shown after sign-in (sensitive)", metavar="JSON"),
+    Option("--expires-in", "seconds until no answer is accepted", metavar="S", type=float),
+    Option("--timeout", "seconds to wait (default: until it ends)", metavar="S", type=float),
+    Option("--request-id", "a stable id (retries reuse the request)", metavar="ID"),
+    Option("--title", "the run's title if it is created", metavar="TITLE"),
+)
 def ask(
-    run_id: RunId,
-    summary: Annotated[str, typer.Argument(help="the question a person answers")],
-    kind: Annotated[
-        str, typer.Option(metavar="KIND", help="approval, choice or text")
-    ] = "approval",
-    option: Annotated[
-        list[str] | None,
-        typer.Option(metavar="ID[=LABEL]", help="a choice (repeatable)"),
-    ] = None,
-    details: Annotated[
-        str | None,
-        typer.Option(metavar="JSON", help="an object shown after sign-in (sensitive)"),
-    ] = None,
-    expires_in: Annotated[
-        float | None, typer.Option(metavar="S", help="seconds until no answer is accepted")
-    ] = None,
-    timeout: Annotated[
-        float | None, typer.Option(metavar="S", help="seconds to wait (default: until it ends)")
-    ] = None,
-    request_id: Annotated[
-        str | None, typer.Option(metavar="ID", help="a stable id (retries reuse the request)")
-    ] = None,
-    title: Annotated[
-        str | None, typer.Option(metavar="TITLE", help="the run's title if it is created")
-    ] = None,
+    run_id: str,
+    summary: str,
+    kind: str = "approval",
+    option: list[str] | None = None,
+    details: str | None = None,
+    expires_in: float | None = None,
+    timeout: float | None = None,
+    request_id: str | None = None,
+    title: str | None = None,
 ) -> None:
     """Ask a person and wait for the answer.
 
     Long-polling, no busy polling. Exits 0 approved or answered (the value on stdout),
     1 rejected, 2 expired, timed out, superseded or cancelled, 3 error."""
+    import json
+
     from runbell.client import RunbellError, errors
 
     if kind not in KINDS:
@@ -303,9 +282,9 @@ def ask(
             print(answer.value)
         else:
             print("approved" if answer.approved else "rejected")
-        raise typer.Exit(1 if answer.rejected else 0)
+        raise common.Exit(common.EXIT_NO if answer.rejected else common.EXIT_OK)
     common.say(f"no answer: {answer.outcome}")
-    raise typer.Exit(2)
+    raise common.Exit(2)
 
 
 def _option(raw: str) -> dict[str, str]:
@@ -313,12 +292,10 @@ def _option(raw: str) -> dict[str, str]:
     return {"id": ident, "label": label or ident}
 
 
-def wait(
-    run_id: RunId,
-    timeout: Annotated[
-        float | None, typer.Option(metavar="S", help="seconds to wait (default: for ever)")
-    ] = None,
-) -> None:
+@commands.command(
+    RUN_ID, Option("--timeout", "seconds to wait (default: for ever)", metavar="S", type=float)
+)
+def wait(run_id: str, timeout: float | None = None) -> None:
     """Wait until the run finishes; print its state.
 
     Exits 0 completed, 1 failed or cancelled, 2 timeout, 3 error."""
@@ -331,5 +308,5 @@ def wait(
             _error(exc)
     print(run.state + (f": {run.stop_reason}" if run.stop_reason else ""))
     if not run.terminal:
-        raise typer.Exit(2)
-    raise typer.Exit(0 if run.state == "completed" else 1)
+        raise common.Exit(2)
+    raise common.Exit(common.EXIT_OK if run.state == "completed" else common.EXIT_NO)

@@ -1,6 +1,8 @@
-"""What every ``runbell`` command shares: one help style, one error style and its exit
-codes, the consoles, the settings (an invalid one exits 2 with one line), the data
-directory, and the process's dependencies.
+"""What every ``runbell`` command shares: one error style and its exit codes (and the
+exceptions that end a command with them), the consoles, the prompt, the settings (an
+invalid one exits 2 with one line), the data directory, and the process's dependencies.
+The command line itself (what a command declares, how argv is read, the help) is
+:mod:`~runbell.cli.specs`, :mod:`~runbell.cli.parsing` and :mod:`~runbell.cli.helptext`.
 
 This module is imported before any command runs, so it stays light: no settings, rich,
 database or HTTP client at import time (``tests/acceptance/test_cli_start.py``). Every
@@ -27,15 +29,14 @@ something to do; never a traceback.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import typer
-from typer._coercion import RuntimeParam  # private; tests/acceptance/test_cli_start.py
-from typer.core import TyperCommand, TyperGroup
-
+# Not typing's TYPE_CHECKING: typing (with collections, re, enum…) would be a fifth of a
+# start's CPU, and every annotation here is a string (runbell.cli).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, NoReturn, TypeVar
+
     from rich.console import Console
 
     from runbell.config import Settings
@@ -80,6 +81,29 @@ err: Console = _LazyConsole(stderr=True)  # type: ignore[assignment]
 # --- one error style ---------------------------------------------------------------
 
 
+class Exit(Exception):
+    """End the command now with exit code ``code`` (what it printed is its answer)."""
+
+    def __init__(self, code: int = EXIT_OK) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class UsageError(Exception):
+    """A command line the command cannot take: ``runbell: <message>``, then ``hint:
+    runbell … --help`` naming the command (``path``), and its usage exit code (2; 3 for the
+    commands scripts call, see :mod:`runbell.cli.agent`)."""
+
+    def __init__(self, message: str, path: str, code: int = EXIT_REFUSED) -> None:
+        super().__init__(message)
+        self.message, self.path, self.code = message, path, code
+
+
+class BadParameter(ValueError):
+    """A value a parameter refuses, raised by its converter or its check (see
+    :mod:`runbell.cli.specs`): reported as ``invalid value for '--limit': <message>``."""
+
+
 def _line(text: object) -> str:
     return " ".join(str(text).split())
 
@@ -99,7 +123,7 @@ def fail(
     told otherwise."""
     detail = what if isinstance(what, str) else what.detail
     say(detail, hint if hint is not None else _hint_for(detail))
-    raise typer.Exit(code)
+    raise Exit(code)
 
 
 def _hint_for(detail: str) -> str | None:
@@ -120,158 +144,7 @@ def unreachable_database(exc: BaseException) -> NoReturn:
     )
 
 
-def _usage_hint(exc: Any) -> str | None:
-    ctx = getattr(exc, "ctx", None)
-    return f"{ctx.command_path} --help" if ctx is not None else "runbell --help"
-
-
-# --- one help style ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Plain(RuntimeParam):
-    """A ``str``, ``int``, ``float`` or ``list[str]`` value converted as click always did.
-    Typer 0.29 converts every value with a pydantic TypeAdapter, and importing pydantic
-    costs more CPU than the whole rest of a start; these simple types do not need it."""
-
-    def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-        if isinstance(value, list | tuple):
-            return [self._one(item, str, param, ctx) for item in value]
-        return self._one(value, self.annotation, param, ctx)
-
-    @staticmethod
-    def _one(value: Any, kind: Any, param: Any, ctx: Any) -> Any:
-        if isinstance(value, kind):
-            return value
-        if kind is bool:
-            words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-            if str(value).lower() in words:
-                return words[str(value).lower()]
-            raise typer.BadParameter(f"{value!r} is not true or false", ctx=ctx, param=param)
-        try:
-            return kind(value)
-        except (TypeError, ValueError):
-            name = {int: "a whole number", float: "a number"}.get(kind, "text")
-            raise typer.BadParameter(f"{value!r} is not {name}", ctx=ctx, param=param) from None
-
-
-_PLAIN = {str, int, float, bool, list[str]}
-
-
-def _lighten(params: Sequence[Any]) -> None:
-    for param in params:
-        described = getattr(param, "type_descriptor", None)
-        if described is not None and described.annotation in _PLAIN:
-            param._runtime_param = _Plain(
-                parameter_info=described.parameter_info, annotation=described.annotation
-            )
-
-
-class _Light:
-    """Every parameter of a command, the ``--help`` option and Typer's completion options
-    included (both made after ``__init__``), converted by :class:`_Plain`."""
-
-    params: list[Any]
-
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)  # type: ignore[misc]
-        _lighten([option] if option is not None else [])
-        return option
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        _lighten(self.params)
-        return super().parse_args(ctx, args)  # type: ignore[misc, no-any-return]
-
-
-class Command(_Light, TyperCommand):
-    """A command whose help shows ``UPPER`` placeholders: an argument's is its name
-    (``RUN_ID``), an option's its ``metavar`` or its name (``--tenant TENANT``); the usage
-    line reads ``runbell report [OPTIONS] RUN_ID STATE`` (``[ID]...`` when optional and
-    repeatable), as the README writes it. Simple values are converted without pydantic
-    (:class:`_Plain`)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("rich_markup_mode", None)
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            if param.metavar is None and not getattr(param, "is_flag", False):
-                param.metavar = (param.name or "value").upper()
-
-    def format_options(self, ctx: Any, formatter: Any) -> None:
-        """Arguments by their placeholder alone (Typer adds the Python type), then the
-        options."""
-        args, opts = [], []
-        for param in self.get_params(ctx):
-            record = param.get_help_record(ctx)
-            if record is None:
-                continue
-            if param.param_type_name == "argument":
-                args.append((str(param.metavar), record[1]))
-            else:
-                opts.append(record)
-        for title, rows in (("Arguments", args), ("Options", opts)):
-            if rows:
-                with formatter.section(title):
-                    formatter.write_dl(rows)
-
-    def collect_usage_pieces(self, ctx: Any) -> list[str]:
-        pieces = [self.options_metavar] if self.options_metavar else []
-        for param in self.get_params(ctx):
-            if param.param_type_name != "argument":
-                continue
-            piece = str(param.metavar)
-            piece = piece if param.required else f"[{piece}]"
-            pieces.append(piece + ("..." if param.nargs != 1 else ""))
-        return pieces
-
-
-class Group(_Light, TyperGroup):
-    """A command group in the same style, and the one place errors are reported: a usage
-    error is ``runbell: <what>`` with ``hint: runbell … --help``; a database that does not
-    answer exits 3 with one line."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("rich_markup_mode", None)
-        super().__init__(*args, **kwargs)
-
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        windows_expand_args: bool = True,
-        **extra: Any,
-    ) -> Any:
-        given = (args, prog_name, complete_var)
-        if not standalone_mode:
-            return super().main(*given, False, windows_expand_args, **extra)
-        from typer import _click  # Typer vendors click; its exceptions live there
-
-        try:
-            code = super().main(*given, False, windows_expand_args, **extra)
-        except _click.exceptions.NoArgsIsHelpError as exc:
-            exc.show()  # `runbell`, `runbell user`: the help, on stderr, exit 2
-            code = EXIT_REFUSED
-        except _click.exceptions.ClickException as exc:
-            # click's own codes are 1 and 2; a command may set another (AgentCommand: 3)
-            code = EXIT_REFUSED if exc.exit_code == 1 else exc.exit_code
-            message = exc.format_message().rstrip(".")
-            say(message[:1].lower() + message[1:], _usage_hint(exc))
-        except typer.Abort:
-            say("aborted")
-            code = EXIT_REFUSED
-        except Exception as exc:
-            if not _is_unavailable(exc):
-                raise
-            try:
-                unreachable_database(exc)
-            except typer.Exit as exit_:
-                code = exit_.exit_code
-        sys.exit(code if isinstance(code, int) else EXIT_OK)
-
-
-def _is_unavailable(exc: BaseException) -> bool:
+def is_unavailable(exc: BaseException) -> bool:
     """A database that refused or lost the connection (asked only once SQLAlchemy, and so
     the flows, are loaded: an error before that is no database's)."""
     if "sqlalchemy" not in sys.modules:
@@ -281,11 +154,30 @@ def _is_unavailable(exc: BaseException) -> bool:
     return unavailable(exc) == "unreachable"
 
 
-def group(help: str, **kwargs: Any) -> typer.Typer:
-    """A ``typer.Typer`` command group in the style above."""
-    return typer.Typer(
-        cls=Group, help=help, no_args_is_help=True, rich_markup_mode=None, **kwargs
-    )
+def prompt(text: str, default: str | None = None, hide: bool = False) -> str:
+    """Ask on the terminal, as ``runbell login`` does for what its options did not say:
+    ``Runbell URL [http://127.0.0.1:8080]:``; an empty answer is the default, or asked
+    again when there is none. Ctrl-C or the end of input ends the command (``runbell:
+    aborted``, exit 2)."""
+    shown = f"{text} [{default}]:" if default is not None else f"{text}:"
+    while True:
+        sys.stdout.write(shown)
+        sys.stdout.flush()
+        try:
+            if hide:
+                import getpass
+
+                value = getpass.getpass(" ")
+            else:
+                value = input(" ")
+        except (KeyboardInterrupt, EOFError):
+            if hide:
+                sys.stdout.write("\n")
+            fail("aborted")
+        if value:
+            return value
+        if default is not None:
+            return default
 
 
 # --- the process's dependencies ------------------------------------------------------
@@ -306,7 +198,7 @@ def settings() -> Settings:
             say(line)
     except SettingsError as exc:
         say(exc)
-    raise typer.Exit(EXIT_REFUSED)
+    raise Exit(EXIT_REFUSED)
 
 
 def data_dir(settings: Settings) -> None:
@@ -332,7 +224,8 @@ def core(given: Settings | None = None, migrate: bool = True) -> Any:
     return build(given, migrate=migrate)
 
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    T = TypeVar("T")
 
 
 def when_reachable(settings: Settings, start: Callable[[], T]) -> T:
@@ -366,4 +259,4 @@ def when_reachable(settings: Settings, start: Callable[[], T]) -> T:
         )
     except KeyboardInterrupt:  # Ctrl-C while waiting: stopped, not crashed
         say("stopped before the database answered")
-        raise typer.Exit(130) from None
+        raise Exit(130) from None

@@ -1,24 +1,23 @@
 """``runbell deliveries``: the outbox from a terminal — list what was sent and what
 failed (a table, tab-separated lines when piped, or JSON), and replay dead letters."""
 
-# No ``from __future__ import annotations`` in the command modules: Typer would then
-# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
-import json
-import sys
-from typing import Annotated, Any
+from __future__ import annotations
 
-import typer
+import sys
 
 from runbell.cli import common
-from runbell.cli.common import Command, err, out
+from runbell.cli.common import err, out
+from runbell.cli.specs import Argument, Flag, Group, Option
 from runbell.domain.errors import RunbellError
 
-deliveries_app = common.group("The outbox: dead letters and replay.")
+TYPE_CHECKING = False  # not typing's, see runbell.cli.common
+if TYPE_CHECKING:
+    from typing import Any
 
-Tenant = Annotated[str, typer.Option(metavar="TENANT", help="the tenant's id or name")]
-Channel = Annotated[
-    str | None, typer.Option(metavar="CHANNEL", help="only this channel, e.g. webhook")
-]
+group = Group("deliveries", "The outbox: dead letters and replay.")
+
+TENANT = Option("--tenant", "the tenant's id or name", metavar="TENANT")
+CHANNEL = Option("--channel", "only this channel, e.g. webhook", metavar="CHANNEL")
 
 
 def _check_statuses(statuses: list[str] | None) -> None:
@@ -29,10 +28,9 @@ def _check_statuses(statuses: list[str] | None) -> None:
         common.fail(f"unknown status {', '.join(wrong)}", f"one of {', '.join(STATUSES)}")
 
 
-def _limit(value: int) -> int:
+def _limit(value: int) -> None:
     if not 1 <= value <= 1000:
-        raise typer.BadParameter("must be 1 to 1000")
-    return value
+        raise common.BadParameter("must be 1 to 1000")
 
 
 DELIVERY_COLUMNS = (
@@ -51,20 +49,20 @@ def _cell(value: Any) -> str:
     return "-" if value is None or value == "" else " ".join(str(value).split())
 
 
-@deliveries_app.command("list", cls=Command)
+@group.command(
+    TENANT,
+    Option("--status", "only these, e.g. dead (repeatable)", metavar="STATUS", repeat=True),
+    CHANNEL,
+    Option("--limit", "at most N, 1 to 1000", metavar="N", type=int, check=_limit),
+    Flag("--json", "a JSON array, each item as GET /v1/deliveries", dest="as_json"),
+    name="list",
+)
 def deliveries_list(
-    tenant: Tenant,
-    status: Annotated[
-        list[str] | None,
-        typer.Option(metavar="STATUS", help="only these, e.g. dead (repeatable)"),
-    ] = None,
-    channel: Channel = None,
-    limit: Annotated[
-        int, typer.Option(metavar="N", help="at most N, 1 to 1000", callback=_limit)
-    ] = 50,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="a JSON array, each item as GET /v1/deliveries")
-    ] = False,
+    tenant: str,
+    status: list[str] | None = None,
+    channel: str | None = None,
+    limit: int = 50,
+    as_json: bool = False,
 ) -> None:
     """List deliveries, newest first.
 
@@ -72,6 +70,7 @@ def deliveries_list(
     delivery with every value whole (a header line first, - for none). --json: every
     field."""
     _check_statuses(status)
+    import json
 
     from runbell.flows import accounts, deliveries
 
@@ -128,17 +127,18 @@ def _table(rows: list[dict[str, Any]], width: int) -> str:
     return "\n".join(lines)
 
 
-@deliveries_app.command("replay", cls=Command)
+@group.command(
+    TENANT,
+    Argument("ids", "delivery ids (dlv_…)", metavar="ID", repeat=True),
+    Option("--status", "every delivery in this status, e.g. dead", metavar="STATUS", repeat=True),
+    CHANNEL,
+    name="replay",
+)
 def deliveries_replay(
-    tenant: Tenant,
-    ids: Annotated[
-        list[str] | None, typer.Argument(metavar="ID", help="delivery ids (dlv_…)")
-    ] = None,
-    status: Annotated[
-        list[str] | None,
-        typer.Option(metavar="STATUS", help="every delivery in this status, e.g. dead"),
-    ] = None,
-    channel: Channel = None,
+    tenant: str,
+    ids: list[str] | None = None,
+    status: list[str] | None = None,
+    channel: str | None = None,
 ) -> None:
     """Queue deliveries again under the same identity.
 
@@ -174,4 +174,4 @@ def deliveries_replay(
             progress.advance(task)
     out.print(f"queued {done} again, {refused} refused")
     if refused and not done:
-        raise typer.Exit(common.EXIT_REFUSED)
+        raise common.Exit(common.EXIT_REFUSED)

@@ -5,25 +5,20 @@ and always exit 0: a hook that fails must leave the agent exactly as if no hook 
 Problems go to ``RUNBELL_HOOK_LOG`` when it is set. The work is in :mod:`runbell.hooks`.
 """
 
-# No ``from __future__ import annotations`` in the command modules: Typer would then
-# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
-import json
+from __future__ import annotations
+
 import os
 import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated
-
-import typer
 
 from runbell.cli import common
-from runbell.cli.common import Command
+from runbell.cli.specs import Argument, Flag, Group
 
-hook_app = common.group(
-    "Claude Code and Codex hooks: report runs, answer approvals."
-)
-install_app = common.group("Write or print a runtime's hook settings.")
-hook_app.add_typer(install_app, name="install")
+TYPE_CHECKING = False  # not typing's, see runbell.cli.common
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+group = Group("hook", "Claude Code and Codex hooks: report runs, answer approvals.")
+install_group = Group("install", "Write or print a runtime's hook settings.")
 
 
 def _finish(run: Callable[[], str]) -> None:
@@ -34,16 +29,16 @@ def _finish(run: Callable[[], str]) -> None:
         output = run()
     except BaseException as exc:  # a hook never fails loudly; see the module docstring
         if isinstance(exc, KeyboardInterrupt | SystemExit):
-            raise typer.Exit(0) from None
+            raise common.Exit(0) from None
         report.log(environ, f"hook failed: {type(exc).__name__}: {exc}")
-        raise typer.Exit(0) from None
+        raise common.Exit(0) from None
     if output:
         sys.stdout.write(output + "\n")
         sys.stdout.flush()
-    raise typer.Exit(0)
+    raise common.Exit(0)
 
 
-@hook_app.command("claude-code", cls=Command)
+@group.command()
 def claude_code() -> None:
     """Report one Claude Code hook event (its JSON on stdin).
 
@@ -55,13 +50,8 @@ def claude_code() -> None:
     _finish(lambda: hook.handle(sys.stdin.read(), os.environ))
 
 
-@hook_app.command("codex", cls=Command)
-def codex(
-    payload: Annotated[
-        str | None,
-        typer.Argument(metavar="JSON", help="the legacy notify JSON (Codex appends it)"),
-    ] = None,
-) -> None:
+@group.command(Argument("payload", "the legacy notify JSON (Codex appends it)", metavar="JSON"))
+def codex(payload: str | None = None) -> None:
     """Report a Codex notify call or hook event.
 
     A notify call's JSON is the last argument; a hook event's comes on stdin."""
@@ -74,36 +64,39 @@ def codex(
     _finish(run)
 
 
-@install_app.command("claude-code", cls=Command)
-def install_claude_code(
-    user: Annotated[
-        bool, typer.Option("--user/--project", help="~/.claude/settings.json, or this project's")
-    ] = False,
-    print_only: Annotated[
-        bool, typer.Option("--print", help="print the snippet instead of writing it")
-    ] = False,
-) -> None:
+@install_group.command(
+    Flag("--user/--project", "~/.claude/settings.json, or this project's"),
+    Flag("--print", "print the snippet instead of writing it", dest="print_only"),
+    name="claude-code",
+)
+def install_claude_code(user: bool = False, print_only: bool = False) -> None:
     """Merge the Runbell hooks into Claude Code's settings.
 
     .claude/settings.json (--user: ~/.claude/settings.json), with the hooks already there
     kept: nothing is removed, and installing twice changes nothing."""
+    import json
+    from pathlib import Path
+
     from runbell.hooks import install, report
 
     snippet = install.claude_snippet(install.runbell_command(), report.hook_timeout(os.environ))
     if print_only:
-        typer.echo(json.dumps(snippet, indent=2))
+        print(json.dumps(snippet, indent=2))
         return
     path = install.claude_settings_path("user" if user else "project", Path.cwd(), Path.home())
     try:
         install.install_claude(path, snippet)
     except (install.SettingsError, OSError) as exc:
         common.fail(str(exc))
-    typer.echo(f"Runbell hooks merged into {path}")
+    print(f"Runbell hooks merged into {path}")
 
 
-@install_app.command("codex", cls=Command)
+@install_group.command(name="codex")
 def install_codex() -> None:
     """Print the config.toml notify line and the hooks.json for Codex."""
     from runbell.hooks import install, report
 
-    typer.echo(install.codex_text(install.runbell_command(), report.hook_timeout(os.environ)))
+    print(install.codex_text(install.runbell_command(), report.hook_timeout(os.environ)))
+
+
+group.add(install_group)  # listed after the hook commands

@@ -6,10 +6,14 @@ configured by ``RUNBELL_URL``, ``RUNBELL_KEY`` (a runtime API key) and ``RUNBELL
 (the email of the person the runs are for). Stdout carries only MCP messages.
 """
 
-# No ``from __future__ import annotations`` in the command modules: Typer would then
-# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
+from __future__ import annotations
+
+from runbell.cli.specs import Commands
+
+commands = Commands()
 
 
+@commands.command()
 def mcp() -> None:
     """Serve Runbell's MCP tools over stdio.
 

@@ -1,19 +1,21 @@
 """Retention from the command line: a tenant's periods (``runbell tenant retention``) and
 pruning now (``runbell prune``, ``--dry-run`` to count only)."""
 
-# No ``from __future__ import annotations`` in the command modules: Typer would then
-# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
-from typing import Annotated, Any
-
-import typer
+from __future__ import annotations
 
 from runbell.cli import common
-from runbell.cli.common import Command, out
+from runbell.cli.common import out
+from runbell.cli.specs import Argument, Commands, Flag, Group, Option
 from runbell.domain.errors import RunbellError, ValidationFailed
 
-retention_app = common.group("How long a tenant's history is kept (per table, in days).")
+TYPE_CHECKING = False  # not typing's, see runbell.cli.common
+if TYPE_CHECKING:
+    from typing import Any
 
-Tenant = Annotated[str, typer.Option(metavar="TENANT", help="the tenant's id or name")]
+commands = Commands()
+group = Group("retention", "How long a tenant's history is kept (per table, in days).")
+
+TENANT = Option("--tenant", "the tenant's id or name", metavar="TENANT")
 
 
 def _changes(pairs: list[str]) -> dict[str, object]:
@@ -41,8 +43,8 @@ def _print_periods(core: Any, tenant_id: str) -> None:
         out.print(f"{table:<18} {days:>8} days  ({origin})", highlight=False)
 
 
-@retention_app.command("show", cls=Command)
-def show(tenant: Tenant) -> None:
+@group.command(TENANT)
+def show(tenant: str) -> None:
     """Print each table's retention for a tenant, and where it comes from."""
     from runbell.flows import accounts
 
@@ -54,16 +56,17 @@ def show(tenant: Tenant) -> None:
     _print_periods(core, tenant_id)
 
 
-@retention_app.command("set", cls=Command)
-def set_(
-    changes: Annotated[
-        list[str],
-        typer.Argument(
-            metavar="TABLE=DAYS", help="TABLE=DAYS, or TABLE=default to drop the override"
-        ),
-    ],
-    tenant: Tenant,
-) -> None:
+@group.command(
+    Argument(
+        "changes",
+        "TABLE=DAYS, or TABLE=default to drop the override",
+        metavar="TABLE=DAYS",
+        repeat=True,
+    ),
+    TENANT,
+    name="set",
+)
+def set_(changes: list[str], tenant: str) -> None:
     """Override retention for a tenant.
 
     For example: runbell tenant retention set --tenant acme notifications=180
@@ -80,14 +83,11 @@ def set_(
     _print_periods(core, tenant_id)
 
 
-def prune(
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="count what is prunable now, delete nothing")
-    ] = False,
-    tenant: Annotated[
-        str | None, typer.Option(metavar="TENANT", help="only this tenant (id or name)")
-    ] = None,
-) -> None:
+@commands.command(
+    Flag("--dry-run", "count what is prunable now, delete nothing"),
+    Option("--tenant", "only this tenant (id or name)", metavar="TENANT"),
+)
+def prune(dry_run: bool = False, tenant: str | None = None) -> None:
     """Prune history past its retention now.
 
     In batches; prints the rows per table."""

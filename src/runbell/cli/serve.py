@@ -1,29 +1,24 @@
 """The process commands: ``migrate``, ``serve`` (API, delivery worker and scheduler in one
 process), ``api`` (the API alone) and ``worker`` (a delivery worker alone)."""
 
-# No ``from __future__ import annotations`` in the command modules: Typer would then
-# eval every parameter's annotation string when `runbell` starts (runbell.cli.common).
-from typing import TYPE_CHECKING, Annotated, Any
-
-import typer
+from __future__ import annotations
 
 from runbell.cli import common
 from runbell.cli.common import err, out
-from runbell.cli.welcome import (
-    login_commands,
-    secrets_file_note,
-    sign_in_text,
-    welcome_text,
-    write_secrets,
-)
+from runbell.cli.specs import Commands, Flag, Option
 
+TYPE_CHECKING = False  # not typing's, see runbell.cli.common
 if TYPE_CHECKING:
     import socket
+    from typing import Any
 
-Host = Annotated[str, typer.Option(metavar="HOST", help="the interface to listen on")]
-Port = Annotated[int, typer.Option(metavar="PORT", help="the port to listen on (0: any free)")]
+commands = Commands()
+
+HOST = Option("--host", "the interface to listen on", metavar="HOST")
+PORT = Option("--port", "the port to listen on (0: any free)", metavar="PORT", type=int)
 
 
+@commands.command()
 def migrate() -> None:
     """Create or upgrade the database schema (idempotent)."""
     from runbell.app import migrate as upgrade
@@ -38,7 +33,7 @@ def migrate() -> None:
 
 
 def _serve(
-    asgi: Any, sock: "socket.socket", on_exit: Any = None, on_started: Any = None, **config: Any
+    asgi: Any, sock: socket.socket, on_exit: Any = None, on_started: Any = None, **config: Any
 ) -> None:
     """uvicorn, minus its habit of re-raising SIGTERM after a graceful shutdown (which
     kills the process before our cleanup runs and leaves the SQLite WAL unmerged);
@@ -56,7 +51,7 @@ def _serve(
             if on_exit is not None:
                 on_exit()
 
-        async def startup(self, sockets: "list[socket.socket] | None" = None) -> None:
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets=sockets)  # the app's lifespan, then listen()
             if self.started and on_started is not None:
                 on_started()
@@ -70,7 +65,7 @@ def _serve(
     Server(uvicorn.Config(asgi, **config)).run(sockets=[sock])
 
 
-def _listen(host: str, port: int) -> "socket.socket":
+def _listen(host: str, port: int) -> socket.socket:
     """Bind before anything is created or printed: a taken port fails here, and links use
     the port really bound (``--port 0`` included)."""
     import socket
@@ -190,14 +185,19 @@ def _newcomer_noise(method_name: str, event: Any) -> bool:
     return accepted or name in _PER_ITEM
 
 
+@commands.command(
+    HOST,
+    PORT,
+    Flag("--scheduler/--no-scheduler", "run the scheduler in this process"),
+    Flag("--deliver/--no-deliver", "run a delivery worker in this process"),
+    Flag("--demo/--no-demo", "a simulated agent run that asks you for approval"),
+)
 def serve(
-    host: Host = "127.0.0.1",
-    port: Port = 8080,
-    scheduler: Annotated[bool, typer.Option(help="run the scheduler in this process")] = True,
-    deliver: Annotated[bool, typer.Option(help="run a delivery worker in this process")] = True,
-    demo: Annotated[
-        bool, typer.Option(help="a simulated agent run that asks you for approval")
-    ] = False,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    scheduler: bool = True,
+    deliver: bool = True,
+    demo: bool = False,
 ) -> None:
     """Run the API, a worker and the scheduler in one process.
 
@@ -208,6 +208,7 @@ def serve(
 
     from runbell.api.routers.health import metrics_refusal
     from runbell.app import create_app, record_served_url
+    from runbell.cli.welcome import login_commands, sign_in_text, welcome_text
     from runbell.dispatch.scheduler import Scheduler
     from runbell.dispatch.wiring import build_channels
     from runbell.dispatch.worker import Worker
@@ -326,6 +327,8 @@ def serve(
 
 def _keep_secrets(settings: Any, first: Any, text: str, now: Any) -> str | None:
     """Write the first start's ``text`` to its private file; what stdout says instead."""
+    from runbell.cli.welcome import secrets_file_note, write_secrets
+
     try:
         path = write_secrets(settings.data_dir, first, text, now.isoformat(timespec="seconds"))
     except OSError as exc:
@@ -348,20 +351,21 @@ def _has_default_tenant(core: Any) -> bool:
     return accounts.has_tenant(core.db, "default")
 
 
-def api(host: Host = "127.0.0.1", port: Port = 8080) -> None:
+@commands.command(HOST, PORT)
+def api(host: str = "127.0.0.1", port: int = 8080) -> None:
     """Run the API alone (no worker, no scheduler).
 
     To scale out: N api replicas next to M `runbell worker` processes on one PostgreSQL."""
     serve(host=host, port=port, scheduler=False, deliver=False)
 
 
-def worker(
-    scheduler: Annotated[bool, typer.Option(help="also run the scheduler sweeps")] = False,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(metavar="PORT", help="serve this worker's /metrics on 127.0.0.1:PORT"),
-    ] = None,
-) -> None:
+@commands.command(
+    Flag("--scheduler/--no-scheduler", "also run the scheduler sweeps"),
+    Option(
+        "--metrics-port", "serve this worker's /metrics on 127.0.0.1:PORT", metavar="PORT", type=int
+    ),
+)
+def worker(scheduler: bool = False, metrics_port: int | None = None) -> None:
     """Run a delivery worker alone.
 
     Several may share one PostgreSQL; each delivery goes out once. Stops cleanly on
