@@ -19,7 +19,9 @@ The HTTP layer maps each class to an RFC 9457 problem document; see ``runbell.ap
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # not typing's: the CLI imports this module on every start
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class RunbellError(Exception):
