@@ -24,16 +24,19 @@ test-artifacts/screenshots/{inbox,run,settings}.png.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
+import os
 import re
 from typing import Any
+from unittest import mock
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import structlog
 from playwright.sync_api import BrowserContext, CDPSession, Page, expect
-from typer.testing import CliRunner
 
 from runbell.channels.base import Outbound
 from runbell.channels.webpush import collapse_topic, push_payload
@@ -144,7 +147,7 @@ async () => {
 
 def cli_login_link(settings: Settings, email: str, tenant_id: str) -> str:
     """The link an administrator gets from `runbell user login-link`."""
-    from runbell.cli import app
+    from runbell.cli import main
 
     env = {
         "RUNBELL_DATABASE_URL": settings.resolved_database_url(),
@@ -152,10 +155,16 @@ def cli_login_link(settings: Settings, email: str, tenant_id: str) -> str:
         "RUNBELL_DATA_DIR": str(settings.data_dir),
         "RUNBELL_PUBLIC_URL": settings.public_url,
     }
-    result = CliRunner().invoke(app, ["user", "login-link", email, "--tenant", tenant_id], env=env)
-    assert result.exit_code == 0, result.output
-    found = re.search(re.escape(settings.public_url) + r"/auth/\S+", result.stdout)
-    assert found, result.stdout
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        mock.patch.dict(os.environ, env),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        code = main(["user", "login-link", email, "--tenant", tenant_id])
+    assert code == 0, err.getvalue()
+    found = re.search(re.escape(settings.public_url) + r"/auth/\S+", out.getvalue())
+    assert found, out.getvalue()
     return found.group(0)
 
 

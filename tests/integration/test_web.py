@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
 from runbell.app import build, create_app
 from runbell.cli.welcome import welcome_text
@@ -332,20 +331,23 @@ def test_emailed_sign_in_link_does_not_reveal_members(
 
 
 def test_cli_prints_a_working_sign_in_link(
-    client: TestClient, creds: TenantCreds, settings: Any, monkeypatch: pytest.MonkeyPatch
+    client: TestClient,
+    creds: TenantCreds,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from runbell.cli import app
+    from runbell.cli import main
 
     monkeypatch.setenv("RUNBELL_DATABASE_URL", settings.resolved_database_url())
     monkeypatch.setenv("RUNBELL_SECRET_KEY", SECRET_KEY)
     monkeypatch.setenv("RUNBELL_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("RUNBELL_PUBLIC_URL", "http://testserver")
-    result = CliRunner().invoke(
-        app, ["user", "login-link", creds.owner_email, "--tenant", creds.tenant_id]
-    )
-    assert result.exit_code == 0, result.output
-    link = re.search(r"http://testserver/auth/\S+", result.stdout)
-    assert link, result.stdout
+    code = main(["user", "login-link", creds.owner_email, "--tenant", creds.tenant_id])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    link = re.search(r"http://testserver/auth/\S+", out)
+    assert link, out
     r = client.get(link.group(0), follow_redirects=False)
     assert r.status_code == 303
     assert client.get("/").status_code == 200
