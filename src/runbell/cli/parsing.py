@@ -38,7 +38,7 @@ from runbell.cli.specs import Argument, Command, Flag, Group, Option, Param
 
 TYPE_CHECKING = False  # not typing's, see runbell.cli.common
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
     from typing import Any
 
 HELP = "--help"
@@ -90,7 +90,7 @@ def _is_option(word: str) -> bool:
     return word[:1] == "-" and len(word) > 1
 
 
-def _option_name(word: str, known: Any, path: str, code: int) -> str:
+def _option_name(word: str, known: Collection[str], path: str, code: int) -> str:
     """The option ``word`` names (``--limit`` of ``--limit=5``), or the usage error."""
     name = word.partition("=")[0]
     if name in known:
@@ -124,6 +124,33 @@ def _shown(word: str) -> str:
 
 
 def _read(command: Command, path: str, words: list[str]) -> dict[str, Any]:
+    """A command's keyword arguments from its words."""
+    given, order, positional, wants_help = _scan(command, path, words)
+    arguments = command.arguments
+    for index, argument in enumerate(arguments):
+        if argument.repeat:  # takes what the arguments after it leave
+            take = max(len(positional) - (len(arguments) - index - 1), 0)
+            given[argument.dest], positional = positional[:take], positional[take:]
+        else:
+            given[argument.dest] = positional.pop(0) if positional else None
+    if wants_help:
+        raise Help(command, path)
+    # The order problems are found in: options given, arguments, options not given.
+    order += arguments
+    order += [p for p in command.params if p not in order]
+    kwargs = {p.dest: _value(command, p, given.get(p.dest), path) for p in order}
+    if positional:
+        extra = " ".join(_shown(w) for w in positional)
+        raise UsageError(f"got unexpected extra argument(s) ({extra})", path, command.usage_exit)
+    return kwargs
+
+
+def _scan(
+    command: Command, path: str, words: list[str]
+) -> tuple[dict[str, Any], list[Param], list[str], bool]:
+    """The options' words by destination (a list for a repeatable one, True or False for
+    a flag), the options in the order first given, the other words, and whether
+    ``--help`` was given."""
     code = command.usage_exit
     by_name: dict[str, tuple[Param | None, bool]] = {HELP: (None, True)}
     for option in command.options:
@@ -168,22 +195,7 @@ def _read(command: Command, path: str, words: list[str]) -> dict[str, Any]:
                 given[param.dest] = value
         if param not in order:
             order.append(param)
-    arguments = command.arguments
-    for index, argument in enumerate(arguments):
-        if argument.repeat:  # takes what the arguments after it leave
-            take = max(len(positional) - (len(arguments) - index - 1), 0)
-            given[argument.dest], positional = positional[:take], positional[take:]
-        else:
-            given[argument.dest] = positional.pop(0) if positional else None
-    if wants_help:
-        raise Help(command, path)
-    order += arguments
-    order += [p for p in command.params if p not in order]
-    kwargs = {p.dest: _value(command, p, given.get(p.dest), path) for p in order}
-    if positional:
-        extra = " ".join(_shown(w) for w in positional)
-        raise UsageError(f"got unexpected extra argument(s) ({extra})", path, code)
-    return kwargs
+    return given, order, positional, wants_help
 
 
 def _value(command: Command, param: Param, raw: Any, path: str) -> Any:
