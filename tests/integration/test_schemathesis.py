@@ -90,8 +90,8 @@ def schemathesis_command(url: str, config: Path, *, examples: int = 3, seed: int
     ]
 
 
-@pytest.mark.slow
-def test_schemathesis_finds_no_contract_violation(tmp_path: Path, db_url: str) -> None:
+def run_schemathesis(tmp_path: Path, db_url: str) -> None:
+    """The bounded run against a live server on ``db_url``; fails on any finding."""
     assert SCHEMATHESIS.exists(), "schemathesis is a dev dependency: make .venv/.installed-dev"
     settings = make_settings(tmp_path, db_url, longpoll_max_s=0.05)
     core = build(settings, clock=Clock(), migrate=False)
@@ -131,3 +131,11 @@ def test_schemathesis_finds_no_contract_violation(tmp_path: Path, db_url: str) -
     assert "Authentication failed" not in report, report[-8000:]
     assert f"Tested: {OPERATIONS}" in report, report[-3000:]
     print(report[report.rfind("SUMMARY") - 40 :])  # shown with -s / -rP: the run's summary
+
+
+# One file per database (this one SQLite, test_schemathesis_postgres.py PostgreSQL): the
+# suite keeps each file on one xdist worker, and the two runs are its longest tests.
+@pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_schemathesis_finds_no_contract_violation(tmp_path: Path, db_url: str) -> None:
+    run_schemathesis(tmp_path, db_url)

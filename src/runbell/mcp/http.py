@@ -33,8 +33,10 @@ load balancer can answer any request; what a wait needs is Runbell's own durable
 
 from __future__ import annotations
 
+import threading
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
+from functools import cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -137,22 +139,38 @@ def refusal(
     return JSON(body, status_code=status, headers=headers)
 
 
+@cache
+def _shared_server() -> Any:
+    """The MCP server behind every app of this process, built once: its tools depend on
+    nothing but :func:`_backend` (the caller comes from a context variable), and building
+    them (a pydantic model and a JSON schema per tool) is most of what making an app
+    costs."""
+    return build_server(_backend)
+
+
+_mounting = threading.Lock()
+
+
 class McpMount:
     """The ``/mcp`` route, its metadata documents, and the SDK session manager its
-    lifespan must run."""
+    lifespan must run (one per app: a manager runs once; the server behind it is shared)."""
 
     def __init__(self, rb: Runbell) -> None:
         self.rb = rb
-        self.server = build_server(_backend)
-        # Host and Origin are checked in __call__, before the SDK sees the request.
-        self.server.streamable_http_app(
-            stateless_http=True,
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        )
-        self.inner = StreamableHTTPASGIApp(self.server.session_manager)
+        self.server = _shared_server()
+        with _mounting:  # the SDK keeps the manager it just made on the server: take ours
+            # Host and Origin are checked in __call__, before the SDK sees the request.
+            self.server.streamable_http_app(
+                stateless_http=True,
+                transport_security=TransportSecuritySettings(
+                    enable_dns_rebinding_protection=False
+                ),
+            )
+            self.manager = self.server.session_manager
+        self.inner = StreamableHTTPASGIApp(self.manager)
 
     def lifespan(self) -> AbstractAsyncContextManager[Any]:
-        return self.server.session_manager.run()
+        return self.manager.run()
 
     def routes(self) -> list[BaseRoute]:
         return [
