@@ -1,6 +1,7 @@
 """``runbell completion bash|zsh|fish``: each script, loaded into the real shell, completes
 commands, subcommands and option names where the command line is, and leaves arguments
-to the shell's file names. (zsh and fish run when installed; bash always.)"""
+to the shell's file names. (zsh and fish run when installed, and must be in CI: .ci/run
+installs them; bash always.)"""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ import pytest
 from runbell.cli import main, root
 from runbell.cli.completion import script
 from runbell.cli.specs import Command, Flag, walk
+from tests.conftest import IN_CI
 from tests.timeouts import WAIT
 
 
 def _shell(name: str) -> str:
     found = shutil.which(name)
     if found is None:
+        if IN_CI:
+            pytest.fail(f"CI requires {name} (.ci/run installs it)")
         pytest.skip(f"{name} is not installed")
     return found
 
