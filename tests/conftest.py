@@ -77,8 +77,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 #: The longest files, longest first (worker-seconds of a full run, `make test` prints the
 #: slowest tests). xdist keeps a file on one worker and hands files out in collection
-#: order: one of these started last would run alone at the end while the other workers
-#: idle. A file missing here only costs time, never a result.
+#: order (``--no-loadscope-reorder`` in the Makefile: xdist's default puts the files with
+#: the most tests first, which started the two one-test schemathesis files last): one of
+#: these started last would run alone at the end while the other workers idle. A file
+#: missing here only costs time, never a result.
 LONGEST_FIRST = (
     "tests/integration/test_schemathesis.py",
     "tests/integration/test_schemathesis_postgres.py",
