@@ -41,7 +41,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio.to_thread
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -140,7 +141,7 @@ def refusal(
 
 
 @cache
-def _shared_server() -> Any:
+def _shared_server() -> MCPServer[Any]:
     """The MCP server behind every app of this process, built once: its tools depend on
     nothing but :func:`_backend` (the caller comes from a context variable), and building
     them (a pydantic model and a JSON schema per tool) is most of what making an app
@@ -166,7 +167,7 @@ class McpMount:
                     enable_dns_rebinding_protection=False
                 ),
             )
-            self.manager = self.server.session_manager
+            self.manager: StreamableHTTPSessionManager = self.server.session_manager
         self.inner = StreamableHTTPASGIApp(self.manager)
 
     def lifespan(self) -> AbstractAsyncContextManager[Any]:
