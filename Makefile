@@ -55,7 +55,7 @@ test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(LINT_IMPORTS)
-	$(BIN)/pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
+	$(BIN)/pytest -n 4 --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check src tests bench

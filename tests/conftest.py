@@ -75,41 +75,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.testrunuid = uuid.uuid4().hex
 
 
-#: The longest files, longest first (worker-seconds of a full run, `make test` prints the
-#: slowest tests). xdist keeps a file on one worker and hands files out in collection
-#: order (``--no-loadscope-reorder`` in the Makefile: xdist's default puts the files with
-#: the most tests first, which started the two one-test schemathesis files last): one of
-#: these started last would run alone at the end while the other workers idle. A file
-#: missing here only costs time, never a result.
-LONGEST_FIRST = (
-    "tests/integration/test_schemathesis.py",
-    "tests/integration/test_schemathesis_postgres.py",
-    "tests/acceptance/test_worker_processes.py",
-    "tests/integration/test_delivery_engine.py",
-    "tests/acceptance/test_first_hour.py",
-    "tests/integration/test_web.py",
-    "tests/acceptance/test_scaleout.py",
-    "tests/integration/test_idempotency.py",
-    "tests/integration/test_nul_matrix.py",
-    "tests/integration/test_hooks.py",
-    "tests/browser/test_accessibility.py",
-    "tests/acceptance/test_cli.py",
-    "tests/integration/test_retention.py",
-    "tests/integration/test_mcp.py",
-    "tests/integration/test_api_errors.py",
-    "tests/acceptance/test_bench_smoke.py",
-    "tests/acceptance/test_start_banner.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files of :data:`LONGEST_FIRST` first, in that order; the rest as collected
-    (a stable sort: each file's tests keep their order)."""
-    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    last = len(rank)
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], last))
-
-
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Drop every database this run made that is still there (a worker that crashed, a
     drop that failed): in the xdist controller once all workers are done, else here."""
