@@ -54,9 +54,7 @@ def compile_runbell() -> None:
 def cpu_ms(argv: list[str], env: dict[str, str]) -> float:
     """The CPU (user + system) one run of ``argv`` used, in milliseconds."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
-    )
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return used * 1000

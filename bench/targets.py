@@ -75,13 +75,13 @@ def open_core(url: str, data_dir: Path, secret_key: str, **settings: Any) -> Cor
     """
     from runbell.app import build
     from runbell.config import Settings
-    from runbell.store.wakeup import start_bridge
+    from runbell.runtime.wakeup import start_bridge
 
     core = build(
         Settings(data_dir=data_dir, database_url=url, secret_key=secret_key, **settings),
         migrate=False,
     )
-    _bridges[id(core)] = start_bridge(core.db)
+    _bridges[id(core)] = start_bridge(core.db, core.hub)
     return core
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from runbell.dispatch.worker import Worker
-    from runbell.store.wakeup import PgBridge
+    from runbell.runtime.wakeup import PgBridge
 
 Background = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 T = TypeVar("T")
@@ -117,14 +117,14 @@ def migrate(settings: Settings) -> tuple[str | None, str]:
         engine.dispose()
 
 
-def start_wakeups(db: Database, listen_url: str | None = None) -> PgBridge | None:
+def start_wakeups(rb: Runbell, listen_url: str | None = None) -> PgBridge | None:
     """On PostgreSQL, start the LISTEN/NOTIFY bridge that wakes this process's waiters
     (workers, long-polls, streams) for commits made by other processes; None on SQLite.
-    ``listen_url`` is ``RUNBELL_LISTEN_DATABASE_URL`` (default: ``db``'s). Stop it with
+    ``listen_url`` is ``RUNBELL_LISTEN_DATABASE_URL`` (default: the database's). Stop it with
     ``.stop()``."""
-    from runbell.store.wakeup import start_bridge
+    from runbell.runtime.wakeup import start_bridge
 
-    return start_bridge(db, listen_url)
+    return start_bridge(rb.db, rb.hub, listen_url)
 
 
 SERVED_URL = "served_url"
@@ -200,11 +200,11 @@ def create_app(
     from runbell.api.limits import reject_unstorable
     from runbell.api.responses import JSON
     from runbell.mcp.http import McpMount
-    from runbell.store.wakeup import start_bridge
+    from runbell.runtime.wakeup import start_bridge
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        pg = start_bridge(rb.db, rb.settings.listen_database_url) if bridge else None
+        pg = start_bridge(rb.db, rb.hub, rb.settings.listen_database_url) if bridge else None
         stop = asyncio.Event()
         jobs = [*([worker.run] if worker else []), *background]
         tasks = [asyncio.create_task(job(stop)) for job in jobs]

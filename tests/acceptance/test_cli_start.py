@@ -133,9 +133,7 @@ def test_help_parsing_and_light_commands_load_none_of_the_server() -> None:
     assert len(codes) > 50, codes  # every command's --help was rendered, every line parsed
     modules = result["modules"]
     assert isinstance(modules, list)
-    loaded = sorted(
-        m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)
-    )
+    loaded = sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
     assert not loaded, f"a light start loaded {loaded}"
 
 

@@ -471,7 +471,7 @@ def test_long_poll_is_woken_by_the_commit(
         put_run(http, creds.runtime_key, "r1", creds.owner_email)
         head = feed(http, creds.admin_key, "latest")["next_cursor"]
         poll = Poll(live.url, creds.runtime_key, head, wait=20).start()
-        wait_until(lambda: core.db.hub.waiter_count() >= 1, "the long-poll to start waiting")
+        wait_until(lambda: core.hub.waiter_count() >= 1, "the long-poll to start waiting")
         signal(http, creds.runtime_key, "r1", "r1-done", "completed")
         response = poll.join()
     assert response.status_code == 200
@@ -513,7 +513,7 @@ def test_long_poll_is_woken_by_a_commit_in_another_process(
             put_run(via_b, creds.runtime_key, "r1", creds.owner_email)
             # Both bridges connect in the background: wait until B's commits reach A's hub.
             deadline = time.monotonic() + WAIT
-            while core_a.db.hub.head(creds.tenant_id) is None:
+            while core_a.hub.head(creds.tenant_id) is None:
                 assert time.monotonic() < deadline, "process A never heard of B's commits"
                 r = via_b.post(
                     "/v1/runs/r1/progress",
@@ -525,7 +525,7 @@ def test_long_poll_is_woken_by_a_commit_in_another_process(
 
             head = feed(via_b, creds.admin_key, "latest")["next_cursor"]
             poll = Poll(server_a.url, creds.runtime_key, head, wait=20).start()
-            wait_until(lambda: core_a.db.hub.waiter_count() >= 1, "the long-poll on A to wait")
+            wait_until(lambda: core_a.hub.waiter_count() >= 1, "the long-poll on A to wait")
             signal(via_b, creds.runtime_key, "r1", "r1-done", "completed")
             response = poll.join()
             with core_a.db.read() as conn:

@@ -1,4 +1,4 @@
-"""The stream fan-out (``runbell.store.streams``): one feed read per commit however many
+"""The stream fan-out (``runbell.runtime.streams``): one feed read per commit however many
 streams are open, each stream seeing exactly what the page query shows its principal
 (tenant isolation, per-member run access, per-recipient notification events), streams
 that fall behind the shared buffer catching up from the database without gap or repeat,
@@ -20,13 +20,13 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from runbell.api.sse import FRAMING
 from runbell.app import build
 from runbell.domain.principal import Principal
 from runbell.flows import accounts
-from runbell.flows import feed as feed_flow
 from runbell.flows.context import Runbell
+from runbell.runtime.streams import Streams
 from runbell.store import feed
-from runbell.store.streams import Streams
 from runbell.testing import TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer, make_settings
 from tests.integration.test_feed import all_events, put_run, signal, wait_until
@@ -267,7 +267,13 @@ def test_a_stream_behind_the_buffer_catches_up_without_gap_or_repeat(
 
     async def main() -> tuple[list[int], list[int], list[int]]:
         streams = Streams(
-            core.db, feed_flow.frame, keepalive_s=60, recheck_s=60, fallback_s=0.1, buffer_events=3
+            core.db,
+            core.hub,
+            FRAMING,
+            keepalive_s=60,
+            recheck_s=60,
+            fallback_s=0.1,
+            buffer_events=3,
         )
         with core.db.read() as conn:
             head, _ = feed.bounds(conn, creds.tenant_id)
@@ -320,7 +326,7 @@ def test_sub_second_keep_alives_flow(db_url: str, tmp_path: Path) -> None:
                 assert comments == 3
             # The stream is forgotten once the client has gone.
             wait_until(
-                lambda: not any(s.subscribers for s in list(core.db.hub.per_loop.values())),
+                lambda: not any(s.subscribers for s in list(core.hub.per_loop.values())),
                 "the server to drop the closed stream",
             )
     finally:
@@ -378,7 +384,7 @@ def test_a_commit_in_another_process_reaches_the_streams(db_url: str, tmp_path: 
             put_run(via_b, creds.runtime_key, "r1", creds.owner_email)
             # Both bridges connect in the background: wait until B's commits reach A's hub.
             deadline = time.monotonic() + WAIT
-            while core_a.db.hub.head(creds.tenant_id) is None:
+            while core_a.hub.head(creds.tenant_id) is None:
                 assert time.monotonic() < deadline, "process A never heard of B's commits"
                 r = via_b.post(
                     "/v1/runs/r1/progress",

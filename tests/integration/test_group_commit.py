@@ -1,4 +1,4 @@
-"""Group commit (store/writer.py): signals committed together, each still its own unit.
+"""Group commit (runtime/writer.py): signals committed together, each still its own unit.
 
 Issue 9 §2: a failing signal inside a batch answers its own error and the others commit;
 a caller is never told ``applied`` before its commit is durable; a crash with a batch
@@ -55,12 +55,12 @@ class HeldWriter:
             started.set()
             self.gate.wait(WAIT)
 
-        self.held: Future[Any] = core.db.writer.submit(hold)
+        self.held: Future[Any] = core.writer.submit(hold)
         assert started.wait(WAIT), "the writer never started"
 
     def release_when_queued(self, n: int) -> None:
         deadline = time.monotonic() + WAIT
-        while self.core.db.writer._queue.qsize() < n:
+        while self.core.writer._queue.qsize() < n:
             assert time.monotonic() < deadline, "the units never queued"
             time.sleep(0.01)
         self.gate.set()
@@ -90,12 +90,12 @@ def accept_in_thread(
 def test_signals_waiting_together_commit_in_one_batch(core: Runbell, creds: TenantCreds) -> None:
     create_runs(core, creds, [f"r{i}" for i in range(8)])
     held = HeldWriter(core)
-    before = core.db.writer.batches
+    before = core.writer.batches
     answers = [accept_in_thread(core, creds, f"r{i}", f"e{i}") for i in range(8)]
     held.release_when_queued(8)
     assert [a.result(timeout=WAIT).outcome for a in answers] == ["applied"] * 8
     # One batch for the held unit, one for the eight.
-    assert core.db.writer.batches - before == 2
+    assert core.writer.batches - before == 2
     assert count(core, t.inbound_events, creds.tenant_id) == 8
     assert count(core, t.notifications, creds.tenant_id) == 8
 
@@ -147,7 +147,7 @@ def test_a_unit_that_raises_after_writing_leaves_nothing_of_itself(
 
     held = HeldWriter(core)
     good = accept_in_thread(core, creds, "r0", "e0")
-    bad = core.db.writer.submit(writes_then_fails)
+    bad = core.writer.submit(writes_then_fails)
     held.release_when_queued(2)
     assert good.result(timeout=WAIT).outcome == "applied"
     with pytest.raises(RuntimeError, match="boom"):
@@ -261,7 +261,7 @@ CRASH_SCRIPT = textwrap.dedent(
     with core.db.read() as conn:
         source = accounts.get_source(conn, tenant_id, accounts.api_source_id(conn, tenant_id))
     gate, started = threading.Event(), threading.Event()
-    held = core.db.writer.submit(lambda tx: (started.set(), gate.wait(WAIT)))
+    held = core.writer.submit(lambda tx: (started.set(), gate.wait(WAIT)))
     started.wait(WAIT)
     for i in range(4):
         threading.Thread(
@@ -275,9 +275,9 @@ CRASH_SCRIPT = textwrap.dedent(
         os.kill(os.getpid(), signal.SIGKILL)  # mid-batch: four signals written, no commit
         time.sleep(30)
 
-    while core.db.writer._queue.qsize() < 4:
+    while core.writer._queue.qsize() < 4:
         time.sleep(0.01)
-    core.db.writer.submit(crash, key=('~',))  # sorts after every tenant: runs last
+    core.writer.submit(crash, key=('~',))  # sorts after every tenant: runs last
     gate.set()
     time.sleep(30)
     """

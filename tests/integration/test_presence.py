@@ -1,4 +1,4 @@
-"""Presence shared through the database (store/presence.py), on SQLite and PostgreSQL.
+"""Presence shared through the database (runtime/presence.py), on SQLite and PostgreSQL.
 
 Two :class:`Presence` registries on one database stand for two processes: what one holds,
 the other sees after a write; what a dead process held expires; a busy owner costs one
@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from runbell.flows.context import Runbell
+from runbell.runtime.presence import Presence
 from runbell.store import tables as t
-from runbell.store.presence import Presence
 from runbell.testing import Clock, TenantCreds
 from tests.timeouts import WAIT
 

@@ -89,9 +89,7 @@ def test_every_parameter_has_help_and_an_upper_placeholder(path: tuple[str, ...]
             assert re.fullmatch(r"[A-Z][A-Z0-9_=]*", str(param.metavar)), (name, param.dest)
 
 
-@pytest.mark.parametrize(
-    "path", [p for p, node in COMMANDS if isinstance(node, Group)], ids=_name
-)
+@pytest.mark.parametrize("path", [p for p, node in COMMANDS if isinstance(node, Group)], ids=_name)
 def test_command_summaries_are_whole_and_fit_the_command_list(
     path: tuple[str, ...], help_of: Callable[..., str]
 ) -> None:

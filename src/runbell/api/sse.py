@@ -3,7 +3,7 @@ yields, and one waiter on ``receive`` notices the client leaving.
 
 It replaces sse-starlette's per-stream task group (a ping timer, a disconnect poller and a
 shutdown watcher for every stream): keep-alives come from the iterator
-(``runbell.store.streams`` flags them on every stream from one shared ticker), so an idle
+(``runbell.runtime.streams`` flags them on every stream from one shared ticker), so an idle
 stream costs one parked coroutine and no CPU.
 
 :class:`StreamHandoff` (outermost middleware) lets the framework authenticate, validate
@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from runbell.flows.feed import event_view
 
 HANDOFF = "runbell.sse_handoff"  # scope key: where a response leaves itself to be streamed
 # What the framework left in the scope for its own use while routing (closed exit stacks,
@@ -31,6 +35,24 @@ _FRAMEWORK_KEYS = (
     "fastapi_inner_astack",
     "fastapi_function_astack",
 )
+
+
+class SseFraming:
+    """The feed written as Server-Sent Events (``runbell.runtime.streams.Framing``)."""
+
+    keep_alive = b": keep-alive\r\n\r\n"
+
+    def event(self, row: dict[str, Any], /) -> bytes:
+        """One feed event as one frame: ``id``, ``event``, one ``data`` line."""
+        data = json.dumps(event_view(row), separators=(",", ":"))
+        return f"id: {row['seq']}\r\nevent: {row['type']}\r\ndata: {data}\r\n\r\n".encode()
+
+    def position(self, position: int, /) -> bytes:
+        """An ``id:``-only frame: moves the client's Last-Event-ID on without an event."""
+        return b"id: %d\r\n\r\n" % position
+
+
+FRAMING = SseFraming()
 
 
 class StreamHandoff:

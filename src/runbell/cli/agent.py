@@ -40,9 +40,7 @@ EXIT_ERROR = common.EXIT_UNREACHABLE
 #: time").
 commands = Commands(usage_exit=EXIT_ERROR)
 KINDS = ("approval", "choice", "text")
-KEY_HINT = (
-    "RUNBELL_KEY must be a runtime key of this server: runbell key create --tenant TENANT"
-)
+KEY_HINT = "RUNBELL_KEY must be a runtime key of this server: runbell key create --tenant TENANT"
 
 RUN_ID = Argument("run_id", "your run's id, e.g. ci-$GITHUB_RUN_ID")
 

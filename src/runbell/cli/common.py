@@ -116,9 +116,7 @@ def say(what: object, hint: str | None = None) -> None:
     sys.stderr.flush()
 
 
-def fail(
-    what: RunbellError | str, hint: str | None = None, code: int = EXIT_REFUSED
-) -> NoReturn:
+def fail(what: RunbellError | str, hint: str | None = None, code: int = EXIT_REFUSED) -> NoReturn:
     """End the command: ``runbell: <what>`` (a refusal's detail), the hint, exit 2 unless
     told otherwise."""
     detail = what if isinstance(what, str) else what.detail

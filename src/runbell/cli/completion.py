@@ -24,9 +24,7 @@ commands = Commands()
 
 
 @commands.command(
-    Argument(
-        "shell", "bash, zsh or fish (default: the one $SHELL names)", type=choice(*SHELLS)
-    )
+    Argument("shell", "bash, zsh or fish (default: the one $SHELL names)", type=choice(*SHELLS))
 )
 def completion(shell: str | None = None) -> None:
     """Print a shell completion script: commands and options.
@@ -205,4 +203,3 @@ function __runbell_at --description 'Whether the runbell command line is at this
 end
 {completes}
 """
-

@@ -396,7 +396,7 @@ def worker(scheduler: bool = False, metrics_port: int | None = None) -> None:
     sched = Scheduler(core)
     if scheduler:
         sched.start()
-    bridge = start_wakeups(core.db, settings.listen_database_url)
+    bridge = start_wakeups(core, settings.listen_database_url)
     the_worker = Worker(core, build_channels(core))
     if metrics_port is not None:
         from prometheus_client import start_http_server

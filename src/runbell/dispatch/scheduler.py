@@ -2,7 +2,7 @@
 steps, digest flush, retention.
 
 Each sweep is a plain method taking ``now`` (tests drive them with a fixed clock). With
-several processes on PostgreSQL, an advisory lock (:func:`runbell.store.leader.leading`)
+several processes on PostgreSQL, an advisory lock (:func:`runbell.runtime.leader.leading`)
 elects one runner per sweep per tick; on SQLite there is one process.
 """
 
@@ -17,7 +17,7 @@ import structlog
 from runbell.flows import digests, escalation, reconcile, retention, stalls, sweeps
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import expire_requests
-from runbell.store.leader import leading
+from runbell.runtime.leader import leading
 
 log = structlog.get_logger(__name__)
 

@@ -2,15 +2,15 @@
 
 A delivery goes through four steps; the first and the last are shared by a batch:
 
-1. **claim** (one transaction per batch, :mod:`runbell.dispatch.claim`): ``status →
+1. **claim** (one transaction per batch, :mod:`runbell.flows.delivery_claim`): ``status →
    sending`` with a lease, the batch's webhook endpoints read, the sends planned against
    the rate limits every worker shares;
-2. **prepare** (:mod:`runbell.dispatch.prepare`): the gate
+2. **prepare** (:mod:`runbell.flows.delivery_prepare`): the gate
    (:func:`runbell.domain.dispatch.gate`) on the state of things *now* — for webhooks
    from the endpoints read at the claim, for person channels one read each — and the
    :class:`~runbell.channels.base.Outbound`, neutral texts and an opaque id;
 3. **send** outside any transaction, up to ``worker_concurrency`` at once;
-4. **record** (:mod:`runbell.dispatch.record`): the results of the sends that finished
+4. **record** (:mod:`runbell.flows.delivery_record`): the results of the sends that finished
    together, in one transaction (group commit, :class:`Recorder`).
 
 A worker killed between 1 and 4 leaves the rows ``sending`` with a lease that runs out;
@@ -41,14 +41,12 @@ from runbell.channels.base import (
     Sent,
     TransientDeliveryError,
 )
-from runbell.dispatch.claim import Batch, Claimed, claim_batch
-from runbell.dispatch.prepare import Prepared, prepare
-from runbell.dispatch.record import Result, record_attempts, settle_gate
 from runbell.domain.dispatch import Gate
 from runbell.flows.context import Runbell
+from runbell.flows.delivery_claim import Batch, Claimed, claim_batch, renew_lease
+from runbell.flows.delivery_prepare import Prepared, prepare
+from runbell.flows.delivery_record import Result, record_attempts, settle_gate
 from runbell.ids import new_id
-from runbell.store import outbox
-from runbell.store.db import OUTBOX_KEY
 
 log = structlog.get_logger(__name__)
 
@@ -124,7 +122,7 @@ class Worker:
         active: set[asyncio.Future[None]] = set()
         freed = asyncio.Event()
         batch = self.settings.worker_batch
-        with self.core.db.hub.listen(OUTBOX_KEY) as listener:
+        with self.core.hub.listen_outbox() as listener:
             while not stop.is_set():
                 room = batch - len(active)
                 if active and room < max(1, batch // 4):
@@ -265,10 +263,7 @@ class Worker:
                 return
 
     def _renew_lease(self, delivery_id: str) -> bool:
-        with self.core.db.transaction(now=self.clock()) as tx:
-            return outbox.renew_lease(
-                tx.conn, delivery_id, self.worker_id, tx.now, self.settings.worker_lease_s
-            )
+        return renew_lease(self.core, delivery_id, worker_id=self.worker_id, now=self.clock())
 
     async def _record_internal_failure(self, row: dict[str, Any], exc: Exception) -> None:
         error = TransientDeliveryError(f"internal error before sending: {type(exc).__name__}")

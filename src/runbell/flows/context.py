@@ -2,8 +2,9 @@
 
 :class:`Runbell` is built once per process by :func:`runbell.app.build` and handed to the
 faces (API, web app, CLI, worker, scheduler), which pass it to the flow they call. It holds
-the database (with its clock and wake-up hub), the secret box, the settings, the presence
-registry, how state readers are built, and the per-process policy cache. A flow module
+the database (with its clock), the process's runtime machinery (the wake-up hub, the
+group-commit writer, the presence registry; ``runbell.runtime``), the secret box, the
+settings, how state readers are built, and the per-process policy cache. A flow module
 takes it as its first argument (``rb``) and owns the transaction it opens.
 
 Invariants kept here (DESIGN §2): none of its own — it only makes sure every unit of work
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +26,10 @@ from runbell.domain.policy import Policy
 from runbell.flows.fanout import make_hook
 from runbell.ingress import reader_kinds
 from runbell.ingress.readers import StateReader
+from runbell.runtime.hub import Hub
+from runbell.runtime.presence import Presence
+from runbell.runtime.writer import GroupCommitter
 from runbell.store.db import Database
-from runbell.store.presence import Presence
 
 ReaderFactory = Callable[[dict[str, Any]], StateReader]
 
@@ -57,11 +61,17 @@ class Runbell:
         *,
         box: SecretBox,
         presence: Presence | None = None,
+        hub: Hub | None = None,
         reader_factory: ReaderFactory | None = None,
     ) -> None:
         self.settings = settings
         self.db = db
         self.box = box
+        self.hub = hub or Hub()
+        db.after_commit.append(self.hub.committed)
+        self._writer: GroupCommitter | None = None
+        self._writer_lock = threading.Lock()
+        db.on_dispose.append(self._stop_writer)
         self.presence = presence or Presence(
             db, ttl_s=settings.presence_ttl_s, cache_s=settings.presence_cache_s
         )
@@ -74,6 +84,20 @@ class Runbell:
         self.memo: dict[Any, Any] = {}
         # Tenant-webhook messages are written in the same transaction as their events.
         db.before_flush.append(make_hook(lambda: self.public_url))
+
+    @property
+    def writer(self) -> GroupCommitter:
+        """The process's group committer (:mod:`runbell.runtime.writer`), started on first
+        use and stopped when the database is disposed of."""
+        if self._writer is None:
+            with self._writer_lock:
+                if self._writer is None:
+                    self._writer = GroupCommitter(self.db, max_batch=self.db.writer_max_batch)
+        return self._writer
+
+    def _stop_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.stop()
 
     @property
     def public_url(self) -> str:

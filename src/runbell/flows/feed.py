@@ -13,7 +13,7 @@ Invariants kept here (DESIGN §2):
 
 The long-poll and the Server-Sent Events stream (``runbell.api.routers.events``) are
 HTTP and stay in the face; every database read they do is one of these. The streams share
-one read per commit per tenant (:func:`subscribe`, ``runbell.store.streams``), filtered
+one read per commit per tenant (:func:`subscribe`, ``runbell.runtime.streams``), filtered
 per subscriber with the same visibility as the page query.
 """
 
@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 from runbell.domain.errors import Gone, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.flows import views
 from runbell.flows.context import Runbell
+from runbell.runtime.streams import Framing, Streams, Subscriber
 from runbell.store import feed, runs
 from runbell.store import notifications as notes
-from runbell.store.streams import KEEP_ALIVE, Streams, Subscriber, id_frame
-
-__all__ = ["KEEP_ALIVE", "Subscriber", "id_frame"]  # the stream face writes these
 
 SNAPSHOT_URL = "/v1/events/snapshot"
 SNAPSHOT_MAX = 200
@@ -51,21 +48,17 @@ def event_view(e: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def frame(e: dict[str, Any]) -> bytes:
-    """A feed event as one Server-Sent Events frame: ``id``, ``event``, one ``data`` line."""
-    data = json.dumps(event_view(e), separators=(",", ":"))
-    return f"id: {e['seq']}\r\nevent: {e['type']}\r\ndata: {data}\r\n\r\n".encode()
-
-
-def streams(rb: Runbell) -> Streams:
-    """The stream fan-out of this process on the running event loop."""
+def streams(rb: Runbell, framing: Framing) -> Streams:
+    """The stream fan-out of this process on the running event loop (one wire format per
+    process: the face that opens the first stream names it)."""
     loop = asyncio.get_running_loop()
-    found: Streams | None = rb.db.hub.per_loop.get(loop)
+    found: Streams | None = rb.hub.per_loop.get(loop)
     if found is None:
         s = rb.settings
-        found = rb.db.hub.per_loop[loop] = Streams(
+        found = rb.hub.per_loop[loop] = Streams(
             rb.db,
-            frame,
+            rb.hub,
+            framing,
             keepalive_s=s.sse_keepalive_s,
             recheck_s=s.sse_access_recheck_s,
             fallback_s=s.feed_fallback_poll_s,
@@ -73,16 +66,17 @@ def streams(rb: Runbell) -> Streams:
     return found
 
 
-def subscribe(rb: Runbell, who: Principal, position: int) -> Subscriber:
-    """A live stream of what ``who`` may see after ``position`` (a resolved cursor): the
-    events of each commit are read once for all of the tenant's streams. Close it."""
-    return streams(rb).subscribe(who, position)
+def subscribe(rb: Runbell, who: Principal, position: int, framing: Framing) -> Subscriber:
+    """A live stream of what ``who`` may see after ``position`` (a resolved cursor), written
+    in ``framing``: the events of each commit are read once and rendered once for all of
+    the tenant's streams. Close it."""
+    return streams(rb, framing).subscribe(who, position)
 
 
 def end_streams(rb: Runbell) -> None:
     """End every open stream of this process (server shutdown): each closes cleanly with
     its last id sent, and the client resumes elsewhere. Safe from a signal handler."""
-    for loop, found in list(rb.db.hub.per_loop.items()):
+    for loop, found in list(rb.hub.per_loop.items()):
         with contextlib.suppress(RuntimeError):  # that loop is closed already
             loop.call_soon_threadsafe(found.close)
 

@@ -141,13 +141,13 @@ def accept_signal(
 ) -> SignalResult:
     """Dedupe, reconcile, judge, apply, decide and enqueue — one unit of work, committed
     by the process's writer together with whatever other signals are waiting
-    (:mod:`runbell.store.writer`); answered once that commit is durable."""
+    (:mod:`runbell.runtime.writer`); answered once that commit is durable."""
     signal = checked(signal)
     unit = _prepare(rb, tenant_id, source, run_id, signal)
     if isinstance(unit, SignalResult):
         return unit
     try:
-        return rb.db.writer.run(unit, key=(tenant_id, run_id))
+        return rb.writer.run(unit, key=(tenant_id, run_id))
     except IntegrityError:
         return _lost_race(rb, tenant_id, source, run_id, signal)
 
@@ -165,7 +165,7 @@ async def accept_signal_async(
     unit = _prepare(rb, tenant_id, source, run_id, signal)
     assert not isinstance(unit, SignalResult)
     try:
-        return await rb.db.writer.run_async(unit, key=(tenant_id, run_id))
+        return await rb.writer.run_async(unit, key=(tenant_id, run_id))
     except IntegrityError:
         from starlette.concurrency import run_in_threadpool
 

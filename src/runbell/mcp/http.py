@@ -163,9 +163,7 @@ class McpMount:
             # Host and Origin are checked in __call__, before the SDK sees the request.
             self.server.streamable_http_app(
                 stateless_http=True,
-                transport_security=TransportSecuritySettings(
-                    enable_dns_rebinding_protection=False
-                ),
+                transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
             )
             self.manager: StreamableHTTPSessionManager = self.server.session_manager
         self.inner = StreamableHTTPASGIApp(self.manager)

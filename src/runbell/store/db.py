@@ -4,8 +4,9 @@ The boundary (one accepted signal, one acknowledgement, one claimed delivery) op
 :class:`Tx` with :meth:`Database.transaction`; repositories take ``tx.conn`` and never
 commit. Feed events are buffered on the Tx and written just before commit, so the
 per-tenant counter row is locked for the shortest time and feed order equals commit order.
-After a successful commit, the process-local :class:`runbell.store.wakeup.Hub` is told, and
-(on PostgreSQL) a NOTIFY is sent outside the transaction.
+After a successful commit, :attr:`Database.after_commit` is told which feeds moved (the
+process's :class:`runbell.runtime.hub.Hub` registers there: it wakes local waiters and, on
+PostgreSQL, sends a NOTIFY outside the transaction). The store knows nothing of who waits.
 
 An outage (PostgreSQL restarting, the network gone, SQLite locked beyond its busy timeout)
 is a state of the database, not a bug of the request: :func:`unavailable_reason` tells such
@@ -17,15 +18,13 @@ answers them 503 with ``Retry-After``.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 import structlog
@@ -36,15 +35,10 @@ from runbell.store import fast
 from runbell.store import tables as t
 from runbell.store.availability import RETRY_AFTER_S, Availability, unavailable_reason
 from runbell.store.fast import Statement
-from runbell.store.hub import Hub
-
-if TYPE_CHECKING:
-    from runbell.store.writer import GroupCommitter
 
 log = structlog.get_logger(__name__)
 
 __all__ = [
-    "OUTBOX_KEY",
     "RETRY_AFTER_S",
     "Availability",
     "Database",
@@ -232,18 +226,15 @@ _BUMP_FEED = Statement(
 )
 _INSERT_FEED = fast.insert(t.feed_events)
 
-OUTBOX_KEY = "*outbox"  # a hub channel no tenant id can collide with
-
 
 class Database:
-    """The engine, the clock and the wake-up hub, shared by API, worker and scheduler."""
+    """The engine and the clock, shared by API, worker and scheduler."""
 
     def __init__(
         self,
         url: str,
         *,
         clock: Callable[[], datetime],
-        hub: Hub | None = None,
         sqlite_busy_timeout_s: float = 30.0,
         writer_max_batch: int = 64,
     ):
@@ -252,25 +243,15 @@ class Database:
         self.availability = Availability()
         self.dialect = self.engine.dialect.name
         self.clock = clock
-        self.hub = hub or Hub()
         # Run inside the transaction just before feed events are written, e.g. to turn
         # events into tenant-webhook deliveries in the same commit.
         self.before_flush: list[Callable[[Tx], None]] = []
-        self._outbox_ticks = itertools.count(1)
+        # Told after each commit: the feed heads it moved per tenant, and whether it made
+        # deliveries due (the wake-up hub of runbell.runtime registers here).
+        self.after_commit: list[Callable[[dict[str, int], bool], None]] = []
+        # Run by dispose(), before the engine goes (e.g. stopping the group committer).
+        self.on_dispose: list[Callable[[], None]] = []
         self.writer_max_batch = writer_max_batch
-        self._writer: GroupCommitter | None = None
-        self._writer_lock = threading.Lock()
-
-    @property
-    def writer(self) -> GroupCommitter:
-        """The process's group committer (:mod:`runbell.store.writer`), started on first use."""
-        if self._writer is None:
-            from runbell.store.writer import GroupCommitter
-
-            with self._writer_lock:
-                if self._writer is None:
-                    self._writer = GroupCommitter(self, max_batch=self.writer_max_batch)
-        return self._writer
 
     @property
     def is_postgres(self) -> bool:
@@ -293,10 +274,8 @@ class Database:
             self.availability.observe(exc)
             raise
         self.availability.succeeded(started)
-        for tenant_id, head in heads.items():
-            self.hub.publish(tenant_id, head)
-        if tx.wake_outbox:
-            self.hub.publish(OUTBOX_KEY, next(self._outbox_ticks))
+        for told in self.after_commit:
+            told(heads, tx.wake_outbox)
         for fn in tx.after_commit:
             fn()
 
@@ -319,6 +298,6 @@ class Database:
         self.availability.succeeded(started, write=False)
 
     def dispose(self) -> None:
-        if self._writer is not None:
-            self._writer.stop()
+        for fn in self.on_dispose:
+            fn()
         self.engine.dispose()

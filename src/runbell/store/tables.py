@@ -614,7 +614,7 @@ kv = sa.Table(
     sa.Column("value", JSON, nullable=False),
 )
 
-# Who is watching the live UI, shared by every API process (store/presence.py). One row per
+# Who is watching the live UI, shared by every API process (runtime/presence.py). One row per
 # (tenant, user, holding process), refreshed by that process's heartbeat; a row past
 # expires_at is ignored (its process died) and deleted by the next heartbeat of any process.
 # No index on expires_at: the table holds one row per viewer and process, and an unindexed

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from runbell.api.deps import SESSION_COOKIE, Core, Who, principal
 from runbell.api.openapi import problems, rule, rules
-from runbell.api.sse import EventStreamResponse
+from runbell.api.sse import FRAMING, EventStreamResponse
 from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
 from runbell.flows import feed
@@ -42,7 +42,7 @@ async def wait_for_events(
     """Events after ``after`` and the resume position; if there are none, sleep until a
     commit wakes us or ``wait`` passes."""
     deadline = time.monotonic() + wait
-    with core.db.hub.listen(who.tenant_id) as listener:
+    with core.hub.listen(who.tenant_id) as listener:
         while True:
             events, position = await run_in_threadpool(feed.read, core, who, after, limit)
             remaining = deadline - time.monotonic()
@@ -168,11 +168,11 @@ async def stream(
 
         return EventStreamResponse(expired(), on_disconnect=lambda: None, headers=headers)
 
-    sub = feed.subscribe(core, who, cursor)
+    sub = feed.subscribe(core, who, cursor, FRAMING)
 
     async def chunks() -> AsyncIterator[bytes]:
         # The priming id is the resume point even if nothing ever arrives.
-        yield RETRY + feed.id_frame(cursor)
+        yield RETRY + FRAMING.position(cursor)
         if who.user_id:
             core.presence.enter(who.tenant_id, who.user_id)
         try:

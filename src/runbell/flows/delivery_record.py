@@ -27,11 +27,11 @@ import structlog
 
 from runbell import metrics
 from runbell.channels.base import DeliveryError, PermanentDeliveryError, Sent
-from runbell.dispatch.prepare import Prepared
 from runbell.domain.dispatch import Gate
 from runbell.domain.retry import RetryStrategy
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Runbell
+from runbell.flows.delivery_prepare import Prepared
 from runbell.store import destinations, endpoints, operator_events, outbox
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx

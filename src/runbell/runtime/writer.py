@@ -42,14 +42,11 @@ import sqlalchemy as sa
 import structlog
 
 from runbell.store.availability import unavailable_reason
+from runbell.store.db import Database, Tx
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-# runbell.store.db builds the writer (Database.writer); typed loosely here so the two
-# modules do not import each other. Tx is runbell.store.db.Tx, Database its Database.
-Tx = Any
-Database = Any
 
 #: PostgreSQL SQLSTATEs worth a second try in the next batch: deadlock, serialization.
 _TRANSIENT = frozenset({"40P01", "40001"})

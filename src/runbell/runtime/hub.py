@@ -1,7 +1,7 @@
 """In-process wake-ups for long-polls, SSE streams and workers when feed events commit.
 
 :class:`Hub` is thread-safe: the committing thread calls :meth:`Hub.publish`, waiting
-coroutines (on any event loop) wake at once. Between processes, ``runbell.store.wakeup``
+coroutines (on any event loop) wake at once. Between processes, ``runbell.runtime.wakeup``
 carries the same wake-ups over PostgreSQL LISTEN/NOTIFY. Waiters still re-check on a slow
 timer, so a lost wake-up costs latency, never an event.
 """
@@ -10,28 +10,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import queue
 import threading
 import weakref
 from collections import defaultdict
 from typing import Any
 
+OUTBOX_KEY = "*outbox"  # a hub channel no tenant id can collide with
+
 
 class Hub:
     def __init__(self) -> None:
+        self._outbox_ticks = itertools.count(1)
         self._lock = threading.Lock()
         self._heads: dict[str, int] = {}
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = (
             defaultdict(set)
         )
         self.remote_publish: queue.SimpleQueue[tuple[str, int]] | None = None
-        # Per event loop: the stream fan-out (``runbell.store.streams.Streams``) there.
+        # Per event loop: the stream fan-out (``runbell.runtime.streams.Streams``) there.
         self.per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
 
     def head(self, tenant_id: str) -> int | None:
         return self._heads.get(tenant_id)
+
+    def committed(self, heads: dict[str, int], wake_outbox: bool) -> None:
+        """A commit of this process (``Database.after_commit``): wake the waiters of every
+        feed it moved, and the workers when it made deliveries due."""
+        for tenant_id, head in heads.items():
+            self.publish(tenant_id, head)
+        if wake_outbox:
+            self.publish(OUTBOX_KEY, next(self._outbox_ticks))
 
     def publish(self, tenant_id: str, seq: int, *, local: bool = True) -> None:
         with self._lock:
@@ -48,6 +60,11 @@ class Hub:
         """Register interest *before* reading, so a commit between the read and the wait
         still wakes us (no lost wake-up window)."""
         return Listener(self, tenant_id)
+
+    def listen_outbox(self) -> Listener:
+        """A listener woken when a commit of this process (or, over the bridge, of a peer)
+        made deliveries due: what the workers wait on."""
+        return Listener(self, OUTBOX_KEY)
 
     def _add(self, tenant_id: str, key: tuple[asyncio.AbstractEventLoop, asyncio.Event]) -> None:
         with self._lock:

@@ -1,10 +1,11 @@
 """Server-Sent Event fan-out: one database read per commit, whatever the number of streams.
 
 One :class:`Streams` per process and event loop holds every open stream. Per tenant with
-streams, one :class:`Tail` task waits for the tenant's commits (the :class:`~runbell.store.hub.Hub`
-wake-up, local or over LISTEN/NOTIFY, and a slow fallback timer), reads the new events once
-— all of them, on one dedicated thread, not the API's thread pool — renders each event's
-frame once, keeps them in a bounded buffer, and wakes the tenant's subscribers. Each
+streams, one :class:`Tail` task waits for the tenant's commits (the
+:class:`~runbell.runtime.hub.Hub` wake-up, local or over LISTEN/NOTIFY, and a slow fallback
+timer), reads the new events once — all of them, on one dedicated thread, not the API's
+thread pool — renders each event's frame once (in the face's :class:`Framing`), keeps
+them in a bounded buffer, and wakes the tenant's subscribers. Each
 :class:`Subscriber` takes from the buffer what its principal may see
 (:func:`runbell.store.feed.visible`, the Python twin of the per-subscriber query) and
 moves its position to the tenant's head.
@@ -25,14 +26,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from runbell.domain.principal import Principal
+from runbell.runtime.hub import Hub
 from runbell.store import feed
 from runbell.store.db import Database
 
@@ -40,18 +41,25 @@ log = structlog.get_logger(__name__)
 
 PAGE = 500  # events per database read (tail and catch-up)
 BUFFER_EVENTS = 2_000  # events kept per tenant for subscribers that are a little behind
-KEEP_ALIVE = b": keep-alive\r\n\r\n"
 # Streams woken per turn of the event loop. Waking every stream at once queues all their
 # writes ahead of any request that arrives meanwhile (a commit to 1,000 streams is tens of
 # milliseconds of writes); yielding between slices lets requests in between.
 WAKE_SLICE = 64
 
-Render = Callable[[dict[str, Any]], bytes]
 
+class Framing(Protocol):
+    """How events are written on the wire (``runbell.api.sse`` gives Server-Sent Events):
+    the fan-out renders each event once and hands the bytes on, never knowing the format."""
 
-def id_frame(position: int) -> bytes:
-    """An ``id:``-only frame: moves the client's Last-Event-ID on without an event."""
-    return b"id: %d\r\n\r\n" % position
+    keep_alive: bytes
+
+    def event(self, row: dict[str, Any], /) -> bytes:
+        """One feed event (a ``feed_events`` row) as its frame."""
+        ...
+
+    def position(self, position: int, /) -> bytes:
+        """A frame that moves the client's resume position on without an event."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +90,8 @@ class Streams:
     def __init__(
         self,
         db: Database,
-        render: Render,
+        hub: Hub,
+        framing: Framing,
         *,
         keepalive_s: float,
         recheck_s: float,
@@ -90,7 +99,8 @@ class Streams:
         buffer_events: int = BUFFER_EVENTS,
     ) -> None:
         self.db = db
-        self.render = render
+        self.hub = hub
+        self.framing = framing
         self.keepalive_s = keepalive_s
         self.recheck_s = recheck_s
         self.fallback_s = fallback_s
@@ -199,7 +209,7 @@ class Tail:
         loop = asyncio.get_running_loop()
         failing = False
         # Registered before the first read: a commit after it always wakes us.
-        with db.hub.listen(self.tenant_id) as listener:
+        with self.streams.hub.listen(self.tenant_id) as listener:
             while self.subscribers:
                 users = frozenset(self.members)
                 after = None if self.head < 0 else self.head
@@ -256,7 +266,7 @@ class Tail:
             return False
         if head <= self.head:
             return None
-        render = self.streams.render
+        render = self.streams.framing.event
         events = tuple(
             Event(
                 seq=int(r["seq"]),
@@ -367,8 +377,11 @@ class Subscriber:
                 self.keepalive_due = False
                 if self.id_pending:
                     self.id_pending = False
-                    return id_frame(self.position) + KEEP_ALIVE
-                return KEEP_ALIVE
+                    return (
+                        self.streams.framing.position(self.position)
+                        + self.streams.framing.keep_alive
+                    )
+                return self.streams.framing.keep_alive
             if self.recheck_due:
                 return b""
             if not self._woken:
@@ -411,7 +424,7 @@ class Subscriber:
             self.id_pending = True
             return b""
         if last != self.position:
-            parts.append(id_frame(self.position))
+            parts.append(self.streams.framing.position(self.position))
         return b"".join(parts)
 
     async def _from_database(self) -> bytes:
@@ -425,10 +438,10 @@ class Subscriber:
             self.reading = False
         if self.ended:
             return b""
-        render = self.streams.render
+        render = self.streams.framing.event
         parts = [render(r) for r in rows]
         if moved_to != self.position and (not rows or int(rows[-1]["seq"]) != moved_to):
-            parts.append(id_frame(moved_to))
+            parts.append(self.streams.framing.position(moved_to))
         self.position = moved_to
         return b"".join(parts)
 

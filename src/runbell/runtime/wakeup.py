@@ -1,6 +1,6 @@
 """Wake-ups between processes: PostgreSQL LISTEN/NOTIFY feeding the in-process Hub.
 
-:class:`PgBridge` carries the :class:`~runbell.store.hub.Hub`'s wake-ups between processes
+:class:`PgBridge` carries the :class:`~runbell.runtime.hub.Hub`'s wake-ups between processes
 over LISTEN/NOTIFY: one listening connection per process, and one that sends each NOTIFY
 as soon as a commit queues it (after commit, off the hot transaction). Waiters still
 re-check on a slow timer, so a lost wake-up costs latency, never an event.
@@ -17,8 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 import structlog
 
+from runbell.runtime.hub import Hub
 from runbell.store.db import Database
-from runbell.store.hub import Hub
 
 log = structlog.get_logger(__name__)
 
@@ -101,14 +101,15 @@ class PgBridge:
                     self.hub.publish(peer_tenant, int(peer_seq), local=False)
 
 
-def start_bridge(db: Database, listen_url: str | None = None) -> PgBridge | None:
+def start_bridge(db: Database, hub: Hub, listen_url: str | None = None) -> PgBridge | None:
     """Start the LISTEN/NOTIFY bridge for ``db`` when it is PostgreSQL, listening on
-    ``listen_url`` when given (``RUNBELL_LISTEN_DATABASE_URL``: LISTEN needs a session of
-    its own, which PgBouncer in transaction mode does not give), else on ``db``'s URL."""
+        ``listen_url`` when given (``RUNBELL_LISTEN_DATABASE_URL``: LISTEN needs a session of
+        its own, which PgBouncer in transaction mode does not give), else on ``db``'s URL; peers'
+    commits wake ``hub``'s waiters and this process's commits are sent to the peers."""
     if not db.is_postgres:
         return None
     url = sa.make_url(listen_url) if listen_url else db.engine.url
     dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-    bridge = PgBridge(dsn, db.hub)
+    bridge = PgBridge(dsn, hub)
     bridge.start()
     return bridge

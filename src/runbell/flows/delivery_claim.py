@@ -6,14 +6,14 @@ One transaction per batch, whatever its size:
    go to ``sending`` under a lease that covers the send, so no renewal is needed on the
    way (:attr:`Claimed.fresh_until` says until when);
 2. the webhook endpoints of the batch, one read: the dispatch-time checks for a webhook
-   (:func:`runbell.dispatch.prepare.prepare_webhook`) need nothing else;
+   (:func:`runbell.flows.delivery_prepare.prepare_webhook`) need nothing else;
 3. the outbound rate limits (per tenant, per endpoint), shared by every worker through
    :mod:`runbell.store.rate_limits`: each row gets its send time, and a row the limits
    have no room for soon is given back unsent, due again when they will
    (:func:`runbell.domain.rate.schedule`).
 
 Person-channel rows (push, email, chat) are checked later, one read each, by
-:func:`runbell.dispatch.prepare.prepare`: they are few per notification, and their checks
+:func:`runbell.flows.delivery_prepare.prepare`: they are few per notification, and their checks
 read the person's state.
 """
 
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from runbell.dispatch.prepare import Prepared, prepare_webhook
 from runbell.domain.rate import Limit, schedule
 from runbell.flows.context import Runbell
+from runbell.flows.delivery_prepare import Prepared, prepare_webhook
 from runbell.store import endpoints, outbox, rate_limits
 
 
@@ -121,6 +121,15 @@ def _limits(rb: Runbell, row: dict[str, Any], eps: dict[tuple[str, str], Any]) -
     if own:
         found.append(Limit(f"endpoint:{row['destination']}", own, max(1.0, own)))
     return found
+
+
+def renew_lease(rb: Runbell, delivery_id: str, *, worker_id: str, now: datetime) -> bool:
+    """Extend this worker's lease on a row still being sent (a send that outlives the
+    claim's cover); False when the lease was lost and the row is someone else's now."""
+    with rb.db.transaction(now=now) as tx:
+        return outbox.renew_lease(
+            tx.conn, delivery_id, worker_id, tx.now, rb.settings.worker_lease_s
+        )
 
 
 def lease_cover(lease_s: float, timeout_s: float) -> float:
