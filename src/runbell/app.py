@@ -154,16 +154,15 @@ def check_secret_key(db: Database, box: SecretBox) -> None:
     """Refuse to start with a secret key other than the one that sealed the stored
     secrets (a second host without RUNBELL_SECRET_KEY would otherwise fail every signed
     webhook, reader and chat send at runtime)."""
-    import sqlalchemy as sa
+    from sqlalchemy.exc import IntegrityError
 
     from runbell.domain.errors import RunbellError
-    from runbell.store import tables as t
 
     with db.read() as conn:
-        sealed = conn.execute(sa.select(t.kv.c.value).where(t.kv.c.key == KEY_CHECK)).scalar()
+        sealed = kv.get(conn, KEY_CHECK)
     if sealed is None:
-        with contextlib.suppress(sa.exc.IntegrityError), db.transaction() as tx:
-            tx.conn.execute(t.kv.insert().values(key=KEY_CHECK, value={"sealed": box.seal("ok")}))
+        with contextlib.suppress(IntegrityError), db.transaction() as tx:
+            kv.insert(tx.conn, KEY_CHECK, {"sealed": box.seal("ok")})  # first process wins
         return
     try:
         box.open(sealed["sealed"])

@@ -15,10 +15,10 @@ from runbell.hooks.mapping import (
     MAX_DETAIL_CHARS,
     MAX_ID,
     EnsureRun,
+    HookPlan,
+    HookSignal,
     PayloadError,
-    Plan,
     Progress,
-    Signal,
     Turn,
     clip,
     permission_output,
@@ -45,11 +45,11 @@ def codex(name: str, **changes: Any) -> dict[str, Any]:
     return payload
 
 
-def signals(plan: Plan) -> list[tuple[str, str]]:
-    return [(a.run_id, a.state) for a in plan.actions if isinstance(a, Signal)]
+def signals(plan: HookPlan) -> list[tuple[str, str]]:
+    return [(a.run_id, a.state) for a in plan.actions if isinstance(a, HookSignal)]
 
 
-def ensures(plan: Plan) -> list[tuple[str, str]]:
+def ensures(plan: HookPlan) -> list[tuple[str, str]]:
     return [(a.run_id, a.state) for a in plan.actions if isinstance(a, EnsureRun)]
 
 
@@ -76,7 +76,7 @@ def test_a_session_is_a_chain_of_turn_runs() -> None:
 
 
 def test_session_start_of_a_known_session_reports_nothing() -> None:
-    assert plan_claude_code(cc("session_start", source="compact"), Turn(3, False)) == Plan()
+    assert plan_claude_code(cc("session_start", source="compact"), Turn(3, False)) == HookPlan()
 
 
 def test_stop_with_background_tasks_running_is_not_the_end() -> None:
@@ -88,7 +88,7 @@ def test_stop_with_background_tasks_running_is_not_the_end() -> None:
 
 
 def test_the_same_stop_twice_reports_once() -> None:
-    assert plan_claude_code(cc("stop"), Turn(1, True)) == Plan()
+    assert plan_claude_code(cc("stop"), Turn(1, True)) == HookPlan()
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_stop_failure_fails_the_turn_with_the_error_class(
     error: str, code: str, user_action: bool, retryable: bool
 ) -> None:
     plan = plan_claude_code(cc("stop_failure", error=error), Turn(1, False))
-    failed = [a for a in plan.actions if isinstance(a, Signal)]
+    failed = [a for a in plan.actions if isinstance(a, HookSignal)]
     assert [(f.run_id, f.state) for f in failed] == [(RUN1, "failed")]
     assert failed[0].error == {
         "code": code,
@@ -126,7 +126,7 @@ def test_subagents_are_child_runs_of_their_own() -> None:
         plan_claude_code(cc("subagent_stop", agent_id=f"agent{i}"), Turn(1, False))
         for i in range(3)
     ]
-    done = [s for plan in stops for s in plan.actions if isinstance(s, Signal)]
+    done = [s for plan in stops for s in plan.actions if isinstance(s, HookSignal)]
     assert [(s.run_id, s.state) for s in done] == [
         (f"{RUN1}.agent-agent{i}", "completed") for i in range(3)
     ]
@@ -201,9 +201,9 @@ def test_event_ids_are_stable_per_run_and_payload() -> None:
     again = plan_claude_code(cc("stop"), Turn(1, False)).actions[1]
     other_turn = plan_claude_code(cc("stop"), Turn(2, False)).actions[1]
     assert first == [(RUN1, "completed")]
-    assert isinstance(again, Signal) and isinstance(other_turn, Signal)
+    assert isinstance(again, HookSignal) and isinstance(other_turn, HookSignal)
     original = plan_claude_code(cc("stop"), Turn(1, False)).actions[1]
-    assert isinstance(original, Signal)
+    assert isinstance(original, HookSignal)
     assert again.event_id == original.event_id != other_turn.event_id
 
 
@@ -241,11 +241,11 @@ def test_codex_notify_is_one_completed_turn() -> None:
     run = "codex-019a4c2e-7b1d-7c30-9e55-3f0a8d2b6c11.12345"
     assert ensures(plan) == [(run, "working")]
     assert signals(plan) == [(run, "completed")]
-    assert plan_codex_notify({"type": "approval-requested"}) == Plan()
+    assert plan_codex_notify({"type": "approval-requested"}) == HookPlan()
 
 
 def test_codex_hooks() -> None:
-    assert plan_codex_hook(codex("session_start")) == Plan()
+    assert plan_codex_hook(codex("session_start")) == HookPlan()
     run = "codex-019a4c2e-7b1d-7c30-9e55-3f0a8d2b6c11.12346"
     assert ensures(plan_codex_hook(codex("user_prompt_submit"))) == [(run, "working")]
     ask = plan_codex_hook(codex("permission_request"))

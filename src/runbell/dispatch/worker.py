@@ -43,7 +43,7 @@ from runbell.channels.base import (
 )
 from runbell.domain.dispatch import Gate
 from runbell.flows.context import Runbell
-from runbell.flows.delivery_claim import Batch, Claimed, claim_batch, renew_lease
+from runbell.flows.delivery_claim import ClaimBatch, Claimed, claim_batch, renew_lease
 from runbell.flows.delivery_prepare import Prepared, prepare
 from runbell.flows.delivery_record import Result, record_attempts, settle_gate
 from runbell.ids import new_id
@@ -136,7 +136,7 @@ class Worker:
                     # A database outage is logged once by Availability; we poll again.
                     if self.core.db.availability.observe(exc) is None:
                         log.exception("worker.tick_failed")
-                    got = Batch([])
+                    got = ClaimBatch([])
                 for c in got.claimed:
                     task = asyncio.ensure_future(self._deliver(c))
                     active.add(task)
@@ -164,7 +164,7 @@ class Worker:
         await self._record_after_send([d for d in sent if d is not None])
         return len(got.claimed)
 
-    def _claim(self, limit: int) -> Batch:
+    def _claim(self, limit: int) -> ClaimBatch:
         return claim_batch(
             self.core,
             worker_id=self.worker_id,

@@ -48,7 +48,7 @@ class Recorded:
 
 
 @dataclass
-class Report:
+class ReplayReport:
     replayed: int = 0
     skipped: int = 0  # transitions without a recorded decision (no attention)
     changed: int = 0
@@ -100,9 +100,11 @@ def side(decision: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def replay(candidate: Policy, recorded: Iterable[Recorded], *, change_limit: int = 200) -> Report:
+def replay(
+    candidate: Policy, recorded: Iterable[Recorded], *, change_limit: int = 200
+) -> ReplayReport:
     """Both policies' answers for every recorded decision (the recorded one is "current")."""
-    report = Report()
+    report = ReplayReport()
     for row in recorded:
         inputs = (row.decision or {}).get("inputs")
         if not isinstance(inputs, Mapping) or not isinstance(inputs.get("attention"), str):

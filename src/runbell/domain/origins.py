@@ -38,13 +38,13 @@ DEFAULT_PORTS = frozenset({80, 443})
 
 
 @dataclass(frozen=True)
-class Authority:
+class HostPorts:
     """A host and the ports it stands for (None: any port)."""
 
     host: str
     ports: frozenset[int] | None
 
-    def matches(self, other: Authority) -> bool:
+    def matches(self, other: HostPorts) -> bool:
         if self.host != other.host:
             return False
         if self.ports is None or other.ports is None:
@@ -65,7 +65,7 @@ def _host(text: str) -> str | None:
     return host
 
 
-def parse_authority(text: str, *, wildcard: bool = False) -> Authority | None:
+def parse_authority(text: str, *, wildcard: bool = False) -> HostPorts | None:
     """``host``, ``host:port``, ``[v6]`` or ``[v6]:port`` (``host:*`` when ``wildcard``);
     None when it is none of these."""
     text = text.strip()
@@ -92,15 +92,15 @@ def parse_authority(text: str, *, wildcard: bool = False) -> Authority | None:
     if host is None:
         return None
     if not port:
-        return Authority(host, DEFAULT_PORTS)
+        return HostPorts(host, DEFAULT_PORTS)
     if port == "*" and wildcard:
-        return Authority(host, None)
+        return HostPorts(host, None)
     if not port.isdigit() or not 0 < int(port) < 65536:
         return None
-    return Authority(host, frozenset({int(port)}))
+    return HostPorts(host, frozenset({int(port)}))
 
 
-def parse_origin(text: str) -> Authority | None:
+def parse_origin(text: str) -> HostPorts | None:
     """The authority of an ``Origin`` (``scheme://host[:port]``, nothing more); None for
     ``null`` or anything else."""
     text = text.strip()
@@ -110,7 +110,7 @@ def parse_origin(text: str) -> Authority | None:
     return parse_authority(rest)
 
 
-def served_authorities(server: tuple[str, int] | None) -> list[Authority]:
+def served_authorities(server: tuple[str, int] | None) -> list[HostPorts]:
     """The socket address a request arrived on, and ``localhost`` when it is loopback."""
     if server is None or not server[0]:
         return []
@@ -118,10 +118,10 @@ def served_authorities(server: tuple[str, int] | None) -> list[Authority]:
     if host is None:
         return []
     ports = frozenset({int(server[1])}) if server[1] else DEFAULT_PORTS
-    found = [Authority(host, ports)]
+    found = [HostPorts(host, ports)]
     try:
         if ipaddress.ip_address(host).is_loopback:
-            found.append(Authority("localhost", ports))
+            found.append(HostPorts("localhost", ports))
     except ValueError:
         pass
     return found
@@ -132,8 +132,8 @@ class Guard:
     """The hosts and origins configured for this server (the socket address is added per
     request)."""
 
-    hosts: tuple[Authority, ...]
-    origins: tuple[Authority, ...]
+    hosts: tuple[HostPorts, ...]
+    origins: tuple[HostPorts, ...]
 
     @staticmethod
     def of(public_url: str, hosts: Iterable[str], origins: Iterable[str]) -> Guard:

@@ -43,7 +43,7 @@ class Limit:
 
 
 @dataclass
-class Plan:
+class SendPlan:
     state: dict[str, datetime]  # the new ``tat`` of every limit that was used
     send_at: dict[str, datetime] = field(default_factory=dict)
     given_back: list[tuple[str, datetime]] = field(default_factory=list)
@@ -54,7 +54,7 @@ def schedule(
     rows: Sequence[tuple[str, Sequence[Limit]]],
     now: datetime,
     horizon_s: float,
-) -> Plan:
+) -> SendPlan:
     """Send times for ``rows`` (``(id, limits)``, in claim order) from the buckets'
     ``state``. Rows with no limits are not mentioned in the plan (they go at once)."""
     state = _sane(state, rows, now, horizon_s)
@@ -63,7 +63,7 @@ def schedule(
     # the time it would have had, so a backlog comes back in the order and pace it can go.
     shadow: dict[str, datetime | None] = dict(state)
     horizon = now + timedelta(seconds=horizon_s)
-    plan = Plan(state={})
+    plan = SendPlan(state={})
     for row_id, limits in rows:
         if not limits:
             continue

@@ -89,14 +89,14 @@ def judge(tx: Tx, run: dict[str, Any], state: str, effects_verified: bool | None
         return Judged(summary, None)
     if not summary["counts"]:
         if effects_verified is False:
-            ledger.set_outcome(tx.conn, run["tenant_id"], run["run_id"], Outcome.NEEDS_REVIEW)
+            runs.set_outcome(tx.conn, run["tenant_id"], run["run_id"], Outcome.NEEDS_REVIEW)
             return Judged(summary, Outcome.NEEDS_REVIEW.value)
         return Judged(summary, None)
     done = completion_of(tx, run, counts)
     result = done.outcome
     if done.verified and effects_verified is False:
         result = Outcome.NEEDS_REVIEW  # the runtime's own doubt keeps today's meaning
-    ledger.set_outcome(tx.conn, run["tenant_id"], run["run_id"], result.value)
+    runs.set_outcome(tx.conn, run["tenant_id"], run["run_id"], result.value)
     if result is Outcome.VERIFIED:
         return Judged(summary, result.value, "completed", done.text)
     return Judged(summary, result.value, "needs_review", done.text[:REASON_MAX])
@@ -116,7 +116,7 @@ def review(rb: Runbell, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
     version = run["version"] + 1
     run = {**run, "version": version, "updated_at": tx.now, "outcome": done.outcome.value}
     runs.move_run(tx.conn, run)
-    ledger.set_outcome(tx.conn, tenant_id, run_id, done.outcome.value)
+    runs.set_outcome(tx.conn, tenant_id, run_id, done.outcome.value)
     reason = done.text[:REASON_MAX]
     summary = operations_summary(counts)
     tx.emit(

@@ -46,7 +46,7 @@ class Claimed:
 
 
 @dataclass
-class Batch:
+class ClaimBatch:
     claimed: list[Claimed]
     # The earliest time a row given back for the rate limits is due again (None: none).
     next_due: datetime | None = None
@@ -59,7 +59,7 @@ def claim_batch(
     limit: int,
     now: datetime,
     opened: dict[str, str] | None = None,
-) -> Batch:
+) -> ClaimBatch:
     s = rb.settings
     # Before the transaction: the lease runs from its clock reading, never from later.
     t0 = time.monotonic()
@@ -68,7 +68,7 @@ def claim_batch(
             tx.conn, now=tx.now, worker_id=worker_id, lease_s=s.worker_lease_s, limit=limit
         )
         if not rows:
-            return Batch([])
+            return ClaimBatch([])
         hooks = {(r["tenant_id"], r["destination"]) for r in rows if r["channel"] == "webhook"}
         eps = endpoints.get_many(tx.conn, hooks)
         wants = [_limits(rb, r, eps) for r in rows]
@@ -105,7 +105,7 @@ def claim_batch(
         at = slots.get(row["id"])
         send_at = 0.0 if at is None else t0 + max(0.0, (at - now_claimed).total_seconds())
         claimed.append(Claimed(row, prepared, fresh_until, send_at, error))
-    return Batch(claimed, next_due)
+    return ClaimBatch(claimed, next_due)
 
 
 def _limits(rb: Runbell, row: dict[str, Any], eps: dict[tuple[str, str], Any]) -> list[Limit]:

@@ -12,7 +12,7 @@ import structlog
 
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Runbell
-from runbell.store import accounts
+from runbell.store import accounts, sessions
 from runbell.store import notifications as notes
 
 log = structlog.get_logger(__name__)
@@ -21,12 +21,14 @@ log = structlog.get_logger(__name__)
 def revoke_member(rb: Runbell, tenant_id: str, user_id: str) -> int:
     """Revoke a membership and all its tokens, and withdraw what was sent to them.
 
-    In the same transaction, every open notification of theirs closes as ``revoked``
+    Their browser sessions and unused sign-in links end with it. In the same
+    transaction, every open notification of theirs closes as ``revoked``
     with its stored previews redacted, which cancels its queued deliveries on every
     channel (invariant 8). Returns how many notifications were withdrawn.
     """
     with rb.db.transaction() as tx:
         accounts.revoke_member(tx.conn, tenant_id, user_id, tx.now)
+        sessions.end_for_member(tx.conn, tenant_id, user_id, tx.now)
         withdrawn = 0
         for note in notes.open_for_recipient(tx.conn, tenant_id, user_id):
             notes.redact(tx.conn, tenant_id, note["id"])

@@ -181,7 +181,7 @@ def claim(
         previous = run.get("worker_id")
         if previous != worker_id:
             epoch += 1
-            ledger.set_worker(tx.conn, who.tenant_id, run_id, worker_id, epoch)
+            runs.set_worker(tx.conn, who.tenant_id, run_id, worker_id, epoch)
             log.info("run.claimed", run_id=run_id, epoch=epoch, replaced=previous is not None)
         stale = ledger.older_epoch_in_flight(tx.conn, who.tenant_id, run_id, epoch)
         return 200, {

@@ -53,7 +53,7 @@ def defaults(settings: Settings) -> dict[str, timedelta]:
 
 
 @dataclass
-class Report:
+class PruneReport:
     """Rows pruned (or, for a dry run, prunable now) per table, and batches run."""
 
     dry_run: bool
@@ -72,13 +72,13 @@ def run(
     dry_run: bool = False,
     tenant_id: str | None = None,
     max_batches: int | None = None,
-) -> Report:
+) -> PruneReport:
     """Prune every table of every tenant (or of one), oldest rows first, in batches of
     ``retention_batch`` rows, children before parents. ``max_batches`` bounds the
     batches per tenant and table (the scheduler's sweep stays short; the next one goes
     on); a dry run only counts what is prunable now (a parent whose children go in the
     same run is counted on the next one)."""
-    report = Report(dry_run=dry_run)
+    report = PruneReport(dry_run=dry_run)
     limit = rb.settings.retention_batch
     base = defaults(rb.settings)
     with rb.db.read() as conn:
@@ -100,7 +100,7 @@ def run(
 
 def _table(
     rb: Runbell,
-    report: Report,
+    report: PruneReport,
     table: str,
     tenant_id: str | None,
     cutoff: datetime,

@@ -20,9 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import structlog
+from anyio.to_thread import run_sync as to_thread
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -159,17 +161,13 @@ async def accept_signal_async(
     holding a thread. (An advisory source's state reader still runs in a thread.)"""
     signal = checked(signal)
     if source["trust"] == "advisory":
-        from starlette.concurrency import run_in_threadpool
-
-        return await run_in_threadpool(accept_signal, rb, tenant_id, source, run_id, signal)
+        return await to_thread(partial(accept_signal, rb, tenant_id, source, run_id, signal))
     unit = _prepare(rb, tenant_id, source, run_id, signal)
     assert not isinstance(unit, SignalResult)
     try:
         return await rb.writer.run_async(unit, key=(tenant_id, run_id))
     except IntegrityError:
-        from starlette.concurrency import run_in_threadpool
-
-        return await run_in_threadpool(_lost_race, rb, tenant_id, source, run_id, signal)
+        return await to_thread(partial(_lost_race, rb, tenant_id, source, run_id, signal))
 
 
 def _prepare(

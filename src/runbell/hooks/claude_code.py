@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from runbell.hooks.mapping import PayloadError, Plan, Turn, plan_claude_code, safe_id
+from runbell.hooks.mapping import HookPlan, PayloadError, Turn, plan_claude_code, safe_id
 
 # A session's state file is kept this long after its last use, then pruned when a new
 # session starts (Claude Code has no event we could rely on at a session's very end).
@@ -62,7 +62,7 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def plan_with_turn(payload: Mapping[str, Any], environ: Mapping[str, str]) -> Plan:
+def plan_with_turn(payload: Mapping[str, Any], environ: Mapping[str, str]) -> HookPlan:
     """Plan the event against the session's turn state, and store the new state."""
     session = payload.get("session_id")
     if not isinstance(session, str) or not session:

@@ -1,7 +1,7 @@
 """Hook payload → what to report: the pure part of the Claude Code and Codex hooks.
 
 No I/O here: a payload (the JSON a runtime hands its hook) and, for Claude Code, the
-session's local turn state go in; a :class:`Plan` comes out — the runs to make sure of,
+session's local turn state go in; a :class:`HookPlan` comes out — the runs to make sure of,
 the signals and progress to send, the approval to ask for, and the new turn state. The
 shells (:mod:`runbell.hooks.claude_code`, :mod:`runbell.hooks.codex`) carry a plan out
 through the SDK.
@@ -109,7 +109,7 @@ class EnsureRun:
 
 
 @dataclass(frozen=True)
-class Signal:
+class HookSignal:
     run_id: str
     state: str
     event_id: str
@@ -134,11 +134,11 @@ class Approval:
     details: dict[str, Any]
 
 
-Action = EnsureRun | Signal | Progress
+Action = EnsureRun | HookSignal | Progress
 
 
 @dataclass(frozen=True)
-class Plan:
+class HookPlan:
     actions: tuple[Action, ...] = ()
     approval: Approval | None = None
     turn: Turn | None = None  # the new local turn state (Claude Code), None: unchanged
@@ -151,7 +151,7 @@ class Plan:
         return tuple(seen)
 
 
-NOTHING = Plan()
+NOTHING = HookPlan()
 
 
 def safe_id(*parts: str) -> str:
@@ -266,7 +266,7 @@ def claude_agent_run(session_id: str, agent_id: str) -> str:
     return safe_id(f"cc-{session_id}.agent-{agent_id}")
 
 
-def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> Plan:
+def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> HookPlan:
     """What one Claude Code hook event reports, given the session's turn state."""
     if not isinstance(payload, Mapping):
         raise PayloadError("the hook input is not a JSON object")
@@ -290,7 +290,7 @@ def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> Plan:
     if event == "SessionStart":
         if turn.number > 0:
             return NOTHING  # a resume or a compaction of a session we already know
-        return Plan((turn_run(1, "queued"),), turn=current)
+        return HookPlan((turn_run(1, "queued"),), turn=current)
 
     agent_id = _text(payload, "agent_id")
     if event in ("SubagentStart", "SubagentStop"):
@@ -306,15 +306,17 @@ def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> Plan:
             details=_finished_details(payload) if event == "SubagentStop" else None,
         )
         if event == "SubagentStart":
-            return Plan((ensure,), turn=new_turn)
+            return HookPlan((ensure,), turn=new_turn)
         waiting = running_tasks(payload)
         if waiting:
-            return Plan(
+            return HookPlan(
                 (ensure, Progress(child, f"{waiting} background task(s) still running")),
                 turn=new_turn,
             )
-        done = Signal(child, "completed", event_id(child, payload, "stop"), f"{agent_type} done")
-        return Plan((ensure, done), turn=new_turn)
+        done = HookSignal(
+            child, "completed", event_id(child, payload, "stop"), f"{agent_type} done"
+        )
+        return HookPlan((ensure, done), turn=new_turn)
 
     # Inside a subagent, prompts and notifications belong to the subagent's own run.
     target = claude_agent_run(session, agent_id) if agent_id else run_id
@@ -322,8 +324,8 @@ def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> Plan:
     if event == "UserPromptSubmit":
         # The person typed: whatever the run waited for (an idle prompt, a question), it
         # is working again. A run already working records this as stale, nothing more.
-        resume = Signal(run_id, "working", event_id(run_id, payload, "prompt"), "prompted")
-        return Plan((turn_run(current.number, "working"), resume), turn=new_turn)
+        resume = HookSignal(run_id, "working", event_id(run_id, payload, "prompt"), "prompted")
+        return HookPlan((turn_run(current.number, "working"), resume), turn=new_turn)
 
     if event == "PermissionRequest":
         ensure = (
@@ -337,18 +339,18 @@ def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> Plan:
             )
         )
         approval = _approval("claude-code", "Claude Code", target, payload)
-        return Plan((ensure,), approval=approval, turn=new_turn)
+        return HookPlan((ensure,), approval=approval, turn=new_turn)
 
     if event == "Notification":
         kind = _text(payload, "notification_type")
         reason = WAITING.get(kind or "")
         if reason is None or (turn.finished and target == run_id):
             # Not a wait, or after the turn already ended: its completion said it.
-            return Plan(turn=new_turn)
-        signal = Signal(target, "input_required", event_id(target, payload, "wait"), reason)
+            return HookPlan(turn=new_turn)
+        signal = HookSignal(target, "input_required", event_id(target, payload, "wait"), reason)
         if target != run_id:
-            return Plan((signal,), turn=new_turn)
-        return Plan((turn_run(current.number, "working"), signal), turn=new_turn)
+            return HookPlan((signal,), turn=new_turn)
+        return HookPlan((turn_run(current.number, "working"), signal), turn=new_turn)
 
     if event == "Stop":
         if turn.finished:
@@ -358,9 +360,9 @@ def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> Plan:
         waiting = running_tasks(payload)
         if waiting:
             message = f"turn ended; {waiting} background task(s) still running"
-            return Plan((ensure, Progress(run_id, message)), turn=new_turn)
-        done = Signal(run_id, "completed", event_id(run_id, payload, "stop"), "turn finished")
-        return Plan((ensure, done), turn=replace(current, finished=True))
+            return HookPlan((ensure, Progress(run_id, message)), turn=new_turn)
+        done = HookSignal(run_id, "completed", event_id(run_id, payload, "stop"), "turn finished")
+        return HookPlan((ensure, done), turn=replace(current, finished=True))
 
     if event == "StopFailure":
         if turn.finished:
@@ -378,7 +380,7 @@ def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> Plan:
         details_text = _text(payload, "error_details")
         if details_text:
             error["message"] = details_text[:2000]
-        failed = Signal(
+        failed = HookSignal(
             run_id,
             "failed",
             event_id(run_id, payload, "failure"),
@@ -386,9 +388,9 @@ def plan_claude_code(payload: Mapping[str, Any], turn: Turn) -> Plan:
             error,
         )
         ensure = turn_run(current.number, "working")
-        return Plan((ensure, failed), turn=replace(current, finished=True))
+        return HookPlan((ensure, failed), turn=replace(current, finished=True))
 
-    return Plan(turn=new_turn)  # an event this hook does not map
+    return HookPlan(turn=new_turn)  # an event this hook does not map
 
 
 # ----------------------------------------------------------------------------- Codex
@@ -413,7 +415,7 @@ def _codex_ensure(session: str, turn_id: str, payload: Mapping[str, Any], **kw: 
     )
 
 
-def plan_codex_notify(payload: Mapping[str, Any]) -> Plan:
+def plan_codex_notify(payload: Mapping[str, Any]) -> HookPlan:
     """The legacy ``notify`` payload (``agent-turn-complete``): one completed turn."""
     if not isinstance(payload, Mapping):
         raise PayloadError("the notify argument is not a JSON object")
@@ -427,13 +429,13 @@ def plan_codex_notify(payload: Mapping[str, Any]) -> Plan:
     message = payload.get("last-assistant-message")
     details = {"last_assistant_message": clip(message)} if isinstance(message, str) else None
     ensure = _codex_ensure(thread, turn_id, payload, details=details)
-    done = Signal(
+    done = HookSignal(
         ensure.run_id, "completed", event_id(ensure.run_id, payload, "notify"), "turn finished"
     )
-    return Plan((ensure, done))
+    return HookPlan((ensure, done))
 
 
-def plan_codex_hook(payload: Mapping[str, Any]) -> Plan:
+def plan_codex_hook(payload: Mapping[str, Any]) -> HookPlan:
     """One of Codex's newer hooks (stdin JSON, snake_case, ``turn_id`` on turn events)."""
     if not isinstance(payload, Mapping):
         raise PayloadError("the hook input is not a JSON object")
@@ -447,14 +449,14 @@ def plan_codex_hook(payload: Mapping[str, Any]) -> Plan:
     turn_id = str(turn_value)
     run_id = codex_turn_run(session, turn_id)
     if event == "UserPromptSubmit":
-        return Plan((_codex_ensure(session, turn_id, payload),))
+        return HookPlan((_codex_ensure(session, turn_id, payload),))
     if event == "PermissionRequest":
         ensure = _codex_ensure(session, turn_id, payload)
-        return Plan((ensure,), approval=_approval("codex", "Codex", run_id, payload))
+        return HookPlan((ensure,), approval=_approval("codex", "Codex", run_id, payload))
     if event == "Stop":
         ensure = _codex_ensure(session, turn_id, payload, details=_finished_details(payload))
-        done = Signal(run_id, "completed", event_id(run_id, payload, "stop"), "turn finished")
-        return Plan((ensure, done))
+        done = HookSignal(run_id, "completed", event_id(run_id, payload, "stop"), "turn finished")
+        return HookPlan((ensure, done))
     return NOTHING
 
 

@@ -1,4 +1,4 @@
-"""Carry out a :class:`~runbell.hooks.mapping.Plan` through the SDK, and ask for an
+"""Carry out a :class:`~runbell.hooks.mapping.HookPlan` through the SDK, and ask for an
 approval: the I/O half of the hooks.
 
 Everything here may fail (the server is down, the key is wrong): the callers in
@@ -21,9 +21,9 @@ from runbell.client.errors import Conflict, ValidationFailed
 from runbell.hooks.mapping import (
     Approval,
     EnsureRun,
-    Plan,
+    HookPlan,
+    HookSignal,
     Progress,
-    Signal,
     event_id,
     permission_output,
 )
@@ -98,11 +98,11 @@ def ensure_run(rb: Client, action: EnsureRun) -> None:
         )
 
 
-def carry_out(rb: Client, plan: Plan) -> None:
+def carry_out(rb: Client, plan: HookPlan) -> None:
     for action in plan.actions:
         if isinstance(action, EnsureRun):
             ensure_run(rb, action)
-        elif isinstance(action, Signal):
+        elif isinstance(action, HookSignal):
             rb.signal(
                 action.run_id,
                 action.state,

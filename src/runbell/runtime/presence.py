@@ -26,34 +26,15 @@ import time
 from collections import Counter
 from datetime import timedelta
 
-import sqlalchemy as sa
 import structlog
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from runbell.store import tables as t
+from runbell.store import presence as rows
 from runbell.store.db import Database
 
 log = structlog.get_logger(__name__)
 
 Key = tuple[str, str]  # (tenant id, user id)
-
-_p = t.presence
-_SEEN = (
-    sa.select(sa.literal(1))
-    .where(
-        _p.c.tenant_id == sa.bindparam("tenant_id"),
-        _p.c.user_id == sa.bindparam("user_id"),
-        _p.c.expires_at > sa.bindparam("now"),
-    )
-    .limit(1)
-)
-_DROP = sa.delete(_p).where(
-    _p.c.tenant_id == sa.bindparam("t_id"),
-    _p.c.user_id == sa.bindparam("u_id"),
-    _p.c.holder == sa.bindparam("h"),
-)
-_EXPIRED = sa.delete(_p).where(_p.c.expires_at < sa.bindparam("now"))
 
 
 def _holder() -> str:
@@ -117,12 +98,11 @@ class Presence:
                 return cached[0]
         if self.db is None:
             return False
-        params = {"tenant_id": tenant_id, "user_id": user_id, "now": self.db.clock()}
         if conn is not None:
-            present = conn.execute(_SEEN, params).first() is not None
+            present = rows.seen(conn, tenant_id, user_id, self.db.clock())
         else:
             with self.db.read() as own:
-                present = own.execute(_SEEN, params).first() is not None
+                present = rows.seen(own, tenant_id, user_id, self.db.clock())
         with self._lock:
             if len(self._seen) > 10_000:  # many owners: forget the stale answers
                 self._seen = {k: v for k, v in self._seen.items() if v[1] > now}
@@ -150,29 +130,8 @@ class Presence:
         try:
             with self.db.transaction() as tx:
                 expires = tx.now + timedelta(seconds=self.ttl_s)
-                if held:
-                    insert = postgresql.insert if self.db.is_postgres else sqlite.insert
-                    stmt = insert(_p)
-                    upsert = stmt.on_conflict_do_update(
-                        index_elements=[_p.c.tenant_id, _p.c.user_id, _p.c.holder],
-                        set_={"expires_at": stmt.excluded.expires_at},
-                    )
-                    tx.conn.execute(
-                        upsert,
-                        [
-                            {
-                                "tenant_id": k[0],
-                                "user_id": k[1],
-                                "holder": self.holder,
-                                "expires_at": expires,
-                            }
-                            for k in sorted(held)  # one lock order: no deadlock between peers
-                        ],
-                    )
-                if gone:
-                    tx.conn.execute(
-                        _DROP, [{"t_id": k[0], "u_id": k[1], "h": self.holder} for k in gone]
-                    )
+                rows.hold(tx.conn, held, self.holder, expires)
+                rows.drop(tx.conn, gone, self.holder)
         except Exception:
             with self._lock:
                 self._dirty |= changed
@@ -181,7 +140,7 @@ class Presence:
             # Apart from the upsert: a transaction holding its own rows while it waits on
             # another process's could deadlock with that process doing the same.
             with self.db.transaction() as tx:
-                tx.conn.execute(_EXPIRED, {"now": tx.now})
+                rows.expire(tx.conn, tx.now)
 
     def _ensure_thread(self) -> None:
         if self.db is None or self._thread is not None:

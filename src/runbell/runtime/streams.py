@@ -63,7 +63,7 @@ class Framing(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class StreamEvent:
     seq: int
     user_id: str | None
     run_id: str | None
@@ -72,12 +72,12 @@ class Event:
 
 
 @dataclass(slots=True)
-class Batch:
+class EventBatch:
     """Events (after, head] of one tenant, as one read found them."""
 
     after: int
     head: int
-    events: tuple[Event, ...]
+    events: tuple[StreamEvent, ...]
     checked: frozenset[str]  # members whose run access was read with this batch
     run_events: bool  # any event of a run (not addressed to one person)
     users: frozenset[str]  # the people the other events are addressed to
@@ -179,7 +179,7 @@ class Tail:
         self.tenant_id = tenant_id
         self.head = -1  # read through here; -1 until the first read
         self.base = -1  # the buffer holds every event after this position
-        self.batches: deque[Batch] = deque()
+        self.batches: deque[EventBatch] = deque()
         self.buffered = 0
         self.subscribers: set[Subscriber] = set()
         self.members: dict[str, int] = {}  # limited members subscribed: run access to read
@@ -268,7 +268,7 @@ class Tail:
             return None
         render = self.streams.framing.event
         events = tuple(
-            Event(
+            StreamEvent(
                 seq=int(r["seq"]),
                 user_id=r["user_id"],
                 run_id=r["run_id"],
@@ -279,7 +279,7 @@ class Tail:
         )
         full = len(rows) >= PAGE
         moved_to = events[-1].seq if full else head
-        batch = Batch(
+        batch = EventBatch(
             self.head,
             moved_to,
             events,
@@ -330,7 +330,7 @@ class Subscriber:
         self.reading = False  # a catch-up read is in flight
         self.id_pending = False  # moved past unseen events; the id is not sent yet
 
-    def skip(self, batch: Batch) -> bool:
+    def skip(self, batch: EventBatch) -> bool:
         """Move past ``batch`` without a wake-up if it surely holds nothing for us."""
         if self.reading or self.position != batch.after or batch.run_events:
             return False
@@ -450,7 +450,7 @@ class Subscriber:
             return feed.read(conn, self.who, after, PAGE)
 
 
-def _shown(events: tuple[Event, ...], who: Principal, after: int) -> tuple[bytes, int]:
+def _shown(events: tuple[StreamEvent, ...], who: Principal, after: int) -> tuple[bytes, int]:
     """The frames of ``events`` after ``after`` that ``who`` may see, and the last one's
     sequence (``after`` if none)."""
     frames = []

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -247,7 +247,3 @@ class _UnitFailed(Exception):
     def __init__(self, exc: Exception) -> None:
         super().__init__(str(exc))
         self.exc = exc
-
-
-def lock_key(*parts: Hashable) -> tuple[str, ...]:
-    return tuple(str(p) for p in parts)

@@ -204,7 +204,8 @@ def create_user_token(
 
 
 def revoke_member(conn: Connection, tenant_id: str, user_id: str, now: datetime) -> None:
-    """Revoke a membership and every token of it. Access checks read this on every call."""
+    """Revoke a membership and every API token of it (``sessions.end_for_member`` ends its
+    browser sessions). Access checks read this on every call."""
     res = conn.execute(
         sa.update(t.memberships)
         .where(
@@ -224,26 +225,6 @@ def revoke_member(conn: Connection, tenant_id: str, user_id: str, now: datetime)
             t.user_tokens.c.revoked_at.is_(None),
         )
         .values(revoked_at=now)
-    )
-    # Browser sessions and unused sign-in links end too: re-adding the member later must
-    # not revive an old (possibly copied) session cookie.
-    conn.execute(
-        sa.update(t.web_sessions)
-        .where(
-            t.web_sessions.c.tenant_id == tenant_id,
-            t.web_sessions.c.user_id == user_id,
-            t.web_sessions.c.revoked_at.is_(None),
-        )
-        .values(revoked_at=now)
-    )
-    conn.execute(
-        sa.update(t.login_links)
-        .where(
-            t.login_links.c.tenant_id == tenant_id,
-            t.login_links.c.user_id == user_id,
-            t.login_links.c.used_at.is_(None),
-        )
-        .values(used_at=now)
     )
 
 
@@ -416,7 +397,3 @@ def tenant_policy(conn: Connection, tenant_id: str) -> dict[str, Any] | None:
 
 def set_tenant_policy(conn: Connection, tenant_id: str, doc: dict[str, Any]) -> None:
     conn.execute(sa.update(t.tenants).where(t.tenants.c.id == tenant_id).values(policy=doc))
-
-
-def tenant_ids(conn: Connection) -> list[str]:
-    return [str(r[0]) for r in conn.execute(sa.select(t.tenants.c.id))]

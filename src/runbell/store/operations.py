@@ -1,4 +1,5 @@
-"""The operations ledger's rows, and a run's worker claim (epoch)."""
+"""The operations ledger's rows (the run's worker claim and outcome live on the run row:
+``store.runs``)."""
 
 from __future__ import annotations
 
@@ -145,19 +146,3 @@ def older_epoch_in_flight(conn: Connection, tenant_id: str, run_id: str, epoch: 
         )
     ).scalar()
     return int(found or 0)
-
-
-def set_worker(conn: Connection, tenant_id: str, run_id: str, worker_id: str, epoch: int) -> None:
-    conn.execute(
-        sa.update(t.runs)
-        .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
-        .values(worker_id=worker_id, worker_epoch=epoch)
-    )
-
-
-def set_outcome(conn: Connection, tenant_id: str, run_id: str, outcome: str | None) -> None:
-    conn.execute(
-        sa.update(t.runs)
-        .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
-        .values(outcome=outcome)
-    )

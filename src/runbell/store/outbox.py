@@ -204,18 +204,6 @@ def cancel_pending_to(
     )
 
 
-def add_attempt(conn: Connection, delivery: dict[str, Any], **values: Any) -> None:
-    conn.execute(
-        t.delivery_attempts.insert().values(
-            id=new_id("att"),
-            tenant_id=delivery["tenant_id"],
-            delivery_id=delivery["id"],
-            attempt_no=delivery["attempt_count"],
-            **values,
-        )
-    )
-
-
 def add_attempts(conn: Connection, attempts: list[dict[str, Any]]) -> None:
     """Many attempt rows in one statement; each dict holds ``tenant_id``, ``delivery_id``,
     ``attempt_no`` and the attempt's columns."""

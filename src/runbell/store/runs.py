@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -277,3 +278,30 @@ def get_transition(
         )
     ).first()
     return None if row is None else dict(row._mapping)
+
+
+def set_worker(conn: Connection, tenant_id: str, run_id: str, worker_id: str, epoch: int) -> None:
+    """The run's current worker and its epoch (operations declared under an older epoch
+    belong to a worker that may still act)."""
+    conn.execute(
+        sa.update(t.runs)
+        .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
+        .values(worker_id=worker_id, worker_epoch=epoch)
+    )
+
+
+def set_outcome(conn: Connection, tenant_id: str, run_id: str, outcome: str | None) -> None:
+    conn.execute(
+        sa.update(t.runs)
+        .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
+        .values(outcome=outcome)
+    )
+
+
+def set_stall_due(conn: Connection, tenant_id: str, run_id: str, due: datetime | None) -> None:
+    """Move the run's stall clock (a changed tenant default re-times it)."""
+    conn.execute(
+        sa.update(t.runs)
+        .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
+        .values(stall_due_at=due)
+    )

@@ -176,3 +176,26 @@ def revoke_session(conn: Connection, session_id: str, now: datetime) -> None:
         .where(t.web_sessions.c.id == session_id, t.web_sessions.c.revoked_at.is_(None))
         .values(revoked_at=now)
     )
+
+
+def end_for_member(conn: Connection, tenant_id: str, user_id: str, now: datetime) -> None:
+    """End a removed member's browser sessions and unused sign-in links: re-adding the
+    member later must not revive an old (possibly copied) session cookie."""
+    conn.execute(
+        sa.update(t.web_sessions)
+        .where(
+            t.web_sessions.c.tenant_id == tenant_id,
+            t.web_sessions.c.user_id == user_id,
+            t.web_sessions.c.revoked_at.is_(None),
+        )
+        .values(revoked_at=now)
+    )
+    conn.execute(
+        sa.update(t.login_links)
+        .where(
+            t.login_links.c.tenant_id == tenant_id,
+            t.login_links.c.user_id == user_id,
+            t.login_links.c.used_at.is_(None),
+        )
+        .values(used_at=now)
+    )

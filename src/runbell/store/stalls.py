@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from runbell.store import fast
+from runbell.store import fast, runs
 from runbell.store import tables as t
 
 DUE = fast.Statement(
@@ -53,9 +53,5 @@ def retime_tenant_default(conn: Connection, tenant_id: str, after_s: int) -> int
         )
     ).all()
     for run_id, clock_at in rows:
-        conn.execute(
-            sa.update(r)
-            .where(r.c.tenant_id == tenant_id, r.c.run_id == run_id)
-            .values(stall_due_at=due_at(clock_at, after_s))
-        )
+        runs.set_stall_due(conn, tenant_id, run_id, due_at(clock_at, after_s))
     return len(rows)
