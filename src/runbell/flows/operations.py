@@ -28,7 +28,8 @@ Example (what the API router calls)::
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, TypedDict
 
 import structlog
 
@@ -49,6 +50,7 @@ from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerpr
 from runbell.store import operations as ledger
 from runbell.store import runs
 from runbell.store.db import PendingEvent, Tx
+from runbell.store.operations import Moved, Operation
 
 log = structlog.get_logger(__name__)
 
@@ -60,48 +62,87 @@ ID_MAX = 200
 # --- views -------------------------------------------------------------------------------
 
 
-def operation_view(op: dict[str, Any], *, include_details: bool = True) -> dict[str, Any]:
+class Target(TypedDict):
+    type: str
+    id: str
+    version: str | None
+
+
+class OperationView(TypedDict, total=False):
+    """An operation as the API, the feed's snapshot and the run page show it."""
+
+    operation_id: str
+    run_id: str
+    target: Target
+    intent: str
+    idempotency_key: str | None
+    state: str
+    allowed_next: list[str]
+    epoch: int | None
+    evidence: dict[str, Any] | None
+    history: list[dict[str, Any]]
+    created_at: str | None
+    updated_at: str | None
+    details: dict[str, Any] | None  # left out where the viewer is another run's
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """One declared operation, validated, its public text made safe; ``body_hash`` tells
+    an idempotent re-declaration from a changed one."""
+
+    operation_id: str
+    target_type: str
+    target_id: str
+    target_version: str | None
+    intent: str
+    details: dict[str, Any] | None
+    idempotency_key: str | None
+    body_hash: str
+
+
+def operation_view(op: Operation, *, include_details: bool = True) -> OperationView:
     """An operation as the API shows it to a caller who may see the run."""
-    out = {
-        "operation_id": op["operation_id"],
-        "run_id": op["run_id"],
+    out: OperationView = {
+        "operation_id": op.operation_id,
+        "run_id": op.run_id,
         "target": {
-            "type": op["target_type"],
-            "id": op["target_id"],
-            "version": op.get("target_version"),
+            "type": op.target_type,
+            "id": op.target_id,
+            "version": op.target_version,
         },
-        "intent": op["intent"],
-        "idempotency_key": op.get("idempotency_key"),
-        "state": op["state"],
-        "allowed_next": list(allowed_next(op["state"])),
-        "epoch": op.get("epoch"),
-        "evidence": op.get("evidence"),
-        "history": op.get("history") or [],
-        "created_at": views.iso(op.get("created_at")),
-        "updated_at": views.iso(op.get("updated_at")),
+        "intent": op.intent,
+        "idempotency_key": op.idempotency_key,
+        "state": op.state,
+        "allowed_next": list(allowed_next(op.state)),
+        "epoch": op.epoch,
+        "evidence": op.evidence,
+        "history": op.history or [],
+        "created_at": views.iso(op.created_at),
+        "updated_at": views.iso(op.updated_at),
     }
     if include_details:
-        out["details"] = op.get("details")
+        out["details"] = op.details
     return out
 
 
-def _event(op: dict[str, Any], before: str | None) -> dict[str, Any]:
+def _event(op: Operation, before: str | None) -> dict[str, Any]:
     """The thin feed/webhook payload: no details, no evidence, no destination key."""
     return {
-        "run_id": op["run_id"],
-        "operation_id": op["operation_id"],
-        "state": op["state"],
+        "run_id": op.run_id,
+        "operation_id": op.operation_id,
+        "state": op.state,
         "from": before,
-        "target": {"type": op["target_type"], "id": op["target_id"]},
-        "intent": op["intent"],
-        "epoch": op.get("epoch"),
+        "target": {"type": op.target_type, "id": op.target_id},
+        "intent": op.intent,
+        "epoch": op.epoch,
     }
 
 
-def _emit(tx: Tx, op: dict[str, Any], before: str | None) -> None:
+def _emit(tx: Tx, op: Operation, before: str | None) -> None:
     tx.emit(
-        op["tenant_id"],
-        PendingEvent("operation.updated", _event(op, before), run_id=op["run_id"]),
+        op.tenant_id,
+        PendingEvent("operation.updated", _event(op, before), run_id=op.run_id),
     )
 
 
@@ -224,7 +265,7 @@ def _checked_id(value: Any, field: str) -> str:
     return value
 
 
-def _declared(item: Any, where: str) -> dict[str, Any]:
+def _declared(item: Any, where: str) -> Declared:
     """One declared operation validated, its public text made safe. ``where``: the
     prefix that names its fields in errors (``operations.3.`` or nothing)."""
     if not isinstance(item, dict):
@@ -248,8 +289,7 @@ def _declared(item: Any, where: str) -> dict[str, Any]:
     dest_key = item.get("idempotency_key")
     if dest_key is not None:
         dest_key = _checked_id(dest_key, f"{where}idempotency_key")
-    fields = {
-        "operation_id": op_id,
+    body: dict[str, Any] = {
         "target_type": t_type,
         "target_id": t_id,
         "target_version": version,
@@ -257,11 +297,19 @@ def _declared(item: Any, where: str) -> dict[str, Any]:
         "details": details,
         "idempotency_key": dest_key,
     }
-    fields["body_hash"] = fingerprint({k: v for k, v in fields.items() if k != "operation_id"})
-    return fields
+    return Declared(
+        operation_id=op_id,
+        target_type=t_type,
+        target_id=t_id,
+        target_version=version,
+        intent=intent,
+        details=details,
+        idempotency_key=dest_key,
+        body_hash=fingerprint(body),
+    )
 
 
-def declared_items(body: dict[str, Any]) -> tuple[list[dict[str, Any]], int | None]:
+def declared_items(body: dict[str, Any]) -> tuple[list[Declared], int | None]:
     """``{"operations": [...], "epoch"?}`` or one operation object (with ``epoch``?)."""
     epoch = body.get("epoch")
     if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
@@ -277,12 +325,12 @@ def declared_items(body: dict[str, Any]) -> tuple[list[dict[str, Any]], int | No
         fields = [_declared({k: v for k, v in body.items() if k != "epoch"}, "")]
     seen: set[str] = set()
     for f in fields:
-        if f["operation_id"] in seen:
+        if f.operation_id in seen:
             raise ValidationFailed(
-                f"operation_id {f['operation_id']!r} appears twice in one request",
+                f"operation_id {f.operation_id!r} appears twice in one request",
                 field="operations",
             )
-        seen.add(f["operation_id"])
+        seen.add(f.operation_id)
     return fields, epoch
 
 
@@ -305,15 +353,15 @@ def declare(
         tenant_id = who.tenant_id
         run = runs.require_run(tx.conn, tenant_id, run_id, for_update=True)
         _fence(run, epoch)
-        existing = ledger.get_many(tx.conn, tenant_id, run_id, [i["operation_id"] for i in items])
+        existing = ledger.get_many(tx.conn, tenant_id, run_id, [i.operation_id for i in items])
         new = []
         for item in items:
-            found = existing.get(item["operation_id"])
+            found = existing.get(item.operation_id)
             if found is None:
                 new.append(item)
-            elif found["body_hash"] != item["body_hash"]:
+            elif found.body_hash != item.body_hash:
                 raise Conflict(
-                    f"operation_id {item['operation_id']!r} was already declared with another "
+                    f"operation_id {item.operation_id!r} was already declared with another "
                     "body; an operation's target, intent, details and key never change — "
                     "declare new work under a new id",
                     field="operation_id",
@@ -329,20 +377,20 @@ def declare(
         position = ledger.next_position(tx.conn, tenant_id, run_id)
         rows = []
         for i, item in enumerate(new):
-            row = {
-                **item,
-                "tenant_id": tenant_id,
-                "run_id": run_id,
-                "position": position + i,
-                "state": OpState.PLANNED.value,
-                "epoch": epoch,
-                "evidence": None,
-                "history": [{"state": "planned", "at": views.iso(tx.now), "epoch": epoch}],
-                "created_at": tx.now,
-                "updated_at": tx.now,
-            }
+            row = Operation(
+                **asdict(item),
+                tenant_id=tenant_id,
+                run_id=run_id,
+                position=position + i,
+                state=OpState.PLANNED.value,
+                epoch=epoch,
+                evidence=None,
+                history=[{"state": "planned", "at": views.iso(tx.now), "epoch": epoch}],
+                created_at=tx.now,
+                updated_at=tx.now,
+            )
             rows.append(row)
-            existing[item["operation_id"]] = row
+            existing[item.operation_id] = row
         ledger.insert(tx.conn, rows)
         if rows and not run.get("has_operations"):
             runs.update_run(tx.conn, tenant_id, run_id, {"has_operations": True})
@@ -353,27 +401,27 @@ def declare(
             log.debug("operations.declared", run_id=run_id, count=len(rows))
             if run["state"] == "working":
                 run = stalls.recover_on_progress(rb, tx, run)  # a sign of life (inv. 13)
-        shown = [operation_view(existing[i["operation_id"]]) for i in items]
+        shown = [operation_view(existing[i.operation_id]) for i in items]
         return (201 if rows else 200), {
             "run_id": run_id,
             "operations": shown,
-            "created": [r["operation_id"] for r in rows],
+            "created": [r.operation_id for r in rows],
             **_ledger_state(tx.conn, run),
         }
 
     return act_once(rb.db, rb.box, key, lambda: act)
 
 
-def _refuse_if_may_have_landed(tx: Tx, tenant_id: str, item: dict[str, Any]) -> None:
+def _refuse_if_may_have_landed(tx: Tx, tenant_id: str, item: Declared) -> None:
     for other in ledger.landing_on(
-        tx.conn, tenant_id, item["target_type"], item["target_id"], MAY_HAVE_LANDED
+        tx.conn, tenant_id, item.target_type, item.target_id, MAY_HAVE_LANDED
     ):
-        if other["intent"] != item["intent"]:
+        if other.intent != item.intent:
             continue
         raise Conflict(
-            f"operation {other['operation_id']!r} of run {other['run_id']!r} "
-            f"({other['intent']} on {other['target_type']} {other['target_id']}) is "
-            f"{other['state']}: it may already have landed; resolve it first (look it up "
+            f"operation {other.operation_id!r} of run {other.run_id!r} "
+            f"({other.intent} on {other.target_type} {other.target_id}) is "
+            f"{other.state}: it may already have landed; resolve it first (look it up "
             "and PATCH it to confirmed or absent) instead of retrying under a new id",
             field="operation_id",
             current={"operation": operation_view(other, include_details=False)},
@@ -407,34 +455,32 @@ def move(
         if op is None:
             raise NotFound(f"no operation {operation_id!r} in run {run_id!r}")
         _fence(run, epoch)
-        if op["state"] == state:
-            if evidence is None or evidence == op.get("evidence"):
+        if op.state == state:
+            if evidence is None or evidence == op.evidence:
                 return _moved(tx, run, op, changed=False)
             raise Conflict(
                 f"operation {operation_id!r} is already {state} with other evidence; "
                 "evidence is not rewritten",
                 current={"operation": operation_view(op)},
             )
-        refusal = move_refusal(op["state"], state)
+        refusal = move_refusal(op.state, state)
         if refusal is not None:
             raise Conflict(
                 f"operation {operation_id!r}: {refusal}",
                 current={"operation": operation_view(op)},
             )
-        before = op["state"]
+        before = op.state
         step = {"state": state, "from": before, "at": views.iso(tx.now), "epoch": epoch}
         if evidence is not None:
             step["evidence"] = evidence
-        values = {
-            "state": state,
-            "evidence": evidence if evidence is not None else op.get("evidence"),
-            "history": [*(op.get("history") or []), step],
-            "updated_at": tx.now,
-        }
-        if epoch is not None:
-            values["epoch"] = epoch
-        ledger.update(tx.conn, tenant_id, run_id, operation_id, values)
-        op = {**op, **values}
+        moved = Moved(
+            state=state,
+            evidence=evidence if evidence is not None else op.evidence,
+            history=[*(op.history or []), step],
+            updated_at=tx.now,
+            epoch=epoch,
+        )
+        op = ledger.move(tx.conn, op, moved)
         _emit(tx, op, before)
         log.debug("operation.moved", run_id=run_id, from_state=before, to_state=state)
         if run["state"] == "working":
@@ -443,7 +489,7 @@ def move(
         return _moved(tx, run, op, changed=True)
 
 
-def _moved(tx: Tx, run: dict[str, Any], op: dict[str, Any], *, changed: bool) -> dict[str, Any]:
+def _moved(tx: Tx, run: dict[str, Any], op: Operation, *, changed: bool) -> dict[str, Any]:
     return {
         "operation": operation_view(op),
         "changed": changed,
@@ -461,15 +507,15 @@ def mark_not_started(tx: Tx, run: dict[str, Any]) -> int:
     if not run.get("has_operations"):
         return marked
     for op in ledger.for_run(tx.conn, tenant_id, run_id):
-        if op["state"] != OpState.PLANNED:
+        if op.state != OpState.PLANNED:
             continue
         step = {"state": "not_started", "from": "planned", "at": views.iso(tx.now), "epoch": None}
-        values = {
-            "state": OpState.NOT_STARTED.value,
-            "history": [*(op.get("history") or []), step],
-            "updated_at": tx.now,
-        }
-        ledger.update(tx.conn, tenant_id, run_id, op["operation_id"], values)
-        _emit(tx, {**op, **values}, "planned")
+        moved = Moved(
+            state=OpState.NOT_STARTED.value,
+            evidence=op.evidence,
+            history=[*(op.history or []), step],
+            updated_at=tx.now,
+        )
+        _emit(tx, ledger.move(tx.conn, op, moved), "planned")
         marked += 1
     return marked

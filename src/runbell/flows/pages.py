@@ -26,7 +26,7 @@ from runbell.domain.principal import Principal
 from runbell.flows import views
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import get_for_notification, may_answer
-from runbell.flows.operations import operation_view
+from runbell.flows.operations import OperationView, operation_view
 from runbell.flows.runs import get_run
 from runbell.flows.trail import members
 from runbell.store import amendments, destinations, endpoints, feed, operations, runs
@@ -199,11 +199,11 @@ def run_page(
 _ASKED = re.compile(r"input request (\S+)")
 
 
-def _ledger_texts(ledger: list[dict[str, Any]]) -> list[Any]:
+def _ledger_texts(ledger: list[OperationView]) -> list[Any]:
     """Every string value of the operations' evidence, current and in their history."""
     out: list[Any] = []
     for op in ledger:
-        for evidence in [op.get("evidence"), *(s.get("evidence") for s in op["history"])]:
+        for evidence in [op.get("evidence"), *(s.get("evidence") for s in op.get("history", []))]:
             if isinstance(evidence, dict):
                 out.extend(evidence.values())
     return out

@@ -3,27 +3,68 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
 from runbell.store import tables as t
 
 _OPS = t.operations
 
 
-def for_run(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One row of the ledger: an intended effect of a run on a target, and where it stands.
+    ``details`` and ``evidence`` are the caller's JSON objects, kept as given."""
+
+    tenant_id: str
+    run_id: str
+    operation_id: str
+    position: int
+    target_type: str
+    target_id: str
+    target_version: str | None
+    intent: str
+    details: dict[str, Any] | None
+    idempotency_key: str | None
+    state: str
+    epoch: int | None
+    evidence: dict[str, Any] | None
+    history: list[dict[str, Any]]
+    body_hash: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: RowMapping) -> Operation:
+        return cls(**row)
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """What moving an operation writes: its new state, evidence and history step."""
+
+    state: str
+    evidence: dict[str, Any] | None
+    history: list[dict[str, Any]]
+    updated_at: datetime
+    epoch: int | None = None  # None: the operation keeps its epoch
+
+
+def for_run(conn: Connection, tenant_id: str, run_id: str) -> list[Operation]:
     """Every operation of the run, in declaration order."""
     rows = conn.execute(
         sa.select(_OPS)
         .where(_OPS.c.tenant_id == tenant_id, _OPS.c.run_id == run_id)
         .order_by(_OPS.c.position)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [Operation.of(r._mapping) for r in rows]
 
 
-def get(conn: Connection, tenant_id: str, run_id: str, operation_id: str) -> dict[str, Any] | None:
+def get(conn: Connection, tenant_id: str, run_id: str, operation_id: str) -> Operation | None:
     row = conn.execute(
         sa.select(_OPS).where(
             _OPS.c.tenant_id == tenant_id,
@@ -31,12 +72,12 @@ def get(conn: Connection, tenant_id: str, run_id: str, operation_id: str) -> dic
             _OPS.c.operation_id == operation_id,
         )
     ).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else Operation.of(row._mapping)
 
 
 def get_many(
     conn: Connection, tenant_id: str, run_id: str, operation_ids: list[str]
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Operation]:
     if not operation_ids:
         return {}
     rows = conn.execute(
@@ -46,7 +87,7 @@ def get_many(
             _OPS.c.operation_id.in_(operation_ids),
         )
     ).all()
-    return {r.operation_id: dict(r._mapping) for r in rows}
+    return {r.operation_id: Operation.of(r._mapping) for r in rows}
 
 
 def counts(conn: Connection, tenant_id: str, run_id: str) -> dict[str, int]:
@@ -102,7 +143,7 @@ def next_position(conn: Connection, tenant_id: str, run_id: str) -> int:
 
 def landing_on(
     conn: Connection, tenant_id: str, target_type: str, target_id: str, states: frozenset[str]
-) -> list[dict[str, Any]]:
+) -> list[Operation]:
     """Operations of the tenant on this target in one of ``states`` (any run)."""
     rows = conn.execute(
         sa.select(_OPS).where(
@@ -112,26 +153,27 @@ def landing_on(
             _OPS.c.state.in_(sorted(states)),
         )
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [Operation.of(r._mapping) for r in rows]
 
 
-def insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    if rows:
-        conn.execute(_OPS.insert(), rows)
+def insert(conn: Connection, ops: list[Operation]) -> None:
+    if ops:
+        conn.execute(_OPS.insert(), [asdict(op) for op in ops])
 
 
-def update(
-    conn: Connection, tenant_id: str, run_id: str, operation_id: str, values: dict[str, Any]
-) -> None:
+def move(conn: Connection, op: Operation, moved: Moved) -> Operation:
+    """Write ``moved`` onto ``op``'s row; the operation as it is now."""
+    values = {k: v for k, v in asdict(moved).items() if not (k == "epoch" and v is None)}
     conn.execute(
         sa.update(_OPS)
         .where(
-            _OPS.c.tenant_id == tenant_id,
-            _OPS.c.run_id == run_id,
-            _OPS.c.operation_id == operation_id,
+            _OPS.c.tenant_id == op.tenant_id,
+            _OPS.c.run_id == op.run_id,
+            _OPS.c.operation_id == op.operation_id,
         )
         .values(**values)
     )
+    return replace(op, **values)
 
 
 def older_epoch_in_flight(conn: Connection, tenant_id: str, run_id: str, epoch: int) -> int:
