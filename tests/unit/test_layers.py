@@ -192,3 +192,26 @@ def test_no_two_classes_share_a_name() -> None:
                 where[node.name].append(name)
     twice = {cls: mods for cls, mods in where.items() if len(mods) > 1}
     assert not twice, twice
+
+
+def _pyproject_layers() -> list[set[str]]:
+    import tomllib
+
+    doc = tomllib.loads((PACKAGE.parents[1] / "pyproject.toml").read_text())
+    contract = next(c for c in doc["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
+    return [
+        {m.strip().removeprefix("runbell.") for m in layer.split("|")}
+        for layer in contract["layers"]
+    ]
+
+
+def _documented_layers() -> list[set[str]]:
+    text = (PACKAGE.parents[1] / "docs" / "architecture.md").read_text()
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # no header
+    return [set(re.findall(r"`([a-z_]+)`", row.split("|")[2])) for row in rows]
+
+
+def test_the_documented_layers_are_the_checked_ones() -> None:
+    """docs/architecture.md's table of layers says what import-linter enforces."""
+    assert _documented_layers() == _pyproject_layers()
