@@ -62,7 +62,7 @@ def new_secret_key() -> str:
 
 
 def new_webhook_secret() -> str:
-    from runbell.ingress.signatures import new_secret
+    from runbell.signatures import new_secret
 
     return new_secret()
 

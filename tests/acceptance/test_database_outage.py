@@ -25,7 +25,7 @@ import pytest
 import sqlalchemy as sa
 
 from runbell.app import build
-from runbell.ingress.signatures import new_secret
+from runbell.signatures import new_secret
 from runbell.store import endpoints
 from runbell.store import tables as t
 from runbell.testing import make_tenant

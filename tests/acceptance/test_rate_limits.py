@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from runbell.flows.context import Runbell
-from runbell.ingress.signatures import new_secret
+from runbell.signatures import new_secret
 from runbell.store import tables as t
 from tests.acceptance.receivers import Receiver
 from tests.acceptance.test_worker_processes import (

@@ -36,7 +36,7 @@ import sqlalchemy as sa
 from runbell.app import build
 from runbell.flows import accounts
 from runbell.flows.context import Runbell
-from runbell.ingress.signatures import new_secret
+from runbell.signatures import new_secret
 from runbell.store import tables as t
 from runbell.testing import make_tenant
 from tests.acceptance.processes import ApiProc, SchedulerProc, start_all, start_apis

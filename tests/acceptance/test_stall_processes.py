@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from runbell.app import build, create_app
 from runbell.flows.context import Runbell
-from runbell.ingress.signatures import new_secret
+from runbell.signatures import new_secret
 from runbell.store import endpoints
 from runbell.store import tables as t
 from runbell.testing import make_tenant

@@ -40,8 +40,8 @@ from runbell.flows import runs as runs_flow
 from runbell.flows import signals
 from runbell.flows.context import Runbell
 from runbell.flows.signals import Signal
-from runbell.ingress.signatures import new_secret
 from runbell.outbound import safe_async_client
+from runbell.signatures import new_secret
 from runbell.store import accounts, endpoints
 from runbell.store import tables as t
 from runbell.testing import Clock, make_tenant

@@ -33,8 +33,8 @@ from runbell.channels.base import (
     TransientDeliveryError,
 )
 from runbell.channels.webhook import ClientLanes, WebhookChannel, sign_all
-from runbell.ingress.signatures import new_secret
 from runbell.outbound import AsyncSafeTransport, safe_async_client
+from runbell.signatures import new_secret
 from tests.timeouts import WAIT
 
 PAYLOAD: dict[str, Any] = {

@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 
 from runbell import metrics
 from runbell.flows.context import Runbell
-from runbell.ingress.signatures import sign_headers
+from runbell.signatures import sign_headers
 from runbell.store import tables as t
 from tests.conftest import Env, LiveServer, bearer
 from tests.timeouts import WAIT

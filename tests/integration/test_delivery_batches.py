@@ -26,8 +26,8 @@ from runbell.channels.base import Outbound, Sent
 from runbell.channels.webhook import WebhookChannel
 from runbell.dispatch.worker import Worker
 from runbell.flows.context import Runbell
-from runbell.ingress.signatures import new_secret
 from runbell.outbound import safe_async_client
+from runbell.signatures import new_secret
 from runbell.store import tables as t
 from runbell.testing import Clock
 from tests.acceptance.receivers import Receiver

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.flows.context import Runbell
-from runbell.ingress.signatures import new_secret
+from runbell.signatures import new_secret
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer

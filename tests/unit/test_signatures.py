@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from standardwebhooks import Webhook
 
 from runbell.domain.errors import Unauthorized
-from runbell.ingress.signatures import new_secret, sign_headers, verify_signed
+from runbell.signatures import new_secret, sign_headers, verify_signed
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 BODY = b'{"run_id":"r-1","state":"completed"}'

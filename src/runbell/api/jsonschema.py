@@ -107,7 +107,7 @@ def reader_schema(schema: dict[str, Any]) -> None:
     )(schema)
 
 
-#: ``whsec_`` and standard base64 of 16 to 128 bytes (``ingress.signatures.check_secret``).
+#: ``whsec_`` and standard base64 of 16 to 128 bytes (``signatures.check_secret``).
 B64_TAIL = r"(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)"
 B64 = r"[A-Za-z0-9+/]{4}"
 SIGNING_SECRET_PATTERN = rf"^whsec_(?:(?:{B64}){{5}}{B64_TAIL}|(?:{B64}){{6,42}}{B64_TAIL}?)$"

@@ -44,7 +44,7 @@ from runbell.channels.base import (
 )
 from runbell.domain.errors import UnsafeDestination
 from runbell.domain.retry import parse_retry_after
-from runbell.ingress.signatures import HEADER_SIGNATURE, sign_headers
+from runbell.signatures import HEADER_SIGNATURE, sign_headers
 
 __all__ = ["USER_AGENT", "ClientLanes", "WebhookChannel", "sign_all"]
 

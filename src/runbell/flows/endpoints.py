@@ -25,7 +25,7 @@ from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.sources import check_destination
 from runbell.flows.views import iso
-from runbell.ingress.signatures import new_secret, verify_signed
+from runbell.signatures import new_secret, verify_signed
 from runbell.store import endpoints, outbox
 from runbell.store.db import Tx
 from runbell.store.endpoints import WEBHOOK_EVENT_TYPES

@@ -62,7 +62,7 @@ ID_MAX = 200
 # --- views -------------------------------------------------------------------------------
 
 
-class Target(TypedDict):
+class TargetView(TypedDict):
     type: str
     id: str
     version: str | None
@@ -73,7 +73,7 @@ class OperationView(TypedDict, total=False):
 
     operation_id: str
     run_id: str
-    target: Target
+    target: TargetView
     intent: str
     idempotency_key: str | None
     state: str

@@ -31,7 +31,7 @@ from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.signals import Signal
 from runbell.ingress import reader_kinds
 from runbell.ingress.mappers import MAPPERS
-from runbell.ingress.signatures import HEADER_ID, check_secret, new_secret, verify_signed
+from runbell.signatures import HEADER_ID, check_secret, new_secret, verify_signed
 from runbell.store import accounts
 from runbell.store.db import Tx
 
