@@ -38,7 +38,8 @@ names, never the proposed text).
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypedDict
 
 import structlog
 
@@ -61,6 +62,7 @@ from runbell.store import amendments as store
 from runbell.store import destinations, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
+from runbell.store.amendments import Amendment
 from runbell.store.db import PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
@@ -152,21 +154,22 @@ def _propose_in(
         "created_at": tx.now,
     }
     requests.insert(conn, request)
+    assert who.user_id is not None  # _propose_in is reached by people only
     store.insert(
         conn,
-        {
-            "tenant_id": tenant_id,
-            "id": amendment_id,
-            "run_id": run_id,
-            "input_request_id": amendment_id,
-            "proposed_by": who.user_id,
-            "text": text,
-            "changes": changes or None,
-            "base": base or None,
-            "run_version": run["version"],
-            "state": "pending",
-            "created_at": tx.now,
-        },
+        Amendment(
+            tenant_id=tenant_id,
+            id=amendment_id,
+            run_id=run_id,
+            input_request_id=amendment_id,
+            proposed_by=who.user_id,
+            text=text,
+            changes=changes or None,
+            base=base or None,
+            run_version=run["version"],
+            state="pending",
+            created_at=tx.now,
+        ),
     )
     # The owner is told; the run does not move (no version, no state: nothing is blocked).
     raised = raise_attention(
@@ -213,25 +216,48 @@ def _propose_in(
 # --- reading ---------------------------------------------------------------------------
 
 
-def amendment_view(a: dict[str, Any]) -> dict[str, Any]:
+class Proposer(TypedDict):
+    id: str
+    email: str | None
+
+
+class AmendmentView(TypedDict):
+    """An amendment as the API and the run snapshot show it."""
+
+    id: str
+    run_id: str
+    input_request_id: str
+    state: str
+    text: str
+    changes: dict[str, Any]
+    base: dict[str, Any]
+    run_version: int
+    proposed_by: Proposer
+    created_at: str | None
+    decided_by: str | None
+    decided_at: str | None
+    applied_version: int | None
+
+
+def amendment_view(a: Amendment) -> AmendmentView:
     return {
-        "id": a["id"],
-        "run_id": a["run_id"],
-        "input_request_id": a["input_request_id"],
-        "state": a["state"],
-        "text": a["text"],
-        "changes": a.get("changes") or {},
-        "base": a.get("base") or {},
-        "run_version": a["run_version"],
-        "proposed_by": {"id": a["proposed_by"], "email": a.get("proposed_by_email")},
-        "created_at": views.iso(a.get("created_at")),
-        "decided_by": a.get("decided_by"),
-        "decided_at": views.iso(a.get("decided_at")),
-        "applied_version": a.get("applied_version"),
+        "id": a.id,
+        "run_id": a.run_id,
+        "input_request_id": a.input_request_id,
+        "state": a.state,
+        "text": a.text,
+        "changes": a.changes or {},
+        "base": a.base or {},
+        "run_version": a.run_version,
+        "proposed_by": {"id": a.proposed_by, "email": a.proposed_by_email},
+        "created_at": views.iso(a.created_at),
+        "decided_by": a.decided_by,
+        "decided_at": views.iso(a.decided_at),
+        "applied_version": a.applied_version,
     }
 
 
-def pending_views(conn: Any, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+def pending_views(conn: Any, tenant_id: str, run_id: str) -> list[AmendmentView]:
     """The run's pending amendments, for the run snapshot."""
     return [amendment_view(a) for a in store.for_run(conn, tenant_id, run_id)]
 
@@ -299,25 +325,25 @@ def answer_in_tx(
         store.decide(
             conn,
             tenant_id,
-            amendment["id"],
+            amendment.id,
             "approved",
             by=who.user_id,
             at=tx.now,
             applied_version=run["version"],
         )
     else:
-        store.decide(conn, tenant_id, amendment["id"], "rejected", by=who.user_id, at=tx.now)
+        store.decide(conn, tenant_id, amendment.id, "rejected", by=who.user_id, at=tx.now)
     state = "approved" if decision == "approve" else "rejected"
     tx.emit(
         tenant_id,
         PendingEvent(
             f"amendment.{state}",
             {
-                "amendment_id": amendment["id"],
+                "amendment_id": amendment.id,
                 "input_request_id": req["id"],
                 "run_id": run["run_id"],
                 "version": run["version"],
-                "fields": sorted(amendment.get("changes") or {}),
+                "fields": sorted(amendment.changes or {}),
                 "decided_by": who.user_id,
                 "state": state,
             },
@@ -327,9 +353,9 @@ def answer_in_tx(
     for note in notes.open_for_run(conn, tenant_id, run["run_id"]):
         if note.get("input_request_id") == req["id"]:
             close_notification(tx, note, "resolved", f"{state} by {who.user_id}")
-    log.info("amendment.decided", amendment_id=amendment["id"], state=state)
+    log.info("amendment.decided", amendment_id=amendment.id, state=state)
     answered = requests.get(conn, tenant_id, req["id"])
-    decided = store.get(conn, tenant_id, amendment["id"])
+    decided = store.get(conn, tenant_id, amendment.id)
     assert answered is not None and decided is not None
     req = answered
     result = {
@@ -353,22 +379,22 @@ def _refusal(
     tx: Tx,
     run: dict[str, Any],
     req: dict[str, Any],
-    amendment: dict[str, Any],
+    amendment: Amendment,
     answer: dict[str, Any],
 ) -> Conflict | None:
     """Raise the 409 for an amendment that cannot take this answer now; *return* it when
     the refusal changed something that must commit (a finished run cancels it)."""
     if req["state"] != "pending":
         raise Conflict(
-            f"This amendment was already decided ({amendment['state']})."
+            f"This amendment was already decided ({amendment.state})."
             if req["state"] == "answered"
-            else f"This amendment is {amendment['state']}.",
+            else f"This amendment is {amendment.state}.",
             current=_current(run, req, amendment),
         )
     if is_terminal(run["state"]):
         requests.close(tx.conn, run["tenant_id"], req["id"], "cancelled", tx.now)
-        store.decide(tx.conn, run["tenant_id"], amendment["id"], "cancelled", by=None, at=tx.now)
-        amendment = {**amendment, "state": "cancelled"}
+        store.decide(tx.conn, run["tenant_id"], amendment.id, "cancelled", by=None, at=tx.now)
+        amendment = replace(amendment, state="cancelled")
         for note in notes.open_for_run(tx.conn, run["tenant_id"], run["run_id"]):
             if note.get("input_request_id") == req["id"]:
                 close_notification(tx, note, "resolved", f"run is {run['state']}")
@@ -389,7 +415,7 @@ def _refusal(
             f"(version {answer['expected_request_version']} → {req['version']}).",
             current=_current(run, req, amendment),
         )
-    base = amendment.get("base") or {}
+    base = amendment.base or {}
     moved = sorted(name for name in base if run.get(name) != base[name])
     if moved and answer["decision"] == "approve":
         raise Conflict(
@@ -400,11 +426,9 @@ def _refusal(
     return None
 
 
-def _apply(
-    tx: Tx, who: Principal, run: dict[str, Any], amendment: dict[str, Any]
-) -> dict[str, Any]:
+def _apply(tx: Tx, who: Principal, run: dict[str, Any], amendment: Amendment) -> dict[str, Any]:
     """The approved changes, as a new run version (transition kind ``amend``)."""
-    changes = dict(amendment.get("changes") or {})
+    changes = dict(amendment.changes or {})
     version = run["version"] + 1
     fields = sorted(changes)
     runs.update_run(
@@ -424,7 +448,7 @@ def _apply(
             "to_state": run["state"],
             "source_id": None,
             "reason": f"amended: {', '.join(fields) or 'nothing'} "
-            f"(amendment {amendment['id']}, approved by the owner)",
+            f"(amendment {amendment.id}, approved by the owner)",
             "at": tx.now,
         },
     )
@@ -438,7 +462,7 @@ def _apply(
     return run
 
 
-def _current(run: dict[str, Any], req: dict[str, Any], amendment: dict[str, Any]) -> dict[str, Any]:
+def _current(run: dict[str, Any], req: dict[str, Any], amendment: Amendment) -> dict[str, Any]:
     return {**current_of(run, req), "amendment": amendment_view(amendment)}
 
 

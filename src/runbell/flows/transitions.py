@@ -193,8 +193,8 @@ def _cancel_amendments(tx: Tx, run: dict[str, Any]) -> None:
     one that had none is cancelled when someone answers it.)"""
     tenant_id = run["tenant_id"]
     for pending in amendments.for_run(tx.conn, tenant_id, run["run_id"]):
-        requests.close(tx.conn, tenant_id, pending["input_request_id"], "cancelled", tx.now)
-        amendments.decide(tx.conn, tenant_id, pending["id"], "cancelled", by=None, at=tx.now)
+        requests.close(tx.conn, tenant_id, pending.input_request_id, "cancelled", tx.now)
+        amendments.decide(tx.conn, tenant_id, pending.id, "cancelled", by=None, at=tx.now)
 
 
 def cancel_pending(tx: Tx, run: dict[str, Any]) -> list[str]:

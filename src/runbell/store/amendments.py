@@ -2,24 +2,53 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
 from runbell.store import tables as t
 
 am = t.amendments
 
 
-def insert(conn: Connection, values: dict[str, Any]) -> None:
+@dataclass(frozen=True, slots=True)
+class Amendment:
+    """A change to a run someone other than its owner proposed, and what became of it.
+    ``changes`` are the run fields it would set, ``base`` their values when proposed."""
+
+    tenant_id: str
+    id: str
+    run_id: str
+    input_request_id: str
+    proposed_by: str
+    text: str
+    changes: dict[str, Any] | None
+    base: dict[str, Any] | None
+    run_version: int
+    state: str
+    created_at: datetime
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    applied_version: int | None = None
+    proposed_by_email: str | None = None  # read with the row, not stored on it
+
+    @classmethod
+    def of(cls, row: RowMapping) -> Amendment:
+        return cls(**row)
+
+
+def insert(conn: Connection, amendment: Amendment) -> None:
+    values = asdict(amendment)
+    del values["proposed_by_email"]
     conn.execute(am.insert().values(**values))
 
 
 def get(
     conn: Connection, tenant_id: str, amendment_id: str, *, for_update: bool = False
-) -> dict[str, Any] | None:
+) -> Amendment | None:
     """The amendment with its proposer's email (``proposed_by_email``)."""
     q = (
         sa.select(am, t.users.c.email.label("proposed_by_email"))
@@ -29,12 +58,12 @@ def get(
     if for_update:
         q = q.with_for_update(of=am)
     row = conn.execute(q).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else Amendment.of(row._mapping)
 
 
 def for_run(
     conn: Connection, tenant_id: str, run_id: str, *, states: tuple[str, ...] = ("pending",)
-) -> list[dict[str, Any]]:
+) -> list[Amendment]:
     """The run's amendments in ``states``, oldest first, with proposers' emails."""
     rows = conn.execute(
         sa.select(am, t.users.c.email.label("proposed_by_email"))
@@ -42,7 +71,7 @@ def for_run(
         .where(am.c.tenant_id == tenant_id, am.c.run_id == run_id, am.c.state.in_(states))
         .order_by(am.c.created_at, am.c.id)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [Amendment.of(r._mapping) for r in rows]
 
 
 def decide(

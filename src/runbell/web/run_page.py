@@ -191,15 +191,15 @@ def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Resp
         cancel=cancel_view(v, run, snapshot, shown, state),
         amendments=[
             {
-                "id": a["id"],
-                "by": "you" if a["proposed_by"] == v.who.user_id else a["proposed_by_email"],
-                "at": v.time(a["created_at"]),
-                "text": a["text"],
+                "id": a.id,
+                "by": "you" if a.proposed_by == v.who.user_id else a.proposed_by_email,
+                "at": v.time(a.created_at),
+                "text": a.text,
                 "changes": [
-                    {"field": name, "now": (a.get("base") or {}).get(name), "to": value}
-                    for name, value in sorted((a.get("changes") or {}).items())
+                    {"field": name, "now": (a.base or {}).get(name), "to": value}
+                    for name, value in sorted((a.changes or {}).items())
                 ],
-                "run_version": a["run_version"],
+                "run_version": a.run_version,
                 "key": secrets.token_urlsafe(24),
             }
             for a in shown["pending_amendments"]
