@@ -175,7 +175,7 @@ def queue_webhook_messages(
     from runbell.flows.fanout import messages
     from runbell.flows.views import iso
     from runbell.ids import new_id
-    from runbell.store import notifications as notes
+    from runbell.store import outbox
     from runbell.store.db import PendingEvent
 
     base = core.settings.public_url.rstrip("/")
@@ -201,7 +201,7 @@ def queue_webhook_messages(
             for event_type, key, data in messages(tenant.tenant_id, event, base):
                 if event_type != "run.finished":
                     continue
-                row = notes.delivery_row(
+                row = outbox.delivery_row(
                     tenant.tenant_id, None, "webhook", endpoint_id, "queued", tx.now
                 )
                 row.update(
@@ -213,7 +213,7 @@ def queue_webhook_messages(
                 )
                 row["status"] = status
                 rows.append(row)
-        notes.add_deliveries(tx.conn, rows)
+        outbox.add_deliveries(tx.conn, rows)
         tx.wake_outbox = status == "queued"
 
 

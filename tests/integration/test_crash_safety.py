@@ -21,7 +21,7 @@ from runbell.flows.context import Runbell
 from runbell.logging import configure
 from runbell.store import accounts
 from runbell.store import db as store_db
-from runbell.store import notifications as store_notes
+from runbell.store import outbox as store_outbox
 from runbell.store import runs as store_runs
 from runbell.store import tables as t
 from runbell.testing import TenantCreds
@@ -92,7 +92,7 @@ def complete(client: TestClient, creds: TenantCreds) -> Any:
 
 
 FAULTS = [
-    pytest.param((store_notes, "add_deliveries"), id="outbox-insert"),
+    pytest.param((store_outbox, "add_deliveries"), id="outbox-insert"),
     pytest.param((store_runs, "defer_transition"), id="history-insert"),
     pytest.param((store_db.Tx, "flush_deferred"), id="deferred-flush"),
     pytest.param((store_runs, "defer_inbound"), id="dedupe-record"),

@@ -20,7 +20,7 @@ from runbell.domain.digests import window_of
 from runbell.flows import digests as digest_flow
 from runbell.flows import members
 from runbell.store import digests as store_digests
-from runbell.store import notifications as store_notes
+from runbell.store import outbox as store_outbox
 from runbell.store import sessions
 from runbell.store import tables as t
 from runbell.testing import add_user
@@ -251,7 +251,7 @@ def test_a_flush_killed_midway_leaves_nothing_and_the_next_makes_one_digest(
     twelve(env)
     closed = start + timedelta(seconds=WINDOW_S)
     # Killed after the digest row and the claims, while writing the outbox.
-    monkeypatch.setattr(store_notes, "add_deliveries", boom)
+    monkeypatch.setattr(store_outbox, "add_deliveries", boom)
     with pytest.raises(InjectedFault):
         digest_flow.flush_due(env.core, closed)
     monkeypatch.undo()

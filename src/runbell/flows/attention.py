@@ -23,7 +23,7 @@ from runbell.domain.dispatch import DEFAULT_CONSENT
 from runbell.domain.escalation import held_back, schedule
 from runbell.domain.policy import Decision, Facts, Policy
 from runbell.ids import new_id
-from runbell.store import accounts, destinations, digests, escalations
+from runbell.store import accounts, destinations, digests, escalations, outbox
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx
 
@@ -239,7 +239,7 @@ def raise_attention(
         return Raised(decision, note_id, False)
     tx.after_commit.append(lambda: metrics.NOTIFICATIONS.labels(attention, decision.kind).inc())
 
-    rows = [notes.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
+    rows = [outbox.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
     if decision.kind == "push":
         rows += _push_deliveries(
             tx,
@@ -252,7 +252,7 @@ def raise_attention(
         )
     for row in rows:
         row.update(run_id=run_id, urgency=values["urgency"])
-    notes.add_deliveries(tx.conn, rows)
+    outbox.add_deliveries(tx.conn, rows)
     if decision.kind == "digest":
         _collect(tx, decision, values)
     if decision.escalation and decision.kind in ("push", "inbox"):
@@ -369,17 +369,17 @@ def _push_deliveries(
             tx, ("email", tenant_id, user_id), lambda c, _t, u: destinations.email_of(c, u)
         )
         if address is not None:
-            rows.append(notes.delivery_row(tenant_id, note_id, "email", address, "queued", tx.now))
+            rows.append(outbox.delivery_row(tenant_id, note_id, "email", address, "queued", tx.now))
     if wants("webpush"):
         rows += [
-            notes.delivery_row(tenant_id, note_id, "webpush", s, "queued", tx.now)
+            outbox.delivery_row(tenant_id, note_id, "webpush", s, "queued", tx.now)
             for s in _cached(
                 tx, ("webpush", tenant_id, user_id), destinations.push_subscription_ids
             )
         ]
     if wants("chat"):
         rows += [
-            notes.delivery_row(tenant_id, note_id, "chat", d, "queued", tx.now)
+            outbox.delivery_row(tenant_id, note_id, "chat", d, "queued", tx.now)
             for d in _cached(tx, ("chat", tenant_id, user_id), destinations.chat_destination_ids)
         ]
     if rows:

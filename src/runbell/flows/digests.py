@@ -38,7 +38,7 @@ from runbell.flows.attention import _push_deliveries, notification_event
 from runbell.flows.context import Runbell
 from runbell.flows.views import iso
 from runbell.ids import new_id
-from runbell.store import accounts, digests, runs
+from runbell.store import accounts, digests, outbox, runs
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx
 
@@ -139,13 +139,13 @@ def _flush(rb: Runbell, tx: Tx, group: dict[str, Any], *, closed: bool) -> str |
     }
     if not notes.insert_once(tx.conn, values)[1]:
         raise _Lost(key)  # a digest of another window took this ordinal: next tick
-    rows = [notes.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
+    rows = [outbox.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
     rows += _push_deliveries(
         tx, tenant_id, recipient, note_id, urgency, email=bool(rb.settings.smtp_host)
     )
     for row in rows:
         row.update(run_id=values["run_id"], urgency=urgency)
-    notes.add_deliveries(tx.conn, rows)
+    outbox.add_deliveries(tx.conn, rows)
     tx.emit(
         tenant_id,
         PendingEvent(

@@ -28,7 +28,7 @@ from runbell import metrics
 from runbell.flows import views
 from runbell.flows.attention import notification_event
 from runbell.flows.context import Runbell
-from runbell.store import destinations, escalations
+from runbell.store import destinations, escalations, outbox
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx
 
@@ -61,13 +61,13 @@ def _fire(rb: Runbell, tx: Tx, step: dict[str, Any], note: dict[str, Any]) -> in
     targets = _destinations(rb, tx, tenant_id, user_id, channel)
     used = escalations.destinations_used(tx.conn, tenant_id, note["id"], channel)
     rows = [
-        notes.delivery_row(tenant_id, note["id"], channel, dest, "queued", tx.now)
+        outbox.delivery_row(tenant_id, note["id"], channel, dest, "queued", tx.now)
         for dest in targets
         if dest not in used
     ]
     for row in rows:
         row.update(run_id=note["run_id"], urgency=note["urgency"])
-    notes.add_deliveries(tx.conn, rows)
+    outbox.add_deliveries(tx.conn, rows)
     if rows:
         tx.wake_outbox = True
     reason = (

@@ -19,8 +19,7 @@ from typing import Any
 from runbell.domain.operations import NO_OPERATIONS
 from runbell.flows.views import iso
 from runbell.ids import new_id
-from runbell.store import endpoints
-from runbell.store import notifications as notes
+from runbell.store import endpoints, outbox
 from runbell.store.db import PendingEvent, Tx
 from runbell.store.endpoints import WEBHOOK_EVENT_TYPES
 
@@ -91,7 +90,7 @@ def make_hook(public_url: Callable[[], str]) -> Callable[[Tx], None]:
                     for ep in found:
                         if not endpoints.wants(ep, event_type):
                             continue
-                        row = notes.delivery_row(
+                        row = outbox.delivery_row(
                             tenant_id,
                             None,
                             "webhook",
@@ -114,7 +113,7 @@ def make_hook(public_url: Callable[[], str]) -> Callable[[Tx], None]:
                         )
                         rows.append(row)
         if rows:
-            notes.add_deliveries(tx.conn, rows)
+            outbox.add_deliveries(tx.conn, rows)
             tx.wake_outbox = True
 
     return fanout

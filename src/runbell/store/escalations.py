@@ -18,8 +18,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.escalation import RETRACTED
 from runbell.ids import new_id
-from runbell.store import fast
-from runbell.store import notifications as notes
+from runbell.store import fast, outbox
 from runbell.store import tables as t
 
 _S = t.escalation_steps
@@ -155,7 +154,7 @@ def add_retractions(
         return 0
     rows = []
     for sub_id in subscription_ids:
-        row = notes.delivery_row(note["tenant_id"], None, "webpush", sub_id, "queued", now)
+        row = outbox.delivery_row(note["tenant_id"], None, "webpush", sub_id, "queued", now)
         row.update(
             run_id=note["run_id"],
             urgency="normal",
@@ -164,7 +163,7 @@ def add_retractions(
             payload={"notification_id": note["id"], "closed_as": note["state"]},
         )
         rows.append(row)
-    notes.add_deliveries(conn, rows)
+    outbox.add_deliveries(conn, rows)
     return len(rows)
 
 

@@ -1,4 +1,5 @@
-"""Notifications, their deliveries (the outbox) and delivery attempts."""
+"""Notifications: inserted once per recipient, run, version and type; read, closed, redacted.
+(Their deliveries are the outbox's: ``store.outbox``.)"""
 
 from __future__ import annotations
 
@@ -10,12 +11,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import NotFound
-from runbell.ids import new_id
-from runbell.store import fast
+from runbell.store import fast, outbox
 from runbell.store import tables as t
 
 # Delivery statuses that will still send something unless stopped.
-PENDING_DELIVERY = ("queued", "retry_scheduled", "deferred", "delivery_unknown")
 ACTIONABLE_TYPES = ("input_required",)
 
 
@@ -40,25 +39,6 @@ _EXISTING = fast.Statement(
         *(t.notifications.c[c] == sa.bindparam(c) for c in _ONCE)
     )
 )
-DELIVERY_COLUMNS = (
-    "id",
-    "tenant_id",
-    "notification_id",
-    "channel",
-    "destination",
-    "status",
-    "attempt_count",
-    "next_attempt_at",
-    "created_at",
-    "updated_at",
-    "run_id",
-    "event_type",
-    "event_key",
-    "payload",
-    "urgency",
-    "last_error",
-)
-_ADD_DELIVERIES = fast.insert(t.deliveries, DELIVERY_COLUMNS)
 
 
 def insert_once(conn: Connection, values: dict[str, Any]) -> tuple[str, bool]:
@@ -73,41 +53,6 @@ def insert_once(conn: Connection, values: dict[str, Any]) -> tuple[str, bool]:
     existing = _EXISTING.first(conn, **{c: values[c] for c in _ONCE})
     assert existing is not None
     return str(existing["id"]), False
-
-
-def add_deliveries(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    """Outbox rows, in one statement; every row names every column (:func:`delivery_row`)."""
-    _ADD_DELIVERIES.many(conn, rows)
-
-
-def delivery_row(
-    tenant_id: str,
-    notification_id: str | None,
-    channel: str,
-    destination: str,
-    status: str,
-    now: datetime,
-) -> dict[str, Any]:
-    return {
-        "id": new_id("dlv"),
-        "tenant_id": tenant_id,
-        "notification_id": notification_id,
-        "channel": channel,
-        "destination": destination,
-        "status": status,
-        "attempt_count": 0,
-        "next_attempt_at": now if status == "queued" else None,
-        "created_at": now,
-        "updated_at": now,
-        # Every row carries every key: a multi-row INSERT takes its columns from the
-        # first row, so a key missing from one row would fail the whole transaction.
-        "run_id": None,
-        "event_type": None,
-        "event_key": None,
-        "payload": None,
-        "urgency": None,
-        "last_error": None,
-    }
 
 
 def get(conn: Connection, tenant_id: str, notification_id: str) -> dict[str, Any]:
@@ -223,26 +168,8 @@ def close(
     )
     if res.rowcount == 0:
         return False
-    cancel_pending_deliveries(conn, tenant_id, notification_id, now, reason)
+    outbox.cancel_pending(conn, tenant_id, notification_id, now, reason)
     return True
-
-
-def cancel_pending_deliveries(
-    conn: Connection, tenant_id: str, notification_id: str, now: datetime, reason: str
-) -> int:
-    return int(
-        conn.execute(
-            sa.update(t.deliveries)
-            .where(
-                t.deliveries.c.tenant_id == tenant_id,
-                t.deliveries.c.notification_id == notification_id,
-                t.deliveries.c.status.in_(PENDING_DELIVERY),
-            )
-            .values(
-                status="cancelled", next_attempt_at=None, updated_at=now, last_error=reason[:500]
-            )
-        ).rowcount
-    )
 
 
 def deliveries_for(conn: Connection, tenant_id: str, notification_id: str) -> list[dict[str, Any]]:
@@ -373,14 +300,7 @@ def redact(conn: Connection, tenant_id: str, notification_id: str) -> None:
         .where(t.notifications.c.tenant_id == tenant_id, t.notifications.c.id == notification_id)
         .values(reason=None, summary=WITHDRAWN_SUMMARY)
     )
-    conn.execute(
-        sa.update(t.deliveries)
-        .where(
-            t.deliveries.c.tenant_id == tenant_id,
-            t.deliveries.c.notification_id == notification_id,
-        )
-        .values(payload=None)
-    )
+    outbox.scrub_payloads(conn, tenant_id, notification_id)
 
 
 def due_for_expiry(conn: Connection, now: datetime, limit: int) -> list[dict[str, Any]]:

@@ -17,8 +17,8 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import Conflict, NotFound
 from runbell.ids import new_id
+from runbell.store import fast
 from runbell.store import tables as t
-from runbell.store.notifications import PENDING_DELIVERY
 
 DUE = ("queued", "retry_scheduled", "deferred", "delivery_unknown")
 REPLAYABLE = ("dead", "failed", "delivery_unknown", "cancelled", "skipped", "retry_scheduled")
@@ -34,6 +34,94 @@ STATUSES = (
     "cancelled",
     "skipped",
 )
+
+
+PENDING_DELIVERY = ("queued", "retry_scheduled", "deferred", "delivery_unknown")
+DELIVERY_COLUMNS = (
+    "id",
+    "tenant_id",
+    "notification_id",
+    "channel",
+    "destination",
+    "status",
+    "attempt_count",
+    "next_attempt_at",
+    "created_at",
+    "updated_at",
+    "run_id",
+    "event_type",
+    "event_key",
+    "payload",
+    "urgency",
+    "last_error",
+)
+_ADD_DELIVERIES = fast.insert(t.deliveries, DELIVERY_COLUMNS)
+
+
+def add_deliveries(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Outbox rows, in one statement; every row names every column (:func:`delivery_row`)."""
+    _ADD_DELIVERIES.many(conn, rows)
+
+
+def delivery_row(
+    tenant_id: str,
+    notification_id: str | None,
+    channel: str,
+    destination: str,
+    status: str,
+    now: datetime,
+) -> dict[str, Any]:
+    return {
+        "id": new_id("dlv"),
+        "tenant_id": tenant_id,
+        "notification_id": notification_id,
+        "channel": channel,
+        "destination": destination,
+        "status": status,
+        "attempt_count": 0,
+        "next_attempt_at": now if status == "queued" else None,
+        "created_at": now,
+        "updated_at": now,
+        # Every row carries every key: a multi-row INSERT takes its columns from the
+        # first row, so a key missing from one row would fail the whole transaction.
+        "run_id": None,
+        "event_type": None,
+        "event_key": None,
+        "payload": None,
+        "urgency": None,
+        "last_error": None,
+    }
+
+
+def cancel_pending(
+    conn: Connection, tenant_id: str, notification_id: str, now: datetime, reason: str
+) -> int:
+    """Cancel what a closed notification still had queued, on every channel (inv. 6)."""
+    return int(
+        conn.execute(
+            sa.update(t.deliveries)
+            .where(
+                t.deliveries.c.tenant_id == tenant_id,
+                t.deliveries.c.notification_id == notification_id,
+                t.deliveries.c.status.in_(PENDING_DELIVERY),
+            )
+            .values(
+                status="cancelled", next_attempt_at=None, updated_at=now, last_error=reason[:500]
+            )
+        ).rowcount
+    )
+
+
+def scrub_payloads(conn: Connection, tenant_id: str, notification_id: str) -> None:
+    """Drop the stored payloads of a notification's deliveries (its recipient lost access)."""
+    conn.execute(
+        sa.update(t.deliveries)
+        .where(
+            t.deliveries.c.tenant_id == tenant_id,
+            t.deliveries.c.notification_id == notification_id,
+        )
+        .values(payload=None)
+    )
 
 
 def claim(

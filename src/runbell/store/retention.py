@@ -25,7 +25,7 @@ from sqlalchemy.sql import FromClause
 
 from runbell.domain.runs import TERMINAL
 from runbell.store import tables as t
-from runbell.store.notifications import PENDING_DELIVERY
+from runbell.store.outbox import PENDING_DELIVERY
 
 TERMINAL_RUN = tuple(sorted(s.value for s in TERMINAL))
 # A delivery that may still be sent (or is being sent) is never pruned.
