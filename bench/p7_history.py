@@ -98,7 +98,7 @@ def run_size(ctx: Bench, kind: str, rows: int) -> None:
     ):
         ten_e = targets.setup_tenant(core_e)
         ten_h = targets.setup_tenant(core_h)
-        took = seed.history(hist.url, ten_h.tenant_id, ten_h.source["id"], ten_h.owner_id, rows)
+        took = seed.history(hist.url, ten_h.tenant_id, ten_h.source.id, ten_h.owner_id, rows)
         ctx.say(
             f"{label}: seeded {rows:,} rows in each of {len(seed.TABLES)} tables in {took:.0f}s"
         )

@@ -24,9 +24,12 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+
+if TYPE_CHECKING:
+    from runbell.store.accounts import Source
 
 Core = Any  # runbell.flows.context.Runbell today; kept opaque so callers never reach inside
 _bridges: dict[int, Any] = {}  # open_core's LISTEN/NOTIFY bridge per core
@@ -40,7 +43,7 @@ class Tenant:
     owner_id: str
     owner_email: str
     owner_token: str
-    source: dict[str, Any]  # the tenant's authoritative API source (signals' source)
+    source: Source  # the tenant's authoritative API source (signals' source)
 
 
 def configure_logging(path: Path) -> None:

@@ -43,7 +43,7 @@ def race(n_threads: int, jobs: list[Callable[[], T]]) -> list[T]:
         return [f.result(timeout=scaled(120)) for f in futures]
 
 
-def api_source(core: Runbell, tenant_id: str) -> dict[str, Any]:
+def api_source(core: Runbell, tenant_id: str) -> accounts.Source:
     with core.db.read() as conn:
         return accounts.get_source(conn, tenant_id, accounts.api_source_id(conn, tenant_id))
 

@@ -27,21 +27,22 @@ from runbell.flows.policy import policy_for
 from runbell.ids import new_id
 from runbell.ingress.readers import Observed, StateReader
 from runbell.store import accounts, mismatches, runs
+from runbell.store.accounts import Source
 from runbell.store.db import PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
 
 
-def reader_for(rb: Runbell, source: dict[str, Any]) -> StateReader | None:
+def reader_for(rb: Runbell, source: Source) -> StateReader | None:
     """The state reader of an advisory source (a test's override wins), or None."""
-    if source["id"] in rb.reader_overrides:
-        return rb.reader_overrides[source["id"]]
-    if not source.get("reader"):
+    if source.id in rb.reader_overrides:
+        return rb.reader_overrides[source.id]
+    if not source.reader:
         return None
-    return rb.reader_factory(source["reader"])
+    return rb.reader_factory(source.reader)
 
 
-def observe(rb: Runbell, source: dict[str, Any], run_id: str) -> tuple[Observed | None, str | None]:
+def observe(rb: Runbell, source: Source, run_id: str) -> tuple[Observed | None, str | None]:
     """Ask the source's state reader about ``run_id``: (what it says, or why it could not)."""
     try:
         reader = reader_for(rb, source)
@@ -54,7 +55,7 @@ def observe(rb: Runbell, source: dict[str, Any], run_id: str) -> tuple[Observed 
             # detail is kept on the mismatch row, visible to the tenant alone.
             "reconcile.reader_failed",
             run_id=run_id,
-            source_id=source["id"],
+            source_id=source.id,
             error=type(exc).__name__,
         )
         return None, exc.detail
@@ -68,7 +69,7 @@ def record_mismatch(
     rb: Runbell,
     tx: Tx,
     tenant_id: str,
-    source: dict[str, Any],
+    source: Source,
     run: dict[str, Any],
     signal: Signal,
     observed: Observed | None,
@@ -84,7 +85,7 @@ def record_mismatch(
             "id": mismatch_id,
             "tenant_id": tenant_id,
             "run_id": run["run_id"],
-            "source_id": source["id"],
+            "source_id": source.id,
             "event_id": signal.event_id,
             "claimed": {
                 "state": signal.state,

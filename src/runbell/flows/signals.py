@@ -39,6 +39,7 @@ from runbell.flows.context import Runbell
 from runbell.ingress.readers import Observed
 from runbell.store import accounts, runs
 from runbell.store import notifications as notes
+from runbell.store.accounts import Source
 from runbell.store.db import Tx
 
 __all__ = [
@@ -98,7 +99,7 @@ def public_report(report: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def api_source(rb: Runbell, who: Principal) -> dict[str, Any]:
+def api_source(rb: Runbell, who: Principal) -> Source:
     """The source a runtime key's signals come from: the key's own, else the tenant's
     authoritative API source.
 
@@ -117,11 +118,11 @@ def api_source(rb: Runbell, who: Principal) -> dict[str, Any]:
     return source
 
 
-def remembered_source(rb: Runbell, who: Principal) -> dict[str, Any] | None:
+def remembered_source(rb: Runbell, who: Principal) -> Source | None:
     """:func:`api_source` if this process remembers it (no database read), else None."""
     found = rb.memo.get(("source", who.tenant_id, who.source_id))
     if found is not None and time.monotonic() - found[0] < SOURCE_TTL_S:
-        source: dict[str, Any] = found[1]
+        source: Source = found[1]
         return source
     return None
 
@@ -139,7 +140,7 @@ def checked(signal: Signal) -> Signal:
 
 
 def accept_signal(
-    rb: Runbell, tenant_id: str, source: dict[str, Any], run_id: str, signal: Signal
+    rb: Runbell, tenant_id: str, source: Source, run_id: str, signal: Signal
 ) -> SignalResult:
     """Dedupe, reconcile, judge, apply, decide and enqueue — one unit of work, committed
     by the process's writer together with whatever other signals are waiting
@@ -155,12 +156,12 @@ def accept_signal(
 
 
 async def accept_signal_async(
-    rb: Runbell, tenant_id: str, source: dict[str, Any], run_id: str, signal: Signal
+    rb: Runbell, tenant_id: str, source: Source, run_id: str, signal: Signal
 ) -> SignalResult:
     """:func:`accept_signal` for an event loop: the request awaits the writer instead of
     holding a thread. (An advisory source's state reader still runs in a thread.)"""
     signal = checked(signal)
-    if source["trust"] == "advisory":
+    if source.trust == "advisory":
         return await to_thread(partial(accept_signal, rb, tenant_id, source, run_id, signal))
     unit = _prepare(rb, tenant_id, source, run_id, signal)
     assert not isinstance(unit, SignalResult)
@@ -171,15 +172,15 @@ async def accept_signal_async(
 
 
 def _prepare(
-    rb: Runbell, tenant_id: str, source: dict[str, Any], run_id: str, signal: Signal
+    rb: Runbell, tenant_id: str, source: Source, run_id: str, signal: Signal
 ) -> SignalResult | Callable[[Tx], SignalResult]:
     """The unit of work for ``signal`` — or, for an advisory source, possibly its answer
     already (a retry, answered without asking the state reader again)."""
     observed: Observed | None = None
     reader_error: str | None = None
-    if source["trust"] == "advisory":
+    if source.trust == "advisory":
         with rb.db.read() as conn:
-            seen = runs.find_inbound(conn, tenant_id, source["id"], signal.event_id)
+            seen = runs.find_inbound(conn, tenant_id, source.id, signal.event_id)
             if seen is not None:
                 return _duplicate(conn, tenant_id, seen, run_id, {})
         observed, reader_error = reconcile.observe(rb, source, run_id)
@@ -191,12 +192,12 @@ def _prepare(
 
 
 def _lost_race(
-    rb: Runbell, tenant_id: str, source: dict[str, Any], run_id: str, signal: Signal
+    rb: Runbell, tenant_id: str, source: Source, run_id: str, signal: Signal
 ) -> SignalResult:
     """A concurrent delivery of the same event (another process) won the dedupe insert:
     answer as the duplicate it is."""
     with rb.db.read() as conn:
-        seen = runs.find_inbound(conn, tenant_id, source["id"], signal.event_id)
+        seen = runs.find_inbound(conn, tenant_id, source.id, signal.event_id)
         if seen is None:
             raise RuntimeError("dedupe insert failed but no inbound event is stored")
         return _duplicate(conn, tenant_id, seen, run_id, {})
@@ -236,14 +237,14 @@ def _accept_in_tx(
     rb: Runbell,
     tx: Tx,
     tenant_id: str,
-    source: dict[str, Any],
+    source: Source,
     run_id: str,
     signal: Signal,
     observed: Observed | None,
     reader_error: str | None,
 ) -> SignalResult:
-    seen = runs.pending_inbound(tx, tenant_id, source["id"], signal.event_id) or runs.find_inbound(
-        tx.conn, tenant_id, source["id"], signal.event_id
+    seen = runs.pending_inbound(tx, tenant_id, source.id, signal.event_id) or runs.find_inbound(
+        tx.conn, tenant_id, source.id, signal.event_id
     )
     if seen is not None:  # a retry (perhaps of a signal earlier in this very batch)
         return _duplicate(tx.conn, tenant_id, seen, run_id, tx.written)
@@ -257,7 +258,7 @@ def _accept_in_tx(
             tx,
             {
                 "tenant_id": tenant_id,
-                "source_id": source["id"],
+                "source_id": source.id,
                 "event_id": signal.event_id,
                 "run_id": run_id,
                 "claimed_state": signal.state,
@@ -271,7 +272,7 @@ def _accept_in_tx(
         )
 
     sequence = signal.sequence
-    if source["trust"] == "advisory":
+    if source.trust == "advisory":
         claim = judge(run["state"], run["sequence"], signal.state, sequence)
         if not claim.applies:
             finish(claim.verdict, claim.reason, [])
@@ -308,7 +309,7 @@ def _accept_in_tx(
         run,
         signal.state,
         sequence=sequence,
-        source_id=source["id"],
+        source_id=source.id,
         event_id=signal.event_id,
         reason=signal.reason,
         error=signal.error,

@@ -33,24 +33,25 @@ from runbell.ingress import reader_kinds
 from runbell.ingress.mappers import MAPPERS
 from runbell.signatures import HEADER_ID, check_secret, new_secret, verify_signed
 from runbell.store import accounts
+from runbell.store.accounts import Source
 from runbell.store.db import Tx
 
 
-def source_view(src: dict[str, Any]) -> dict[str, Any]:
+def source_view(src: Source) -> dict[str, Any]:
     """A source as the API shows it: reader header values masked, secrets counted."""
-    reader = src.get("reader")
+    reader = src.reader
     if reader:
         # Header values, API keys and bearer tokens are credentials: shown only as set.
         reader = reader_kinds.masked(reader)
     return {
-        "id": src["id"],
-        "name": src["name"],
-        "kind": src["kind"],
-        "mapper": src["mapper"],
-        "trust": src["trust"],
+        "id": src.id,
+        "name": src.name,
+        "kind": src.kind,
+        "mapper": src.mapper,
+        "trust": src.trust,
         "reader": reader,
-        "secrets": len(src.get("secrets") or []),
-        "webhook_url": f"/v1/sources/{src['id']}/webhook" if src["kind"] == "webhook" else None,
+        "secrets": len(src.secrets or []),
+        "webhook_url": f"/v1/sources/{src.id}/webhook" if src.kind == "webhook" else None,
     }
 
 
@@ -167,9 +168,9 @@ def rotate_secret(
     def act(tx: Tx) -> tuple[int, dict[str, Any]]:
         secret = provided if provided is not None else new_secret()
         src = accounts.get_source(tx.conn, tenant_id, source_id)
-        if src["kind"] != "webhook":
+        if src.kind != "webhook":
             raise ValidationFailed("only webhook sources have signing secrets", field="source_id")
-        sealed = [rb.box.seal(secret), *(src.get("secrets") or [])][:2]
+        sealed = [rb.box.seal(secret), *(src.secrets or [])][:2]
         accounts.update_source_secrets(tx.conn, tenant_id, source_id, sealed)
         src = accounts.get_source(tx.conn, tenant_id, source_id)
         if provided is not None:
@@ -195,9 +196,9 @@ def provider_webhook(
             src = accounts.get_source(conn, None, source_id)
         except NotFound:
             raise NotFound(f"no webhook source {source_id!r}") from None
-    if src["kind"] != "webhook":
+    if src.kind != "webhook":
         raise NotFound(f"no webhook source {source_id!r}")
-    secrets = [rb.box.open(s) for s in src.get("secrets") or []]
+    secrets = [rb.box.open(s) for s in src.secrets or []]
     try:
         verify_signed(body, headers, secrets, now=rb.db.clock())
     except Unauthorized:
@@ -209,12 +210,12 @@ def provider_webhook(
         payload = json.loads(body)
     except (ValueError, RecursionError) as exc:  # RecursionError: absurd nesting
         raise ValidationFailed("body is not JSON", field="body") from exc
-    mapped = MAPPERS[src["mapper"] or "generic"](payload, headers[HEADER_ID])
+    mapped = MAPPERS[src.mapper or "generic"](payload, headers[HEADER_ID])
     results = []
     for m in mapped:
         res = signals.accept_signal(
             rb,
-            src["tenant_id"],
+            src.tenant_id,
             src,
             m.run_id,
             Signal(

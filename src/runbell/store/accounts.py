@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
 from runbell.domain import limits
 from runbell.domain.errors import NotFound, ValidationFailed
@@ -353,21 +354,41 @@ def create_source(
     return source_id
 
 
-def get_source(conn: Connection, tenant_id: str | None, source_id: str) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a tenant's signals come from: the API (a runtime key) or a signed provider
+    webhook; whether it is trusted as is or read back (``reader``); its sealed secrets."""
+
+    id: str
+    tenant_id: str
+    name: str
+    kind: str
+    mapper: str | None
+    trust: str
+    reader: dict[str, Any] | None
+    secrets: list[str] | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: RowMapping) -> Source:
+        return cls(**row)
+
+
+def get_source(conn: Connection, tenant_id: str | None, source_id: str) -> Source:
     q = sa.select(t.sources).where(t.sources.c.id == source_id)
     if tenant_id is not None:
         q = q.where(t.sources.c.tenant_id == tenant_id)
     row = conn.execute(q).first()
     if row is None:
         raise NotFound(f"no source {source_id!r}")
-    return dict(row._mapping)
+    return Source.of(row._mapping)
 
 
-def list_sources(conn: Connection, tenant_id: str) -> list[dict[str, Any]]:
+def list_sources(conn: Connection, tenant_id: str) -> list[Source]:
     rows = conn.execute(
         sa.select(t.sources).where(t.sources.c.tenant_id == tenant_id).order_by(t.sources.c.id)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [Source.of(r._mapping) for r in rows]
 
 
 def update_source_secrets(
