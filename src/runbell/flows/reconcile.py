@@ -29,6 +29,7 @@ from runbell.ingress.readers import Observed, StateReader
 from runbell.store import accounts, mismatches, runs
 from runbell.store.accounts import Source
 from runbell.store.db import PendingEvent, Tx
+from runbell.store.mismatches import Mismatch
 
 log = structlog.get_logger(__name__)
 
@@ -132,28 +133,28 @@ def recheck_mismatches(rb: Runbell, now: datetime, limit: int = 100) -> int:
     for mismatch in due:
         with rb.db.read() as conn:
             try:
-                source = accounts.get_source(conn, mismatch["tenant_id"], mismatch["source_id"])
+                source = accounts.get_source(conn, mismatch.tenant_id, mismatch.source_id)
             except NotFound:
                 continue
-        observed, error = observe(rb, source, mismatch["run_id"])
+        observed, error = observe(rb, source, mismatch.run_id)
         with rb.db.transaction(now=now) as tx:
             _recheck_in_tx(rb, tx, mismatch, observed, error)
     return len(due)
 
 
 def _recheck_in_tx(
-    rb: Runbell, tx: Tx, mismatch: dict[str, Any], observed: Observed | None, error: str | None
+    rb: Runbell, tx: Tx, mismatch: Mismatch, observed: Observed | None, error: str | None
 ) -> None:
-    tenant_id = mismatch["tenant_id"]
-    if mismatches.status_of(tx.conn, mismatch["id"]) != "open":
+    tenant_id = mismatch.tenant_id
+    if mismatches.status_of(tx.conn, mismatch.id) != "open":
         return  # another scheduler got here first
-    run = runs.require_run(tx.conn, tenant_id, mismatch["run_id"], for_update=True)
-    claimed = mismatch["claimed"]
+    run = runs.require_run(tx.conn, tenant_id, mismatch.run_id, for_update=True)
+    claimed = mismatch.claimed
 
     def close(status: str, note: str) -> None:
         mismatches.update(
             tx.conn,
-            mismatch["id"],
+            mismatch.id,
             status=status,
             resolved_at=tx.now,
             last_error=note[:500],
@@ -166,7 +167,7 @@ def _recheck_in_tx(
                 "run.mismatch_closed",
                 {
                     "run_id": run["run_id"],
-                    "mismatch_id": mismatch["id"],
+                    "mismatch_id": mismatch.id,
                     "status": status,
                     "reason": note,
                 },
@@ -185,8 +186,8 @@ def _recheck_in_tx(
             run,
             claimed["state"],
             sequence=observed.sequence,
-            source_id=mismatch["source_id"],
-            event_id=mismatch["event_id"],
+            source_id=mismatch.source_id,
+            event_id=mismatch.event_id,
             reason=claimed.get("reason"),
             error=claimed.get("error"),
             # The reader's "fell short" wins over the claim: a review, never a success.
@@ -206,7 +207,7 @@ def _recheck_in_tx(
                 run,
                 observed.state,
                 sequence=observed.sequence,
-                source_id=mismatch["source_id"],
+                source_id=mismatch.source_id,
                 event_id=None,
                 reason="reconciled from the state reader",
                 error=None,
@@ -214,7 +215,7 @@ def _recheck_in_tx(
             )
             close("superseded", f"state reader says {observed.state}")
             return
-    checks = mismatch["checks"] + 1
+    checks = mismatch.checks + 1
     backoff = rb.settings.mismatch_backoff_s
     values: dict[str, Any] = {
         "checks": checks,
@@ -223,7 +224,7 @@ def _recheck_in_tx(
     }
     if checks >= rb.settings.mismatch_max_checks:
         values.update(status="escalated", next_check_at=None)
-        mismatches.update(tx.conn, mismatch["id"], **values)
+        mismatches.update(tx.conn, mismatch.id, **values)
         raise_attention(
             tx,
             policy_for(rb, tx.conn, tenant_id),
@@ -240,4 +241,4 @@ def _recheck_in_tx(
         log.warning("reconcile.escalated", run_id=run["run_id"], checks=checks)
         return
     values["next_check_at"] = tx.now + timedelta(seconds=backoff[min(checks, len(backoff) - 1)])
-    mismatches.update(tx.conn, mismatch["id"], **values)
+    mismatches.update(tx.conn, mismatch.id, **values)
