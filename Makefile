@@ -47,8 +47,9 @@ login-link: $(STAMP)
 	@$(COMPILE)
 	@$(BIN)/runbell user login-link $(EMAIL) --tenant $(TENANT)
 
-# lint-imports: no logo, and no spinner (TERM=dumb); a broken contract is still printed.
-LINT_IMPORTS := TERM=dumb $(BIN)/lint-imports --no-logo
+# lint-imports: no logo, no spinner (TERM=dumb), no cache (a stale one hid a broken
+# contract after modules moved); a broken contract is still printed.
+LINT_IMPORTS := TERM=dumb $(BIN)/lint-imports --no-logo --no-cache
 
 test: $(DEVSTAMP)
 	@$(COMPILE)

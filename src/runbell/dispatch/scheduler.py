@@ -2,8 +2,9 @@
 steps, digest flush, retention.
 
 Each sweep is a plain method taking ``now`` (tests drive them with a fixed clock). With
-several processes on PostgreSQL, an advisory lock (:func:`runbell.runtime.leader.leading`)
-elects one runner per sweep per tick; on SQLite there is one process.
+several processes on PostgreSQL, an advisory lock (:func:`runbell.runtime.leader.leading`,
+taken through the container) elects one runner per sweep per tick; on SQLite there is one
+process.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import structlog
 from runbell.flows import digests, escalation, reconcile, retention, stalls, sweeps
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import expire_requests
-from runbell.runtime.leader import leading
 
 log = structlog.get_logger(__name__)
 
@@ -41,7 +41,7 @@ class Scheduler:
         self._last_retention: datetime | None = None
 
     def _leader(self, sweep: str, fn: Callable[[], int]) -> int:
-        with leading(self.core.db, LOCK_IDS[sweep]) as lead:
+        with self.core.leading(LOCK_IDS[sweep]) as lead:
             return fn() if lead else 0
 
     def tick(self, now: datetime | None = None) -> dict[str, int]:

@@ -18,6 +18,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from runbell.config import Settings
@@ -27,6 +28,7 @@ from runbell.flows.fanout import make_hook
 from runbell.ingress import reader_kinds
 from runbell.ingress.readers import StateReader
 from runbell.runtime.hub import Hub
+from runbell.runtime.leader import leading
 from runbell.runtime.presence import Presence
 from runbell.runtime.writer import GroupCommitter
 from runbell.store.db import Database
@@ -94,6 +96,11 @@ class Runbell:
                 if self._writer is None:
                     self._writer = GroupCommitter(self.db, max_batch=self.db.writer_max_batch)
         return self._writer
+
+    def leading(self, key: int) -> AbstractContextManager[bool]:
+        """True inside while this process holds the sweep lock ``key``
+        (:mod:`runbell.runtime.leader`): one process runs each sweep per tick."""
+        return leading(self.db, key)
 
     def _stop_writer(self) -> None:
         if self._writer is not None:

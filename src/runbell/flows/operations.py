@@ -29,7 +29,7 @@ Example (what the API router calls)::
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 import structlog
 
@@ -38,7 +38,6 @@ from runbell.domain.operations import (
     MAY_HAVE_LANDED,
     OP_STATES,
     OpState,
-    allowed_next,
     move_refusal,
 )
 from runbell.domain.principal import Principal
@@ -47,6 +46,7 @@ from runbell.domain.text import public_text
 from runbell.flows import completion, stalls, views
 from runbell.flows.context import Runbell
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
+from runbell.flows.operation_views import operation_view
 from runbell.store import operations as ledger
 from runbell.store import runs
 from runbell.store.db import PendingEvent, Tx
@@ -62,30 +62,6 @@ ID_MAX = 200
 # --- views -------------------------------------------------------------------------------
 
 
-class TargetView(TypedDict):
-    type: str
-    id: str
-    version: str | None
-
-
-class OperationView(TypedDict, total=False):
-    """An operation as the API, the feed's snapshot and the run page show it."""
-
-    operation_id: str
-    run_id: str
-    target: TargetView
-    intent: str
-    idempotency_key: str | None
-    state: str
-    allowed_next: list[str]
-    epoch: int | None
-    evidence: dict[str, Any] | None
-    history: list[dict[str, Any]]
-    created_at: str | None
-    updated_at: str | None
-    details: dict[str, Any] | None  # left out where the viewer is another run's
-
-
 @dataclass(frozen=True, slots=True)
 class Declared:
     """One declared operation, validated, its public text made safe; ``body_hash`` tells
@@ -99,31 +75,6 @@ class Declared:
     details: dict[str, Any] | None
     idempotency_key: str | None
     body_hash: str
-
-
-def operation_view(op: Operation, *, include_details: bool = True) -> OperationView:
-    """An operation as the API shows it to a caller who may see the run."""
-    out: OperationView = {
-        "operation_id": op.operation_id,
-        "run_id": op.run_id,
-        "target": {
-            "type": op.target_type,
-            "id": op.target_id,
-            "version": op.target_version,
-        },
-        "intent": op.intent,
-        "idempotency_key": op.idempotency_key,
-        "state": op.state,
-        "allowed_next": list(allowed_next(op.state)),
-        "epoch": op.epoch,
-        "evidence": op.evidence,
-        "history": op.history or [],
-        "created_at": views.iso(op.created_at),
-        "updated_at": views.iso(op.updated_at),
-    }
-    if include_details:
-        out["details"] = op.details
-    return out
 
 
 def _event(op: Operation, before: str | None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from runbell.domain.principal import Principal
 from runbell.flows import views
 from runbell.flows.context import Runbell
 from runbell.flows.input_requests import get_for_notification, may_answer
-from runbell.flows.operations import OperationView, operation_view
+from runbell.flows.operation_views import OperationView, operation_view
 from runbell.flows.runs import get_run
 from runbell.flows.trail import members
 from runbell.store import amendments, destinations, endpoints, feed, operations, runs
@@ -126,7 +126,7 @@ def run_page(
     this person's own about the run (up to 50, newest first), each with its
     ``deliveries``; ``answered_request`` the request named by ``answered_request`` when
     it is of this run and this person answered it, else None; ``operations`` the
-    run's ledger in declaration order (``flows.operations.operation_view``);
+    run's ledger in declaration order (``flows.operation_views.operation_view``);
     ``people`` maps the user ids named in the ledger's evidence and the notifications'
     closing reasons to emails (members of the tenant only); ``asked`` maps the input
     requests the timeline names (``input request <id>``) to their summaries;

@@ -1,0 +1,62 @@
+"""The operations ledger as callers see it: one operation's view, typed.
+
+Apart from :mod:`runbell.flows.operations` (the use cases) so the run page and the API
+share one shape without the page importing the ledger's writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from runbell.domain.operations import allowed_next
+from runbell.flows import views
+from runbell.store.operations import Operation
+
+
+class TargetView(TypedDict):
+    type: str
+    id: str
+    version: str | None
+
+
+class OperationView(TypedDict, total=False):
+    """An operation as the API, the feed's snapshot and the run page show it."""
+
+    operation_id: str
+    run_id: str
+    target: TargetView
+    intent: str
+    idempotency_key: str | None
+    state: str
+    allowed_next: list[str]
+    epoch: int | None
+    evidence: dict[str, Any] | None
+    history: list[dict[str, Any]]
+    created_at: str | None
+    updated_at: str | None
+    details: dict[str, Any] | None  # left out where the viewer is another run's
+
+
+def operation_view(op: Operation, *, include_details: bool = True) -> OperationView:
+    """An operation as the API shows it to a caller who may see the run."""
+    out: OperationView = {
+        "operation_id": op.operation_id,
+        "run_id": op.run_id,
+        "target": {
+            "type": op.target_type,
+            "id": op.target_id,
+            "version": op.target_version,
+        },
+        "intent": op.intent,
+        "idempotency_key": op.idempotency_key,
+        "state": op.state,
+        "allowed_next": list(allowed_next(op.state)),
+        "epoch": op.epoch,
+        "evidence": op.evidence,
+        "history": op.history or [],
+        "created_at": views.iso(op.created_at),
+        "updated_at": views.iso(op.updated_at),
+    }
+    if include_details:
+        out["details"] = op.details
+    return out
