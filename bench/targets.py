@@ -31,7 +31,7 @@ import sqlalchemy as sa
 if TYPE_CHECKING:
     from runbell.store.accounts import Source
 
-Core = Any  # runbell.flows.context.Runbell today; kept opaque so callers never reach inside
+Core = Any  # runbell.flows.context.Core today; kept opaque so callers never reach inside
 _bridges: dict[int, Any] = {}  # open_core's LISTEN/NOTIFY bridge per core
 
 

@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 
 from runbell.app import build, create_app
 from runbell.config import Settings
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store.db import make_engine
 from runbell.store.migrate import upgrade
 from runbell.testing import Clock, TenantCreds, make_tenant
@@ -163,14 +163,14 @@ def settings(tmp_path: Path, db_url: str) -> Settings:
 
 
 @pytest.fixture
-def core(settings: Settings, clock: Clock) -> Iterator[Runbell]:
+def core(settings: Settings, clock: Clock) -> Iterator[Core]:
     rb = build(settings, clock=clock, migrate=False)
     yield rb
     rb.db.dispose()
 
 
 @pytest.fixture
-def mailing(core: Runbell, monkeypatch: pytest.MonkeyPatch) -> None:
+def mailing(core: Core, monkeypatch: pytest.MonkeyPatch) -> None:
     """This server sends email: an SMTP relay is configured (nothing is sent unless a
     worker runs). Without one, no email rows are queued at all."""
     monkeypatch.setattr(
@@ -179,12 +179,12 @@ def mailing(core: Runbell, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def creds(core: Runbell) -> TenantCreds:
+def creds(core: Core) -> TenantCreds:
     return make_tenant(core)
 
 
 @pytest.fixture
-def client(core: Runbell) -> Iterator[TestClient]:
+def client(core: Core) -> Iterator[TestClient]:
     with TestClient(create_app(core, bridge=False)) as c:
         yield c
 
@@ -202,7 +202,7 @@ def free_port() -> int:
 class LiveServer:
     """The real app under uvicorn in a thread: for long-polls, SSE and real HTTP clients."""
 
-    def __init__(self, core: Runbell, *, bridge: bool = True) -> None:
+    def __init__(self, core: Core, *, bridge: bool = True) -> None:
         import uvicorn
 
         self.port = free_port()
@@ -232,7 +232,7 @@ class LiveServer:
 
 
 @pytest.fixture
-def live(core: Runbell) -> Iterator[LiveServer]:
+def live(core: Core) -> Iterator[LiveServer]:
     with LiveServer(core) as server:
         yield server
 
@@ -242,7 +242,7 @@ class Env:
     """An app and its core on the parametrized database, with settings of its own (an
     SMTP relay, a policy knob, …), its first tenant and the test clock."""
 
-    core: Runbell
+    core: Core
     client: TestClient
     creds: TenantCreds
     clock: Clock

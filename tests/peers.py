@@ -41,7 +41,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from runbell.channels.base import Channel
 from runbell.dispatch.wiring import build_channels
 from runbell.dispatch.worker import Worker
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 
 # --- plain HTTP peers ----------------------------------------------------------------
 
@@ -290,7 +290,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        core: Runbell,
+        core: Core,
         clock: Callable[[], datetime],
         *,
         seed: int = 1,

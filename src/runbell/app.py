@@ -1,6 +1,6 @@
 """Wiring: settings → database → secret box → the flows' dependencies → the faces.
 
-:func:`build` makes the :class:`~runbell.flows.context.Runbell` one process runs on;
+:func:`build` makes the :class:`~runbell.flows.context.Core` one process runs on;
 :func:`create_app` puts the HTTP API and the web app around it (and, for ``runbell
 serve``, the delivery worker and background jobs on the same event loop). The CLI, the
 tests and ``runbell.testing`` start here.
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from runbell.config import Settings
 from runbell.crypto import SecretBox, load_or_create_key
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import kv
 from runbell.store.availability import StillUnavailable as StillUnavailable  # for the CLI
 from runbell.store.availability import wait_while_unavailable
@@ -41,7 +41,7 @@ def utcnow() -> datetime:
 
 def build(
     settings: Settings, *, clock: Callable[[], datetime] = utcnow, migrate: bool = True
-) -> Runbell:
+) -> Core:
     db = open_database(settings, clock=clock, migrate=migrate)
     try:
         key = settings.secret_key or load_or_create_key(settings.data_dir)
@@ -51,7 +51,7 @@ def build(
     except BaseException:
         db.dispose()  # a start that waits out an outage tries again with a new one
         raise
-    return Runbell(settings, db, box=box)
+    return Core(settings, db, box=box)
 
 
 def when_reachable(settings: Settings, start: Callable[[], T]) -> T:
@@ -117,14 +117,14 @@ def migrate(settings: Settings) -> tuple[str | None, str]:
         engine.dispose()
 
 
-def start_wakeups(rb: Runbell, listen_url: str | None = None) -> PgBridge | None:
+def start_wakeups(core: Core, listen_url: str | None = None) -> PgBridge | None:
     """On PostgreSQL, start the LISTEN/NOTIFY bridge that wakes this process's waiters
     (workers, long-polls, streams) for commits made by other processes; None on SQLite.
     ``listen_url`` is ``RUNBELL_LISTEN_DATABASE_URL`` (default: the database's). Stop it with
     ``.stop()``."""
     from runbell.runtime.wakeup import start_bridge
 
-    return start_bridge(rb.db, rb.hub, listen_url)
+    return start_bridge(core.db, core.hub, listen_url)
 
 
 SERVED_URL = "served_url"
@@ -175,7 +175,7 @@ def check_secret_key(db: Database, box: SecretBox) -> None:
 
 
 def create_app(
-    rb: Runbell,
+    core: Core,
     *,
     bridge: bool = True,
     worker: Worker | None = None,
@@ -183,7 +183,7 @@ def create_app(
     routers: Sequence[APIRouter] = (),
     listen_host: str | None = None,
 ) -> FastAPI:
-    """The ASGI application: the HTTP API, the web app and the API reference around ``rb``.
+    """The ASGI application: the HTTP API, the web app and the API reference around ``core``.
 
     With ``bridge`` on PostgreSQL, LISTEN/NOTIFY wakes long-polls, streams and workers in
     this process for commits made by other processes. With ``worker``, the delivery
@@ -203,7 +203,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        pg = start_bridge(rb.db, rb.hub, rb.settings.listen_database_url) if bridge else None
+        pg = start_bridge(core.db, core.hub, core.settings.listen_database_url) if bridge else None
         stop = asyncio.Event()
         jobs = [*([worker.run] if worker else []), *background]
         tasks = [asyncio.create_task(job(stop)) for job in jobs]
@@ -213,7 +213,7 @@ def create_app(
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
-            rb.presence.close()  # other processes stop counting this one's viewers now
+            core.presence.close()  # other processes stop counting this one's viewers now
             if pg:
                 pg.stop()
 
@@ -228,8 +228,8 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    api.install(app, rb, listen_host=listen_host)
-    mcp = McpMount(rb)  # /mcp: the MCP tools over streamable HTTP (runbell.mcp.http)
+    api.install(app, core, listen_host=listen_host)
+    mcp = McpMount(core)  # /mcp: the MCP tools over streamable HTTP (runbell.mcp.http)
     app.router.routes.extend(mcp.routes())
     for router in routers:
         app.include_router(router)

@@ -43,7 +43,7 @@ from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
 from runbell.flows import accounts, endpoints, inbox, operations, runs, signals
 from runbell.flows import input_requests as actions
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.signals import Signal
 from runbell.web.templating import render
 
@@ -113,7 +113,7 @@ def start_mail_sink(state: DemoState) -> tuple[str, int]:
     return "127.0.0.1", port
 
 
-def sink_router(core: Runbell, state: DemoState) -> APIRouter:
+def sink_router(core: Core, state: DemoState) -> APIRouter:
     @contextlib.asynccontextmanager
     async def registered(app: FastAPI) -> AsyncIterator[None]:
         # The web's sign-in pages say where mail lands (runbell.web.signin.mailbox_path).
@@ -181,7 +181,7 @@ def mailbox_path(request: Request) -> str | None:
     return path if _from_this_machine(request) else None
 
 
-def setup(core: Runbell, base_url: str) -> tuple[str, str] | None:
+def setup(core: Core, base_url: str) -> tuple[str, str] | None:
     """Register the demo webhook endpoint on the first tenant; (tenant id, owner id)."""
     found = accounts.first_tenant_owner(core.db)
     if found is None:
@@ -193,7 +193,7 @@ def setup(core: Runbell, base_url: str) -> tuple[str, str] | None:
     return tenant_id, owner_id
 
 
-async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
+async def agent(core: Core, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
     """The demo's two simulated runs, side by side: the deploy that asks for approval, and
     the invoice sync whose lost reply is looked up after it reports completed."""
     await asyncio.gather(
@@ -202,7 +202,7 @@ async def agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Even
     )
 
 
-async def ledger_agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
+async def ledger_agent(core: Core, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
     """The invoice sync: five operations, one reply lost (``uncertain``). It reports
     ``completed``; the run answers ``needs_review`` with the uncertain item named. A few
     seconds later a lookup finds the invoice paid: the review is resolved, and only then
@@ -288,9 +288,7 @@ async def ledger_agent(core: Runbell, tenant_id: str, owner_id: str, stop: async
         log.info("demo.ledger_reviewed", run_id=LEDGER_RUN_ID)
 
 
-async def _held_until_seen(
-    core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event
-) -> bool:
+async def _held_until_seen(core: Core, tenant_id: str, owner_id: str, stop: asyncio.Event) -> bool:
     """Wait until the owner has seen the sync's review (or :data:`LOOKUP_HOLD_S` passed);
     True when the demo is stopping meanwhile."""
     owner = Principal(tenant_id=tenant_id, kind="user", role="owner", user_id=owner_id)
@@ -304,7 +302,7 @@ async def _held_until_seen(
     return False
 
 
-def _review_seen(core: Runbell, owner: Principal) -> bool:
+def _review_seen(core: Core, owner: Principal) -> bool:
     """Whether the owner has seen the sync's review: its notification has a
     ``first_seen_at`` (opened from the inbox, a mail, a push or the run page), or it is no
     longer open (acknowledged, or settled another way)."""
@@ -317,20 +315,20 @@ def _review_seen(core: Runbell, owner: Principal) -> bool:
     return any(n["first_seen_at"] is not None or n["state"] != "open" for n in reviews)
 
 
-async def _move(core: Runbell, who: Principal, op_id: str, state: str, **extra: Any) -> None:
+async def _move(core: Core, who: Principal, op_id: str, state: str, **extra: Any) -> None:
     await asyncio.to_thread(
         operations.move, core, who, LEDGER_RUN_ID, op_id, {"state": state, **extra}
     )
 
 
-def _state_of(core: Runbell, who: Principal, run_id: str) -> str | None:
+def _state_of(core: Core, who: Principal, run_id: str) -> str | None:
     try:
         return str(runs.get_run(core, who, run_id)["state"])
     except NotFound:
         return None
 
 
-async def deploy_agent(core: Runbell, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
+async def deploy_agent(core: Core, tenant_id: str, owner_id: str, stop: asyncio.Event) -> None:
     """The simulated deploy run: work, ask, wait, finish. Idempotent across restarts."""
     who = Principal(tenant_id=tenant_id, kind="key", role="runtime")
     source = signals.api_source(core, who)
@@ -414,7 +412,7 @@ async def deploy_agent(core: Runbell, tenant_id: str, owner_id: str, stop: async
     log.info("demo.finished", run_id=RUN_ID, approved=approved)
 
 
-def _run_state(core: Runbell, who: Principal) -> str | None:
+def _run_state(core: Core, who: Principal) -> str | None:
     """The demo run's state, or None before it exists."""
     try:
         return str(runs.get_run(core, who, RUN_ID)["state"])
@@ -422,7 +420,7 @@ def _run_state(core: Runbell, who: Principal) -> str | None:
         return None
 
 
-def _request_state(core: Runbell, who: Principal) -> tuple[str | None, str | None, str | None]:
+def _request_state(core: Core, who: Principal) -> tuple[str | None, str | None, str | None]:
     """(the approval request's state, its answer's decision, the run's state); None for
     what does not exist (yet)."""
     try:

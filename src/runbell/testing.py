@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 from runbell.flows import accounts
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.ingress.readers import StaticReader
 
 __all__ = [
@@ -82,7 +82,7 @@ class TenantCreds:
     owner_token: str
 
 
-def make_tenant(core: Runbell, name: str = "acme", owner_email: str | None = None) -> TenantCreds:
+def make_tenant(core: Core, name: str = "acme", owner_email: str | None = None) -> TenantCreds:
     """A new tenant with an admin key, a runtime key and an owner (with a user token)."""
     email = owner_email or f"owner@{name}.test"
     tenant_id, admin = accounts.create_tenant(core, name)
@@ -91,7 +91,7 @@ def make_tenant(core: Runbell, name: str = "acme", owner_email: str | None = Non
     return TenantCreds(tenant_id, admin, runtime, user_id, email, token)
 
 
-def add_user(core: Runbell, tenant_id: str, email: str, role: str = "member") -> tuple[str, str]:
+def add_user(core: Core, tenant_id: str, email: str, role: str = "member") -> tuple[str, str]:
     """A new member of ``tenant_id``: returns (user id, user token)."""
     _, user_id, token = accounts.add_member(core, tenant_id, email, role)
     return user_id, token
@@ -109,7 +109,7 @@ class Server:
     owner_id: str
     owner_email: str
     owner_token: str
-    core: Runbell
+    core: Core
     #: What a second process (``runbell user add …``, a worker) needs to reach the same
     #: database: set them as ``RUNBELL_DATABASE_URL``, ``RUNBELL_DATA_DIR`` and
     #: ``RUNBELL_SECRET_KEY``.

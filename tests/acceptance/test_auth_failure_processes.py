@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runbell.app import build
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import make_tenant
 from tests.acceptance.processes import ApiProc, start_apis
 from tests.acceptance.test_worker_processes import child_env
@@ -33,7 +33,7 @@ def pg_url(pg_template: str | None) -> Iterator[str]:
 
 
 @pytest.fixture
-def core(tmp_path: Path, pg_url: str) -> Iterator[Runbell]:
+def core(tmp_path: Path, pg_url: str) -> Iterator[Core]:
     rb = build(make_settings(tmp_path, pg_url), migrate=False)
     yield rb
     rb.db.dispose()
@@ -49,9 +49,7 @@ def auth_failures(api: ApiProc) -> dict[str, float]:
     return found
 
 
-def test_the_limit_holds_across_two_api_processes(
-    tmp_path: Path, pg_url: str, core: Runbell
-) -> None:
+def test_the_limit_holds_across_two_api_processes(tmp_path: Path, pg_url: str, core: Core) -> None:
     creds = make_tenant(core)
     env = child_env(
         tmp_path,

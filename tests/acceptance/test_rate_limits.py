@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.signatures import new_secret
 from runbell.store import tables as t
 from tests.acceptance.receivers import Receiver
@@ -59,7 +59,7 @@ def most_in_any_window(times: list[float], window: float) -> int:
 def test_two_workers_together_keep_one_rate_limit(
     tmp_path: Path,
     db_url: str,
-    core_for: Callable[..., Runbell],  # noqa: F811
+    core_for: Callable[..., Core],  # noqa: F811
     limit: str,
 ) -> None:
     """Two workers drain a backlog under one limit: the receiver never sees more than

@@ -35,7 +35,7 @@ import sqlalchemy as sa
 
 from runbell.app import build
 from runbell.flows import accounts
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.signatures import new_secret
 from runbell.store import tables as t
 from runbell.testing import make_tenant
@@ -65,13 +65,13 @@ def pg_url(pg_template: str | None) -> Iterator[str]:
 
 
 @pytest.fixture
-def core(tmp_path: Path, pg_url: str) -> Iterator[Runbell]:
+def core(tmp_path: Path, pg_url: str) -> Iterator[Core]:
     rb = build(make_settings(tmp_path, pg_url), migrate=False)
     yield rb
     rb.db.dispose()
 
 
-def presence_rows(core: Runbell) -> int:
+def presence_rows(core: Core) -> int:
     with core.db.read() as conn:
         return int(conn.execute(sa.select(sa.func.count()).select_from(t.presence)).scalar_one())
 
@@ -80,7 +80,7 @@ def presence_rows(core: Runbell) -> int:
 
 
 def test_a_viewer_on_one_api_process_is_watching_for_a_signal_on_another(
-    tmp_path: Path, pg_url: str, core: Runbell
+    tmp_path: Path, pg_url: str, core: Core
 ) -> None:
     """The owner's live stream is open on API A; the run completes through API B. B's
     policy sees the owner watching (inbox, no push); once the stream closes, the next
@@ -221,7 +221,7 @@ class SignalLoad:
 
 @pytest.mark.slow
 def test_two_apis_two_workers_lose_nothing_when_one_of_each_is_killed(
-    tmp_path: Path, pg_url: str, core: Runbell
+    tmp_path: Path, pg_url: str, core: Core
 ) -> None:
     secret = new_secret()
     with ExitStack() as stack:
@@ -306,7 +306,7 @@ HOLD_S = 20.0  # the brief's minute, shortened; long enough for several lease pe
 
 
 def test_a_transaction_held_open_does_not_stop_the_queue(
-    tmp_path: Path, pg_url: str, core: Runbell
+    tmp_path: Path, pg_url: str, core: Core
 ) -> None:
     """Another connection sits idle in a transaction for HOLD_S, holding a snapshot of the
     outbox, a row lock on one queued delivery and one on another tenant's row. Deliveries
@@ -378,7 +378,7 @@ def through_pgbouncer(stack: ExitStack, pg_url: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_two_apis_and_two_workers_through_pgbouncer_in_transaction_mode(
-    tmp_path: Path, pg_url: str, core: Runbell
+    tmp_path: Path, pg_url: str, core: Core
 ) -> None:
     """The production topology of docs/operations.md: two APIs and two workers (with the
     scheduler) through one PgBouncer in transaction mode with ten server connections for

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.app import build, create_app
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.signatures import new_secret
 from runbell.store import endpoints
 from runbell.store import tables as t
@@ -40,13 +40,13 @@ def pg_url(pg_template: str | None) -> Iterator[str]:
 
 
 @pytest.fixture
-def core(tmp_path: Path, pg_url: str) -> Iterator[Runbell]:
+def core(tmp_path: Path, pg_url: str) -> Iterator[Core]:
     rb = build(make_settings(tmp_path, pg_url), migrate=False)
     yield rb
     rb.db.dispose()
 
 
-def counted(core: Runbell, table: sa.Table, **where: str) -> Counter[str]:
+def counted(core: Core, table: sa.Table, **where: str) -> Counter[str]:
     q = sa.select(table.c.run_id)
     for name, value in where.items():
         q = q.where(table.c[name] == value)
@@ -55,7 +55,7 @@ def counted(core: Runbell, table: sa.Table, **where: str) -> Counter[str]:
 
 
 def test_two_scheduler_processes_record_each_stall_once(
-    tmp_path: Path, pg_url: str, core: Runbell
+    tmp_path: Path, pg_url: str, core: Core
 ) -> None:
     secret = new_secret()
     creds = make_tenant(core)

@@ -38,7 +38,7 @@ from runbell.dispatch.worker import Worker
 from runbell.domain.principal import Principal
 from runbell.flows import runs as runs_flow
 from runbell.flows import signals
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.signals import Signal
 from runbell.outbound import safe_async_client
 from runbell.signatures import new_secret
@@ -61,7 +61,7 @@ ATTEMPTED = re.compile(r"delivery\.attempted\s.*\bdelivery_id=(\S+).*\boutcome=(
 
 @dataclass
 class Seeded:
-    core: Runbell
+    core: Core
     tenant_id: str
     endpoint_id: str
     secret: str
@@ -93,7 +93,7 @@ class Seeded:
             list(pool.map(finish, runs))
 
 
-def seed(core: Runbell, receiver_url: str, secret: str, runs: int, threads: int = 1) -> Seeded:
+def seed(core: Core, receiver_url: str, secret: str, runs: int, threads: int = 1) -> Seeded:
     """Tenant ``acme``, one endpoint for ``run.finished`` and ``runs`` completed runs:
     one queued webhook delivery each."""
     creds = make_tenant(core)
@@ -117,14 +117,14 @@ def seed(core: Runbell, receiver_url: str, secret: str, runs: int, threads: int 
     return seeded
 
 
-def webhook_rows(core: Runbell) -> dict[str, dict[str, Any]]:
+def webhook_rows(core: Core) -> dict[str, dict[str, Any]]:
     d = t.deliveries
     with core.db.read() as conn:
         rows = conn.execute(sa.select(d).where(d.c.channel == "webhook")).all()
     return {r.id: dict(r._mapping) for r in rows}
 
 
-def statuses(core: Runbell) -> Counter[str]:
+def statuses(core: Core) -> Counter[str]:
     d = t.deliveries
     with core.db.read() as conn:
         rows = conn.execute(
@@ -135,7 +135,7 @@ def statuses(core: Runbell) -> Counter[str]:
     return Counter({r[0]: int(r[1]) for r in rows})
 
 
-def attempts(core: Runbell, delivery_id: str) -> list[tuple[int, str, int | None]]:
+def attempts(core: Core, delivery_id: str) -> list[tuple[int, str, int | None]]:
     a = t.delivery_attempts
     with core.db.read() as conn:
         rows = conn.execute(
@@ -146,7 +146,7 @@ def attempts(core: Runbell, delivery_id: str) -> list[tuple[int, str, int | None
     return [(r[0], r[1], r[2]) for r in rows]
 
 
-def attempt_counts(core: Runbell, outcome: str | None = None) -> Counter[str]:
+def attempt_counts(core: Core, outcome: str | None = None) -> Counter[str]:
     """Attempt rows per delivery (only those with ``outcome``, if given)."""
     a = t.delivery_attempts
     q = sa.select(a.c.delivery_id, sa.func.count()).group_by(a.c.delivery_id)
@@ -273,7 +273,7 @@ def clean(output: str) -> None:
 
 @pytest.fixture
 def sqlite_dead_letters(
-    tmp_path: Path, sqlite_template: Path, core_for: Callable[..., Runbell]
+    tmp_path: Path, sqlite_template: Path, core_for: Callable[..., Core]
 ) -> tuple[str, list[str]]:
     """A SQLite file with tenant ``acme`` and two webhook deliveries marked dead (for CLI
     checks that do not depend on how they died)."""
@@ -292,11 +292,11 @@ def sqlite_dead_letters(
 
 
 @pytest.fixture
-def core_for(tmp_path: Path) -> Iterator[Callable[..., Runbell]]:
+def core_for(tmp_path: Path) -> Iterator[Callable[..., Core]]:
     """Build cores on the test's database; all are disposed afterwards."""
-    built: list[Runbell] = []
+    built: list[Core] = []
 
-    def make(url: str, **kwargs: Any) -> Runbell:
+    def make(url: str, **kwargs: Any) -> Core:
         core = build(make_settings(tmp_path, url), migrate=False, **kwargs)
         built.append(core)
         return core
@@ -310,7 +310,7 @@ def core_for(tmp_path: Path) -> Iterator[Callable[..., Runbell]]:
 
 
 def test_kill_before_send_recorded_resends_once_after_the_lease(
-    tmp_path: Path, db_url: str, core_for: Callable[..., Runbell]
+    tmp_path: Path, db_url: str, core_for: Callable[..., Core]
 ) -> None:
     """SIGKILL while the request was never read: the next worker re-sends it once after
     the lease, same webhook-id, and every other delivery still arrives once."""
@@ -360,7 +360,7 @@ def test_kill_before_send_recorded_resends_once_after_the_lease(
 
 
 def test_kill_after_accept_before_record_redelivers_same_id_receiver_dedupes(
-    tmp_path: Path, db_url: str, core_for: Callable[..., Runbell]
+    tmp_path: Path, db_url: str, core_for: Callable[..., Core]
 ) -> None:
     """SIGKILL after the receiver took the message but before the 200 was recorded: it
     arrives again under the same webhook-id with the same bytes; dedupe sees one message."""
@@ -405,7 +405,7 @@ def test_kill_after_accept_before_record_redelivers_same_id_receiver_dedupes(
 
 
 def test_sigterm_lets_the_in_flight_send_finish_and_be_recorded(
-    tmp_path: Path, db_url: str, core_for: Callable[..., Runbell]
+    tmp_path: Path, db_url: str, core_for: Callable[..., Core]
 ) -> None:
     """SIGTERM while a send awaits its answer: the worker records the answer, then exits 0
     (nothing left `sending`, nothing to send again)."""
@@ -433,7 +433,7 @@ def test_sigterm_lets_the_in_flight_send_finish_and_be_recorded(
 
 
 def test_a_failing_delivery_does_not_log_the_endpoint_url(
-    tmp_path: Path, sqlite_template: Path, core_for: Callable[..., Runbell]
+    tmp_path: Path, sqlite_template: Path, core_for: Callable[..., Core]
 ) -> None:
     """A worker that cannot open the endpoint's secret (another RUNBELL_SECRET_KEY) logs
     the failure, but not the endpoint URL, whose path may be a capability token."""
@@ -461,7 +461,7 @@ def test_a_failing_delivery_does_not_log_the_endpoint_url(
 
 
 def test_a_delivery_that_cannot_be_prepared_is_recorded_not_reclaimed_silently(
-    tmp_path: Path, sqlite_template: Path, core_for: Callable[..., Runbell]
+    tmp_path: Path, sqlite_template: Path, core_for: Callable[..., Core]
 ) -> None:
     """A delivery whose processing fails leaves a trace the operator can see (an attempt
     row and last_error), instead of cycling through `sending` on every lease."""
@@ -496,7 +496,7 @@ def test_a_delivery_that_cannot_be_prepared_is_recorded_not_reclaimed_silently(
 
 @pytest.mark.slow
 def test_two_workers_deliver_each_message_exactly_once(
-    tmp_path: Path, db_url: str, core_for: Callable[..., Runbell]
+    tmp_path: Path, db_url: str, core_for: Callable[..., Core]
 ) -> None:
     """Two `runbell worker` processes drain a backlog and a stream of new commits: every
     delivery reaches the receiver exactly once, both take part, one accepted attempt each."""
@@ -541,7 +541,7 @@ def test_two_workers_deliver_each_message_exactly_once(
 
 
 def test_lease_running_out_while_queued_behind_the_rate_limit_does_not_resend(
-    tmp_path: Path, db_url: str, core_for: Callable[..., Runbell]
+    tmp_path: Path, db_url: str, core_for: Callable[..., Core]
 ) -> None:
     """Two workers, a tenant rate limit slower than one batch: a claimed delivery whose
     lease runs out while it waits for its turn is still sent by one worker only."""
@@ -576,7 +576,7 @@ def test_lease_running_out_while_queued_behind_the_rate_limit_does_not_resend(
 # --- 4. dead letters: list and replay from the CLI ------------------------------------------
 
 
-def drive_to_dead(core: Runbell, clock: Clock, expected: int) -> None:
+def drive_to_dead(core: Core, clock: Clock, expected: int) -> None:
     """An in-process worker on a frozen clock, moved through the whole retry schedule."""
 
     async def main() -> None:
@@ -596,7 +596,7 @@ def drive_to_dead(core: Runbell, clock: Clock, expected: int) -> None:
 
 
 def test_dead_letters_listed_and_replayed_from_the_cli(
-    tmp_path: Path, db_url: str, core_for: Callable[..., Runbell]
+    tmp_path: Path, db_url: str, core_for: Callable[..., Core]
 ) -> None:
     """`deliveries list --status dead` shows the dead letters; `deliveries replay --status
     dead` queues them again under the same ids, and a worker then delivers them."""
@@ -668,7 +668,7 @@ def deliveries_table(env: dict[str, str], columns: int) -> str:
 
 
 def test_deliveries_list_fits_an_80_column_terminal(
-    tmp_path: Path, db_url: str, core_for: Callable[..., Runbell]
+    tmp_path: Path, db_url: str, core_for: Callable[..., Core]
 ) -> None:
     """Issue 16 row 17: the table was unreadable at 80 columns. Every line fits, every id
     is whole (it is copied into `deliveries replay`), and the columns an operator acts on

@@ -30,7 +30,7 @@ from runbell.app import create_app
 from runbell.config import Settings
 from runbell.dispatch.wiring import build_channels
 from runbell.dispatch.worker import Worker
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import sessions
 from runbell.testing import TenantCreds
 from tests.channels.push_receiver import PushReceiver
@@ -84,7 +84,7 @@ class BrowserServer(LiveServer):
     """:class:`tests.conftest.LiveServer` with the delivery worker on the server's loop,
     as `runbell serve` runs it, so a subscription made in the browser gets real pushes."""
 
-    def __init__(self, core: Runbell, port: int, routers: Sequence[APIRouter] = ()) -> None:
+    def __init__(self, core: Core, port: int, routers: Sequence[APIRouter] = ()) -> None:
         import uvicorn
 
         self.port = port
@@ -104,7 +104,7 @@ class BrowserServer(LiveServer):
 
 
 @pytest.fixture
-def web(core: Runbell, port: int) -> Iterator[BrowserServer]:
+def web(core: Core, port: int) -> Iterator[BrowserServer]:
     with BrowserServer(core, port) as server:
         yield server
 
@@ -165,13 +165,13 @@ def new_context(browser: Browser, web: BrowserServer) -> Iterator[NewContext]:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def login_link(core: Runbell, tenant_id: str, user_id: str) -> str:
+def login_link(core: Core, tenant_id: str, user_id: str) -> str:
     """A one-time sign-in token, made by the same store function the CLI and /login use."""
     with core.db.transaction() as tx:
         return sessions.create_login_link(tx.conn, tenant_id, user_id, tx.now)
 
 
-def sign_in(page: Page, core: Runbell, tenant_id: str, user_id: str) -> None:
+def sign_in(page: Page, core: Core, tenant_id: str, user_id: str) -> None:
     """Sign ``page``'s context in through a real one-time link; lands on the inbox."""
     page.goto(f"/auth/{login_link(core, tenant_id, user_id)}")
     expect(page.locator("#sign-out")).to_be_visible()

@@ -29,7 +29,7 @@ from playwright.sync_api import Browser
 
 from runbell import demo
 from runbell.flows import digests
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds, add_user
 from tests.browser.conftest import (
     DESKTOP,
@@ -53,7 +53,7 @@ assert DESKTOP["width"] == 1280
 
 
 @pytest.fixture
-def demo_state(core: Runbell) -> Iterator[demo.DemoState]:
+def demo_state(core: Core) -> Iterator[demo.DemoState]:
     state = demo.DemoState()
     core.settings.smtp_host, core.settings.smtp_port = demo.start_mail_sink(state)
     yield state
@@ -61,7 +61,7 @@ def demo_state(core: Runbell) -> Iterator[demo.DemoState]:
 
 
 @pytest.fixture
-def web(core: Runbell, port: int, demo_state: demo.DemoState) -> Iterator[BrowserServer]:
+def web(core: Core, port: int, demo_state: demo.DemoState) -> Iterator[BrowserServer]:
     with BrowserServer(core, port, routers=[demo.sink_router(core, demo_state)]) as server:
         yield server
 
@@ -117,7 +117,7 @@ def ledger(runtime: Runtime, run_id: str, settle: bool) -> None:
 
 
 def scenario(
-    core: Runbell, creds: TenantCreds, web: BrowserServer, runtime: Runtime
+    core: Core, creds: TenantCreds, web: BrowserServer, runtime: Runtime
 ) -> dict[str, str]:
     """Every state a page can be in; returns {page name: path} for a signed-in person."""
     me = user_client(web.url, creds.owner_token)
@@ -234,7 +234,7 @@ SIGNED_OUT = {
 
 
 def test_every_page_has_no_axe_violations_in_both_themes(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds, add_user
 from tests.browser.conftest import BrowserServer, NewContext, Runtime, sign_in
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.browser
 
 
 def test_cancel_from_the_page_then_see_what_was_kept(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from runbell import demo
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds
 from tests.browser.conftest import (
     PHONE,
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def ledger_agent(
-    core: Runbell, creds: TenantCreds, web: BrowserServer, monkeypatch: pytest.MonkeyPatch
+    core: Core, creds: TenantCreds, web: BrowserServer, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
     """The demo's invoice sync (runbell.demo.ledger_agent) on its own event loop, as
     `runbell serve --demo` runs it; the lookup a second after the review is opened."""
@@ -61,7 +61,7 @@ def ledger_agent(
 
 
 def test_the_review_waits_for_the_person_and_keeps_its_history(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     ledger_agent: None,
@@ -120,7 +120,7 @@ def test_the_review_waits_for_the_person_and_keeps_its_history(
 
 
 def test_the_settings_table_keeps_words_whole_on_a_phone(
-    core: Runbell, creds: TenantCreds, web: BrowserServer, new_context: NewContext
+    core: Core, creds: TenantCreds, web: BrowserServer, new_context: NewContext
 ) -> None:
     page = new_context(viewport=PHONE).new_page()
     sign_in(page, core, creds.tenant_id, creds.owner_id)

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from runbell import demo
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds
 from tests.browser.conftest import BrowserServer, NewContext, Runtime, wait_until
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture
-def demo_state(core: Runbell) -> Iterator[demo.DemoState]:
+def demo_state(core: Core) -> Iterator[demo.DemoState]:
     """The demo's mail sink as the SMTP relay, as cli._demo sets it up."""
     state = demo.DemoState()
     core.settings.smtp_host, core.settings.smtp_port = demo.start_mail_sink(state)
@@ -32,7 +32,7 @@ def demo_state(core: Runbell) -> Iterator[demo.DemoState]:
 
 
 @pytest.fixture
-def web(core: Runbell, port: int, demo_state: demo.DemoState) -> Iterator[BrowserServer]:
+def web(core: Core, port: int, demo_state: demo.DemoState) -> Iterator[BrowserServer]:
     """The app as `runbell serve --demo` wires it, /demo/mailbox included."""
     with BrowserServer(core, port, routers=[demo.sink_router(core, demo_state)]) as server:
         yield server
@@ -72,7 +72,7 @@ def test_favicon_is_served_and_linked(web: BrowserServer, new_context: NewContex
 
 
 def test_deep_link_sign_in_says_why_and_the_demo_mailbox_delivers(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,

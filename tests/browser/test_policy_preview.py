@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from runbell.flows import digests
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds
 from tests.browser.conftest import BrowserServer, NewContext, Runtime, screenshot, sign_in
 
@@ -31,7 +31,7 @@ CANDIDATE = {
 
 
 def test_the_settings_page_previews_a_policy_before_it_is_saved(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -73,7 +73,7 @@ def test_the_settings_page_previews_a_policy_before_it_is_saved(
 
 
 def test_a_bad_policy_is_refused_with_why_and_kept_in_the_editor(
-    core: Runbell, creds: TenantCreds, web: BrowserServer, new_context: NewContext
+    core: Core, creds: TenantCreds, web: BrowserServer, new_context: NewContext
 ) -> None:
     page = new_context().new_page()
     sign_in(page, core, creds.tenant_id, creds.owner_id)
@@ -87,7 +87,7 @@ def test_a_bad_policy_is_refused_with_why_and_kept_in_the_editor(
 
 
 def test_a_digest_opens_as_a_list_of_its_runs(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,

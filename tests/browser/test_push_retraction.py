@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 
 from runbell.channels.webpush import collapse_topic
 from runbell.flows.attention import NEUTRAL_SUMMARY, RETRACTED_BODY, RETRACTED_TITLE
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds
 from tests.browser.conftest import BrowserServer, NewContext, Runtime, sign_in, user_client
 from tests.browser.test_web_flows import (
@@ -38,7 +38,7 @@ async () => {
 
 
 def test_an_answer_elsewhere_replaces_the_shown_push_in_place(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,

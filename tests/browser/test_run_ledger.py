@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds
 from tests.browser.conftest import BrowserServer, NewContext, Runtime, screenshot, sign_in
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.browser
 
 
 def test_the_ledger_shows_on_the_run_page_and_follows_the_lookup(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,

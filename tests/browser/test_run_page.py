@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds
 from tests.browser.conftest import PHONE, BrowserServer, NewContext, Runtime, sign_in, user_client
 
@@ -44,7 +44,7 @@ def still_same_document(page: Page) -> None:
 
 
 def test_a_page_left_open_follows_the_run_to_completed(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -114,7 +114,7 @@ def test_a_page_left_open_follows_the_run_to_completed(
 
 
 def test_a_form_in_use_is_closed_not_cleared(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -157,7 +157,7 @@ def test_a_form_in_use_is_closed_not_cleared(
 
 
 def test_a_run_that_changes_under_an_open_form_closes_it_until_reload(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -195,7 +195,7 @@ def test_a_run_that_changes_under_an_open_form_closes_it_until_reload(
 
 
 def test_a_new_request_appears_on_an_open_page(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -239,7 +239,7 @@ LONG_DETAILS = {
     ],
 )
 def test_the_pending_decision_is_on_the_first_screen(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -290,7 +290,7 @@ def test_the_pending_decision_is_on_the_first_screen(
 
 
 def test_a_choice_fits_on_a_phone_screen(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -322,7 +322,7 @@ def test_a_choice_fits_on_a_phone_screen(
 
 
 def test_progress_note_has_its_time_and_goes_when_the_run_finishes(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from runbell.flows.attention import raise_attention
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.policy import policy_in
 from runbell.store import runs as run_store
 from runbell.testing import TenantCreds
@@ -17,7 +17,7 @@ from tests.browser.conftest import PHONE, BrowserServer, NewContext, Runtime, sc
 pytestmark = pytest.mark.browser
 
 
-def stall(core: Runbell, tenant_id: str, run_id: str) -> None:
+def stall(core: Core, tenant_id: str, run_id: str) -> None:
     """A ``stalled`` notification through the attention path the stall sweep uses."""
     with core.db.transaction() as tx:
         run = run_store.require_run(tx.conn, tenant_id, run_id, for_update=True)
@@ -33,7 +33,7 @@ def stall(core: Runbell, tenant_id: str, run_id: str) -> None:
         )
 
 
-def seed(core: Runbell, creds: TenantCreds, runtime: Runtime) -> None:
+def seed(core: Core, creds: TenantCreds, runtime: Runtime) -> None:
     runtime.create_run("ask", title="Approve the launch dates")
     runtime.open_request("ask", "ask-1", summary="Move 12 tasks to Friday?")
     runtime.create_run("quiet", title="Nightly import")
@@ -51,7 +51,7 @@ def group(page: Page, name: str) -> Locator:
 
 
 def test_the_overview_shows_runs_in_their_groups_and_links_to_run_pages(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -80,7 +80,7 @@ def test_the_overview_shows_runs_in_their_groups_and_links_to_run_pages(
 
 
 def test_empty_groups_say_so_and_the_page_follows_the_feed(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -104,7 +104,7 @@ def test_empty_groups_say_so_and_the_page_follows_the_feed(
 
 
 def test_the_overview_is_readable_at_phone_width(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,

@@ -42,7 +42,7 @@ from runbell.channels.base import Outbound
 from runbell.channels.webpush import collapse_topic, push_payload
 from runbell.config import Settings
 from runbell.flows.attention import NEUTRAL_BODY, NEUTRAL_SUMMARY
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import TenantCreds, add_user
 from tests.browser.conftest import (
@@ -179,7 +179,7 @@ def only_notification(opened: dict[str, Any]) -> str:
 
 
 def test_sign_in_live_inbox_approve_and_second_device(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     settings: Settings,
     web: BrowserServer,
@@ -261,7 +261,7 @@ def test_sign_in_live_inbox_approve_and_second_device(
 
 
 def test_stale_page_gets_the_explanation_not_an_execution(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -367,7 +367,7 @@ def pushes(page: Page, service: PushReceiver, count: int) -> list[Any]:
 
 
 def test_push_subscribe_receive_replace_and_click(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -485,7 +485,7 @@ def test_push_subscribe_receive_replace_and_click(
 
 
 def test_run_page_hides_details_after_sign_out(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,
@@ -531,7 +531,7 @@ def test_run_page_hides_details_after_sign_out(
 
 
 def test_planted_secret_stays_out_of_pages_pushes_and_logs(
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     web: BrowserServer,
     runtime: Runtime,

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import bearer
 
@@ -86,7 +86,7 @@ def feed_types(client: TestClient, token: str, run_id: str) -> list[str]:
 
 
 @pytest.fixture
-def people(core: Runbell, creds: TenantCreds) -> dict[str, str]:
+def people(core: Core, creds: TenantCreds) -> dict[str, str]:
     """Tokens: a member the run's authority names, and one who just can see the run."""
     _, lead = add_user(core, creds.tenant_id, "lead@acme.test")
     _, member = add_user(core, creds.tenant_id, "member@acme.test")
@@ -286,7 +286,7 @@ def test_a_finished_run_is_not_amended(
 
 
 def test_who_may_propose(
-    core: Runbell, client: TestClient, creds: TenantCreds, people: dict[str, str]
+    core: Core, client: TestClient, creds: TenantCreds, people: dict[str, str]
 ) -> None:
     """People who can see the run may; a runtime key 403; a member who cannot see the run
     and another tenant 404; a bad body 422 naming the field."""

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import accounts
 from runbell.store.migrate import current_revision
 from runbell.testing import TenantCreds, add_user, make_tenant
@@ -56,7 +56,7 @@ def signal(
     return dict(r.json())
 
 
-def run_exists(core: Runbell, tenant_id: str, run_id: str) -> bool:
+def run_exists(core: Core, tenant_id: str, run_id: str) -> bool:
     from runbell.store import runs
 
     with core.db.read() as conn:
@@ -188,7 +188,7 @@ def big_run_body(owner: str) -> bytes:
 
 
 def test_body_over_limit_with_content_length_is_413(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A body over 256 KiB with an honest Content-Length is a 413 problem; nothing commits."""
     body = big_run_body(creds.owner_email)
@@ -209,9 +209,7 @@ def test_body_over_limit_with_content_length_is_413(
     assert r.status_code == 201, r.text[:300]
 
 
-def test_chunked_body_over_limit_is_413(
-    live: LiveServer, core: Runbell, creds: TenantCreds
-) -> None:
+def test_chunked_body_over_limit_is_413(live: LiveServer, core: Core, creds: TenantCreds) -> None:
     """A chunked body (no Content-Length) over 256 KiB is a 413 problem; nothing commits."""
     body = big_run_body(creds.owner_email)
 
@@ -257,7 +255,7 @@ def test_missing_or_bad_credentials_are_401(
     assert client.get("/v1/runs/r1", headers=bearer(creds.runtime_key)).status_code == 404
 
 
-def test_revoked_api_key_is_401(client: TestClient, core: Runbell, creds: TenantCreds) -> None:
+def test_revoked_api_key_is_401(client: TestClient, core: Core, creds: TenantCreds) -> None:
     """A revoked API key stops working at once."""
     with core.db.transaction() as tx:
         key_id, key = accounts.create_api_key(tx.conn, creds.tenant_id, "runtime", tx.now)
@@ -272,7 +270,7 @@ def test_revoked_api_key_is_401(client: TestClient, core: Runbell, creds: Tenant
     assert client.get("/v1/runs", headers=bearer(creds.runtime_key)).status_code == 200
 
 
-def test_revoked_member_token_is_401(client: TestClient, core: Runbell, creds: TenantCreds) -> None:
+def test_revoked_member_token_is_401(client: TestClient, core: Core, creds: TenantCreds) -> None:
     """Revoking a membership makes that person's tokens answer 401."""
     user_id, token = add_user(core, creds.tenant_id, "leaver@acme.test")
     assert client.get("/v1/notifications", headers=bearer(token)).status_code == 200
@@ -282,7 +280,7 @@ def test_revoked_member_token_is_401(client: TestClient, core: Runbell, creds: T
     assert client.get("/v1/notifications", headers=bearer(creds.owner_token)).status_code == 200
 
 
-def test_user_token_cannot_put_runs(client: TestClient, core: Runbell, creds: TenantCreds) -> None:
+def test_user_token_cannot_put_runs(client: TestClient, core: Core, creds: TenantCreds) -> None:
     """A person's token on the runtime endpoint PUT /v1/runs is a 403; nothing is created."""
     r = client.put(
         "/v1/runs/r1", json={"owner": creds.owner_email}, headers=bearer(creds.owner_token)
@@ -296,7 +294,7 @@ def test_runtime_key_cannot_read_the_inbox(client: TestClient, creds: TenantCred
     assert_problem(client.get("/v1/notifications", headers=bearer(creds.runtime_key)), 403)
 
 
-def test_trail_needs_an_admin(client: TestClient, core: Runbell, creds: TenantCreds) -> None:
+def test_trail_needs_an_admin(client: TestClient, core: Core, creds: TenantCreds) -> None:
     """A plain member cannot read a trail (403); an admin key and an admin member can."""
     make_run(client, creds, "r1", notify_on_complete=True)
     note_id = signal(client, creds, "r1", "e1", "completed")["notifications"][0]["id"]
@@ -326,7 +324,7 @@ class Foreign:
 
 
 @pytest.fixture
-def foreign(client: TestClient, core: Runbell) -> Foreign:
+def foreign(client: TestClient, core: Core) -> Foreign:
     other = make_tenant(core, "other")
     make_run(client, other, "b-run", notify_on_complete=True, details={"k": "b-secret"})
     res = signal(client, other, "b-run", "b-e1", "completed")
@@ -409,7 +407,7 @@ def test_another_tenants_ids_answer_404_like_unknown_ids(
 
 
 def test_put_on_another_tenants_run_id_leaves_it_untouched(
-    client: TestClient, core: Runbell, creds: TenantCreds, foreign: Foreign
+    client: TestClient, core: Core, creds: TenantCreds, foreign: Foreign
 ) -> None:
     """PUT with B's run id from tenant A never modifies B's run; run ids are per tenant."""
     before = foreign_state(client, foreign)
@@ -474,7 +472,7 @@ def inbox_ids(client: TestClient, token: str) -> list[str]:
 
 
 def test_member_without_access_gets_404_admin_member_sees(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A member who is neither owner nor authority cannot see a run (404); admins can."""
     _, outsider = add_user(core, creds.tenant_id, "outsider@acme.test", role="member")
@@ -509,7 +507,7 @@ def test_healthz_is_ok(client: TestClient) -> None:
     assert r.json()["status"] == "ok"
 
 
-def test_readyz_reports_the_schema_revision(client: TestClient, core: Runbell) -> None:
+def test_readyz_reports_the_schema_revision(client: TestClient, core: Core) -> None:
     """Readiness answers 200 with the database's migrated schema revision."""
     r = client.get("/readyz")
     assert r.status_code == 200, r.text

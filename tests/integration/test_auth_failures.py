@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from structlog.testing import capture_logs
 
 from runbell import metrics
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.signatures import sign_headers
 from runbell.store import tables as t
 from tests.conftest import Env, LiveServer, bearer
@@ -35,7 +35,7 @@ def failures(kind: str, answer: str) -> float:
     return value or 0.0
 
 
-def rows(core: Runbell) -> dict[str, int]:
+def rows(core: Core) -> dict[str, int]:
     with core.db.read() as conn:
         got = conn.execute(sa.select(t.auth_failures.c.key, t.auth_failures.c.failures)).all()
     return {r.key: r.failures for r in got}
@@ -114,7 +114,7 @@ def test_the_window_ends_and_the_count_starts_again(env: Env) -> None:
 
 
 def test_a_credential_prefix_is_throttled_across_addresses(
-    core: Runbell, monkeypatch: pytest.MonkeyPatch
+    core: Core, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Someone who knows a key's first characters and tries the rest from many addresses
     (uvicorn takes X-Forwarded-For from a proxy on loopback)."""
@@ -138,7 +138,7 @@ def test_a_credential_prefix_is_throttled_across_addresses(
     assert rows(core)["bearer:addr:10.9.0.1"] == 1
 
 
-def test_ipv6_addresses_count_by_their_64(core: Runbell, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ipv6_addresses_count_by_their_64(core: Core, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         core, "settings", core.settings.model_copy(update={"auth_failure_burst": BURST})
     )
@@ -159,7 +159,7 @@ def test_ipv6_addresses_count_by_their_64(core: Runbell, monkeypatch: pytest.Mon
 
 
 @pytest.fixture
-def throttled_live(core: Runbell, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveServer]:
+def throttled_live(core: Core, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveServer]:
     monkeypatch.setattr(
         core, "settings", core.settings.model_copy(update={"auth_failure_burst": BURST})
     )
@@ -167,7 +167,7 @@ def throttled_live(core: Runbell, monkeypatch: pytest.MonkeyPatch) -> Iterator[L
         yield live
 
 
-def test_the_mcp_bearer_is_throttled_too(throttled_live: LiveServer, core: Runbell) -> None:
+def test_the_mcp_bearer_is_throttled_too(throttled_live: LiveServer, core: Core) -> None:
     from runbell.testing import make_tenant
 
     creds = make_tenant(core)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds, add_user
 from tests.conftest import bearer
 from tests.integration.test_web import field, make_run, sign_in
@@ -20,7 +20,7 @@ def run_state(client: TestClient, creds: TenantCreds, run_id: str) -> str:
 
 
 @pytest.fixture
-def owner_csrf(client: TestClient, core: Runbell, creds: TenantCreds) -> str:
+def owner_csrf(client: TestClient, core: Core, creds: TenantCreds) -> str:
     return sign_in(client, core, creds.tenant_id, creds.owner_id)
 
 
@@ -57,7 +57,7 @@ def test_the_cancel_form_asks_once_and_the_page_says_so(
 
 
 def test_no_button_for_those_who_may_not_cancel_nor_on_a_finished_run(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A tenant admin sees every run but is not in its authority: no form, and a forged
     post is refused with the reason; a finished run has no button and a 409 page."""
@@ -84,7 +84,7 @@ def test_no_button_for_those_who_may_not_cancel_nor_on_a_finished_run(
 
 
 def test_a_member_proposes_from_the_page_and_the_owner_approves_there(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Proposing and deciding without JavaScript: the member's form sends the proposal to
     the owner; only the owner's page has Approve / Reject, bound to the proposal's run

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer
@@ -265,7 +265,7 @@ def test_cancelling_a_waiting_run_cancels_its_pending_request(
 
 
 def test_owner_and_authority_may_cancel_others_get_403_or_404(
-    core: Runbell, client: TestClient, creds: TenantCreds
+    core: Core, client: TestClient, creds: TenantCreds
 ) -> None:
     """The authority (the owner, named users, members of named roles) may; a tenant admin
     who sees every run but is not named gets 403; a member who cannot see the run and
@@ -307,7 +307,7 @@ def test_a_bad_reason_is_422_naming_the_field(client: TestClient, creds: TenantC
 
 @pytest.mark.usefixtures("mailing")
 def test_run_cancel_requested_is_delivered_to_a_real_receiver(
-    core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+    core: Core, client: TestClient, creds: TenantCreds, clock: Clock
 ) -> None:
     """A tenant endpoint subscribed to ``run.cancel_requested`` receives it once, signed
     (Standard Webhooks, checked by the reference library), with thin data."""
@@ -340,7 +340,7 @@ def test_run_cancel_requested_is_delivered_to_a_real_receiver(
 # --- races -------------------------------------------------------------------------------
 
 
-def test_six_devices_cancelling_at_once_make_one_request(core: Runbell, creds: TenantCreds) -> None:
+def test_six_devices_cancelling_at_once_make_one_request(core: Core, creds: TenantCreds) -> None:
     """Six real concurrent cancels under different keys (the owner on every device): one
     202, five 200 ``already_stopping``, one ``cancel`` transition, one event."""
     with LiveServer(core, bridge=False) as server:
@@ -376,9 +376,7 @@ def test_six_devices_cancelling_at_once_make_one_request(core: Runbell, creds: T
     assert [e["type"] for e in events].count("run.cancel_requested") == 1
 
 
-def test_a_runtime_long_polling_the_feed_hears_the_request(
-    core: Runbell, creds: TenantCreds
-) -> None:
+def test_a_runtime_long_polling_the_feed_hears_the_request(core: Core, creds: TenantCreds) -> None:
     """The runtime's long-poll (waiting after the feed's head) is answered with the
     request: the transition to stopping and ``run.cancel_requested``."""
     with LiveServer(core) as server, httpx.Client(base_url=server.url, timeout=scaled(60)) as c:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from runbell.domain.principal import Principal
 from runbell.flows import runs as runs_flow
 from runbell.flows import signals
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.signals import Signal
 from runbell.store import accounts
 from runbell.store import db as store_db
@@ -43,12 +43,12 @@ def race(n_threads: int, jobs: list[Callable[[], T]]) -> list[T]:
         return [f.result(timeout=scaled(120)) for f in futures]
 
 
-def api_source(core: Runbell, tenant_id: str) -> accounts.Source:
+def api_source(core: Core, tenant_id: str) -> accounts.Source:
     with core.db.read() as conn:
         return accounts.get_source(conn, tenant_id, accounts.api_source_id(conn, tenant_id))
 
 
-def create_runs(core: Runbell, creds: TenantCreds, run_ids: list[str], **body: Any) -> None:
+def create_runs(core: Core, creds: TenantCreds, run_ids: list[str], **body: Any) -> None:
     who = Principal(tenant_id=creds.tenant_id, kind="key", role="runtime")
     for run_id in run_ids:
         runs_flow.put_run(
@@ -56,7 +56,7 @@ def create_runs(core: Runbell, creds: TenantCreds, run_ids: list[str], **body: A
         )
 
 
-def select_all(core: Runbell, table: sa.Table, tenant_id: str) -> list[dict[str, Any]]:
+def select_all(core: Core, table: sa.Table, tenant_id: str) -> list[dict[str, Any]]:
     with core.db.read() as conn:
         return [
             dict(r._mapping)
@@ -64,7 +64,7 @@ def select_all(core: Runbell, table: sa.Table, tenant_id: str) -> list[dict[str,
         ]
 
 
-def run_row(core: Runbell, tenant_id: str, run_id: str) -> dict[str, Any]:
+def run_row(core: Core, tenant_id: str, run_id: str) -> dict[str, Any]:
     with core.db.read() as conn:
         return dict(
             conn.execute(
@@ -76,7 +76,7 @@ def run_row(core: Runbell, tenant_id: str, run_id: str) -> dict[str, Any]:
 
 
 def test_fifty_runs_completing_at_once_each_keep_their_record(
-    core: Runbell, creds: TenantCreds
+    core: Core, creds: TenantCreds
 ) -> None:
     """Inv. 4: transitions of different runs committed together are all kept, none merged."""
     run_ids = [f"run-{i:02d}" for i in range(50)]
@@ -128,7 +128,7 @@ def test_fifty_runs_completing_at_once_each_keep_their_record(
     assert t_seqs == sorted(set(t_seqs))
 
 
-def test_same_event_from_eight_threads_applies_once(core: Runbell, creds: TenantCreds) -> None:
+def test_same_event_from_eight_threads_applies_once(core: Core, creds: TenantCreds) -> None:
     """Inv. 1: one event delivered 8 times at once: one applied, 7 duplicates, one alert."""
     create_runs(core, creds, ["r1"], notify_on_complete=True)
     source = api_source(core, creds.tenant_id)
@@ -150,7 +150,7 @@ def test_same_event_from_eight_threads_applies_once(core: Runbell, creds: Tenant
 
 
 def test_same_event_over_http_from_eight_clients_applies_once(
-    live: LiveServer, core: Runbell, creds: TenantCreds
+    live: LiveServer, core: Core, creds: TenantCreds
 ) -> None:
     """Inv. 1 over real HTTP: concurrent retries of one signal answer 200 and alert once."""
     create_runs(core, creds, ["r1"], notify_on_complete=True)
@@ -171,7 +171,7 @@ def test_same_event_over_http_from_eight_clients_applies_once(
     assert {n["id"] for r in responses for n in r.json()["notifications"]} == {note["id"]}
 
 
-def test_different_events_claiming_completion_apply_once(core: Runbell, creds: TenantCreds) -> None:
+def test_different_events_claiming_completion_apply_once(core: Core, creds: TenantCreds) -> None:
     """Inv. 1/2: 8 distinct completion reports race; one applies, the rest are stale."""
     create_runs(core, creds, ["r1"], notify_on_complete=True)
     source = api_source(core, creds.tenant_id)
@@ -202,7 +202,7 @@ def test_different_events_claiming_completion_apply_once(core: Runbell, creds: T
 
 
 def test_concurrent_creates_of_one_run_all_succeed_once(
-    request: pytest.FixtureRequest, core: Runbell, creds: TenantCreds
+    request: pytest.FixtureRequest, core: Core, creds: TenantCreds
 ) -> None:
     """§6 PUT is create-or-update: a runtime's concurrent retries of the creating PUT all
     succeed, exactly one of them creates the run, and the history holds one creation."""
@@ -227,7 +227,7 @@ class InjectedFault(RuntimeError):
 
 
 def test_commits_failing_among_concurrent_ones_leave_no_gap(
-    monkeypatch: pytest.MonkeyPatch, core: Runbell, creds: TenantCreds
+    monkeypatch: pytest.MonkeyPatch, core: Core, creds: TenantCreds
 ) -> None:
     """Inv. 12 + 17 under load: signals whose commit fails after taking feed numbers roll
     them back, so readers see no gap; their retries then apply exactly once."""

@@ -17,7 +17,7 @@ import structlog
 from fastapi.testclient import TestClient
 
 from runbell.app import create_app
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.logging import configure
 from runbell.store import accounts
 from runbell.store import db as store_db
@@ -37,13 +37,13 @@ def boom(*_: Any, **__: Any) -> NoReturn:
 
 
 @pytest.fixture
-def lenient(core: Runbell) -> Iterator[TestClient]:
+def lenient(core: Core) -> Iterator[TestClient]:
     """A client that returns the server's 500 instead of re-raising the fault in the test."""
     with TestClient(create_app(core, bridge=False), raise_server_exceptions=False) as c:
         yield c
 
 
-def snapshot(core: Runbell, tenant_id: str) -> dict[str, Any]:
+def snapshot(core: Core, tenant_id: str) -> dict[str, Any]:
     """Everything a committed signal would leave behind, counted."""
     with core.db.read() as conn:
 
@@ -104,7 +104,7 @@ FAULTS = [
 def test_fault_after_notification_insert_commits_nothing_and_retry_applies_once(
     monkeypatch: pytest.MonkeyPatch,
     lenient: TestClient,
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     fault: tuple[Any, str],
 ) -> None:
@@ -149,7 +149,7 @@ def test_fault_after_notification_insert_commits_nothing_and_retry_applies_once(
 
 
 def test_feed_flush_fault_leaves_the_run_untouched(
-    monkeypatch: pytest.MonkeyPatch, lenient: TestClient, core: Runbell, creds: TenantCreds
+    monkeypatch: pytest.MonkeyPatch, lenient: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Inv. 12: a failure while writing the feed at commit time rolls back the whole signal;
     nobody reading the run or the inbox can tell it was attempted."""
@@ -167,7 +167,7 @@ def test_feed_flush_fault_leaves_the_run_untouched(
 
 
 def test_fault_during_put_update_changes_nothing(
-    monkeypatch: pytest.MonkeyPatch, lenient: TestClient, core: Runbell, creds: TenantCreds
+    monkeypatch: pytest.MonkeyPatch, lenient: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Inv. 12: a run update whose history row cannot be written is not half-applied."""
     create_run(lenient, creds)

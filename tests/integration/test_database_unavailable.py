@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 
 from runbell.app import create_app
 from runbell.crypto import SecretBox
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store.db import Database
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import SECRET_KEY, bearer, make_settings
@@ -33,11 +33,11 @@ def sqlite_file(tmp_path: Path, sqlite_template: Path) -> Path:
 
 
 @pytest.fixture
-def impatient(tmp_path: Path, sqlite_file: Path) -> Iterator[Runbell]:
+def impatient(tmp_path: Path, sqlite_file: Path) -> Iterator[Core]:
     """A core whose SQLite busy timeout is 0.2 s instead of 30 s."""
     url = f"sqlite:///{sqlite_file}"
     db = Database(url, clock=Clock(), sqlite_busy_timeout_s=0.2)
-    core = Runbell(make_settings(tmp_path, url), db, box=SecretBox(SECRET_KEY))
+    core = Core(make_settings(tmp_path, url), db, box=SecretBox(SECRET_KEY))
     yield core
     db.dispose()
 
@@ -50,7 +50,7 @@ def hold_write_lock(path: Path) -> sqlite3.Connection:
 
 
 def test_sqlite_locked_beyond_busy_timeout_is_503_with_retry_after(
-    impatient: Runbell, sqlite_file: Path
+    impatient: Core, sqlite_file: Path
 ) -> None:
     creds: TenantCreds = make_tenant(impatient)
     runtime = bearer(creds.runtime_key)
@@ -79,7 +79,7 @@ def test_sqlite_locked_beyond_busy_timeout_is_503_with_retry_after(
     assert "traceback" not in start
 
 
-def test_other_database_errors_stay_500(impatient: Runbell, sqlite_file: Path) -> None:
+def test_other_database_errors_stay_500(impatient: Core, sqlite_file: Path) -> None:
     """Not every OperationalError is an outage: a broken schema is a bug, and says so."""
     creds = make_tenant(impatient)
     with closing(sqlite3.connect(sqlite_file)) as conn:

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.channels.push_receiver import PushReceiver
 from tests.conftest import bearer
@@ -197,7 +197,7 @@ def test_patch_validates_url_filter_and_fields(
 
 
 def test_another_tenants_endpoint_is_404_on_every_route(
-    core: Runbell, client: TestClient, creds: TenantCreds, peer: HttpPeer
+    core: Core, client: TestClient, creds: TenantCreds, peer: HttpPeer
 ) -> None:
     """Another tenant's endpoint id is 404 on every endpoint route and never listed."""
     other = make_tenant(core, "globex")
@@ -236,7 +236,7 @@ def test_recover_needs_an_aware_since(
 
 
 def test_webhook_endpoints_need_an_admin(
-    core: Runbell, client: TestClient, creds: TenantCreds
+    core: Core, client: TestClient, creds: TenantCreds
 ) -> None:
     """Runtime keys and members cannot list or register tenant webhooks (403)."""
     _, member = add_user(core, creds.tenant_id, "member@acme.test")
@@ -256,7 +256,7 @@ def test_webhook_endpoints_need_an_admin(
 
 
 def test_deliveries_filter_page_and_replay_rules(
-    core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+    core: Core, client: TestClient, creds: TenantCreds, clock: Clock
 ) -> None:
     """Deliveries filter and page; replaying accepted is 409, unknown 404, runtime 403."""
     admin = bearer(creds.admin_key)
@@ -335,7 +335,7 @@ def test_deliveries_filter_page_and_replay_rules(
 
 
 def test_another_tenants_delivery_is_404(
-    core: Runbell, client: TestClient, creds: TenantCreds
+    core: Core, client: TestClient, creds: TenantCreds
 ) -> None:
     """Another tenant's delivery is neither listed, readable nor replayable."""
     finish_run(client, creds, "mine-1")
@@ -396,7 +396,7 @@ def test_preferences_defaults_and_validation(client: TestClient, creds: TenantCr
 
 
 def test_withdrawing_email_consent_counts_an_opt_out_and_stops_new_email(
-    core: Runbell, client: TestClient, creds: TenantCreds
+    core: Core, client: TestClient, creds: TenantCreds
 ) -> None:
     """Withdrawing email consent counts an opt-out and stops new email deliveries."""
     owner, admin = bearer(creds.owner_token), bearer(creds.admin_key)
@@ -427,7 +427,7 @@ def test_withdrawing_email_consent_counts_an_opt_out_and_stops_new_email(
 
 
 def test_push_subscription_upserts_by_endpoint_and_belongs_to_its_user(
-    core: Runbell, client: TestClient, creds: TenantCreds
+    core: Core, client: TestClient, creds: TenantCreds
 ) -> None:
     """Re-subscribing updates (200); only its owner can delete a push subscription."""
     owner = bearer(creds.owner_token)
@@ -563,7 +563,7 @@ def test_chat_destination_is_only_ever_shown_redacted(
 
 
 def test_push_subscription_cannot_be_taken_over_by_knowing_its_endpoint(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Another member posting someone's endpoint with other keys gets 409; the owner's
     subscription (and their pushes) stay theirs."""

@@ -25,7 +25,7 @@ from runbell.app import build
 from runbell.channels.base import Outbound, Sent
 from runbell.channels.webhook import WebhookChannel
 from runbell.dispatch.worker import Worker
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.outbound import safe_async_client
 from runbell.signatures import new_secret
 from runbell.store import tables as t
@@ -39,7 +39,7 @@ LEASE_S = 30.0
 
 
 @pytest.fixture
-def lease_core(tmp_path: Path, db_url: str, clock: Clock) -> Iterator[Runbell]:
+def lease_core(tmp_path: Path, db_url: str, clock: Clock) -> Iterator[Core]:
     core = build(
         make_settings(tmp_path, db_url, worker_lease_s=LEASE_S), clock=clock, migrate=False
     )
@@ -54,7 +54,7 @@ class Counted:
 
 
 @contextmanager
-def counting(core: Runbell) -> Iterator[Counted]:
+def counting(core: Core) -> Iterator[Counted]:
     """Every statement and commit the core's engine sends while the block runs."""
     counted = Counted()
 
@@ -74,7 +74,7 @@ def counting(core: Runbell) -> Iterator[Counted]:
         sa.event.remove(engine, "commit", on_commit)
 
 
-def run_once(core: Runbell, **channels: Any) -> int:
+def run_once(core: Core, **channels: Any) -> int:
     """One ``Worker.run_once`` with a fresh SSRF-guarded webhook client."""
 
     async def main() -> int:
@@ -86,7 +86,7 @@ def run_once(core: Runbell, **channels: Any) -> int:
 
 
 def test_a_batch_of_claims_is_sent_and_recorded_in_one_transaction(
-    lease_core: Runbell,
+    lease_core: Core,
 ) -> None:
     """N claimed webhooks: N arrive, N are accepted, and the worker commits twice (the
     claim, the results) with the same statements for 3 rows as for 12."""
@@ -142,7 +142,7 @@ class SendThenDie:
 
 
 def test_a_crash_between_claim_and_record_redelivers_under_the_same_ids(
-    lease_core: Runbell, clock: Clock
+    lease_core: Core, clock: Clock
 ) -> None:
     """A worker sends a whole batch and dies before writing any result: after the lease
     every message goes again under the same webhook-id with the same body, and is then

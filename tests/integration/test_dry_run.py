@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user
 from tests.conftest import bearer
@@ -69,7 +69,7 @@ def run_script(client: TestClient, creds: TenantCreds, clock: Clock, suffix: str
         clock.advance(1)
 
 
-def recorded(core: Runbell, tenant_id: str, suffix: str) -> dict[str, dict[str, Any]]:
+def recorded(core: Core, tenant_id: str, suffix: str) -> dict[str, dict[str, Any]]:
     """Each script step's terminal decision as recorded, by step name."""
     with core.db.read() as conn:
         rows = conn.execute(
@@ -88,13 +88,13 @@ def recorded(core: Runbell, tenant_id: str, suffix: str) -> dict[str, dict[str, 
     return out
 
 
-def counts(table: sa.Table, core: Runbell) -> int:
+def counts(table: sa.Table, core: Core) -> int:
     with core.db.read() as conn:
         return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
 
 
 def test_dry_run_matches_what_the_candidate_decides_when_applied(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     admin = bearer(creds.admin_key)
     clock.freeze(T0)
@@ -145,7 +145,7 @@ def test_dry_run_matches_what_the_candidate_decides_when_applied(
 
 
 def test_dry_run_caps_validates_and_is_for_admins(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     admin = bearer(creds.admin_key)
     clock.freeze(T0)

@@ -20,7 +20,7 @@ from runbell.app import build
 from runbell.channels.webpush import collapse_topic
 from runbell.dispatch.scheduler import Scheduler
 from runbell.flows.attention import RETRACTED_BODY, RETRACTED_TITLE
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from tests.channels.push_receiver import PushReceiver
 from tests.conftest import Env, make_settings
 from tests.peers import ChatReceiver, Dispatcher, SmtpPeer
@@ -368,7 +368,7 @@ def test_two_sweeps_without_leader_election_fire_a_step_once(
         barrier = threading.Barrier(2)
         fired: list[int] = []
 
-        def sweep(core: Runbell) -> None:
+        def sweep(core: Core) -> None:
             barrier.wait(timeout=WAIT)
             fired.append(escalation.sweep(core, now))
 

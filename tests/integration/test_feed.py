@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from runbell.app import build
 from runbell.flows import members, sweeps
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer, make_settings
 from tests.timeouts import WAIT, scaled
@@ -184,7 +184,7 @@ def open_stream(
 
 
 def expire_old_events(
-    http: TestClient | httpx.Client, core: Runbell, clock: Clock, creds: TenantCreds
+    http: TestClient | httpx.Client, core: Core, clock: Clock, creds: TenantCreds
 ) -> tuple[list[str], list[str]]:
     """Events at t0, then events past retention, then pruning. Returns (old ids, new ids)
     as the admin key (which sees every event of the tenant) reads them."""
@@ -271,7 +271,7 @@ def test_cursor_ahead_of_the_head_is_refused(client: TestClient, creds: TenantCr
 
 
 def test_expired_cursor_answers_410_with_where_to_resume(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     """A cursor older than retention is a 410 with the snapshot to load, never a silent gap."""
     old, new = expire_old_events(client, core, clock, creds)
@@ -308,7 +308,7 @@ def test_expired_cursor_answers_410_with_where_to_resume(
 
 def test_a_prune_between_the_cursor_check_and_the_read_is_a_410_not_a_gap(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     clock: Clock,
     creds: TenantCreds,
     monkeypatch: pytest.MonkeyPatch,
@@ -337,7 +337,7 @@ def test_a_prune_between_the_cursor_check_and_the_read_is_a_410_not_a_gap(
 
 
 def test_scheduler_retention_sweep_expires_cursors(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     """The scheduler's retention sweep prunes the feed the same way (410 afterwards)."""
     from runbell.dispatch.scheduler import Scheduler
@@ -390,7 +390,7 @@ def test_recipient_sees_the_notification_created_event(
     ]
 
 
-def shared_runs(client: TestClient, core: Runbell, creds: TenantCreds) -> str:
+def shared_runs(client: TestClient, core: Core, creds: TenantCreds) -> str:
     """Three finished runs: the owner's own, one naming the member, the member's own.
     Returns the member's token."""
     member_token: str = add_user(core, creds.tenant_id, "member@acme.test")[1]
@@ -410,7 +410,7 @@ def shared_runs(client: TestClient, core: Runbell, creds: TenantCreds) -> str:
 
 
 def test_members_see_only_runs_that_name_them(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A member sees the events of runs they own or are named on, not other runs."""
     member_token = shared_runs(client, core, creds)
@@ -428,7 +428,7 @@ def test_members_see_only_runs_that_name_them(
 
 
 def test_notification_events_reach_only_their_recipient(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Each person sees notification events of their own alerts only, even on shared runs."""
     member_token = shared_runs(client, core, creds)
@@ -446,7 +446,7 @@ def test_notification_events_reach_only_their_recipient(
     assert [n["id"] for n in inbox["notifications"]] == [member_notes[0]["notification_id"]]
 
 
-def test_another_tenant_sees_nothing(client: TestClient, core: Runbell, creds: TenantCreds) -> None:
+def test_another_tenant_sees_nothing(client: TestClient, core: Core, creds: TenantCreds) -> None:
     """Nothing crosses tenants: another tenant's people and keys read only their own feed."""
     finished_run(client, creds, "acme-run")
     other = make_tenant(core, "other")
@@ -463,9 +463,7 @@ def test_another_tenant_sees_nothing(client: TestClient, core: Runbell, creds: T
 # --- long-poll wake-ups --------------------------------------------------------------------
 
 
-def test_long_poll_is_woken_by_the_commit(
-    live: LiveServer, core: Runbell, creds: TenantCreds
-) -> None:
+def test_long_poll_is_woken_by_the_commit(live: LiveServer, core: Core, creds: TenantCreds) -> None:
     """A long-poll returns the committed event at once, not when its 20 s wait runs out."""
     with httpx.Client(base_url=live.url, timeout=WAIT) as http:
         put_run(http, creds.runtime_key, "r1", creds.owner_email)
@@ -599,7 +597,7 @@ def test_sse_frames_and_resume_with_last_event_id(live: LiveServer, creds: Tenan
 
 
 def test_sse_expired_cursor_is_an_event_then_the_stream_closes(
-    live: LiveServer, core: Runbell, clock: Clock, creds: TenantCreds
+    live: LiveServer, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     """An expired Last-Event-ID: 200, `cursor_expired` with the snapshot URL, stream ends."""
     with httpx.Client(base_url=live.url, timeout=WAIT) as http:

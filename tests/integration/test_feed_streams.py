@@ -24,7 +24,7 @@ from runbell.api.sse import FRAMING
 from runbell.app import build
 from runbell.domain.principal import Principal
 from runbell.flows import accounts
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.runtime.streams import Streams
 from runbell.store import feed
 from runbell.testing import TenantCreds, add_user, make_tenant
@@ -33,14 +33,14 @@ from tests.integration.test_feed import all_events, put_run, signal, wait_until
 from tests.timeouts import WAIT
 
 
-def who(core: Runbell, token: str) -> Principal:
+def who(core: Core, token: str) -> Principal:
     found = accounts.authenticate(core, token)
     assert found is not None
     return found
 
 
 def tenant_with_members(
-    http: TestClient | httpx.Client, core: Runbell, creds: TenantCreds
+    http: TestClient | httpx.Client, core: Core, creds: TenantCreds
 ) -> dict[str, str]:
     """Runs the owner alone sees, one naming a member, one the member owns, and an admin
     member: returns the tokens by name."""
@@ -69,7 +69,7 @@ def tenant_with_members(
 
 
 def test_python_visibility_is_the_page_query(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """The fan-out's filter (one read for everyone, filtered in Python) lets through exactly
     the events the per-principal SQL query returns, for every kind of principal."""
@@ -172,7 +172,7 @@ class Streams_:
 
 
 @pytest.fixture
-def feed_statements(core: Runbell) -> Iterator[list[str]]:
+def feed_statements(core: Core) -> Iterator[list[str]]:
     """Every statement on ``feed_events`` the process sends (``SELECT``/``INSERT``)."""
     seen: list[str] = []
 
@@ -186,7 +186,7 @@ def feed_statements(core: Runbell) -> Iterator[list[str]]:
 
 
 def test_many_streams_cost_one_feed_read_per_commit_and_see_only_their_own(
-    core: Runbell, creds: TenantCreds, feed_statements: list[str]
+    core: Core, creds: TenantCreds, feed_statements: list[str]
 ) -> None:
     """60 streams of seven principals on one process: each commit is read from the feed
     once (not once per stream), and every stream gets exactly what the page query shows
@@ -258,7 +258,7 @@ def test_many_streams_cost_one_feed_read_per_commit_and_see_only_their_own(
 
 
 def test_a_stream_behind_the_buffer_catches_up_without_gap_or_repeat(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """With a buffer of 3 events, a stream that stops reading while 12 commits go by, and
     one that starts from ``earliest``, both get every event once, in order, then go on

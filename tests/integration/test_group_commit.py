@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from runbell.config import Settings
 from runbell.domain.errors import NotFound
 from runbell.flows import signals
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.signals import Signal, SignalResult
 from runbell.store import tables as t
 from runbell.testing import TenantCreds
@@ -33,7 +33,7 @@ from tests.integration.test_concurrency import api_source, create_runs
 from tests.timeouts import WAIT, scaled
 
 
-def count(core: Runbell, table: sa.Table, tenant_id: str) -> int:
+def count(core: Core, table: sa.Table, tenant_id: str) -> int:
     with core.db.read() as conn:
         return int(
             conn.execute(
@@ -46,7 +46,7 @@ class HeldWriter:
     """Hold the writer on a first unit until ``n`` more have queued behind it, so those
     ``n`` are taken as one batch."""
 
-    def __init__(self, core: Runbell) -> None:
+    def __init__(self, core: Core) -> None:
         self.core = core
         self.gate = threading.Event()
         started = threading.Event()
@@ -68,7 +68,7 @@ class HeldWriter:
 
 
 def accept_in_thread(
-    core: Runbell, creds: TenantCreds, run_id: str, event_id: str, state: str = "completed"
+    core: Core, creds: TenantCreds, run_id: str, event_id: str, state: str = "completed"
 ) -> Future[SignalResult]:
     out: Future[SignalResult] = Future()
     source = api_source(core, creds.tenant_id)
@@ -87,7 +87,7 @@ def accept_in_thread(
     return out
 
 
-def test_signals_waiting_together_commit_in_one_batch(core: Runbell, creds: TenantCreds) -> None:
+def test_signals_waiting_together_commit_in_one_batch(core: Core, creds: TenantCreds) -> None:
     create_runs(core, creds, [f"r{i}" for i in range(8)])
     held = HeldWriter(core)
     before = core.writer.batches
@@ -101,7 +101,7 @@ def test_signals_waiting_together_commit_in_one_batch(core: Runbell, creds: Tena
 
 
 def test_a_failing_signal_in_a_batch_answers_its_own_error_and_the_others_commit(
-    core: Runbell, creds: TenantCreds
+    core: Core, creds: TenantCreds
 ) -> None:
     create_runs(core, creds, ["r0", "r1", "r3", "r4"])
     held = HeldWriter(core)
@@ -128,7 +128,7 @@ def test_a_failing_signal_in_a_batch_answers_its_own_error_and_the_others_commit
 
 
 def test_a_unit_that_raises_after_writing_leaves_nothing_of_itself(
-    core: Runbell, creds: TenantCreds
+    core: Core, creds: TenantCreds
 ) -> None:
     """The savepoint is the unit's boundary: its rows, feed events and wake-ups go."""
     create_runs(core, creds, ["r0", "r1"])
@@ -176,7 +176,7 @@ def test_a_unit_that_raises_after_writing_leaves_nothing_of_itself(
     assert new_events >= 2
 
 
-def test_the_same_event_twice_in_one_batch_is_one_signal(core: Runbell, creds: TenantCreds) -> None:
+def test_the_same_event_twice_in_one_batch_is_one_signal(core: Core, creds: TenantCreds) -> None:
     create_runs(core, creds, ["r0"])
     held = HeldWriter(core)
     first = accept_in_thread(core, creds, "r0", "e0")
@@ -191,7 +191,7 @@ def test_the_same_event_twice_in_one_batch_is_one_signal(core: Runbell, creds: T
 
 
 def test_nobody_hears_applied_before_the_commit_and_a_failed_commit_answers_everyone(
-    core: Runbell, creds: TenantCreds
+    core: Core, creds: TenantCreds
 ) -> None:
     """Each answer is checked against a fresh connection the moment it arrives; then a
     batch whose commit fails answers every caller with that error and stores nothing."""
@@ -285,7 +285,7 @@ CRASH_SCRIPT = textwrap.dedent(
 
 
 def test_a_crash_with_a_batch_half_built_commits_nothing_of_it(
-    core: Runbell, creds: TenantCreds, settings: Settings, tmp_path: Path
+    core: Core, creds: TenantCreds, settings: Settings, tmp_path: Path
 ) -> None:
     create_runs(core, creds, [f"r{i}" for i in range(4)])
     args = [
@@ -322,7 +322,7 @@ def test_a_crash_with_a_batch_half_built_commits_nothing_of_it(
         )
 
 
-def test_a_batch_counts_its_own_recent_completions(core: Runbell, creds: TenantCreds) -> None:
+def test_a_batch_counts_its_own_recent_completions(core: Core, creds: TenantCreds) -> None:
     """recent_completions is read once per batch and then counted in memory: five quiet
     completions for one owner in one batch decide exactly as five one at a time would
     (the default rule makes the fourth and later a digest)."""

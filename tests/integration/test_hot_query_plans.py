@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import fast, runs
 from runbell.store import notifications as notes
 from runbell.store import tables as t
@@ -62,7 +62,7 @@ SEED = [
 
 
 @pytest.fixture
-def seeded(core: Runbell, creds: TenantCreds) -> dict[str, Any]:
+def seeded(core: Core, creds: TenantCreds) -> dict[str, Any]:
     with core.db.read() as conn:
         owner = conn.execute(
             sa.select(t.users.c.id).where(t.users.c.email == creds.owner_email)
@@ -76,7 +76,7 @@ def seeded(core: Runbell, creds: TenantCreds) -> dict[str, Any]:
     return {"tenant": tenant, "owner": owner}
 
 
-def plan(core: Runbell, stmt: fast.Statement, **params: Any) -> dict[str, Any]:
+def plan(core: Core, stmt: fast.Statement, **params: Any) -> dict[str, Any]:
     with core.db.engine.connect() as conn:
         compiled = stmt._for(conn)
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
@@ -102,7 +102,7 @@ def assert_indexed(node: dict[str, Any], index: str) -> None:
 
 
 def test_count_recent_reads_the_recent_index_not_the_history(
-    core: Runbell, seeded: dict[str, Any]
+    core: Core, seeded: dict[str, Any]
 ) -> None:
     since = datetime.now(UTC) - timedelta(hours=1)
     found = plan(
@@ -118,14 +118,14 @@ def test_count_recent_reads_the_recent_index_not_the_history(
 
 
 def test_open_notifications_of_a_run_come_from_its_index(
-    core: Runbell, seeded: dict[str, Any]
+    core: Core, seeded: dict[str, Any]
 ) -> None:
     found = plan(core, notes._OPEN_FOR_RUN, tenant_id=seeded["tenant"], run_id="h10")
     assert_indexed(found, "ix_notifications_run_state")
 
 
 def test_the_dedupe_lookup_and_the_run_lock_are_primary_key_reads(
-    core: Runbell, seeded: dict[str, Any]
+    core: Core, seeded: dict[str, Any]
 ) -> None:
     assert_indexed(
         plan(
@@ -140,7 +140,7 @@ def test_the_dedupe_lookup_and_the_run_lock_are_primary_key_reads(
     assert_indexed(plan(core, runs._LOCK_RUN, tenant_id=seeded["tenant"], run_id="h77"), "pk_runs")
 
 
-def test_a_feed_page_is_a_primary_key_range(core: Runbell, seeded: dict[str, Any]) -> None:
+def test_a_feed_page_is_a_primary_key_range(core: Core, seeded: dict[str, Any]) -> None:
     fe = t.feed_events
     page = fast.Statement(
         lambda: (

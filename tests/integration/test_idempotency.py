@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.signatures import new_secret
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
@@ -40,7 +40,7 @@ class Case:
     other_path: str | None = None
 
 
-def count(core: Runbell, table: sa.Table, tenant_id: str, **where: Any) -> int:
+def count(core: Core, table: sa.Table, tenant_id: str, **where: Any) -> int:
     q = sa.select(sa.func.count()).select_from(table).where(table.c.tenant_id == tenant_id)
     for name, value in where.items():
         q = q.where(table.c[name] == value)
@@ -48,7 +48,7 @@ def count(core: Runbell, table: sa.Table, tenant_id: str, **where: Any) -> int:
         return int(conn.execute(q).scalar_one())
 
 
-def column(core: Runbell, table: sa.Table, name: str, **where: Any) -> Any:
+def column(core: Core, table: sa.Table, name: str, **where: Any) -> Any:
     q = sa.select(table.c[name])
     for key, value in where.items():
         q = q.where(table.c[key] == value)
@@ -84,7 +84,7 @@ def endpoint(client: TestClient, creds: TenantCreds) -> str:
     return str(body["id"])
 
 
-def dead_message(client: TestClient, core: Runbell, creds: TenantCreds) -> str:
+def dead_message(client: TestClient, core: Core, creds: TenantCreds) -> str:
     """A dead webhook message (the endpoint's run.created), as a failed receiver leaves it."""
     endpoint(client, creds)
     working_run(client, creds, "dl-1")
@@ -111,7 +111,7 @@ def input_required_note(client: TestClient, creds: TenantCreds) -> str:
     return str(answer["notifications"][0]["id"])
 
 
-def make_case(name: str, client: TestClient, core: Runbell, creds: TenantCreds) -> Case:
+def make_case(name: str, client: TestClient, core: Core, creds: TenantCreds) -> Case:
     tid, admin, me = creds.tenant_id, creds.admin_key, creds.owner_token
     if name == "webhook-endpoint":
         return Case(
@@ -270,7 +270,7 @@ def post(
 
 @pytest.mark.parametrize("name", CASES)
 def test_the_same_key_and_body_replay_the_first_answer_without_acting_again(
-    name: str, client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    name: str, client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     case = make_case(name, client, core, creds)
     before = case.effect()
@@ -291,7 +291,7 @@ def test_the_same_key_and_body_replay_the_first_answer_without_acting_again(
 
 @pytest.mark.parametrize("name", CASES)
 def test_the_same_key_with_another_request_is_a_422(
-    name: str, client: TestClient, core: Runbell, creds: TenantCreds
+    name: str, client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     case = make_case(name, client, core, creds)
     first = post(client, case, "k-2")
@@ -306,7 +306,7 @@ def test_the_same_key_with_another_request_is_a_422(
 
 @pytest.mark.parametrize("name", CASES)
 def test_without_a_key_nothing_changes(
-    name: str, client: TestClient, core: Runbell, creds: TenantCreds
+    name: str, client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """The key is optional: without it each request is handled on its own, as before."""
     case = make_case(name, client, core, creds)
@@ -328,7 +328,7 @@ def race(n: int, job: Callable[[int], httpx.Response]) -> list[httpx.Response]:
 
 @pytest.mark.parametrize("name", CASES)
 def test_concurrent_requests_with_one_key_have_one_effect(
-    name: str, client: TestClient, core: Runbell, creds: TenantCreds
+    name: str, client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Four requests with the same key at the same moment, over real HTTP: one effect, and
     every caller gets the same answer."""
@@ -354,7 +354,7 @@ def test_concurrent_requests_with_one_key_have_one_effect(
 
 
 def test_keys_are_per_caller_and_per_tenant(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """One key value used by two callers is two keys: neither sees the other's answer."""
     other_tenant = make_tenant(core, "globex")
@@ -382,7 +382,7 @@ def test_keys_are_per_caller_and_per_tenant(
 
 
 def test_a_failed_request_leaves_its_key_unused(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A refused request commits nothing, its key included: the corrected retry acts."""
     headers = {**bearer(creds.admin_key), "Idempotency-Key": "fix-me"}
@@ -413,7 +413,7 @@ def test_a_blank_or_long_key_is_a_422_naming_the_header(
 
 
 def test_stored_answers_are_sealed_at_rest(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A replayable answer that shows a signing secret is stored encrypted, never in clear."""
     r = client.post(
@@ -429,7 +429,7 @@ def test_stored_answers_are_sealed_at_rest(
     assert core.box.open(stored.response["sealed"]).encode() == r.content
 
 
-def test_an_answer_stored_before_sealing_still_replays(core: Runbell, creds: TenantCreds) -> None:
+def test_an_answer_stored_before_sealing_still_replays(core: Core, creds: TenantCreds) -> None:
     """Records written by an older release hold the body object itself (keys sorted):
     they still replay, as the same JSON."""
     from runbell.flows import idempotency

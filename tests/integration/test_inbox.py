@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from runbell.flows import members
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds, add_user
 from tests.conftest import bearer
 
@@ -134,7 +134,7 @@ def test_state_filter(client: TestClient, creds: TenantCreds) -> None:
     assert r.json()["field"].startswith("state")
 
 
-def test_inbox_is_per_person(client: TestClient, core: Runbell, creds: TenantCreds) -> None:
+def test_inbox_is_per_person(client: TestClient, core: Core, creds: TenantCreds) -> None:
     """Another member of the same tenant does not see my notifications in their inbox."""
     completed_note(client, creds, "mine")
     _, other = add_user(core, creds.tenant_id, "colleague@acme.test", role="admin")
@@ -198,7 +198,7 @@ def test_completed_notification_is_informational(client: TestClient, creds: Tena
 
 
 def test_previous_owner_loses_access_to_the_run_details(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """After a run changes owner, the old owner's alert is not actionable and hides details."""
     _, first_token = add_user(core, creds.tenant_id, "first@acme.test")
@@ -268,7 +268,7 @@ def test_ack_closes_and_emits_one_event_idempotently(
 
 
 def test_ack_cancels_every_pending_delivery(
-    request: pytest.FixtureRequest, client: TestClient, core: Runbell, creds: TenantCreds
+    request: pytest.FixtureRequest, client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Ack cancels the queued email of that notification and nothing of another one."""
     note_id = completed_note(client, creds, "push-1")
@@ -286,7 +286,7 @@ def test_ack_cancels_every_pending_delivery(
 
 
 def test_a_notification_commits_with_its_outbox_and_created_event(
-    request: pytest.FixtureRequest, client: TestClient, core: Runbell, creds: TenantCreds
+    request: pytest.FixtureRequest, client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A pushed notification has its inbox and email delivery rows and a created feed event."""
     note_id = completed_note(client, creds, "outbox-1")
@@ -302,7 +302,7 @@ def test_a_notification_commits_with_its_outbox_and_created_event(
 
 @pytest.mark.parametrize("role", ["member", "admin"])
 def test_another_member_cannot_ack(
-    client: TestClient, core: Runbell, creds: TenantCreds, role: str
+    client: TestClient, core: Core, creds: TenantCreds, role: str
 ) -> None:
     """Someone else's notification answers 404 to ack (and to read); it stays open."""
     note_id = completed_note(client, creds, "push-2")
@@ -339,7 +339,7 @@ def test_trail_explains_why_and_which_transition(client: TestClient, creds: Tena
 
 
 def test_trail_shows_deliveries_and_lifecycle(
-    request: pytest.FixtureRequest, client: TestClient, core: Runbell, creds: TenantCreds
+    request: pytest.FixtureRequest, client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """The trail lists deliveries by channel and status, and created then closed lifecycle."""
     note_id = completed_note(client, creds, "t-1")
@@ -361,7 +361,7 @@ def test_trail_shows_deliveries_and_lifecycle(
 
 
 def test_trail_of_a_superseded_input_request(
-    request: pytest.FixtureRequest, client: TestClient, core: Runbell, creds: TenantCreds
+    request: pytest.FixtureRequest, client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A superseded input_required alert's lifecycle records its closing as superseded."""
     make_run(client, creds, "t-2")
@@ -406,7 +406,7 @@ def test_trail_says_whether_the_recipient_could_still_act(
 
 
 def test_trail_answers_for_the_recipient_not_the_admin_asking(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """The admin reading the trail may see the run; the recipient who lost it may not.
     The trail says "access lost", as the recipient's own view does."""
@@ -424,7 +424,7 @@ def test_trail_answers_for_the_recipient_not_the_admin_asking(
 
 
 def test_trail_of_a_revoked_recipient_says_access_lost(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A recipient whose membership was revoked can no longer act, whatever the run does."""
     bob_id, _ = add_user(core, creds.tenant_id, "bob@acme.test", role="admin")
@@ -439,7 +439,7 @@ def test_trail_of_a_revoked_recipient_says_access_lost(
 
 
 def test_sensitive_details_only_appear_in_the_authorized_run_view(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Run details never reach the feed, notifications, inbox or trail; the run view has them."""
     _, outsider = add_user(core, creds.tenant_id, "outsider@acme.test")

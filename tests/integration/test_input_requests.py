@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from runbell.dispatch.scheduler import Scheduler
 from runbell.flows import members
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer
@@ -105,7 +105,7 @@ def problem(r: httpx.Response, status: int) -> dict[str, Any]:
     return dict(r.json())
 
 
-def rows(core: Runbell, table: sa.Table, tenant_id: str, **where: Any) -> list[dict[str, Any]]:
+def rows(core: Core, table: sa.Table, tenant_id: str, **where: Any) -> list[dict[str, Any]]:
     q = sa.select(table).where(table.c.tenant_id == tenant_id)
     for name, value in where.items():
         q = q.where(table.c[name] == value)
@@ -131,7 +131,7 @@ def get_request(client: TestClient, token: str, request_id: str) -> dict[str, An
     return dict(r.json())
 
 
-def deliveries(core: Runbell, creds: TenantCreds, note_id: str) -> dict[str, str]:
+def deliveries(core: Core, creds: TenantCreds, note_id: str) -> dict[str, str]:
     return {
         d["channel"]: d["status"]
         for d in rows(core, t.deliveries, creds.tenant_id, notification_id=note_id)
@@ -144,7 +144,7 @@ def feed(client: TestClient, token: str) -> list[dict[str, Any]]:
     return list(r.json()["events"])
 
 
-def answered_transitions(core: Runbell, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
+def answered_transitions(core: Core, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
     return [
         tr
         for tr in rows(core, t.transitions, creds.tenant_id, run_id=run_id)
@@ -176,7 +176,7 @@ def waiting(client: TestClient, creds: TenantCreds, clock: Clock) -> dict[str, A
 
 
 def test_opening_blocks_the_run_and_raises_one_time_sensitive_alert(
-    client: TestClient, core: Runbell, creds: TenantCreds, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, waiting: dict[str, Any]
 ) -> None:
     """The run moves to input_required at a new version; its alert is time-sensitive,
     points at the request and expires with it; the run view shows the pending request."""
@@ -217,7 +217,7 @@ def test_a_request_without_expiry_is_a_normal_alert(
 
 
 def test_opening_twice_with_the_same_body_is_idempotent(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock, waiting: dict[str, Any]
 ) -> None:
     """A retried open answers 200 with the same request: one notification, one version."""
     body = open_body(
@@ -277,7 +277,7 @@ def test_the_same_id_with_another_body_is_a_conflict(
     ],
 )
 def test_bad_requests_are_422_naming_the_field_and_change_nothing(
-    client: TestClient, core: Runbell, creds: TenantCreds, change: dict[str, Any], field: str
+    client: TestClient, core: Core, creds: TenantCreds, change: dict[str, Any], field: str
 ) -> None:
     make_run(client, creds, "run-1")
     body = {**open_body("req-1", expires_at=None), "expires_at": "2099-01-01T00:00:00Z", **change}
@@ -288,7 +288,7 @@ def test_bad_requests_are_422_naming_the_field_and_change_nothing(
 
 
 def test_only_a_waiting_or_working_run_can_ask(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     """A finished run answers 409 with the run as current; an unknown run 404; a person 403."""
     make_run(client, creds, "done-1")
@@ -330,7 +330,7 @@ def test_only_a_waiting_or_working_run_can_ask(
 
 
 def test_an_approval_resolves_everywhere_and_resumes_the_run(
-    client: TestClient, core: Runbell, creds: TenantCreds, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, waiting: dict[str, Any]
 ) -> None:
     """One answer: the response is committed, the request answered, the run working at a
     new version, the alert resolved with its queued email cancelled, and the runtime's
@@ -396,7 +396,7 @@ def test_a_text_answer_must_say_something(
 
 
 def test_a_stale_approval_is_refused_with_the_current_state(
-    client: TestClient, core: Runbell, creds: TenantCreds, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, waiting: dict[str, Any]
 ) -> None:
     """The run changed (a PUT bumped its version) after the page was loaded: 409, the
     current run and request, and nothing committed. Reloading and answering works."""
@@ -427,7 +427,7 @@ def test_a_wrong_request_version_is_refused(
 
 
 def test_an_expired_request_is_refused_and_marked_expired(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock, waiting: dict[str, Any]
 ) -> None:
     """Past expires_at, an answer is 409 saying when it expired; the request is marked
     expired at once (before any sweep) and its alert is no longer actionable."""
@@ -450,7 +450,7 @@ def test_an_expired_request_is_refused_and_marked_expired(
 
 
 def test_the_scheduler_expires_requests_and_tells_the_runtime(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock, waiting: dict[str, Any]
 ) -> None:
     [note] = waiting["notifications"]
     scheduler = Scheduler(core)
@@ -470,7 +470,7 @@ def test_the_scheduler_expires_requests_and_tells_the_runtime(
 
 
 def test_a_newer_request_supersedes_the_pending_one(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock, waiting: dict[str, Any]
 ) -> None:
     """Request B replaces A: A is superseded by B, A's alert is superseded with its queued
     email cancelled, the run is at a new version, and answering A is 409 naming B."""
@@ -539,7 +539,7 @@ def test_the_answered_alert_says_who_answered(
 
 
 def test_the_same_key_and_body_replays_the_original_answer(
-    client: TestClient, core: Runbell, creds: TenantCreds, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, waiting: dict[str, Any]
 ) -> None:
     """A retry (lost reply, second tap) gets the identical 200; still one response and one
     run transition. The same key with another body is a 422."""
@@ -559,7 +559,7 @@ def test_the_same_key_and_body_replays_the_original_answer(
 
 
 def test_an_answer_needs_an_idempotency_key(
-    client: TestClient, core: Runbell, creds: TenantCreds, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, waiting: dict[str, Any]
 ) -> None:
     r = answer(client, creds.owner_token, "req-1", run_version=2, key=None)
     assert problem(r, 422)["field"] == "Idempotency-Key"
@@ -569,7 +569,7 @@ def test_an_answer_needs_an_idempotency_key(
 
 
 def test_the_same_approval_from_two_devices(
-    client: TestClient, core: Runbell, creds: TenantCreds, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, waiting: dict[str, Any]
 ) -> None:
     """Phone and laptop both approve: one 200, one 409 saying who answered first."""
     phone = answer(client, creds.owner_token, "req-1", run_version=2, key="phone")
@@ -580,7 +580,7 @@ def test_the_same_approval_from_two_devices(
 
 
 def _race_answers(
-    core: Runbell, creds: TenantCreds, clock: Clock, keys: list[str]
+    core: Core, creds: TenantCreds, clock: Clock, keys: list[str]
 ) -> list[httpx.Response]:
     with LiveServer(core, bridge=False) as server:
         with httpx.Client(base_url=server.url, timeout=scaled(60)) as c:
@@ -611,7 +611,7 @@ def _race_answers(
 
 
 def test_eight_devices_answering_at_once_commit_exactly_one_answer(
-    core: Runbell, creds: TenantCreds, clock: Clock
+    core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     """Eight real concurrent answers under different keys: one 200, seven 409, one
     response row, and the run version bumped exactly once."""
@@ -627,7 +627,7 @@ def test_eight_devices_answering_at_once_commit_exactly_one_answer(
 
 
 def test_eight_retries_of_one_answer_all_get_the_same_200(
-    core: Runbell, creds: TenantCreds, clock: Clock
+    core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     """The same key eight times at once: every reply is the original 200, one response."""
     responses = _race_answers(core, creds, clock, ["same-key"] * 8)
@@ -641,7 +641,7 @@ def test_eight_retries_of_one_answer_all_get_the_same_200(
 
 
 def test_a_person_named_in_the_runs_authority_can_answer(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     reviewer_id, reviewer = add_user(core, creds.tenant_id, "rev@acme.test")
     make_run(client, creds, "run-1", authority={"users": ["rev@acme.test"]})
@@ -653,7 +653,7 @@ def test_a_person_named_in_the_runs_authority_can_answer(
 
 
 def test_a_role_named_in_the_runs_authority_can_read_and_answer(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     """authority.roles = ["member"]: any plain member may read the request and answer."""
     _, member = add_user(core, creds.tenant_id, "oncall@acme.test")
@@ -666,7 +666,7 @@ def test_a_role_named_in_the_runs_authority_can_read_and_answer(
 
 
 def test_others_are_refused_without_learning_the_details(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     """A plain member and an admin not named: 403 with a clear reason; another tenant's
     user: 404; an API key: 403. Nothing is committed and no details leak."""
@@ -693,7 +693,7 @@ def test_others_are_refused_without_learning_the_details(
 
 
 def test_revoking_a_member_denies_the_api_and_withdraws_their_alerts(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     """Invariant 8: after revocation the token is refused (401), the open alert closes as
     revoked with its preview redacted, and its queued email is cancelled."""
@@ -720,7 +720,7 @@ def test_revoking_a_member_denies_the_api_and_withdraws_their_alerts(
 
 
 def test_opening_and_dismissing_never_decide(
-    client: TestClient, core: Runbell, creds: TenantCreds, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, waiting: dict[str, Any]
 ) -> None:
     """Invariant 10: receipts are stored apart; the request stays pending, the alert open
     and actionable. Opening sets first_seen_at; the trail lists the receipts."""
@@ -748,7 +748,7 @@ def test_opening_and_dismissing_never_decide(
 
 
 def test_receipts_are_the_recipients_own(
-    client: TestClient, core: Runbell, creds: TenantCreds, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, waiting: dict[str, Any]
 ) -> None:
     [note] = waiting["notifications"]
     _, bob = add_user(core, creds.tenant_id, "bob@acme.test")
@@ -771,7 +771,7 @@ def test_the_input_request_is_readable_with_details_by_those_who_see_the_run(
 
 
 def test_a_tenant_webhook_learns_the_answer(
-    client: TestClient, core: Runbell, creds: TenantCreds, waiting: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, waiting: dict[str, Any]
 ) -> None:
     """An endpoint subscribed to input_request.answered gets one queued, signed-later
     message carrying the decision (and never the request's details)."""
@@ -796,7 +796,7 @@ def test_a_tenant_webhook_learns_the_answer(
 
 
 def test_ids_are_per_tenant(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     """Another tenant may use the same input_request_id; neither sees the other's."""
     other = make_tenant(core, "other")

@@ -22,7 +22,7 @@ from runbell.domain.errors import Conflict
 from runbell.domain.principal import Principal
 from runbell.flows import runs as runs_flow
 from runbell.flows import signals
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.signals import Signal
 from runbell.store import accounts
 from runbell.store import tables as t
@@ -69,7 +69,7 @@ class Model:
     terminal: dict[str, str] = field(default_factory=dict)
 
 
-def load(core: Runbell, tenant_id: str) -> dict[str, Any]:
+def load(core: Core, tenant_id: str) -> dict[str, Any]:
     with core.db.read() as conn:
 
         def select(table: sa.Table) -> list[dict[str, Any]]:
@@ -145,7 +145,7 @@ def expected_applies(run: dict[str, Any], sig: Signal) -> bool:
 
 
 def send(
-    core: Runbell, tenant_id: str, source: dict[str, Any], run_id: str, sig: Signal, model: Model
+    core: Core, tenant_id: str, source: dict[str, Any], run_id: str, sig: Signal, model: Model
 ) -> None:
     before = load(core, tenant_id)
     model.sent.append((run_id, sig))
@@ -205,9 +205,7 @@ def send(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(script=st.lists(ops, min_size=5, max_size=30))
-def test_generated_scripts_keep_the_invariants(
-    core: Runbell, script: list[tuple[Any, ...]]
-) -> None:
+def test_generated_scripts_keep_the_invariants(core: Core, script: list[tuple[Any, ...]]) -> None:
     """DESIGN §2 inv. 1, 2, 4, 5 and §3 versioning hold after every step of any script."""
     name = f"t{next(_tenants)}"
     creds = make_tenant(core, name=name)

@@ -25,7 +25,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, Field
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer
 from tests.timeouts import WAIT
@@ -230,7 +230,7 @@ async def test_an_unanswered_request_returns_a_handle_to_call_again_with(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_another_tenants_run_is_not_found(
-    transport: str, live: LiveServer, creds: TenantCreds, core: Runbell
+    transport: str, live: LiveServer, creds: TenantCreds, core: Core
 ) -> None:
     other = make_tenant(core, "globex")
     async with connect(transport, live, creds.runtime_key, creds.owner_email) as s:
@@ -357,7 +357,7 @@ def tool_result(state: TaskState) -> dict[str, Any]:
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_long_tools_run_as_mcp_tasks_when_the_client_declares_the_extension(
-    transport: str, live: LiveServer, creds: TenantCreds, core: Runbell
+    transport: str, live: LiveServer, creds: TenantCreds, core: Core
 ) -> None:
     run_id = f"tasked-{transport}"
     async with connect_with_tasks(transport, live, creds.runtime_key, creds.owner_email) as s:

@@ -14,7 +14,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds
 from tests.conftest import LiveServer, bearer
 from tests.timeouts import WAIT
@@ -32,7 +32,7 @@ def post(live: LiveServer, key: str, **headers: str) -> httpx.Response:
     )
 
 
-def allow(core: Runbell, monkeypatch: pytest.MonkeyPatch, **settings: Any) -> None:
+def allow(core: Core, monkeypatch: pytest.MonkeyPatch, **settings: Any) -> None:
     monkeypatch.setattr(core, "settings", core.settings.model_copy(update=settings))
 
 
@@ -93,7 +93,7 @@ def test_a_refusal_is_a_problem_document_for_other_callers(
 
 
 def test_the_allow_lists_let_named_hosts_and_origins_in(
-    live: LiveServer, creds: TenantCreds, core: Runbell, monkeypatch: pytest.MonkeyPatch
+    live: LiveServer, creds: TenantCreds, core: Core, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inspector = {"Origin": "http://localhost:6274", "Host": f"127.0.0.1:{live.port}"}
     assert post(live, creds.runtime_key, **inspector).status_code == 403
@@ -169,7 +169,7 @@ def test_a_401_points_at_the_metadata(live: LiveServer, token: str | None) -> No
 class Recorded(LiveServer):
     """The live server, remembering every path it was asked for."""
 
-    def __init__(self, core: Runbell) -> None:
+    def __init__(self, core: Core) -> None:
         super().__init__(core)
         self.paths: list[str] = []
         app = self.server.config.app
@@ -183,7 +183,7 @@ class Recorded(LiveServer):
 
 
 @pytest.fixture
-def recorded(core: Runbell) -> Iterator[Recorded]:
+def recorded(core: Core) -> Iterator[Recorded]:
     with Recorded(core) as server:
         yield server
 

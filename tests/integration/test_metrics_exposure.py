@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from runbell.api.routers.health import is_loopback, metrics_refusal
 from runbell.app import build, create_app
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import Clock
 from tests.conftest import bearer, make_settings
 
@@ -27,7 +27,7 @@ ANY_V4 = "0.0.0.0"  # noqa: S104 (the value under test, never bound here)
 @pytest.fixture
 def make_client(tmp_path: Path, db_url: str) -> Iterator[MakeClient]:
     clients: list[TestClient] = []
-    cores: list[Runbell] = []
+    cores: list[Core] = []
 
     def make(listen_host: str | None, token: str | None = None) -> TestClient:
         settings = make_settings(tmp_path, db_url, metrics_token=token)

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from runbell.api.schemas import InputRequestIn, OperationIn, RunPut, SignalIn
 from runbell.domain import limits as L
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store.tables import metadata
 from runbell.testing import TenantCreds
 from tests.conftest import bearer
@@ -231,7 +231,7 @@ CASES: dict[str, Case] = {
 }
 
 
-def row_counts(core: Runbell) -> dict[str, int]:
+def row_counts(core: Core) -> dict[str, int]:
     with core.db.read() as conn:
         return {
             table.name: int(
@@ -241,7 +241,7 @@ def row_counts(core: Runbell) -> dict[str, int]:
         }
 
 
-def setup_world(client: TestClient, core: Runbell, creds: TenantCreds) -> dict[str, str]:
+def setup_world(client: TestClient, core: Core, creds: TenantCreds) -> dict[str, str]:
     """A run waiting on an open question, with a declared operation, and a webhook
     source: every case's target exists, so only the NUL can be at fault."""
     rt = bearer(creds.runtime_key)
@@ -270,7 +270,7 @@ def setup_world(client: TestClient, core: Runbell, creds: TenantCreds) -> dict[s
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_nul_is_refused_before_writing(
-    client: TestClient, core: Runbell, creds: TenantCreds, name: str
+    client: TestClient, core: Core, creds: TenantCreds, name: str
 ) -> None:
     case = CASES[name]
     names = setup_world(client, core, creds)

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.flows import operations as ledger_flow
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import runs as run_store
 from runbell.store import sessions
 from runbell.store import tables as t
@@ -28,7 +28,7 @@ PLANTED = "SECRET-PAYLOAD-9931"
 # --- helpers -----------------------------------------------------------------------------
 
 
-def rows(core: Runbell, table: sa.Table, tenant_id: str, **where: Any) -> list[dict[str, Any]]:
+def rows(core: Core, table: sa.Table, tenant_id: str, **where: Any) -> list[dict[str, Any]]:
     q = sa.select(table).where(table.c.tenant_id == tenant_id)
     for name, value in where.items():
         q = q.where(table.c[name] == value)
@@ -119,7 +119,7 @@ def twelve(client: TestClient, creds: TenantCreds, run_id: str) -> None:
     move(client, creds, run_id, "op-12", "uncertain", evidence={"error": "timeout after 30 s"})
 
 
-def notes_of(core: Runbell, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
+def notes_of(core: Core, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
     found = rows(core, t.notifications, creds.tenant_id, run_id=run_id)
     return sorted(found, key=lambda n: n["transition_version"])
 
@@ -133,7 +133,7 @@ def add_webhook(client: TestClient, creds: TenantCreds) -> None:
     assert r.status_code == 201, r.text
 
 
-def webhooks(core: Runbell, creds: TenantCreds) -> list[dict[str, Any]]:
+def webhooks(core: Core, creds: TenantCreds) -> list[dict[str, Any]]:
     return [d["payload"] for d in rows(core, t.deliveries, creds.tenant_id, channel="webhook")]
 
 
@@ -141,7 +141,7 @@ def webhooks(core: Runbell, creds: TenantCreds) -> list[dict[str, Any]]:
 
 
 def test_nine_confirmed_two_conflicts_one_lost_reply_is_a_review_not_a_success(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     twelve(client, creds, "sync-1")
     res = complete(client, creds, "sync-1", reason="all invoices processed")
@@ -163,7 +163,7 @@ def test_nine_confirmed_two_conflicts_one_lost_reply_is_a_review_not_a_success(
 
 
 def test_the_lost_reply_confirmed_later_updates_the_review_once(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     twelve(client, creds, "sync-2")
     finished = complete(client, creds, "sync-2")["run"]
@@ -226,7 +226,7 @@ def test_the_lost_reply_confirmed_later_updates_the_review_once(
 
 
 def test_a_review_that_ends_all_confirmed_is_resolved_and_the_success_follows(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     make_run(client, creds, "sync-3")
     declare(client, creds, "sync-3", {"operations": [op("a"), op("b")]})
@@ -254,7 +254,7 @@ def test_a_review_that_ends_all_confirmed_is_resolved_and_the_success_follows(
 
 
 def test_all_confirmed_completes_as_verified_and_no_operations_keeps_todays_meaning(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     make_run(client, creds, "ok-1")
     declare(client, creds, "ok-1", op("x"))
@@ -379,7 +379,7 @@ def test_bad_declarations_are_422_naming_the_field(client: TestClient, creds: Te
 
 
 def test_another_tenants_run_and_operations_are_404(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     make_run(client, creds, "mine-1")
     declare(client, creds, "mine-1", op("o"))
@@ -401,7 +401,7 @@ def test_another_tenants_run_and_operations_are_404(
 
 
 def test_details_never_reach_the_feed_or_webhooks(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     add_webhook(client, creds)
     make_run(client, creds, "sec-1")
@@ -443,7 +443,7 @@ def test_details_never_reach_the_feed_or_webhooks(
 
 
 def test_a_replaced_workers_late_update_is_rejected_by_its_epoch(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     make_run(client, creds, "fence-1")
 
@@ -504,9 +504,7 @@ def test_a_replaced_workers_late_update_is_rejected_by_its_epoch(
 # --- the interfaces cancellation calls -----------------------------------------------------
 
 
-def test_mark_not_started_and_summary(
-    client: TestClient, core: Runbell, creds: TenantCreds
-) -> None:
+def test_mark_not_started_and_summary(client: TestClient, core: Core, creds: TenantCreds) -> None:
     make_run(client, creds, "cx-1")
     declare(client, creds, "cx-1", {"operations": [op(f"c{i}") for i in range(1, 6)]})
     for i in (1, 2, 3, 4):
@@ -534,7 +532,7 @@ def test_mark_not_started_and_summary(
 
 
 def test_two_lookups_racing_to_confirm_the_lost_reply_review_it_once(
-    client: TestClient, core: Runbell, creds: TenantCreds, live: LiveServer
+    client: TestClient, core: Core, creds: TenantCreds, live: LiveServer
 ) -> None:
     """Two reconcilers find the lost reply at the same moment and both report it, on real
     threads against a real server: one moves it and reviews the run, the other is answered
@@ -564,7 +562,7 @@ def test_two_lookups_racing_to_confirm_the_lost_reply_review_it_once(
 
 
 def test_a_run_without_a_ledger_costs_its_completion_no_ledger_query(
-    core: Runbell, client: TestClient, creds: TenantCreds
+    core: Core, client: TestClient, creds: TenantCreds
 ) -> None:
     """Most runs declare nothing: their hot path (a completed signal, the snapshot) reads
     no ``operations`` row. Once one is declared, the same path counts the ledger."""

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from runbell.domain.principal import Principal
 from runbell.flows import overview
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import TenantCreds, add_user
 from tests.conftest import pg_database
@@ -73,7 +73,7 @@ SEED = [
 
 
 @pytest.fixture
-def seeded(core: Runbell, creds: TenantCreds) -> dict[str, Any]:
+def seeded(core: Core, creds: TenantCreds) -> dict[str, Any]:
     member, _ = add_user(core, creds.tenant_id, "member@acme.test", "member")
     with core.db.engine.begin() as conn:
         for sql in SEED:
@@ -91,7 +91,7 @@ def seeded(core: Runbell, creds: TenantCreds) -> dict[str, Any]:
     return {"tenant": creds.tenant_id, "owner": creds.owner_id, "member": member}
 
 
-def sent(core: Runbell, who: Principal, **kw: Any) -> list[tuple[str, Any]]:
+def sent(core: Core, who: Principal, **kw: Any) -> list[tuple[str, Any]]:
     """The statements ``overview.overview`` sends, with their parameters."""
     seen: list[tuple[str, Any]] = []
 
@@ -107,7 +107,7 @@ def sent(core: Runbell, who: Principal, **kw: Any) -> list[tuple[str, Any]]:
     return seen
 
 
-def scans(core: Runbell, sql: str, params: Any) -> list[tuple[str, str | None, str | None]]:
+def scans(core: Core, sql: str, params: Any) -> list[tuple[str, str | None, str | None]]:
     with core.db.engine.connect() as conn:
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
@@ -125,7 +125,7 @@ def scans(core: Runbell, sql: str, params: Any) -> list[tuple[str, str | None, s
 
 @pytest.mark.parametrize("viewer", ["owner", "member"])
 def test_every_overview_statement_reads_an_index(
-    core: Runbell, seeded: dict[str, Any], viewer: str
+    core: Core, seeded: dict[str, Any], viewer: str
 ) -> None:
     role = "owner" if viewer == "owner" else "member"
     who = Principal(tenant_id=seeded["tenant"], kind="user", role=role, user_id=seeded[viewer])
@@ -141,7 +141,7 @@ def test_every_overview_statement_reads_an_index(
         assert not whole, (sql, found)
 
 
-def test_the_groups_hold_what_the_history_says(core: Runbell, seeded: dict[str, Any]) -> None:
+def test_the_groups_hold_what_the_history_says(core: Core, seeded: dict[str, Any]) -> None:
     who = Principal(tenant_id=seeded["tenant"], kind="user", role="owner", user_id=seeded["owner"])
     shown = overview.overview(core, who)["groups"]
     # Pending requests on runs the owner owns: runs a1, a3, … a49 (state input_required).

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.runtime.presence import Presence
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds
@@ -24,7 +24,7 @@ TTL_S = 30.0
 
 
 @pytest.fixture
-def pair(core: Runbell) -> Iterator[tuple[Presence, Presence]]:
+def pair(core: Core) -> Iterator[tuple[Presence, Presence]]:
     a = Presence(core.db, ttl_s=TTL_S, cache_s=0)
     b = Presence(core.db, ttl_s=TTL_S, cache_s=0)
     yield a, b
@@ -32,7 +32,7 @@ def pair(core: Runbell) -> Iterator[tuple[Presence, Presence]]:
     b.close()
 
 
-def rows(core: Runbell) -> list[tuple[str, str, str]]:
+def rows(core: Core) -> list[tuple[str, str, str]]:
     p = t.presence
     with core.db.read() as conn:
         found = conn.execute(sa.select(p.c.tenant_id, p.c.user_id, p.c.holder)).all()
@@ -40,7 +40,7 @@ def rows(core: Runbell) -> list[tuple[str, str, str]]:
 
 
 def test_a_viewer_held_by_one_process_is_seen_by_another(
-    core: Runbell, creds: TenantCreds, pair: tuple[Presence, Presence]
+    core: Core, creds: TenantCreds, pair: tuple[Presence, Presence]
 ) -> None:
     a, b = pair
     who = (creds.tenant_id, creds.owner_id)
@@ -61,7 +61,7 @@ def test_a_viewer_held_by_one_process_is_seen_by_another(
 
 
 def test_a_process_that_died_stops_counting_after_the_ttl(
-    core: Runbell, clock: Clock, creds: TenantCreds, pair: tuple[Presence, Presence]
+    core: Core, clock: Clock, creds: TenantCreds, pair: tuple[Presence, Presence]
 ) -> None:
     """No leave, no close (SIGKILL): the row expires, and the next heartbeat anywhere
     deletes it."""
@@ -79,7 +79,7 @@ def test_a_process_that_died_stops_counting_after_the_ttl(
 
 
 def test_the_heartbeat_keeps_a_long_viewer_present(
-    core: Runbell, clock: Clock, creds: TenantCreds, pair: tuple[Presence, Presence]
+    core: Core, clock: Clock, creds: TenantCreds, pair: tuple[Presence, Presence]
 ) -> None:
     a, b = pair
     clock.freeze()
@@ -93,7 +93,7 @@ def test_the_heartbeat_keeps_a_long_viewer_present(
 
 
 def test_close_deletes_this_process_rows_only(
-    core: Runbell, creds: TenantCreds, pair: tuple[Presence, Presence]
+    core: Core, creds: TenantCreds, pair: tuple[Presence, Presence]
 ) -> None:
     a, b = pair
     who = (creds.tenant_id, creds.owner_id)
@@ -109,7 +109,7 @@ def test_close_deletes_this_process_rows_only(
 
 
 def test_answers_are_cached_so_a_busy_owner_is_not_a_read_per_signal(
-    core: Runbell, creds: TenantCreds
+    core: Core, creds: TenantCreds
 ) -> None:
     reads: list[str] = []
 
@@ -134,9 +134,7 @@ def test_answers_are_cached_so_a_busy_owner_is_not_a_read_per_signal(
         other.close()
 
 
-def test_the_heartbeat_thread_writes_a_new_viewer_at_once(
-    core: Runbell, creds: TenantCreds
-) -> None:
+def test_the_heartbeat_thread_writes_a_new_viewer_at_once(core: Core, creds: TenantCreds) -> None:
     """enter() never writes on the caller's thread; the heartbeat thread does, woken now
     rather than at its next beat."""
     import time

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from standardwebhooks import Webhook
 
 from runbell.flows import reconcile
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import bearer
 from tests.timeouts import WAIT
@@ -262,7 +262,7 @@ def test_event_for_unknown_run_is_404_and_can_be_retried(
 
 
 def test_webhook_cannot_reach_another_tenants_run(
-    client: TestClient, core: Runbell, frozen: Clock, creds: TenantCreds
+    client: TestClient, core: Core, frozen: Clock, creds: TenantCreds
 ) -> None:
     """A source only ever moves runs of its own tenant: another tenant's run id is 404."""
     other = make_tenant(core, "other")
@@ -286,7 +286,7 @@ def test_webhook_cannot_reach_another_tenants_run(
 
 
 def test_another_tenant_cannot_rotate_the_secret(
-    client: TestClient, core: Runbell, frozen: Clock, creds: TenantCreds
+    client: TestClient, core: Core, frozen: Clock, creds: TenantCreds
 ) -> None:
     """Rotating another tenant's source is 404, and its current secret keeps working."""
     source = generic_source(client, creds)
@@ -434,7 +434,7 @@ def openai_event(event_type: str, response_id: str, at: datetime) -> dict[str, A
 
 def test_openai_completed_while_still_in_progress_is_a_mismatch(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     frozen: Clock,
     creds: TenantCreds,
     openai_api: OpenAIStub,

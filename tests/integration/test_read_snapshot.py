@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import TenantCreds
 from tests.conftest import bearer
@@ -23,7 +23,7 @@ def version(conn: sa.Connection, tenant_id: str) -> int:
 
 
 def test_a_commit_made_during_a_read_is_not_seen_by_that_read(
-    core: Runbell, client: TestClient, creds: TenantCreds
+    core: Core, client: TestClient, creds: TenantCreds
 ) -> None:
     body = {"owner": creds.owner_email, "state": "working"}
     r = client.put("/v1/runs/snap", json=body, headers=bearer(creds.runtime_key))

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from runbell.dispatch.scheduler import Scheduler
 from runbell.flows import reconcile
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import accounts
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds
@@ -82,7 +82,7 @@ def frozen(clock: Clock) -> Clock:
 
 
 def advisory_source(
-    client: TestClient, core: Runbell, creds: TenantCreds, url_template: str
+    client: TestClient, core: Core, creds: TenantCreds, url_template: str
 ) -> tuple[str, Headers]:
     """Register an advisory API source with an http_json reader; return (id, its key's auth)."""
     r = client.post(
@@ -144,7 +144,7 @@ def attention_types(client: TestClient, creds: TenantCreds) -> list[str]:
     return [n["attention_type"] for n in inbox(client, creds)]
 
 
-def mismatches(core: Runbell, run_id: str = "r1") -> list[dict[str, Any]]:
+def mismatches(core: Core, run_id: str = "r1") -> list[dict[str, Any]]:
     with core.db.read() as conn:
         rows = conn.execute(
             sa.select(t.mismatches)
@@ -160,7 +160,7 @@ def feed_types(client: TestClient, auth: Headers) -> list[tuple[str, dict[str, A
     return [(e["type"], e["data"]) for e in r.json()["events"]]
 
 
-def recheck_after(core: Runbell, clock: Clock, seconds: float) -> int:
+def recheck_after(core: Core, clock: Clock, seconds: float) -> int:
     now: datetime = clock.advance(seconds)
     due: int = reconcile.recheck_mismatches(core, now)
     return due
@@ -170,7 +170,7 @@ def recheck_after(core: Runbell, clock: Clock, seconds: float) -> int:
 
 
 def test_advisory_claim_that_agrees_is_applied_at_once(
-    client: TestClient, core: Runbell, creds: TenantCreds, runtime: RuntimeStub
+    client: TestClient, core: Core, creds: TenantCreds, runtime: RuntimeStub
 ) -> None:
     """When the state reader already agrees, the advisory claim applies with one alert."""
     _, auth = advisory_source(client, core, creds, runtime.url_template)
@@ -188,7 +188,7 @@ def test_advisory_claim_that_agrees_is_applied_at_once(
 
 def test_early_completion_is_held_until_the_state_reader_agrees(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     frozen: Clock,
     creds: TenantCreds,
     runtime: RuntimeStub,
@@ -237,7 +237,7 @@ def test_early_completion_is_held_until_the_state_reader_agrees(
 
 def test_mismatch_that_never_converges_escalates_once(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     frozen: Clock,
     creds: TenantCreds,
     runtime: RuntimeStub,
@@ -282,7 +282,7 @@ def test_mismatch_that_never_converges_escalates_once(
 
 def test_rechecks_follow_the_bounded_backoff_schedule(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     frozen: Clock,
     creds: TenantCreds,
     runtime: RuntimeStub,
@@ -303,7 +303,7 @@ def test_rechecks_follow_the_bounded_backoff_schedule(
 
 def test_reader_reporting_another_state_is_followed(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     frozen: Clock,
     creds: TenantCreds,
     runtime: RuntimeStub,
@@ -334,7 +334,7 @@ def test_reader_reporting_another_state_is_followed(
 
 def test_reader_error_is_a_mismatch_without_notification(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     frozen: Clock,
     creds: TenantCreds,
     runtime: RuntimeStub,
@@ -365,7 +365,7 @@ def test_reader_error_is_a_mismatch_without_notification(
 
 
 def test_unreachable_reader_is_a_mismatch_without_notification(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A reader nobody listens on (runtime down) is a mismatch, never a success alert."""
     closed = f"http://127.0.0.1:{free_port()}/runs/{{run_id}}"

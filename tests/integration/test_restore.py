@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import TenantCreds
 from tests.conftest import bearer
@@ -35,7 +35,7 @@ def statements(block: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
-def test_the_vacuum_settings_apply(core: Runbell) -> None:
+def test_the_vacuum_settings_apply(core: Core) -> None:
     if not core.db.is_postgres:
         pytest.skip("autovacuum and fillfactor are PostgreSQL storage parameters")
     block = statements(sql_block("### Vacuum settings for the hot tables"))
@@ -68,7 +68,7 @@ def put_run(client: TestClient, creds: TenantCreds, run_id: str) -> None:
     assert r.status_code == 201, r.text
 
 
-def restore_to(core: Runbell, creds: TenantCreds, head: int) -> None:
+def restore_to(core: Core, creds: TenantCreds, head: int) -> None:
     """What a dump taken when the feed head was ``head`` brings back."""
     with core.db.transaction() as tx:
         tx.conn.execute(
@@ -82,7 +82,7 @@ def restore_to(core: Runbell, creds: TenantCreds, head: int) -> None:
 
 
 def test_after_a_restore_old_cursors_get_410_and_a_snapshot_never_a_gap(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     for n in range(6):
         put_run(client, creds, f"before-{n}")
@@ -105,7 +105,7 @@ def test_after_a_restore_old_cursors_get_410_and_a_snapshot_never_a_gap(
 
 
 def test_without_that_step_the_old_cursor_silently_skips_new_events(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Why the step exists: the restored feed hands the old numbers to new events."""
     for n in range(6):

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from runbell.app import build, create_app
 from runbell.dispatch.scheduler import LOCK_IDS, Scheduler
 from runbell.flows import retention
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import bearer, free_port, make_settings
 from tests.peers import Dispatcher, WebhookReceiver
@@ -44,7 +44,7 @@ def ok(response: Any, *codes: int) -> Any:
     return response.json()
 
 
-def rows(core: Runbell, table: str, tenant_id: str, run_id: str | None = None) -> int:
+def rows(core: Core, table: str, tenant_id: str, run_id: str | None = None) -> int:
     """Rows of ``table`` for one tenant (and one run, for tables that name it)."""
     where = "tenant_id = :t" + ("" if run_id is None else " AND run_id = :r")
     with core.db.engine.connect() as conn:
@@ -56,7 +56,7 @@ def rows(core: Runbell, table: str, tenant_id: str, run_id: str | None = None) -
         )
 
 
-def history(core: Runbell, tenant_id: str) -> dict[str, int]:
+def history(core: Core, tenant_id: str) -> dict[str, int]:
     return {table: rows(core, table, tenant_id) for table in HISTORY}
 
 
@@ -106,7 +106,7 @@ def receipt(client: TestClient, creds: TenantCreds, note_id: str) -> None:
     )
 
 
-def drain(core: Runbell, clock: Clock) -> None:
+def drain(core: Core, clock: Clock) -> None:
     """Send everything due now with the real worker (no sleeping: the clock is frozen)."""
     with Dispatcher(core, clock) as d:
         while d.tick():
@@ -114,7 +114,7 @@ def drain(core: Runbell, clock: Clock) -> None:
 
 
 def closed_history(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds, run_id: str
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds, run_id: str
 ) -> str:
     """A finished run whose notification was delivered, opened and acknowledged: every
     history table gets rows, and none of them is still needed."""
@@ -172,7 +172,7 @@ class Statements:
 
 def test_history_past_its_period_is_pruned_and_recent_history_kept(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     clock: Clock,
     creds: TenantCreds,
     receiver: WebhookReceiver,
@@ -201,7 +201,7 @@ def test_history_past_its_period_is_pruned_and_recent_history_kept(
 
 
 def test_dry_run_counts_without_deleting(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     clock.freeze()
     closed_history(client, core, clock, creds, "old")
@@ -214,7 +214,7 @@ def test_dry_run_counts_without_deleting(
 
 
 def test_an_open_notification_keeps_itself_its_deliveries_receipts_and_run_history(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     """Invariant 6: an unacknowledged, unexpired notification is live, whatever its age."""
     clock.freeze()
@@ -241,7 +241,7 @@ def test_an_open_notification_keeps_itself_its_deliveries_receipts_and_run_histo
 
 def test_a_pending_delivery_and_its_attempts_are_kept(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     clock: Clock,
     creds: TenantCreds,
     receiver: WebhookReceiver,
@@ -268,7 +268,7 @@ def test_a_pending_delivery_and_its_attempts_are_kept(
 
 def test_a_message_never_tried_yet_is_kept(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     clock: Clock,
     creds: TenantCreds,
     receiver: WebhookReceiver,
@@ -289,7 +289,7 @@ def test_a_message_never_tried_yet_is_kept(
 
 
 def test_a_pending_input_request_keeps_its_notification(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     """Invariant 9: an open request still answerable keeps the alert it links to, even
     once that alert was acknowledged, and the run's history (the run is not terminal)."""
@@ -316,7 +316,7 @@ def test_a_pending_input_request_keeps_its_notification(
 
 
 def test_a_run_that_is_not_terminal_keeps_its_transitions(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     """Only a finished run's history goes; a long-running one keeps all of its own."""
     clock.freeze()
@@ -332,7 +332,7 @@ def test_a_run_that_is_not_terminal_keeps_its_transitions(
 
 
 def test_inbound_dedupe_holds_for_its_whole_window(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     """A retried signal within RUNBELL_INBOUND_RETENTION_S is still a duplicate (inv. 1)
     after pruning; only past it is the event id forgotten."""
@@ -349,7 +349,7 @@ def test_inbound_dedupe_holds_for_its_whole_window(
 
 
 def test_an_open_mismatch_is_kept(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     """Invariant 3: an advisory claim still being re-checked stays, whatever its age."""
     from tests.integration.test_reconcile import advisory_source, claim
@@ -420,7 +420,7 @@ def test_the_scheduler_sweep_stops_after_its_batch_budget(
 
 
 def test_a_tenant_override_wins_for_that_tenant_only(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     """acme keeps notifications longer and its feed shorter than the defaults; beta, with
     the defaults, is pruned by the defaults — neither tenant's rows move the other's."""
@@ -445,7 +445,7 @@ def test_a_tenant_override_wins_for_that_tenant_only(
 
 
 def test_a_one_tenant_run_touches_no_other_tenant(
-    client: TestClient, core: Runbell, clock: Clock, creds: TenantCreds
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
 ) -> None:
     beta = make_tenant(core, "beta")
     clock.freeze()
@@ -543,7 +543,7 @@ def test_two_schedulers_prune_once(
     tmp_path: Path,
     db_url: str,
     clock: Clock,
-    core: Runbell,
+    core: Core,
     creds: TenantCreds,
     client: TestClient,
 ) -> None:
@@ -572,7 +572,7 @@ def test_two_schedulers_prune_once(
     "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
 )
 def test_a_scheduler_that_is_not_the_leader_skips_retention(
-    core: Runbell, clock: Clock, client: TestClient, creds: TenantCreds
+    core: Core, clock: Clock, client: TestClient, creds: TenantCreds
 ) -> None:
     """While another process holds the retention lock (mid-sweep), this one prunes nothing."""
     clock.freeze()
@@ -644,7 +644,7 @@ SEED = (
 @pytest.mark.parametrize(
     "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
 )
-def test_every_prune_batch_walks_an_index_on_postgres(core: Runbell, creds: TenantCreds) -> None:
+def test_every_prune_batch_walks_an_index_on_postgres(core: Core, creds: TenantCreds) -> None:
     """With 20,000 rows of old history in every table (analyzed), each batch's two
     statements walk the table's (tenant, age) index and reach every guard through an
     index: no sequential scan of any history table, so a batch costs the same at any

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from runbell.flows import overview
 from runbell.flows.attention import raise_attention
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.policy import policy_in
 from runbell.store import runs as run_store
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
@@ -47,7 +47,7 @@ def ask(client: TestClient, creds: TenantCreds, run_id: str) -> None:
     assert r.status_code == 201, r.text
 
 
-def stall(core: Runbell, tenant_id: str, run_id: str) -> str:
+def stall(core: Core, tenant_id: str, run_id: str) -> str:
     """A ``stalled`` notification through the normal attention path (what the stall
     sweep raises), in its own transaction."""
     with core.db.transaction() as tx:
@@ -77,7 +77,7 @@ def grouped(client: TestClient, token: str, query: str = "") -> dict[str, list[s
 
 
 @pytest.fixture
-def world(core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock) -> dict[str, Any]:
+def world(core: Core, client: TestClient, creds: TenantCreds, clock: Clock) -> dict[str, Any]:
     """One run in each group for the tenant owner, one run a member owns, one the member
     is named on, and another tenant's run."""
     clock.freeze()
@@ -189,7 +189,7 @@ def test_another_tenants_runs_never_appear(
 
 
 def test_a_role_named_in_the_authority_needs_to_answer(
-    core: Runbell, client: TestClient, creds: TenantCreds, world: dict[str, Any]
+    core: Core, client: TestClient, creds: TenantCreds, world: dict[str, Any]
 ) -> None:
     _, admin_token = add_user(core, creds.tenant_id, "ada@acme.test", "admin")
     groups = grouped(client, admin_token)
@@ -217,7 +217,7 @@ def test_answering_moves_the_run_out_of_needs_you(
 
 
 def test_progress_after_the_stall_is_resolved_moves_it_back_to_working(
-    core: Runbell, client: TestClient, creds: TenantCreds, world: dict[str, Any]
+    core: Core, client: TestClient, creds: TenantCreds, world: dict[str, Any]
 ) -> None:
     # The stall sweep resolves its notification on progress; here it is closed through
     # the one closing path, as that sweep does.
@@ -294,7 +294,7 @@ def test_state_filter_and_bad_values_name_their_field(
 
 
 def test_one_query_per_group_however_many_runs(
-    core: Runbell, client: TestClient, creds: TenantCreds, world: dict[str, Any]
+    core: Core, client: TestClient, creds: TenantCreds, world: dict[str, Any]
 ) -> None:
     def statements() -> int:
         seen: list[str] = []
@@ -322,7 +322,7 @@ def test_one_query_per_group_however_many_runs(
     assert before <= 2 + len(GROUPS)
 
 
-def _principal(core: Runbell, creds: TenantCreds) -> Any:
+def _principal(core: Core, creds: TenantCreds) -> Any:
     from runbell.domain.principal import Principal
 
     return Principal(tenant_id=creds.tenant_id, kind="user", role="owner", user_id=creds.owner_id)
@@ -343,7 +343,7 @@ def page_groups(html: str) -> dict[str, list[str]]:
 
 
 def test_the_runs_page_shows_the_groups_to_whoever_is_signed_in(
-    core: Runbell, client: TestClient, creds: TenantCreds, world: dict[str, Any]
+    core: Core, client: TestClient, creds: TenantCreds, world: dict[str, Any]
 ) -> None:
     from tests.integration.test_web import sign_in
 
@@ -362,7 +362,7 @@ def test_the_runs_page_shows_the_groups_to_whoever_is_signed_in(
 
 
 def test_the_runs_page_of_a_member_and_its_empty_groups(
-    core: Runbell, client: TestClient, creds: TenantCreds, world: dict[str, Any]
+    core: Core, client: TestClient, creds: TenantCreds, world: dict[str, Any]
 ) -> None:
     from tests.integration.test_web import sign_in
 
@@ -380,7 +380,7 @@ def test_the_runs_page_of_a_member_and_its_empty_groups(
 
 
 def test_the_runs_page_pages_finished_runs(
-    core: Runbell,
+    core: Core,
     client: TestClient,
     creds: TenantCreds,
     clock: Clock,

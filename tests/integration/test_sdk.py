@@ -34,7 +34,7 @@ from runbell.client import (
 )
 from runbell.client.config import ClientConfig
 from runbell.flows import sweeps
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user
 from tests.conftest import LiveServer, bearer
@@ -104,7 +104,7 @@ def answer_when_pending(
     return thread
 
 
-def transitions(core: Runbell, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+def transitions(core: Core, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
     q = sa.select(t.transitions).where(
         t.transitions.c.tenant_id == tenant_id, t.transitions.c.run_id == run_id
     )
@@ -220,7 +220,7 @@ def test_run_signal_progress_and_problem_errors(rb: Client, creds: TenantCreds) 
 
 
 def test_the_default_owner_applies_to_new_runs_only(
-    rb: Client, live: LiveServer, core: Runbell, creds: TenantCreds, tmp_path: Any
+    rb: Client, live: LiveServer, core: Core, creds: TenantCreds, tmp_path: Any
 ) -> None:
     bob_id, _ = add_user(core, creds.tenant_id, "bob@acme.test")
     assert rb.put_run("own-1", title="Mine").owner == creds.owner_id
@@ -235,7 +235,7 @@ def test_the_default_owner_applies_to_new_runs_only(
 
 
 def test_connection_dropped_mid_request_is_retried_once_with_the_same_event_id(
-    live: LiveServer, creds: TenantCreds, core: Runbell, proxy: DroppingProxy
+    live: LiveServer, creds: TenantCreds, core: Core, proxy: DroppingProxy
 ) -> None:
     with Client(
         proxy.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT
@@ -345,7 +345,7 @@ def test_await_run_returns_the_terminal_run(rb: Client) -> None:
 
 
 def test_watch_resumes_and_recovers_from_an_expired_cursor(
-    rb: Client, core: Runbell, clock: Clock
+    rb: Client, core: Core, clock: Clock
 ) -> None:
     clock.freeze()
     head = rb.head_cursor()
@@ -470,7 +470,7 @@ async def test_async_ask_round_trip_timeout_and_block(live: LiveServer, creds: T
 
 
 async def test_async_connection_dropped_mid_request_is_one_signal(
-    live: LiveServer, creds: TenantCreds, core: Runbell, proxy: DroppingProxy
+    live: LiveServer, creds: TenantCreds, core: Core, proxy: DroppingProxy
 ) -> None:
     async with AsyncClient(
         proxy.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT

@@ -12,7 +12,7 @@ import asyncio
 import httpx
 
 from runbell.client import AsyncClient, Client
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds, add_user
 from tests.conftest import LiveServer
 
@@ -65,7 +65,7 @@ def test_a_run_block_sends_no_request_the_server_refuses(
 
 
 def test_an_existing_run_keeps_its_owner_and_gets_no_refused_put(
-    live: LiveServer, core: Runbell, creds: TenantCreds
+    live: LiveServer, core: Core, creds: TenantCreds
 ) -> None:
     with Client(live.url, creds.runtime_key, creds.owner_email) as mine:
         mine.put_run("first-put-2", title="Mine")

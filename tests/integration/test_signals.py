@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.flows import policy
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import accounts
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
@@ -51,7 +51,7 @@ def inbox(client: TestClient, token: str) -> list[dict[str, Any]]:
     return list(r.json()["notifications"])
 
 
-def rows(core: Runbell, table: sa.Table, tenant_id: str, **where: Any) -> list[dict[str, Any]]:
+def rows(core: Core, table: sa.Table, tenant_id: str, **where: Any) -> list[dict[str, Any]]:
     q = sa.select(table).where(table.c.tenant_id == tenant_id)
     for name, value in where.items():
         q = q.where(table.c[name] == value)
@@ -59,15 +59,15 @@ def rows(core: Runbell, table: sa.Table, tenant_id: str, **where: Any) -> list[d
         return [dict(r._mapping) for r in conn.execute(q).all()]
 
 
-def notifications(core: Runbell, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
+def notifications(core: Core, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
     return rows(core, t.notifications, creds.tenant_id, run_id=run_id)
 
 
-def deliveries(core: Runbell, creds: TenantCreds, notification_id: str) -> list[dict[str, Any]]:
+def deliveries(core: Core, creds: TenantCreds, notification_id: str) -> list[dict[str, Any]]:
     return rows(core, t.deliveries, creds.tenant_id, notification_id=notification_id)
 
 
-def run_deliveries(core: Runbell, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
+def run_deliveries(core: Core, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
     q = (
         sa.select(t.deliveries)
         .join(t.notifications, t.notifications.c.id == t.deliveries.c.notification_id)
@@ -77,18 +77,18 @@ def run_deliveries(core: Runbell, creds: TenantCreds, run_id: str) -> list[dict[
         return [dict(r._mapping) for r in conn.execute(q).all()]
 
 
-def transitions(core: Runbell, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
+def transitions(core: Core, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
     found = rows(core, t.transitions, creds.tenant_id, run_id=run_id)
     return sorted(found, key=lambda r: r["version"])
 
 
-def inbound(core: Runbell, creds: TenantCreds, event_id: str) -> dict[str, Any]:
+def inbound(core: Core, creds: TenantCreds, event_id: str) -> dict[str, Any]:
     found = rows(core, t.inbound_events, creds.tenant_id, event_id=event_id)
     assert len(found) == 1, found
     return found[0]
 
 
-def feed(core: Runbell, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
+def feed(core: Core, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
     found = rows(core, t.feed_events, creds.tenant_id, run_id=run_id)
     return sorted(found, key=lambda r: r["seq"])
 
@@ -97,7 +97,7 @@ def feed(core: Runbell, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]
 
 
 def test_same_event_twice_is_a_duplicate_with_the_same_notification(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Invariant 1: a redelivered signal answers duplicate and creates no second alert."""
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
@@ -114,7 +114,7 @@ def test_same_event_twice_is_a_duplicate_with_the_same_notification(
 
 
 def test_same_transition_under_a_new_event_id_is_stale(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Invariant 1/2: the same transition reported twice applies once; one notification."""
     put_run(client, creds, "r1", state="working")
@@ -128,7 +128,7 @@ def test_same_transition_under_a_new_event_id_is_stale(
 
 
 def test_late_completed_after_failed_is_recorded_not_applied(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Invariant 2: terminal states absorb; a late success neither moves nor alerts."""
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
@@ -146,7 +146,7 @@ def test_late_completed_after_failed_is_recorded_not_applied(
 
 
 def test_older_sequence_is_stale_and_keeps_the_newer_sequence(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Invariant 2: out-of-order authoritative signals never move the run backwards."""
     put_run(client, creds, "r1")
@@ -160,7 +160,7 @@ def test_older_sequence_is_stale_and_keeps_the_newer_sequence(
 
 
 def test_disallowed_transition_is_rejected_and_recorded(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§3 state machine: queued -> input_required is refused, recorded, not applied."""
     put_run(client, creds, "r1")
@@ -178,7 +178,7 @@ def test_disallowed_transition_is_rejected_and_recorded(
 
 
 def test_ten_progress_events_never_notify(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Invariant 5: progress goes to the live feed only; no notification, no delivery."""
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
@@ -201,7 +201,7 @@ def test_ten_progress_events_never_notify(
 
 
 def test_progress_on_a_terminal_run_is_not_accepted(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Invariant 2: a finished run takes no heartbeat; nothing reaches the feed."""
     put_run(client, creds, "r1", state="working")
@@ -235,7 +235,7 @@ def test_requested_completion_is_a_normal_push(client: TestClient, creds: Tenant
 
 @pytest.mark.usefixtures("mailing")
 def test_push_queues_email_under_default_consent_and_an_inbox_row(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Inv. 12: a push commits with its outbox: an accepted inbox row and a queued email."""
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
@@ -249,7 +249,7 @@ def test_push_queues_email_under_default_consent_and_an_inbox_row(
 
 
 def test_a_server_without_email_queues_no_email(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """No SMTP relay configured: a push queues no email row the worker could only skip
     (the issue measured two extra write transactions per signal for them)."""
@@ -261,7 +261,7 @@ def test_a_server_without_email_queues_no_email(
 
 
 def test_new_notification_is_announced_on_the_feed(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§6 feed: every created notification appears as notification.created after its cause."""
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
@@ -288,9 +288,7 @@ def test_plain_completion_goes_to_the_inbox(client: TestClient, creds: TenantCre
     assert [n["id"] for n in inbox(client, creds.owner_token)] == [note["id"]]
 
 
-def test_inbox_decision_queues_no_email(
-    client: TestClient, core: Runbell, creds: TenantCreds
-) -> None:
+def test_inbox_decision_queues_no_email(client: TestClient, core: Core, creds: TenantCreds) -> None:
     """§7 / inv. 5: an inbox-only decision creates the inbox row and nothing outbound."""
     put_run(client, creds, "r1", state="working")
     (note,) = signal(client, creds, "r1", "e1", "completed")["notifications"]
@@ -300,7 +298,7 @@ def test_inbox_decision_queues_no_email(
 
 
 def test_self_retrying_failure_is_suppressed_but_explained(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§7 failed.self_retrying: no notification; the decision stays on the transition."""
     put_run(client, creds, "r1", state="working")
@@ -319,7 +317,7 @@ def test_self_retrying_failure_is_suppressed_but_explained(
 
 
 def test_failure_needing_repair_is_urgent(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§7 failed.needs_repair: a failure the user must fix is an urgent push."""
     put_run(client, creds, "r1", state="working")
@@ -334,9 +332,7 @@ def test_failure_needing_repair_is_urgent(
     assert transitions(core, creds, "r1")[-1]["decision"]["rule_id"] == "failed.needs_repair"
 
 
-def test_unverified_effects_need_review(
-    client: TestClient, core: Runbell, creds: TenantCreds
-) -> None:
+def test_unverified_effects_need_review(client: TestClient, core: Core, creds: TenantCreds) -> None:
     """§7 / inv. 3: a completion with unverified effects is needs_review, not success."""
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
     out = signal(client, creds, "r1", "e1", "completed", effects_verified=False)
@@ -347,7 +343,7 @@ def test_unverified_effects_need_review(
 
 
 def test_tenant_policy_override_changes_the_decision(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§7 rules as data: a tenant rule wins over the defaults and is named on the alert."""
     put_run(client, creds, "r0", state="working")
@@ -385,7 +381,7 @@ def test_tenant_policy_override_changes_the_decision(
 
 
 def test_newer_transition_supersedes_open_input_request_alert(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§7: a newer transition closes the run's open actionable alert as superseded."""
     put_run(client, creds, "r1", state="working")
@@ -405,7 +401,7 @@ def test_newer_transition_supersedes_open_input_request_alert(
 
 @pytest.mark.usefixtures("mailing")
 def test_superseded_alert_cancels_its_pending_deliveries(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Inv. 6 / §7: superseding stops pending sends; the delivered inbox row stays."""
     put_run(client, creds, "r1", state="working")
@@ -423,7 +419,7 @@ def test_superseded_alert_cancels_its_pending_deliveries(
 
 
 def test_put_title_bumps_version_once_and_is_idempotent(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§3: every accepted change increments the version; a no-op PUT changes nothing."""
     body = {
@@ -464,7 +460,7 @@ def test_put_cannot_change_state(client: TestClient, creds: TenantCreds) -> None
 
 
 def test_put_with_non_member_owner_is_422_naming_owner(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§6: an owner who is not a member is a field error (422 naming `owner`)."""
     r = client.put(
@@ -475,7 +471,7 @@ def test_put_with_non_member_owner_is_422_naming_owner(
 
 
 def test_put_with_non_member_owner_creates_nothing(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§6: a refused PUT (owner not a member, or revoked) leaves no run behind."""
     user_id, _ = add_user(core, creds.tenant_id, "gone@acme.test")
@@ -510,7 +506,7 @@ def test_finished_run_is_not_edited(client: TestClient, creds: TenantCreds) -> N
 
 
 def test_event_id_reused_by_another_run_is_refused(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Inv. 1 dedupe is per source: a reused event id is a 409 naming it, never a silent
     duplicate that drops the second run's signal."""
@@ -531,7 +527,7 @@ def test_event_id_reused_by_another_run_is_refused(
 
 
 def test_signal_for_unknown_run_is_404_and_leaves_no_dedupe_record(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§6: unknown run -> 404; the event id stays usable once the run exists."""
     r = client.post(
@@ -547,7 +543,7 @@ def test_signal_for_unknown_run_is_404_and_leaves_no_dedupe_record(
 
 
 def test_another_tenants_run_is_not_found(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§3: nothing crosses tenants; another tenant's run id answers 404, never 403."""
     put_run(client, creds, "r1", state="working")
@@ -581,7 +577,7 @@ def test_long_running_completion_pushes(
 
 
 def test_present_owner_gets_inbox_not_push(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """§7 completed.owner_present: someone watching the live UI is not pushed."""
     put_run(client, creds, "r1", state="working", notify_on_complete=True)
@@ -601,7 +597,7 @@ CLEAN_START = "deploy failed: [31mquota [0m exceeded "
 PRIVATE = "PRIVATE-STACKTRACE-at-db.internal:5432"
 
 
-def webhook_payloads(core: Runbell, creds: TenantCreds) -> dict[str, dict[str, Any]]:
+def webhook_payloads(core: Core, creds: TenantCreds) -> dict[str, dict[str, Any]]:
     """The tenant-webhook messages written so far, by event type (bodies are fixed now)."""
     return {
         d["event_type"]: d["payload"]["data"]
@@ -610,7 +606,7 @@ def webhook_payloads(core: Runbell, creds: TenantCreds) -> dict[str, dict[str, A
 
 
 def test_reason_is_public_and_stored_as_one_short_safe_line(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A reason goes to the inbox, the feed and every webhook endpoint: wherever it goes,
     it is the same cleaned line of at most 200 characters. error stays private."""

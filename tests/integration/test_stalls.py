@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from runbell.app import build
 from runbell.dispatch.scheduler import Scheduler
 from runbell.flows import stalls
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds
 from tests.conftest import bearer, make_settings
@@ -69,7 +69,7 @@ def signal(client: TestClient, creds: TenantCreds, run_id: str, state: str) -> d
     return dict(r.json())
 
 
-def rows(core: Runbell, table: sa.Table, tenant_id: str, **where: Any) -> list[dict[str, Any]]:
+def rows(core: Core, table: sa.Table, tenant_id: str, **where: Any) -> list[dict[str, Any]]:
     q = sa.select(table).where(table.c.tenant_id == tenant_id)
     for name, value in where.items():
         q = q.where(table.c[name] == value)
@@ -77,12 +77,12 @@ def rows(core: Runbell, table: sa.Table, tenant_id: str, **where: Any) -> list[d
         return [dict(r._mapping) for r in conn.execute(q).all()]
 
 
-def stalled_notes(core: Runbell, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
+def stalled_notes(core: Core, creds: TenantCreds, run_id: str) -> list[dict[str, Any]]:
     found = rows(core, t.notifications, creds.tenant_id, run_id=run_id, attention_type="stalled")
     return sorted(found, key=lambda n: n["transition_version"])
 
 
-def feed_types(core: Runbell, creds: TenantCreds, run_id: str) -> list[str]:
+def feed_types(core: Core, creds: TenantCreds, run_id: str) -> list[str]:
     found = rows(core, t.feed_events, creds.tenant_id, run_id=run_id)
     return [e["type"] for e in sorted(found, key=lambda e: e["seq"])]
 
@@ -107,7 +107,7 @@ def drain(client: TestClient, creds: TenantCreds, clock: Clock, d: Dispatcher) -
 
 
 @pytest.fixture
-def second_core(tmp_path: Path, db_url: str, clock: Clock) -> Iterator[Runbell]:
+def second_core(tmp_path: Path, db_url: str, clock: Clock) -> Iterator[Core]:
     """Another process's core on the same database (its own engine, writer and caches)."""
     rb = build(make_settings(tmp_path, db_url), clock=clock, migrate=False)
     yield rb
@@ -118,7 +118,7 @@ def second_core(tmp_path: Path, db_url: str, clock: Clock) -> Iterator[Runbell]:
 
 
 def test_a_vanished_worker_stalls_once_with_one_webhook_even_with_two_schedulers(
-    core: Runbell, second_core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+    core: Core, second_core: Core, client: TestClient, creds: TenantCreds, clock: Clock
 ) -> None:
     """A run that started working and never reported again: past its threshold, exactly
     one stalled notification and one run.stalled webhook, however many schedulers tick."""
@@ -197,7 +197,7 @@ def test_a_vanished_worker_stalls_once_with_one_webhook_even_with_two_schedulers
 
 
 def test_progress_resolves_the_stall_and_a_second_stall_is_a_second_episode(
-    core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+    core: Core, client: TestClient, creds: TenantCreds, clock: Clock
 ) -> None:
     t0 = start(clock)
     sched = Scheduler(core)
@@ -251,7 +251,7 @@ def test_progress_resolves_the_stall_and_a_second_stall_is_a_second_episode(
 
 
 def test_any_accepted_signal_ends_the_episode(
-    core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+    core: Core, client: TestClient, creds: TenantCreds, clock: Clock
 ) -> None:
     """A stalled run that then fails: the stalled alert is resolved (the failure is its
     own, different attention); the finished run never stalls again."""
@@ -272,7 +272,7 @@ def test_any_accepted_signal_ends_the_episode(
 
 
 def test_only_working_runs_stall_and_the_clock_restarts_on_return_to_working(
-    core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+    core: Core, client: TestClient, creds: TenantCreds, clock: Clock
 ) -> None:
     t0 = start(clock)
     sched = Scheduler(core)
@@ -295,7 +295,7 @@ def test_only_working_runs_stall_and_the_clock_restarts_on_return_to_working(
 
 
 def test_threshold_comes_from_the_run_else_the_tenant_policy_and_zero_means_never(
-    core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+    core: Core, client: TestClient, creds: TenantCreds, clock: Clock
 ) -> None:
     t0 = start(clock)
     sched = Scheduler(core)
@@ -360,7 +360,7 @@ def race(*calls: Callable[[], int]) -> list[int]:
 
 
 def test_two_sweeps_without_leader_election_still_record_one_stall(
-    core: Runbell, second_core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+    core: Core, second_core: Core, client: TestClient, creds: TenantCreds, clock: Clock
 ) -> None:
     """Below the advisory lock: two sweeps that both run (no leader elected) meet at the
     run's row lock, and the one that comes second finds the episode recorded."""
@@ -377,7 +377,7 @@ def test_two_sweeps_without_leader_election_still_record_one_stall(
 
 
 def test_a_ledger_change_is_a_sign_of_life(
-    core: Runbell, client: TestClient, creds: TenantCreds, clock: Clock
+    core: Core, client: TestClient, creds: TenantCreds, clock: Clock
 ) -> None:
     """A run busy declaring and moving operations is not silent: each ledger change
     restarts its stall clock, and one on a stalled run recovers it."""

@@ -38,7 +38,7 @@ from standardwebhooks import Webhook
 
 from runbell.dispatch.scheduler import Scheduler
 from runbell.domain.errors import ReaderError, ValidationFailed
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.ingress.mcp_tasks import McpTasksReader
 from runbell.ingress.openai_responses import OpenAIResponsesReader
 from runbell.ingress.readers import Observed
@@ -457,7 +457,7 @@ def openai_source(
 
 def test_openai_completed_webhook_waits_for_the_reader_then_the_recheck_applies_it(
     client: TestClient,
-    core: Runbell,
+    core: Core,
     frozen: Clock,
     creds: TenantCreds,
     openai_peer: OpenAIPeer,
@@ -538,7 +538,7 @@ def test_openai_completed_claim_on_an_incomplete_response_is_a_review(
 
 
 def test_openai_source_key_is_sealed_and_masked(
-    client: TestClient, core: Runbell, creds: TenantCreds, openai_source: dict[str, Any]
+    client: TestClient, core: Core, creds: TenantCreds, openai_source: dict[str, Any]
 ) -> None:
     assert openai_source["reader"]["api_key"] == "***"
     listing = client.get("/v1/sources", headers=bearer(creds.admin_key))
@@ -551,7 +551,7 @@ def test_openai_source_key_is_sealed_and_masked(
 
 
 def test_mcp_tasks_source_confirms_each_claim_through_tasks_get(
-    client: TestClient, core: Runbell, frozen: Clock, creds: TenantCreds, task_server: TaskServer
+    client: TestClient, core: Core, frozen: Clock, creds: TenantCreds, task_server: TaskServer
 ) -> None:
     """A generic advisory webhook's claims are applied only as the MCP task agrees:
     input_required early → mismatch, applied by the re-check once the task is there;

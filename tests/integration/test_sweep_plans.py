@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import escalations, stalls
 from runbell.store import tables as t
 from runbell.testing import TenantCreds
@@ -49,7 +49,7 @@ def db_url(pg_template: str | None) -> Iterator[str]:
 
 
 @pytest.fixture
-def seeded(core: Runbell, creds: TenantCreds) -> dict[str, Any]:
+def seeded(core: Core, creds: TenantCreds) -> dict[str, Any]:
     tenant = creds.tenant_id
     with core.db.engine.begin() as conn:
         for sql in SEED:
@@ -62,14 +62,14 @@ def seeded(core: Runbell, creds: TenantCreds) -> dict[str, Any]:
 
 
 def test_the_stall_sweep_reads_its_due_index_not_finished_runs(
-    core: Runbell, seeded: dict[str, Any]
+    core: Core, seeded: dict[str, Any]
 ) -> None:
     found = plan(core, stalls.DUE, now=datetime.now(UTC), limit=500)
     assert_indexed(found, "ix_runs_stall_due")
 
 
 def test_the_escalation_sweep_reads_its_due_index_not_settled_steps(
-    core: Runbell, seeded: dict[str, Any]
+    core: Core, seeded: dict[str, Any]
 ) -> None:
     found = plan(core, escalations.DUE, now=datetime.now(UTC), limit=500)
     assert_indexed(found, "ix_escalation_steps_due")

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import TenantCreds
 from tests.conftest import LiveServer, bearer
@@ -113,14 +113,14 @@ ENDPOINTS: dict[str, tuple[str, Body, str, str, sa.Table]] = {
 }
 
 
-def count(core: Runbell, table: sa.Table) -> int:
+def count(core: Core, table: sa.Table) -> int:
     with core.db.read() as conn:
         return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
 
 
 @pytest.mark.parametrize("endpoint", sorted(ENDPOINTS))
 def test_malformed_hosts_are_422_naming_the_field(
-    core: Runbell, creds: TenantCreds, endpoint: str
+    core: Core, creds: TenantCreds, endpoint: str
 ) -> None:
     path, body, who, field, table = ENDPOINTS[endpoint]
     token = creds.admin_key if who == "admin" else creds.owner_token
@@ -142,7 +142,7 @@ def test_malformed_hosts_are_422_naming_the_field(
     assert count(core, table) == before
 
 
-def test_the_reported_url_row_3(core: Runbell, creds: TenantCreds) -> None:
+def test_the_reported_url_row_3(core: Core, creds: TenantCreds) -> None:
     """The row as filed: an invalid IDNA host in a reader URL was a 500 and a reset."""
     with (
         LiveServer(core, bridge=False) as server,

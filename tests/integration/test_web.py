@@ -22,7 +22,7 @@ from runbell.app import build, create_app
 from runbell.cli.welcome import welcome_text
 from runbell.flows import members
 from runbell.flows.accounts import bootstrap_if_empty
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import sessions
 from runbell.testing import Clock, TenantCreds, add_user
 from runbell.web.forms import safe_next
@@ -37,12 +37,12 @@ FIELD = re.compile(r'name="{}" value="([^"]*)"')
 # --- helpers ---------------------------------------------------------------------------
 
 
-def link_for(core: Runbell, tenant_id: str, user_id: str) -> str:
+def link_for(core: Core, tenant_id: str, user_id: str) -> str:
     with core.db.transaction() as tx:
         return sessions.create_login_link(tx.conn, tenant_id, user_id, tx.now)
 
 
-def sign_in(client: TestClient, core: Runbell, tenant_id: str, user_id: str) -> str:
+def sign_in(client: TestClient, core: Core, tenant_id: str, user_id: str) -> str:
     """Sign ``client`` in through a real one-time link; returns the session's CSRF token."""
     r = client.get(f"/auth/{link_for(core, tenant_id, user_id)}", follow_redirects=False)
     assert r.status_code == 303, r.text
@@ -65,7 +65,7 @@ def other_browser(client: TestClient) -> TestClient:
 
 
 @pytest.fixture
-def owner_browser(client: TestClient, core: Runbell, creds: TenantCreds) -> str:
+def owner_browser(client: TestClient, core: Core, creds: TenantCreds) -> str:
     return sign_in(client, core, creds.tenant_id, creds.owner_id)
 
 
@@ -141,7 +141,7 @@ def request_state(client: TestClient, token: str, request_id: str) -> str:
 
 
 def test_sign_in_link_opens_a_session_once(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """A sign-in link sets an HttpOnly, SameSite=Lax, expiring cookie and lands on the
     inbox; the same link a second time is refused with a page saying it was used."""
@@ -163,7 +163,7 @@ def test_sign_in_link_opens_a_session_once(
 
 
 def test_expired_and_unknown_links_are_refused(
-    client: TestClient, core: Runbell, creds: TenantCreds, clock: Clock
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
     """A link older than 15 minutes is refused (410), and a made-up one (404); neither
     signs anyone in."""
@@ -207,7 +207,7 @@ def test_pages_without_a_session_redirect_to_sign_in(client: TestClient, path: s
     assert r.headers["location"] == f"/login?next={path}"
 
 
-def test_deep_link_survives_sign_in(client: TestClient, core: Runbell, creds: TenantCreds) -> None:
+def test_deep_link_survives_sign_in(client: TestClient, core: Core, creds: TenantCreds) -> None:
     """Opening /n/{id} signed out, then the sign-in link, lands on that notification."""
     note_id = finish(client, creds, "deep-1")
     r = client.get(f"/n/{note_id}", follow_redirects=False)
@@ -228,7 +228,7 @@ def test_deep_link_survives_sign_in(client: TestClient, core: Runbell, creds: Te
     ["//evil.example/x", "https://evil.example/", "/\\evil.example", "evil.example", "/\r\nX: y"],
 )
 def test_sign_in_never_redirects_off_site(
-    client: TestClient, core: Runbell, creds: TenantCreds, target: str
+    client: TestClient, core: Core, creds: TenantCreds, target: str
 ) -> None:
     token = link_for(core, creds.tenant_id, creds.owner_id)
     r = client.get(f"/auth/{token}", params={"next": target}, follow_redirects=False)
@@ -251,7 +251,7 @@ def test_sign_out_ends_the_session(client: TestClient, owner_browser: str) -> No
 
 
 def test_revoked_member_is_signed_out_at_once(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Revoking a membership ends its browser sessions on the next request: pages
     redirect to sign-in (which says why) and the API answers 401."""
@@ -353,7 +353,7 @@ def test_cli_prints_a_working_sign_in_link(
     assert client.get("/").status_code == 200
 
 
-def test_first_start_prints_a_sign_in_link(client: TestClient, core: Runbell) -> None:
+def test_first_start_prints_a_sign_in_link(client: TestClient, core: Core) -> None:
     first = bootstrap_if_empty(core, "first@example.com")
     assert first is not None
     text = welcome_text(first, "http://testserver")
@@ -369,7 +369,7 @@ def test_first_start_prints_a_sign_in_link(client: TestClient, core: Runbell) ->
 
 
 def test_forms_without_the_csrf_token_change_nothing(
-    client: TestClient, core: Runbell, creds: TenantCreds, owner_browser: str
+    client: TestClient, core: Core, creds: TenantCreds, owner_browser: str
 ) -> None:
     """Acknowledge, settings, answer and sign-out refuse a missing or wrong token with a
     403 page, and leave everything as it was."""
@@ -434,7 +434,7 @@ def test_cookie_authenticated_api_calls_need_the_csrf_header(
 
 
 def test_bearer_auth_ignores_the_cookie(
-    client: TestClient, core: Runbell, creds: TenantCreds, owner_browser: str
+    client: TestClient, core: Core, creds: TenantCreds, owner_browser: str
 ) -> None:
     """A program's Authorization header wins over a browser cookie (no CSRF involved)."""
     bob_id, bob_token = add_user(core, creds.tenant_id, "bob@acme.test")
@@ -498,7 +498,7 @@ def test_inbox_carries_the_feed_position_for_live_updates(
 
 
 def test_details_never_reach_someone_who_cannot_see_the_run(
-    client: TestClient, core: Runbell, creds: TenantCreds, owner_browser: str
+    client: TestClient, core: Core, creds: TenantCreds, owner_browser: str
 ) -> None:
     """Another member sees neither the run page, nor the owner's deep link, nor anything
     of its details; the sign-in page shows nothing of it either."""
@@ -529,9 +529,7 @@ def test_details_never_reach_someone_who_cannot_see_the_run(
     assert PLANTED not in other_browser(client).get("/login").text
 
 
-def test_deep_link_after_access_is_lost(
-    client: TestClient, creds: TenantCreds, core: Runbell
-) -> None:
+def test_deep_link_after_access_is_lost(client: TestClient, creds: TenantCreds, core: Core) -> None:
     """A member named on a run gets its link; once the run no longer names them, the
     link says they no longer have access, and shows no details."""
     bob_id, _ = add_user(core, creds.tenant_id, "bob@acme.test")
@@ -610,7 +608,7 @@ def test_deep_link_to_a_superseded_request_says_why(
 
 
 def test_deep_link_to_an_answered_request_says_who_answered(
-    client: TestClient, core: Runbell, creds: TenantCreds, owner_browser: str
+    client: TestClient, core: Core, creds: TenantCreds, owner_browser: str
 ) -> None:
     make_run(client, creds, "ans-1")
     opened = ask(client, creds, "ans-1", "req-ans")
@@ -775,7 +773,7 @@ def test_answered_on_another_device_is_refused_here(
 
 
 def test_a_member_who_may_not_answer_sees_no_form_and_is_refused(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """An admin member may see every run but answers only when the run names them."""
     admin_id, _ = add_user(core, creds.tenant_id, "admin@acme.test", role="admin")
@@ -931,7 +929,7 @@ def test_service_worker_and_assets_are_served(client: TestClient) -> None:
 
 
 def test_readding_a_revoked_member_does_not_revive_old_sessions(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Revocation ends browser sessions for good: re-adding the person later does not
     bring a (possibly copied) old cookie back to life."""

@@ -14,7 +14,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.testing import TenantCreds
 from tests.conftest import bearer
 from tests.integration.test_web import ask, make_run, sign_in
@@ -38,7 +38,7 @@ def answer(client: TestClient, creds: TenantCreds, request_id: str, decision: st
 
 
 def test_the_run_page_says_what_a_person_understands(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """What the SDK's requires_approval records (a request ``ask-…``, an operation on
     ``function __main__.push``, evidence ``approved_by: usr_…`` and ``returned:
@@ -75,7 +75,7 @@ def test_the_run_page_says_what_a_person_understands(
 
 
 def test_each_webhook_row_of_a_notification_says_which_message_it_was(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     """Two "Webhook Delivered" rows were two messages to one endpoint: the notification
     made, then closed. Each row says which; with two endpoints each also says where."""
@@ -104,7 +104,7 @@ def test_each_webhook_row_of_a_notification_says_which_message_it_was(
 
 
 def test_inbox_earlier_items_name_their_run(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     titles = ["Deploy the API", "Rotate the keys"]
     for n, title in enumerate(titles):
@@ -144,7 +144,7 @@ def test_a_wrong_address_in_a_browser_is_a_page_and_json_for_programs(
 
 
 def test_opening_the_run_page_marks_its_notifications_seen(
-    client: TestClient, core: Runbell, creds: TenantCreds
+    client: TestClient, core: Core, creds: TenantCreds
 ) -> None:
     make_run(client, creds, "seen-1")
     opened = ask(client, creds, "seen-1", "approve-seen-1")

@@ -26,7 +26,7 @@ from runbell.api.schemas import (
 )
 from runbell.app import create_app
 from runbell.domain import limits as L
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.store.tables import metadata
 from runbell.testing import TenantCreds, make_tenant
@@ -258,7 +258,7 @@ def widest_email() -> str:
     return "o" * 64 + "@" + domain
 
 
-def test_a_run_with_every_field_at_its_widest_notifies(core: Runbell) -> None:
+def test_a_run_with_every_field_at_its_widest_notifies(core: Core) -> None:
     """PUT, signals, progress, an input request and its answer, operations and their
     moves, an amendment, a tenant webhook: every field at the API's maximum. No 500,
     and the notifications (and the webhook deliveries, whose keys are composites) exist."""

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from runbell.flows.context import Runbell
+    from runbell.flows.context import Core
 
 __all__ = ["install"]
 
 
-def install(app: FastAPI, rb: Runbell, *, listen_host: str | None = None, **kw: Any) -> None:
+def install(app: FastAPI, core: Core, *, listen_host: str | None = None, **kw: Any) -> None:
     """:func:`runbell.api.app.install`, imported on first use."""
     from runbell.api.app import install as install_api
 
-    install_api(app, rb, listen_host=listen_host, **kw)
+    install_api(app, core, listen_host=listen_host, **kw)

@@ -27,18 +27,18 @@ from runbell.api.routers import (
     webhook_endpoints,
 )
 from runbell.api.sse import StreamHandoff
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 
 
-def install(app: FastAPI, rb: Runbell, *, listen_host: str | None = None) -> None:
+def install(app: FastAPI, core: Core, *, listen_host: str | None = None) -> None:
     """Add the HTTP API to ``app``: problem+json for every error, the OpenAPI document,
     the routers, and the body limit.
 
     ``listen_host`` is the interface the server binds (None: in-process); beyond loopback,
     ``/metrics`` needs ``RUNBELL_METRICS_TOKEN`` to answer at all.
     """
-    app.state.core = rb
-    app.state.metrics_refusal = health.metrics_refusal(listen_host, rb.settings.metrics_token)
+    app.state.core = core
+    app.state.metrics_refusal = health.metrics_refusal(listen_host, core.settings.metrics_token)
     problems.install(app)
     openapi.install(app)
     _serve_openapi_as_json(app)
@@ -59,7 +59,7 @@ def install(app: FastAPI, rb: Runbell, *, listen_host: str | None = None) -> Non
         health.router,
     ):
         app.include_router(router, dependencies=[KnownQuery])
-    app.add_middleware(BodyLimit, max_bytes=rb.settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=core.settings.max_body_bytes)
     app.add_middleware(StreamHandoff)  # outermost: streams outlive the framework's frames
 
 

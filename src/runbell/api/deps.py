@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from runbell.domain.errors import Forbidden, Unauthorized, ValidationFailed
 from runbell.domain.principal import Principal, WebSession
 from runbell.flows import accounts, auth_failures, sessions
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 
 SESSION_COOKIE = "rb_session"  # the browser session cookie (HttpOnly, SameSite=Lax)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -28,12 +28,12 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_EXEMPT = re.compile(r"^/v1/notifications/[^/]+/receipts$")
 
 
-def get_core(request: Request) -> Runbell:
-    core: Runbell = request.app.state.core
+def get_core(request: Request) -> Core:
+    core: Core = request.app.state.core
     return core
 
 
-Core = Annotated[Runbell, Depends(get_core)]
+CoreDep = Annotated[Core, Depends(get_core)]
 
 
 def _bearer(request: Request) -> str:
@@ -49,7 +49,7 @@ async def web_session(request: Request) -> WebSession | None:
     token = request.cookies.get(SESSION_COOKIE)
     if not token:
         return None
-    core: Runbell = request.app.state.core
+    core: Core = request.app.state.core
 
     return await run_in_threadpool(sessions.lookup, core, token)
 
@@ -67,7 +67,7 @@ async def principal(request: Request) -> Principal:
             raise Forbidden("a browser session must send its CSRF token in the X-CSRF-Token header")
         return session.principal
     token = _bearer(request)
-    core: Runbell = request.app.state.core
+    core: Core = request.app.state.core
 
     who = await run_in_threadpool(accounts.authenticate, core, token)
     if who is None:

@@ -115,8 +115,8 @@ def login(
     settings = ClientConfig(url.rstrip("/"), key, owner)
     if check:
         try:
-            with Client(settings.url, settings.key, settings.owner, retry=_retry()) as rb:
-                rb.head_cursor()
+            with Client(settings.url, settings.key, settings.owner, retry=_retry()) as core:
+                core.head_cursor()
         except RunbellError as exc:
             _error(exc, "not saved: ")
     try:
@@ -152,15 +152,15 @@ def report(
     from runbell.client import RunbellError, errors
 
     body = _report(summary, link or [])
-    with _client() as rb:
+    with _client() as core:
         try:
             if title is not None or notify is not None:
-                rb.put_run(run_id, title=title, notify_on_complete=notify)
+                core.put_run(run_id, title=title, notify_on_complete=notify)
             try:
-                result = rb.signal(run_id, state, event_id=event_id, reason=reason, report=body)
+                result = core.signal(run_id, state, event_id=event_id, reason=reason, report=body)
             except errors.NotFound:
-                rb.put_run(run_id, title=title, notify_on_complete=notify)
-                result = rb.signal(run_id, state, event_id=event_id, reason=reason, report=body)
+                core.put_run(run_id, title=title, notify_on_complete=notify)
+                result = core.signal(run_id, state, event_id=event_id, reason=reason, report=body)
         except RunbellError as exc:
             _error(exc)
     print(f"{result.outcome}: {result.reason}" if result.reason else result.outcome)
@@ -197,9 +197,9 @@ def progress(run_id: str, message: str, count: list[str] | None = None) -> None:
         if not sep or not name:
             _fail(f"--count must be NAME=VALUE, not {item!r}")
         counts[name] = _number(raw)
-    with _client() as rb:
+    with _client() as core:
         try:
-            result = rb.progress(run_id, message, counts or None)
+            result = core.progress(run_id, message, counts or None)
         except RunbellError as exc:
             _error(exc)
     print("accepted" if result.accepted else f"not recorded: {result.reason}")
@@ -255,15 +255,15 @@ def ask(
         if not isinstance(extra, dict):
             _fail("--details must be a JSON object")
     options = [_option(o) for o in option or []] or None
-    with _client() as rb:
+    with _client() as core:
         try:
             try:
-                run = rb.get_run(run_id)
+                run = core.get_run(run_id)
             except errors.NotFound:
-                run = rb.put_run(run_id, title=title, state="working")
+                run = core.put_run(run_id, title=title, state="working")
             if run.state == "queued":
-                rb.signal(run_id, "working")
-            answer = rb.ask(
+                core.signal(run_id, "working")
+            answer = core.ask(
                 run_id,
                 summary,
                 kind=kind,
@@ -299,9 +299,9 @@ def wait(run_id: str, timeout: float | None = None) -> None:
     Exits 0 completed, 1 failed or cancelled, 2 timeout, 3 error."""
     from runbell.client import RunbellError
 
-    with _client() as rb:
+    with _client() as core:
         try:
-            run = rb.await_run(run_id, timeout)
+            run = core.await_run(run_id, timeout)
         except RunbellError as exc:
             _error(exc)
     print(run.state + (f": {run.stop_reason}" if run.stop_reason else ""))

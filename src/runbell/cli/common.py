@@ -213,7 +213,7 @@ def data_dir(settings: Settings) -> None:
 
 
 def core(given: Settings | None = None, migrate: bool = True) -> Any:
-    """The process's :class:`~runbell.flows.context.Runbell` (the database migrated
+    """The process's :class:`~runbell.flows.context.Core` (the database migrated
     unless told otherwise)."""
     from runbell.app import build
 

@@ -16,7 +16,7 @@ from datetime import datetime
 import structlog
 
 from runbell.flows import digests, escalation, reconcile, retention, stalls, sweeps
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.input_requests import expire_requests
 
 log = structlog.get_logger(__name__)
@@ -33,7 +33,7 @@ LOCK_IDS = {
 
 
 class Scheduler:
-    def __init__(self, core: Runbell, *, interval_s: float | None = None) -> None:
+    def __init__(self, core: Core, *, interval_s: float | None = None) -> None:
         self.core = core
         self.interval_s = interval_s or core.settings.scheduler_interval_s
         self._stop = threading.Event()

@@ -22,7 +22,7 @@ from runbell.channels.webpush import WebPushChannel
 from runbell.domain.errors import UnsafeDestination
 from runbell.domain.ssrf import check_url
 from runbell.flows.channel_config import smtp_config, vapid_keys
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.outbound import make_resolver, safe_async_client
 
 _ONE_CONNECTION = httpx.Limits(max_connections=1, max_keepalive_connections=1)
@@ -57,7 +57,7 @@ class GuardedWebPush:
         return await self.inner.send(msg, dial=checked)
 
 
-def build_channels(core: Runbell, **overrides: Any) -> dict[str, Channel]:
+def build_channels(core: Core, **overrides: Any) -> dict[str, Channel]:
     """Every configured channel. Email only when SMTP is set (its rows are skipped with a
     clear reason otherwise); ``overrides`` replace a channel (tests, embedders)."""
     s = core.settings

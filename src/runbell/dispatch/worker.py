@@ -42,7 +42,7 @@ from runbell.channels.base import (
     TransientDeliveryError,
 )
 from runbell.domain.dispatch import Gate
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.delivery_claim import ClaimBatch, Claimed, claim_batch, renew_lease
 from runbell.flows.delivery_prepare import Prepared, prepare
 from runbell.flows.delivery_record import Result, record_attempts, settle_gate
@@ -93,7 +93,7 @@ class Worker:
 
     def __init__(
         self,
-        core: Runbell,
+        core: Core,
         channels: Mapping[str, Channel],
         *,
         worker_id: str | None = None,

@@ -1,5 +1,5 @@
 """The use cases: one module per flow, each a handful of functions that take the process's
-dependencies (:class:`~runbell.flows.context.Runbell`, or just the database) and a
+dependencies (:class:`~runbell.flows.context.Core`, or just the database) and a
 principal, own the transaction, and return views (plain dicts) for the faces to render.
 
 The faces (``runbell.api``, ``runbell.web``, ``runbell.cli``, the worker and scheduler in

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import accounts
 from runbell.store import sessions as links
 from runbell.store.db import Database
@@ -35,10 +35,10 @@ class FirstRun:
     login_token: str  # a one-time browser sign-in link for the first user
 
 
-def bootstrap_if_empty(rb: Runbell, email: str) -> FirstRun | None:
+def bootstrap_if_empty(core: Core, email: str) -> FirstRun | None:
     """Create the first tenant (``default``), its keys and first user when the database
     has no tenant yet; None when it has one."""
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         if accounts.count_tenants(tx.conn) > 0:
             return None
         tenant_id = accounts.create_tenant(tx.conn, "default", tx.now)
@@ -67,16 +67,16 @@ def resolve_tenant(db: Database, ref: str) -> str:
         return accounts.resolve_tenant(conn, ref)
 
 
-def create_tenant(rb: Runbell, name: str) -> tuple[str, str]:
+def create_tenant(core: Core, name: str) -> tuple[str, str]:
     """A new tenant and its first admin API key: (tenant id, key shown once)."""
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         tenant_id = accounts.create_tenant(tx.conn, name, tx.now)
         _, secret = accounts.create_api_key(tx.conn, tenant_id, "admin", tx.now, name="admin")
     return tenant_id, secret
 
 
 def create_key(
-    rb: Runbell,
+    core: Core,
     tenant: str,
     role: str,
     *,
@@ -84,22 +84,22 @@ def create_key(
     source_id: str | None = None,
 ) -> tuple[str, str]:
     """A new API key of ``tenant`` (id or name): (key id, key shown once)."""
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         tenant_id = accounts.resolve_tenant(tx.conn, tenant)
         return accounts.create_api_key(
             tx.conn, tenant_id, role, tx.now, name=name, source_id=source_id
         )
 
 
-def revoke_key(rb: Runbell, tenant: str, key_id: str) -> None:
+def revoke_key(core: Core, tenant: str, key_id: str) -> None:
     """Revoke an API key at once (its next request is refused)."""
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         accounts.revoke_api_key(tx.conn, accounts.resolve_tenant(tx.conn, tenant), key_id, tx.now)
 
 
-def add_member(rb: Runbell, tenant: str, email: str, role: str) -> tuple[str, str, str]:
+def add_member(core: Core, tenant: str, email: str, role: str) -> tuple[str, str, str]:
     """Add (or re-activate) a member: (tenant id, user id, a user token shown once)."""
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         tenant_id = accounts.resolve_tenant(tx.conn, tenant)
         user_id = accounts.ensure_user(tx.conn, email, tx.now)
         accounts.add_member(tx.conn, tenant_id, user_id, role, tx.now)
@@ -138,8 +138,8 @@ def first_tenant_owner(db: Database) -> tuple[str, str] | None:
             return None
 
 
-def authenticate(rb: Runbell, token: str) -> Principal | None:
+def authenticate(core: Core, token: str) -> Principal | None:
     """Who a bearer token (API key or user token) is, or None if unknown, revoked or
     expired."""
-    with rb.db.read() as conn:
-        return accounts.authenticate(conn, token, rb.db.clock())
+    with core.db.read() as conn:
+        return accounts.authenticate(conn, token, core.db.clock())

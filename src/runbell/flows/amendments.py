@@ -53,7 +53,7 @@ from runbell.flows.attention import (
     raise_attention,
     supersede_actionable,
 )
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import current_of, fingerprint
 from runbell.flows.policy import policy_in
@@ -77,7 +77,7 @@ NOT_OWNER = "only the run's owner decides on a proposed amendment"
 
 
 def propose(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     run_id: str,
     body: dict[str, Any],
@@ -87,9 +87,9 @@ def propose(
     text, changes = _fields(body)
 
     def prepare() -> Act:
-        return lambda tx: (201, _propose_in(rb, tx, who, run_id, text, changes))
+        return lambda tx: (201, _propose_in(core, tx, who, run_id, text, changes))
 
-    return act_once(rb.db, rb.box, key, prepare)
+    return act_once(core.db, core.box, key, prepare)
 
 
 def _fields(body: dict[str, Any]) -> tuple[str, dict[str, str]]:
@@ -112,7 +112,7 @@ def _fields(body: dict[str, Any]) -> tuple[str, dict[str, str]]:
 
 
 def _propose_in(
-    rb: Runbell, tx: Tx, who: Principal, run_id: str, text: str, changes: dict[str, str]
+    core: Core, tx: Tx, who: Principal, run_id: str, text: str, changes: dict[str, str]
 ) -> dict[str, Any]:
     conn, tenant_id = tx.conn, who.tenant_id
     run = runs.get_run(conn, tenant_id, run_id, for_update=True)
@@ -174,15 +174,15 @@ def _propose_in(
     # The owner is told; the run does not move (no version, no state: nothing is blocked).
     raised = raise_attention(
         tx,
-        policy_in(rb, tx, tenant_id),
+        policy_in(core, tx, tenant_id),
         run,
         attention="amendment",
         version=run["version"],
         facts={},
         reason=summary[:200],
-        owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"], conn),
+        owner_present=core.presence.is_present(tenant_id, run["owner_user_id"], conn),
         request=RequestLink(amendment_id, None, blocks_work=False),
-        email=bool(rb.settings.smtp_host),
+        email=bool(core.settings.smtp_host),
     )
     tx.emit(
         tenant_id,
@@ -266,7 +266,7 @@ def pending_views(conn: Any, tenant_id: str, run_id: str) -> list[AmendmentView]
 
 
 def answer_in_tx(
-    rb: Runbell,
+    core: Core,
     tx: Tx,
     who: Principal,
     run: dict[str, Any],
@@ -288,7 +288,7 @@ def answer_in_tx(
             field="Idempotency-Key",
         )
     ik = IdempotencyKey(tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
-    replay = idempotency.stored(conn, rb.box, ik)
+    replay = idempotency.stored(conn, core.box, ik)
     if replay is not None:
         return replay
     amendment = store.get(conn, tenant_id, req["id"], for_update=True)
@@ -303,7 +303,7 @@ def answer_in_tx(
         )
     if answer["value"] is not None:
         raise ValidationFailed("an approval takes no value", field="value")
-    idempotency.claim(tx, rb.box, ik)
+    idempotency.claim(tx, core.box, ik)
     requests.insert_response(
         conn,
         {
@@ -372,7 +372,7 @@ def answer_in_tx(
         "amendment": amendment_view(decided),
         "run": views.run_view(run),
     }
-    return idempotency.settle(tx, rb.box, ik, 200, _sorted(result))
+    return idempotency.settle(tx, core.box, ik, 200, _sorted(result))
 
 
 def _refusal(

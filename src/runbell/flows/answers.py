@@ -24,7 +24,7 @@ never moves the run's state.
 
 Example (what the API router and the web app call)::
 
-    answer(rb, person, "push-1",
+    answer(core, person, "push-1",
            {"decision": "approve", "expected_run_version": 3, "expected_request_version": 1},
            idempotency_key="3f1c…")
 """
@@ -42,7 +42,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.runs import RunState
 from runbell.flows import amendments, idempotency, transitions, views
 from runbell.flows.attention import close_notification
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey
 from runbell.flows.input_requests import current_of, expire_in_tx, fingerprint, may_answer
 from runbell.ids import new_id
@@ -63,18 +63,18 @@ NOT_AUTHORIZED = "only the run's owner or the people it names can answer this re
 
 
 def respond(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     request_id: str,
     body: dict[str, Any],
     idempotency_key: str | None,
 ) -> dict[str, Any]:
     """Answer a request once: ``{response, input_request, run}`` (see :func:`answer`)."""
-    return answer(rb, who, request_id, body, idempotency_key).content()
+    return answer(core, who, request_id, body, idempotency_key).content()
 
 
 def answer(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     request_id: str,
     body: dict[str, Any],
@@ -92,30 +92,30 @@ def answer(
     fields = _answer_fields(body)
     digest = fingerprint({"input_request_id": request_id, **fields})
     try:
-        return _respond(rb, who, request_id, fields, idempotency_key, digest)
+        return _respond(core, who, request_id, fields, idempotency_key, digest)
     except IntegrityError:
         # A concurrent answer won the insert (one response per request) or stored this
         # Idempotency-Key first: the second pass answers from what it committed.
-        return _respond(rb, who, request_id, fields, idempotency_key, digest)
+        return _respond(core, who, request_id, fields, idempotency_key, digest)
 
 
 def _respond(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     request_id: str,
     answer: dict[str, Any],
     key: str | None,
     digest: str,
 ) -> Answer:
-    with rb.db.transaction() as tx:
-        outcome = _respond_in_tx(rb, tx, who, request_id, answer, key, digest)
+    with core.db.transaction() as tx:
+        outcome = _respond_in_tx(core, tx, who, request_id, answer, key, digest)
     if isinstance(outcome, Conflict):
         raise outcome  # raised after commit: the request was marked expired
     return outcome
 
 
 def _respond_in_tx(
-    rb: Runbell,
+    core: Core,
     tx: Tx,
     who: Principal,
     request_id: str,
@@ -133,7 +133,7 @@ def _respond_in_tx(
     if req.get("purpose") == "amendment":
         # A proposed change put to the owner: it binds to other versions and never moves
         # the run's state (flows.amendments says which).
-        return amendments.answer_in_tx(rb, tx, who, run, req, answer, key, digest)
+        return amendments.answer_in_tx(core, tx, who, run, req, answer, key, digest)
     if not may_answer(conn, who, run):
         raise Forbidden(NOT_AUTHORIZED)
     assert who.user_id is not None
@@ -146,7 +146,7 @@ def _respond_in_tx(
     ik = IdempotencyKey(tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
     # Looked up under the run's lock: a concurrent answer under this key has committed
     # (and is replayed) or has not started.
-    replay = idempotency.stored(conn, rb.box, ik)
+    replay = idempotency.stored(conn, core.box, ik)
     if replay is not None:
         log.info("input_request.replayed", input_request_id=request_id)
         return replay
@@ -155,7 +155,7 @@ def _respond_in_tx(
     if refused is not None:
         return refused
     _check_decision(req, answer)
-    idempotency.claim(tx, rb.box, ik)  # unused so far (looked up above, under the lock)
+    idempotency.claim(tx, core.box, ik)  # unused so far (looked up above, under the lock)
 
     decision, value = answer["decision"], answer["value"]
     requests.insert_response(
@@ -197,7 +197,7 @@ def _respond_in_tx(
         if note.get("input_request_id") == request_id:
             close_notification(tx, note, "resolved", f"answered by {who.user_id}")
     run, _ = transitions.apply(
-        rb,
+        core,
         tx,
         run,
         RunState.WORKING.value,
@@ -226,7 +226,7 @@ def _respond_in_tx(
     }
     log.info("input_request.answered", input_request_id=request_id, decision=decision)
     # Keys sorted, as documented; the answer is stored byte for byte for replays.
-    return idempotency.settle(tx, rb.box, ik, 200, _canonical(result))
+    return idempotency.settle(tx, core.box, ik, 200, _canonical(result))
 
 
 def _checkcurrent_of(

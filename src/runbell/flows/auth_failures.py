@@ -28,18 +28,18 @@ import structlog
 from runbell import metrics
 from runbell.domain.errors import TooManyAttempts
 from runbell.domain.throttle import address_key, credential_prefix, verdict
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import auth_failures as store
 
 log = structlog.get_logger(__name__)
 
 Kind = Literal["bearer", "sign_in_link", "webhook_signature"]
-_MEMO = "auth_failures.over"  # rb.memo[_MEMO][key]: when that key's window ends
+_MEMO = "auth_failures.over"  # core.memo[_MEMO][key]: when that key's window ends
 _MEMO_MAX = 4096  # keys remembered at most; past it, the ended ones are forgotten
 
 
 def failed(
-    rb: Runbell,
+    core: Core,
     kind: Kind,
     address: str | None,
     *,
@@ -55,13 +55,13 @@ def failed(
         keys[f"{kind}:cred:{prefix}"] = ("credential", prefix)
     if source_id is not None:
         keys[f"{kind}:source:{source_id[:100]}"] = ("source", source_id[:100])
-    now = rb.db.clock()
-    known = _known_over(rb, keys, now)
+    now = core.db.clock()
+    known = _known_over(core, keys, now)
     if known is not None:
         metrics.AUTH_FAILURES.labels(kind=kind, answer="throttled").inc()
         return known
-    settings = rb.settings
-    with rb.db.transaction(now=now) as tx:
+    settings = core.settings
+    with core.db.transaction(now=now) as tx:
         counts = store.record(tx.conn, list(keys), now, settings.auth_failure_window_s)
     refusal: TooManyAttempts | None = None
     for key, (failures, started) in sorted(counts.items()):
@@ -74,7 +74,7 @@ def failed(
         )
         if not v.throttled:
             continue
-        _remember(rb, key, now + timedelta(seconds=v.retry_after_s), now)
+        _remember(core, key, now + timedelta(seconds=v.retry_after_s), now)
         if v.first_over:
             by, value = keys[key]
             log.warning(
@@ -93,10 +93,10 @@ def failed(
 
 
 def _known_over(
-    rb: Runbell, keys: dict[str, tuple[str, str]], now: datetime
+    core: Core, keys: dict[str, tuple[str, str]], now: datetime
 ) -> TooManyAttempts | None:
     """A key this process saw over its burst, while its window lasts."""
-    over: dict[str, datetime] = rb.memo.get(_MEMO, {})
+    over: dict[str, datetime] = core.memo.get(_MEMO, {})
     longest: datetime | None = None
     for key in keys:
         until = over.get(key)
@@ -111,8 +111,8 @@ def _known_over(
     return _too_many(max(1, int((longest - now).total_seconds() + 0.999)))
 
 
-def _remember(rb: Runbell, key: str, until: datetime, now: datetime) -> None:
-    over: dict[str, datetime] = rb.memo.setdefault(_MEMO, {})
+def _remember(core: Core, key: str, until: datetime, now: datetime) -> None:
+    over: dict[str, datetime] = core.memo.setdefault(_MEMO, {})
     if len(over) >= _MEMO_MAX:
         for old in [k for k, v in over.items() if v <= now]:
             del over[old]
@@ -128,7 +128,7 @@ def _too_many(retry_after_s: int) -> TooManyAttempts:
     )
 
 
-def prune(rb: Runbell, now: datetime) -> int:
+def prune(core: Core, now: datetime) -> int:
     """Forget counts whose windows ended (the retention sweep calls it)."""
-    with rb.db.transaction(now=now) as tx:
-        return store.prune(tx.conn, now - timedelta(seconds=rb.settings.auth_failure_window_s))
+    with core.db.transaction(now=now) as tx:
+        return store.prune(tx.conn, now - timedelta(seconds=core.settings.auth_failure_window_s))

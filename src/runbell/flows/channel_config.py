@@ -17,37 +17,37 @@ import sqlalchemy as sa
 
 from runbell.channels.email import SmtpConfig
 from runbell.channels.webpush import VapidKeys
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import kv
 
 VAPID_KV = "vapid"
 
 
-def vapid_keys(rb: Runbell) -> VapidKeys:
+def vapid_keys(core: Core) -> VapidKeys:
     """The server's VAPID key pair: generated on first use, kept (private key sealed).
 
     Browsers bind a subscription to this public key, so it must never change silently.
     """
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         stored = kv.get(conn, VAPID_KV)
     if stored is None:
         keys = VapidKeys.generate()
         # Another process may have been first: the insert fails, and we use theirs.
-        with contextlib.suppress(sa.exc.IntegrityError), rb.db.transaction() as tx:
+        with contextlib.suppress(sa.exc.IntegrityError), core.db.transaction() as tx:
             kv.insert(
                 tx.conn,
                 VAPID_KV,
-                {"private_pem": rb.box.seal(keys.private_pem), "public_key": keys.public_key},
+                {"private_pem": core.box.seal(keys.private_pem), "public_key": keys.public_key},
             )
-        with rb.db.read() as conn:
+        with core.db.read() as conn:
             stored = kv.get(conn, VAPID_KV)
         assert stored is not None
-    return VapidKeys.from_pem(rb.box.open(stored["private_pem"]))
+    return VapidKeys.from_pem(core.box.open(stored["private_pem"]))
 
 
-def smtp_config(rb: Runbell) -> SmtpConfig | None:
+def smtp_config(core: Core) -> SmtpConfig | None:
     """The SMTP relay email goes through, or None when none is set (email is then off)."""
-    s = rb.settings
+    s = core.settings
     if not s.smtp_host:
         return None
     return SmtpConfig(
@@ -58,7 +58,7 @@ def smtp_config(rb: Runbell) -> SmtpConfig | None:
         username=s.smtp_username,
         password=s.smtp_password,
         from_address=s.smtp_from,
-        unsubscribe_url=f"{rb.public_url}/settings#email",
+        unsubscribe_url=f"{core.public_url}/settings#email",
         validate_certs=s.smtp_validate_certs,
         timeout=s.outbound_timeout_s,
     )

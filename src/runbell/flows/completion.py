@@ -37,7 +37,7 @@ from runbell.domain.operations import (
 )
 from runbell.domain.runs import RunState
 from runbell.flows.attention import close_notification, raise_attention
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.policy import policy_in
 from runbell.store import notifications as notes
 from runbell.store import operations as ledger
@@ -102,7 +102,7 @@ def judge(tx: Tx, run: dict[str, Any], state: str, effects_verified: bool | None
     return Judged(summary, result.value, "needs_review", done.text[:REASON_MAX])
 
 
-def review(rb: Runbell, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
+def review(core: Core, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
     """After a ledger change of a completed run whose review is open: one new version
     (a ``review`` transition, state unchanged), the open review superseded by one new
     ``needs_review`` notification — or, when every operation is now confirmed, closed as
@@ -143,14 +143,14 @@ def review(rb: Runbell, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
             close_notification(tx, note, "superseded", f"review updated at version {version}")
     raised = raise_attention(
         tx,
-        policy_in(rb, tx, tenant_id),
+        policy_in(core, tx, tenant_id),
         run,
         attention="completed" if verified else "needs_review",
         version=version,
         facts={"effects_verified": verified},
         reason=reason,
-        owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
-        email=bool(rb.settings.smtp_host),
+        owner_present=core.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
+        email=bool(core.settings.smtp_host),
     )
     if raised.note is not None:
         tx.written[raised.note["id"]] = raised.note

@@ -5,7 +5,7 @@ faces (API, web app, CLI, worker, scheduler), which pass it to the flow they cal
 the database (with its clock), the process's runtime machinery (the wake-up hub, the
 group-commit writer, the presence registry; ``runbell.runtime``), the secret box, the
 settings, how state readers are built, and the per-process policy cache. A flow module
-takes it as its first argument (``rb``) and owns the transaction it opens.
+takes it as its first argument (``core``) and owns the transaction it opens.
 
 Invariants kept here (DESIGN §2): none of its own — it only makes sure every unit of work
 registers the tenant-webhook fan-out (``flows.fanout``), so invariant 12 holds for webhook
@@ -53,7 +53,7 @@ class PolicyCache:
         return policy
 
 
-class Runbell:
+class Core:
     """The dependencies of one Runbell process (see the module docstring)."""
 
     def __init__(

@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.views import iso
 from runbell.store import notifications as notes
@@ -59,7 +59,7 @@ def delivery_view(
 
 
 def list_deliveries(
-    rb: Runbell,
+    core: Core,
     tenant_id: str,
     *,
     statuses: list[str] | None = None,
@@ -69,7 +69,7 @@ def list_deliveries(
     limit: int = 100,
 ) -> dict[str, Any]:
     """Deliveries newest first, as views; ``next_cursor`` (or None) pages on."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         rows = outbox.list_for_tenant(
             conn,
             tenant_id,
@@ -86,16 +86,16 @@ def list_deliveries(
     }
 
 
-def get_delivery(rb: Runbell, tenant_id: str, delivery_id: str) -> dict[str, Any]:
+def get_delivery(core: Core, tenant_id: str, delivery_id: str) -> dict[str, Any]:
     """One delivery with its attempts (404 for another tenant's)."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         d = outbox.get(conn, tenant_id, delivery_id)
         attempts = notes.attempts_for(conn, delivery_id)
     return delivery_view(d, attempts)
 
 
 def replay(
-    rb: Runbell, tenant_id: str, delivery_id: str, key: IdempotencyKey | None = None
+    core: Core, tenant_id: str, delivery_id: str, key: IdempotencyKey | None = None
 ) -> Answer:
     """Queue a finished delivery again under the same identity (200, the delivery);
     409 when it is not finished."""
@@ -105,13 +105,13 @@ def replay(
         tx.wake_outbox = True
         return 200, delivery_view(d)
 
-    return act_once(rb.db, rb.box, key, lambda: act)
+    return act_once(core.db, core.box, key, lambda: act)
 
 
-def operator_events(rb: Runbell, tenant_id: str, limit: int = 100) -> dict[str, Any]:
+def operator_events(core: Core, tenant_id: str, limit: int = 100) -> dict[str, Any]:
     """Problems an operator must fix, newest first: disabled endpoints, misconfigured
     destinations (push 403, SMTP auth, refused URLs)."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         rows = outbox.operator_events(conn, tenant_id, limit)
     return {
         "events": [

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from runbell.domain.rate import Limit, schedule
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.delivery_prepare import Prepared, prepare_webhook
 from runbell.store import endpoints, outbox, rate_limits
 
@@ -53,17 +53,17 @@ class ClaimBatch:
 
 
 def claim_batch(
-    rb: Runbell,
+    core: Core,
     *,
     worker_id: str,
     limit: int,
     now: datetime,
     opened: dict[str, str] | None = None,
 ) -> ClaimBatch:
-    s = rb.settings
+    s = core.settings
     # Before the transaction: the lease runs from its clock reading, never from later.
     t0 = time.monotonic()
-    with rb.db.transaction(now=now) as tx:
+    with core.db.transaction(now=now) as tx:
         rows = outbox.claim(
             tx.conn, now=tx.now, worker_id=worker_id, lease_s=s.worker_lease_s, limit=limit
         )
@@ -71,7 +71,7 @@ def claim_batch(
             return ClaimBatch([])
         hooks = {(r["tenant_id"], r["destination"]) for r in rows if r["channel"] == "webhook"}
         eps = endpoints.get_many(tx.conn, hooks)
-        wants = [_limits(rb, r, eps) for r in rows]
+        wants = [_limits(core, r, eps) for r in rows]
         horizon = rate_horizon(s.worker_lease_s, s.outbound_timeout_s)
         slots, given_back, next_due = {}, [], None
         if any(wants):
@@ -99,7 +99,7 @@ def claim_batch(
         if row["channel"] == "webhook":
             ep = eps.get((row["tenant_id"], row["destination"]))
             try:
-                prepared = prepare_webhook(rb, ep, row, now_claimed, opened)
+                prepared = prepare_webhook(core, ep, row, now_claimed, opened)
             except Exception as exc:  # one bad row must not take its batch down
                 error = exc
         at = slots.get(row["id"])
@@ -108,13 +108,13 @@ def claim_batch(
     return ClaimBatch(claimed, next_due)
 
 
-def _limits(rb: Runbell, row: dict[str, Any], eps: dict[tuple[str, str], Any]) -> list[Limit]:
+def _limits(core: Core, row: dict[str, Any], eps: dict[tuple[str, str], Any]) -> list[Limit]:
     """The outbound limits a webhook row counts against: its tenant's, and its
     endpoint's own when it sets one (a webhook is an amplifier a compromised account could
     aim at a third party)."""
     if row["channel"] != "webhook":
         return []
-    rate = rb.settings.webhook_rate_per_s
+    rate = core.settings.webhook_rate_per_s
     found = [Limit(f"tenant:{row['tenant_id']}", rate, max(1.0, rate))]
     ep = eps.get((row["tenant_id"], row["destination"]))
     own = ep["rate_limit_per_s"] if ep else None
@@ -123,12 +123,12 @@ def _limits(rb: Runbell, row: dict[str, Any], eps: dict[tuple[str, str], Any]) -
     return found
 
 
-def renew_lease(rb: Runbell, delivery_id: str, *, worker_id: str, now: datetime) -> bool:
+def renew_lease(core: Core, delivery_id: str, *, worker_id: str, now: datetime) -> bool:
     """Extend this worker's lease on a row still being sent (a send that outlives the
     claim's cover); False when the lease was lost and the row is someone else's now."""
-    with rb.db.transaction(now=now) as tx:
+    with core.db.transaction(now=now) as tx:
         return outbox.renew_lease(
-            tx.conn, delivery_id, worker_id, tx.now, rb.settings.worker_lease_s
+            tx.conn, delivery_id, worker_id, tx.now, core.settings.worker_lease_s
         )
 
 

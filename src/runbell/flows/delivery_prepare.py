@@ -34,7 +34,7 @@ from runbell.flows.attention import (
     RETRACTED_TITLE,
     consented_urgencies,
 )
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.policy import policy_for
 from runbell.store import accounts, destinations, endpoints, runs
 from runbell.store import notifications as notes
@@ -52,17 +52,17 @@ class Prepared:
     created_at: datetime | None = None
 
 
-def prepare(rb: Runbell, row: dict[str, Any], now: datetime) -> Prepared:
+def prepare(core: Core, row: dict[str, Any], now: datetime) -> Prepared:
     """Check a claimed delivery row against the state of things at ``now``."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         if row["channel"] == "webhook":
             eps = endpoints.get_many(conn, {(row["tenant_id"], row["destination"])})
-            return prepare_webhook(rb, eps.get((row["tenant_id"], row["destination"])), row, now)
-        return _prepare_person(rb, conn, row, now)
+            return prepare_webhook(core, eps.get((row["tenant_id"], row["destination"])), row, now)
+        return _prepare_person(core, conn, row, now)
 
 
 def prepare_webhook(
-    rb: Runbell,
+    core: Core,
     ep: dict[str, Any] | None,
     row: dict[str, Any],
     now: datetime,
@@ -81,8 +81,8 @@ def prepare_webhook(
     decided = gate(ctx, now)
     if decided.action != "send":
         return Prepared(decided, created_at=row["created_at"])
-    secrets = [_open(rb, s["sealed"], opened) for s in ep["secrets"] if endpoints.live(s, now)]
-    base = rb.public_url
+    secrets = [_open(core, s["sealed"], opened) for s in ep["secrets"] if endpoints.live(s, now)]
+    base = core.public_url
     msg = Outbound(
         delivery_id=row["id"],
         tenant_id=row["tenant_id"],
@@ -107,21 +107,21 @@ def prepare_webhook(
     return Prepared(decided, msg, created_at=row["created_at"])
 
 
-def _open(rb: Runbell, sealed: str, opened: dict[str, str] | None) -> str:
+def _open(core: Core, sealed: str, opened: dict[str, str] | None) -> str:
     if opened is None:
-        return rb.box.open(sealed)
+        return core.box.open(sealed)
     plain = opened.get(sealed)
     if plain is None:
         if len(opened) > 1000:  # rotated secrets pile up; start again rather than grow
             opened.clear()
-        plain = opened[sealed] = rb.box.open(sealed)
+        plain = opened[sealed] = core.box.open(sealed)
     return plain
 
 
-def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: datetime) -> Prepared:
+def _prepare_person(core: Core, conn: Connection, row: dict[str, Any], now: datetime) -> Prepared:
     tenant_id = row["tenant_id"]
     if row["event_type"] == RETRACTED:
-        return _prepare_retraction(rb, conn, row, now)
+        return _prepare_retraction(core, conn, row, now)
     n = notes.find(conn, tenant_id, row["notification_id"])
     if n is None:
         return Prepared(Gate("cancel", "notification is gone"))
@@ -139,7 +139,7 @@ def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: dat
     )
     prefs = destinations.preferences(conn, tenant_id, user_id)
     consent = (prefs["consent"] if prefs else None) or {}
-    target, exists = _destination(rb, conn, row, user_id)
+    target, exists = _destination(core, conn, row, user_id)
     ctx = DispatchContext(
         channel=row["channel"],
         urgency=n["urgency"],
@@ -157,7 +157,7 @@ def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: dat
             QuietWindow.parse(w) for w in ((prefs["quiet_hours"] if prefs else None) or [])
         ),
         timezone=(prefs["timezone"] if prefs else None) or "UTC",
-        quiet_bypass=policy_for(rb, conn, tenant_id).quiet_bypass,
+        quiet_bypass=policy_for(core, conn, tenant_id).quiet_bypass,
     )
     decided = gate(ctx, now)
     prepared = Prepared(
@@ -184,7 +184,7 @@ def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: dat
             if digest
             else NEUTRAL_BODY.get(n["attention_type"], "Open Runbell for details.")
         ),
-        deep_link=f"{rb.public_url}/n/{n['id']}",
+        deep_link=f"{core.public_url}/n/{n['id']}",
         notification_id=n["id"],
         run_id=n["run_id"],
         collapse_key=f"{tenant_id}:{n['run_id']}",
@@ -195,7 +195,7 @@ def _prepare_person(rb: Runbell, conn: Connection, row: dict[str, Any], now: dat
 
 
 def _prepare_retraction(
-    rb: Runbell, conn: Connection, row: dict[str, Any], now: datetime
+    core: Core, conn: Connection, row: dict[str, Any], now: datetime
 ) -> Prepared:
     """The neutral push that replaces a handled notification on a device that showed it
     (same collapse key, so the same Topic and ``tag``). Consent and quiet hours do not
@@ -217,7 +217,7 @@ def _prepare_retraction(
         urgency="normal",
         title=RETRACTED_TITLE,
         body=RETRACTED_BODY,
-        deep_link=f"{rb.public_url}/n/{note_id}",
+        deep_link=f"{core.public_url}/n/{note_id}",
         notification_id=note_id,
         run_id=row["run_id"],
         collapse_key=f"{row['tenant_id']}:{row['run_id']}",
@@ -233,7 +233,7 @@ def _prepare_retraction(
 
 
 def _destination(
-    rb: Runbell, conn: Connection, row: dict[str, Any], user_id: str
+    core: Core, conn: Connection, row: dict[str, Any], user_id: str
 ) -> tuple[dict[str, Any], bool]:
     """Where the person is reachable *now* (an address may have changed)."""
     channel = row["channel"]
@@ -249,5 +249,5 @@ def _destination(
         dest = destinations.chat_destination(conn, row["tenant_id"], row["destination"])
         if dest is None:
             return {}, False
-        return {"url": rb.box.open(dest["url_sealed"])}, True
+        return {"url": core.box.open(dest["url_sealed"])}, True
     return {}, False

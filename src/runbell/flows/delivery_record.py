@@ -30,7 +30,7 @@ from runbell.channels.base import DeliveryError, PermanentDeliveryError, Sent
 from runbell.domain.dispatch import Gate
 from runbell.domain.retry import RetryStrategy
 from runbell.flows.attention import close_notification
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.delivery_prepare import Prepared
 from runbell.store import destinations, endpoints, operator_events, outbox
 from runbell.store import notifications as notes
@@ -52,14 +52,14 @@ class Result:
 
 
 def settle_gate(
-    rb: Runbell,
+    core: Core,
     row: dict[str, Any],
     decided: Gate,
     *,
     worker_id: str,
     clock: Callable[[], datetime],
 ) -> None:
-    with rb.db.transaction(now=clock()) as tx:
+    with core.db.transaction(now=clock()) as tx:
         cur = outbox.lock_claimed(tx.conn, row["id"], row["notification_id"])
         if cur is None or cur["status"] != "sending" or cur["claimed_by"] != worker_id:
             return  # someone else moved it meanwhile (ack, replay, a later claim)
@@ -102,7 +102,7 @@ def _withdraw(tx: Tx, row: dict[str, Any], decided: Gate) -> None:
 
 
 def record_attempt(
-    rb: Runbell,
+    core: Core,
     row: dict[str, Any],
     prepared: Prepared,
     result: Result,
@@ -112,11 +112,11 @@ def record_attempt(
     clock: Callable[[], datetime],
 ) -> None:
     """Write what one send did (:func:`record_attempts` for a batch of one)."""
-    record_attempts(rb, [(row, prepared, result)], worker_id=worker_id, rng=rng, clock=clock)
+    record_attempts(core, [(row, prepared, result)], worker_id=worker_id, rng=rng, clock=clock)
 
 
 def record_attempts(
-    rb: Runbell,
+    core: Core,
     done: Sequence[tuple[dict[str, Any], Prepared, Result]],
     *,
     worker_id: str,
@@ -129,7 +129,7 @@ def record_attempts(
     is no longer ours only gets its attempt noted."""
     if not done:
         return
-    with rb.db.transaction(now=clock()) as tx:
+    with core.db.transaction(now=clock()) as tx:
         current = outbox.lock_claimed_many(
             tx.conn, [(row["id"], row["notification_id"]) for row, _, _ in done]
         )
@@ -152,7 +152,7 @@ def record_attempts(
                 assert isinstance(result.error, PermanentDeliveryError)
                 _failed(tx, row, result.error)
             elif result.outcome != "accepted":
-                _retry_or_dead(rb, tx, row, cur, prepared, result, rng)
+                _retry_or_dead(core, tx, row, cur, prepared, result, rng)
     # Only what this worker settled is counted and logged (as each row's own write did).
     for row, _, prepared, result in ours:
         _observe(row, prepared, result, tx.now)
@@ -250,7 +250,7 @@ def _failed(tx: Tx, row: dict[str, Any], err: PermanentDeliveryError) -> None:
 
 
 def _retry_or_dead(
-    rb: Runbell,
+    core: Core,
     tx: Tx,
     row: dict[str, Any],
     cur: dict[str, Any],
@@ -303,7 +303,7 @@ def _retry_or_dead(
         ep = endpoints.get(tx.conn, row["tenant_id"], row["destination"], for_update=True)
         streak = ep["dead_streak"] + 1
         endpoints.update(tx.conn, row["tenant_id"], ep["id"], tx.now, dead_streak=streak)
-        if streak >= rb.settings.webhook_disable_after_dead and ep["status"] == "enabled":
+        if streak >= core.settings.webhook_disable_after_dead and ep["status"] == "enabled":
             _disable_endpoint(tx, row, f"{streak} deliveries in a row ended dead")
 
 

@@ -35,7 +35,7 @@ from runbell import metrics
 from runbell.domain import digests as rules
 from runbell.domain.principal import Principal
 from runbell.flows.attention import _push_deliveries, notification_event
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.views import iso
 from runbell.ids import new_id
 from runbell.store import accounts, digests, outbox, runs
@@ -49,18 +49,18 @@ class _Lost(Exception):
     """Another flusher made this digest first: roll back, create nothing."""
 
 
-def flush_due(rb: Runbell, now: datetime, limit: int = 100) -> int:
+def flush_due(core: Core, now: datetime, limit: int = 100) -> int:
     """Send every digest whose window closed by ``now`` or that is full; returns how many
     were created. Each in its own transaction; a lost race counts nothing."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         groups = digests.due_groups(conn, now, limit)
     sent = 0
     for group in groups:
         # A full window sends a part per max_items; what is left waits for the close.
         for _ in range(MAX_PARTS_PER_SWEEP):
             try:
-                with rb.db.transaction(now=now) as tx:
-                    made = _flush(rb, tx, group, closed=group["closes_at"] <= now)
+                with core.db.transaction(now=now) as tx:
+                    made = _flush(core, tx, group, closed=group["closes_at"] <= now)
             except _Lost:
                 log.info("digest.lost_race", digest_key=group["digest_key"])
                 break
@@ -73,7 +73,7 @@ def flush_due(rb: Runbell, now: datetime, limit: int = 100) -> int:
 MAX_PARTS_PER_SWEEP = 20
 
 
-def _flush(rb: Runbell, tx: Tx, group: dict[str, Any], *, closed: bool) -> str | None:
+def _flush(core: Core, tx: Tx, group: dict[str, Any], *, closed: bool) -> str | None:
     items = digests.unclaimed(tx.conn, group, int(group["max_items"]), lock=True)
     if not items or (not closed and len(items) < int(group["max_items"])):
         # Nothing left (another flusher claimed it), or an open window not yet full.
@@ -141,7 +141,7 @@ def _flush(rb: Runbell, tx: Tx, group: dict[str, Any], *, closed: bool) -> str |
         raise _Lost(key)  # a digest of another window took this ordinal: next tick
     rows = [outbox.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
     rows += _push_deliveries(
-        tx, tenant_id, recipient, note_id, urgency, email=bool(rb.settings.smtp_host)
+        tx, tenant_id, recipient, note_id, urgency, email=bool(core.settings.smtp_host)
     )
     for row in rows:
         row.update(run_id=values["run_id"], urgency=urgency)

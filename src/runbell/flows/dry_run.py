@@ -15,7 +15,7 @@ from typing import Any
 from runbell.domain.dry_run import LIMITS, Recorded, replay
 from runbell.domain.errors import ValidationFailed
 from runbell.domain.policy import Policy
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.views import iso
 from runbell.store import history
 
@@ -26,7 +26,7 @@ BATCH = 500
 
 
 def dry_run(
-    rb: Runbell,
+    core: Core,
     tenant_id: str,
     doc: dict[str, Any],
     *,
@@ -37,14 +37,14 @@ def dry_run(
     """Replay ``[since, until)`` (default: the last 7 days) through the candidate ``doc``
     (the ``PUT /v1/policy`` document; validated the same way, 422 when bad)."""
     candidate = Policy.from_mapping(doc, base=Policy.default())
-    until = until or rb.db.clock()
+    until = until or core.db.clock()
     since = since or until - DEFAULT_WINDOW
     if since >= until:
         raise ValidationFailed("since must be before until", field="since")
     if until - since > MAX_WINDOW:
         raise ValidationFailed("the window may span at most 92 days", field="since")
     limit = max(1, min(limit, MAX_TRANSITIONS))
-    rows = list(_recorded(rb, tenant_id, since, until, limit + 1))
+    rows = list(_recorded(core, tenant_id, since, until, limit + 1))
     capped = len(rows) > limit
     report = replay(candidate, rows[:limit])
     return {
@@ -63,12 +63,12 @@ def dry_run(
 
 
 def _recorded(
-    rb: Runbell, tenant_id: str, since: datetime, until: datetime, most: int
+    core: Core, tenant_id: str, since: datetime, until: datetime, most: int
 ) -> Iterator[Recorded]:
     after: tuple[datetime, str, int] | None = None
     left = most
     while left > 0:
-        with rb.db.read() as conn:  # a short read per batch, never one long transaction
+        with core.db.read() as conn:  # a short read per batch, never one long transaction
             batch = history.transitions_between(
                 conn, tenant_id, since, until, after=after, limit=min(BATCH, left)
             )

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from runbell.domain.errors import ValidationFailed
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.sources import check_destination
 from runbell.flows.views import iso
@@ -55,7 +55,7 @@ def endpoint_view(ep: dict[str, Any], now: datetime) -> dict[str, Any]:
 
 
 def create_endpoint(
-    rb: Runbell,
+    core: Core,
     tenant_id: str,
     *,
     url: str,
@@ -67,7 +67,7 @@ def create_endpoint(
     """Register an endpoint (201); the answer carries its signing secret, once."""
 
     def prepare() -> Act:
-        check_destination(rb, url, "url")
+        check_destination(core, url, "url")
         secret = new_secret()
 
         def act(tx: Tx) -> tuple[int, dict[str, Any]]:
@@ -78,7 +78,7 @@ def create_endpoint(
                 url=url,
                 description=description,
                 event_types=list(event_types),
-                sealed_secret=rb.box.seal(secret),
+                sealed_secret=core.box.seal(secret),
                 rate_limit_per_s=rate_limit_per_s,
             )
             ep = endpoints.get(tx.conn, tenant_id, endpoint_id)
@@ -86,22 +86,22 @@ def create_endpoint(
 
         return act
 
-    return act_once(rb.db, rb.box, key, prepare)
+    return act_once(core.db, core.box, key, prepare)
 
 
-def list_endpoints(rb: Runbell, tenant_id: str) -> dict[str, Any]:
-    now = rb.db.clock()
-    with rb.db.read() as conn:
+def list_endpoints(core: Core, tenant_id: str) -> dict[str, Any]:
+    now = core.db.clock()
+    with core.db.read() as conn:
         return {"endpoints": [endpoint_view(e, now) for e in endpoints.list_all(conn, tenant_id)]}
 
 
-def get_endpoint(rb: Runbell, tenant_id: str, endpoint_id: str) -> dict[str, Any]:
-    with rb.db.read() as conn:
-        return endpoint_view(endpoints.get(conn, tenant_id, endpoint_id), rb.db.clock())
+def get_endpoint(core: Core, tenant_id: str, endpoint_id: str) -> dict[str, Any]:
+    with core.db.read() as conn:
+        return endpoint_view(endpoints.get(conn, tenant_id, endpoint_id), core.db.clock())
 
 
 def update_endpoint(
-    rb: Runbell, tenant_id: str, endpoint_id: str, values: Mapping[str, Any]
+    core: Core, tenant_id: str, endpoint_id: str, values: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Change the fields given (url, description, event_types, status); re-enabling
     resets the dead streak. 422 for a null url, event_types or status."""
@@ -110,21 +110,21 @@ def update_endpoint(
         if name in values and values[name] is None:
             raise ValidationFailed(f"{name} cannot be null", field=name)
     if "url" in values:
-        check_destination(rb, values["url"], "url")
+        check_destination(core, values["url"], "url")
     if values.get("status") == "enabled":
         values.update(dead_streak=0, disabled_reason=None)
     elif values.get("status") == "disabled":
         values["disabled_reason"] = "disabled by an admin"
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         endpoints.get(tx.conn, tenant_id, endpoint_id, for_update=True)
         if values:
             endpoints.update(tx.conn, tenant_id, endpoint_id, tx.now, **values)
         ep = endpoints.get(tx.conn, tenant_id, endpoint_id)
-    return endpoint_view(ep, rb.db.clock())
+    return endpoint_view(ep, core.db.clock())
 
 
 def rotate_secret(
-    rb: Runbell,
+    core: Core,
     tenant_id: str,
     endpoint_id: str,
     overlap_s: int,
@@ -135,15 +135,15 @@ def rotate_secret(
 
     def act(tx: Tx) -> tuple[int, dict[str, Any]]:
         secret = new_secret()
-        endpoints.rotate(tx.conn, tenant_id, endpoint_id, tx.now, rb.box.seal(secret), overlap_s)
+        endpoints.rotate(tx.conn, tenant_id, endpoint_id, tx.now, core.box.seal(secret), overlap_s)
         ep = endpoints.get(tx.conn, tenant_id, endpoint_id)
         return 200, {**endpoint_view(ep, tx.now), "secret": secret}
 
-    return act_once(rb.db, rb.box, key, lambda: act)
+    return act_once(core.db, core.box, key, lambda: act)
 
 
 def recover(
-    rb: Runbell,
+    core: Core,
     tenant_id: str,
     endpoint_id: str,
     since: datetime,
@@ -164,17 +164,17 @@ def recover(
         tx.wake_outbox = n > 0
         return 202, {"requeued": n}
 
-    return act_once(rb.db, rb.box, key, lambda: act)
+    return act_once(core.db, core.box, key, lambda: act)
 
 
 # --- Runbell's own receivers (the demo's sink) ----------------------------------------
 
 
-def ensure_endpoint(rb: Runbell, tenant_id: str, url: str, description: str) -> bool:
+def ensure_endpoint(core: Core, tenant_id: str, url: str, description: str) -> bool:
     """Register an endpoint for every event at ``url`` unless the tenant has one there;
     True when it was created. Its secret is never shown: only Runbell's own receiver
     (:func:`verify_own_delivery`) checks it."""
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         if any(e["url"] == url for e in endpoints.list_all(tx.conn, tenant_id)):
             return False
         endpoints.create(
@@ -184,22 +184,22 @@ def ensure_endpoint(rb: Runbell, tenant_id: str, url: str, description: str) -> 
             url=url,
             description=description,
             event_types=[],
-            sealed_secret=rb.box.seal(new_secret()),
+            sealed_secret=core.box.seal(new_secret()),
             rate_limit_per_s=None,
         )
     return True
 
 
 def verify_own_delivery(
-    rb: Runbell, url_suffix: str, body: bytes, headers: Mapping[str, str]
+    core: Core, url_suffix: str, body: bytes, headers: Mapping[str, str]
 ) -> None:
     """Check a message Runbell sent to one of its own endpoints (any tenant's whose URL
     ends with ``url_suffix``) as any receiver would: its Standard Webhooks signature by a
     live secret (401 otherwise)."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         eps = endpoints.with_url_suffix(conn, url_suffix)
-    now = rb.db.clock()
+    now = core.db.clock()
     secrets = [
-        rb.box.open(s["sealed"]) for e in eps for s in e["secrets"] if endpoints.live(s, now)
+        core.box.open(s["sealed"]) for e in eps for s in e["secrets"] if endpoints.live(s, now)
     ]
-    verify_signed(body, headers, secrets, now=rb.db.clock())
+    verify_signed(body, headers, secrets, now=core.db.clock())

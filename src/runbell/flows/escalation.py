@@ -27,7 +27,7 @@ import structlog
 from runbell import metrics
 from runbell.flows import views
 from runbell.flows.attention import notification_event
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import destinations, escalations, outbox
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx
@@ -35,13 +35,13 @@ from runbell.store.db import PendingEvent, Tx
 log = structlog.get_logger(__name__)
 
 
-def sweep(rb: Runbell, now: datetime, limit: int = 500) -> int:
+def sweep(core: Core, now: datetime, limit: int = 500) -> int:
     """Fire every pending step due by ``now``; returns how many fired."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         due = escalations.due(conn, now, limit)
     fired = 0
     for step_id in due:
-        with rb.db.transaction(now=now) as tx:
+        with core.db.transaction(now=now) as tx:
             step = escalations.lock(tx.conn, step_id)
             if step is None or step["status"] != "pending" or step["due_at"] > tx.now:
                 continue  # cancelled by a close, or fired by another scheduler meanwhile
@@ -52,13 +52,13 @@ def sweep(rb: Runbell, now: datetime, limit: int = 500) -> int:
                     tx.conn, step_id, "cancelled", tx.now, f"notification {state}", 0
                 )
                 continue
-            fired += _fire(rb, tx, step, note)
+            fired += _fire(core, tx, step, note)
     return fired
 
 
-def _fire(rb: Runbell, tx: Tx, step: dict[str, Any], note: dict[str, Any]) -> int:
+def _fire(core: Core, tx: Tx, step: dict[str, Any], note: dict[str, Any]) -> int:
     tenant_id, user_id, channel = note["tenant_id"], note["recipient_user_id"], step["channel"]
-    targets = _destinations(rb, tx, tenant_id, user_id, channel)
+    targets = _destinations(core, tx, tenant_id, user_id, channel)
     used = escalations.destinations_used(tx.conn, tenant_id, note["id"], channel)
     rows = [
         outbox.delivery_row(tenant_id, note["id"], channel, dest, "queued", tx.now)
@@ -103,9 +103,9 @@ def _fire(rb: Runbell, tx: Tx, step: dict[str, Any], note: dict[str, Any]) -> in
     return 1
 
 
-def _destinations(rb: Runbell, tx: Tx, tenant_id: str, user_id: str, channel: str) -> list[str]:
+def _destinations(core: Core, tx: Tx, tenant_id: str, user_id: str, channel: str) -> list[str]:
     if channel == "email":
-        if not rb.settings.smtp_host:
+        if not core.settings.smtp_host:
             return []
         address = destinations.email_of(tx.conn, user_id)
         return [] if address is None else [address]

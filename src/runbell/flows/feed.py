@@ -26,7 +26,7 @@ from typing import Any
 from runbell.domain.errors import Gone, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.flows import views
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.runtime.streams import Framing, Streams, Subscriber
 from runbell.store import feed, runs
 from runbell.store import notifications as notes
@@ -48,16 +48,16 @@ def event_view(e: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def streams(rb: Runbell, framing: Framing) -> Streams:
+def streams(core: Core, framing: Framing) -> Streams:
     """The stream fan-out of this process on the running event loop (one wire format per
     process: the face that opens the first stream names it)."""
     loop = asyncio.get_running_loop()
-    found: Streams | None = rb.hub.per_loop.get(loop)
+    found: Streams | None = core.hub.per_loop.get(loop)
     if found is None:
-        s = rb.settings
-        found = rb.hub.per_loop[loop] = Streams(
-            rb.db,
-            rb.hub,
+        s = core.settings
+        found = core.hub.per_loop[loop] = Streams(
+            core.db,
+            core.hub,
             framing,
             keepalive_s=s.sse_keepalive_s,
             recheck_s=s.sse_access_recheck_s,
@@ -66,25 +66,25 @@ def streams(rb: Runbell, framing: Framing) -> Streams:
     return found
 
 
-def subscribe(rb: Runbell, who: Principal, position: int, framing: Framing) -> Subscriber:
+def subscribe(core: Core, who: Principal, position: int, framing: Framing) -> Subscriber:
     """A live stream of what ``who`` may see after ``position`` (a resolved cursor), written
     in ``framing``: the events of each commit are read once and rendered once for all of
     the tenant's streams. Close it."""
-    return streams(rb, framing).subscribe(who, position)
+    return streams(core, framing).subscribe(who, position)
 
 
-def end_streams(rb: Runbell) -> None:
+def end_streams(core: Core) -> None:
     """End every open stream of this process (server shutdown): each closes cleanly with
     its last id sent, and the client resumes elsewhere. Safe from a signal handler."""
-    for loop, found in list(rb.hub.per_loop.items()):
+    for loop, found in list(core.hub.per_loop.items()):
         with contextlib.suppress(RuntimeError):  # that loop is closed already
             loop.call_soon_threadsafe(found.close)
 
 
-def resolve_cursor(rb: Runbell, who: Principal, after: str | None, field: str = "after") -> int:
+def resolve_cursor(core: Core, who: Principal, after: str | None, field: str = "after") -> int:
     """The numeric position to read after (``earliest``, ``latest`` or a cursor); 422
     naming ``field`` for something else, 410 if it fell out of retention."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         head, pruned = feed.bounds(conn, who.tenant_id)
     if after is None or after == "earliest":
         return pruned
@@ -112,14 +112,14 @@ def _expired(head: int, pruned: int) -> Gone:
     )
 
 
-def read(rb: Runbell, who: Principal, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+def read(core: Core, who: Principal, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:
     """Up to ``limit`` events ``who`` may see after ``after`` (as stored: ``seq``,
     ``type``, …; :func:`event_view` shows one), and the position to resume from.
 
     Retention is checked again *after* the rows are read: a prune batch that committed
     between :func:`resolve_cursor` and this read (deleting events this reader still
     needed) makes it a 410, never a silent gap."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         events, position = feed.read(conn, who, after, limit)
         head, pruned = feed.bounds(conn, who.tenant_id)
     if after < pruned:
@@ -127,17 +127,17 @@ def read(rb: Runbell, who: Principal, after: int, limit: int) -> tuple[list[dict
     return events, position
 
 
-def head_cursor(rb: Runbell, who: Principal) -> int:
+def head_cursor(core: Core, who: Principal) -> int:
     """The newest position of the caller's tenant feed."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         head, _ = feed.bounds(conn, who.tenant_id)
     return head
 
 
-def snapshot(rb: Runbell, who: Principal) -> dict[str, Any]:
+def snapshot(core: Core, who: Principal) -> dict[str, Any]:
     """Current state to load instead of replaying: the head cursor, the active runs the
     caller may see and a person's open notifications (``truncated`` past 200 of either)."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         head, _ = feed.bounds(conn, who.tenant_id)
         active = runs.list_runs(conn, who, states=list(ACTIVE), after=None, limit=SNAPSHOT_MAX + 1)
         open_notes = (

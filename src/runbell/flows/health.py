@@ -10,30 +10,30 @@ counts cover every tenant, so only the operator's ``/metrics`` reads them.
 
 from __future__ import annotations
 
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import outbox
 from runbell.store.db import RETRY_AFTER_S, unavailable_reason
 from runbell.store.migrate import current_revision, ping
 
 
-def schema_revision(rb: Runbell) -> str | None:
+def schema_revision(core: Core) -> str | None:
     """The database's schema revision after a round trip to it (None: not migrated);
     raises whatever the driver raises when the database does not answer."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         ping(conn)
-    return current_revision(rb.db.engine)
+    return current_revision(core.db.engine)
 
 
-def delivery_counts(rb: Runbell) -> list[tuple[str, str, int]]:
+def delivery_counts(core: Core) -> list[tuple[str, str, int]]:
     """(channel, status, how many) over every tenant's deliveries."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         return outbox.counts_by_status(conn)
 
 
-def retry_after_s(rb: Runbell, exc: BaseException) -> int | None:
+def retry_after_s(core: Core, exc: BaseException) -> int | None:
     """Seconds to tell a client to wait when ``exc`` says the database is unavailable
     (logged once per outage); None when it is another error (a bug: a 500)."""
-    reason = rb.db.availability.observe(exc)
+    reason = core.db.availability.observe(exc)
     return None if reason is None else RETRY_AFTER_S[reason]
 
 

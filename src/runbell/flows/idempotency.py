@@ -24,11 +24,11 @@ carry a request's sensitive ``details``.
 Flows that create or act take the caller's key (None when absent) and return the
 :class:`Answer`; the face renders its status and bytes. Example (a flow)::
 
-    def create_thing(rb, who, body, key=None) -> Answer:
+    def create_thing(core, who, body, key=None) -> Answer:
         def prepare() -> Act:
             check_outside_the_transaction(body)
             return lambda tx: (201, insert_thing(tx, who, body))
-        return act_once(rb.db, rb.box, key, prepare)
+        return act_once(core.db, core.box, key, prepare)
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
 from runbell.flows import digests, views
 from runbell.flows.attention import close_notification
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import get_for_notification
 from runbell.store import accounts, runs
@@ -39,10 +39,10 @@ def own_note(conn: Connection, who: Principal, notification_id: str) -> dict[str
 
 
 def list_notifications(
-    rb: Runbell, who: Principal, *, states: list[str] | None, before: str | None, limit: int
+    core: Core, who: Principal, *, states: list[str] | None, before: str | None, limit: int
 ) -> dict[str, Any]:
     assert who.user_id is not None
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         rows = notes.list_for_recipient(
             conn, who.tenant_id, who.user_id, states=states, before=before, limit=limit + 1
         )
@@ -54,19 +54,19 @@ def list_notifications(
 
 
 def get_notification(
-    rb: Runbell, who: Principal, notification_id: str, *, via: str = "api"
+    core: Core, who: Principal, notification_id: str, *, via: str = "api"
 ) -> dict[str, Any]:
     """The notification with the run as it is now and whether it is still actionable.
 
     ``via`` names the door for the stale-open metric: ``api`` (``GET
     /v1/notifications/{id}``) or ``deep_link`` (``/n/{id}`` in a browser). Opening a
     closed notification, or a request that can no longer be answered, is a stale open."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         note = own_note(conn, who, notification_id)
         if digests.is_digest(note):
             # No run behind it: its items are the runs, each a link (the viewer's access).
             out = views.notification_view(note)
-            ok, why = views.actionable(note, {}, rb.db.clock())
+            ok, why = views.actionable(note, {}, core.db.clock())
             out.update(
                 actionable=ok,
                 actionable_reason=why,
@@ -77,7 +77,7 @@ def get_notification(
         run = runs.require_run(conn, who.tenant_id, note["run_id"])
         can_see = runs.can_see_run(conn, who, note["run_id"])
         request = get_for_notification(conn, note)
-    ok, why = actionable(rb, note, run, request, can_see)
+    ok, why = actionable(core, note, run, request, can_see)
     if note["state"] != "open" or (note["attention_type"] == "input_required" and not ok):
         metrics.STALE_OPENS.labels(note["attention_type"], via).inc()
     out = views.notification_view(note)
@@ -98,7 +98,7 @@ def get_notification(
 
 
 def actionable(
-    rb: Runbell,
+    core: Core,
     note: dict[str, Any],
     run: dict[str, Any],
     request: dict[str, Any] | None,
@@ -106,7 +106,7 @@ def actionable(
 ) -> tuple[bool, str]:
     """Whether the recipient can still act on ``note``, and why (not): the one answer
     the recipient's own view and the admin's trail both give."""
-    ok, why = views.actionable(note, run, rb.db.clock(), request)
+    ok, why = views.actionable(note, run, core.db.clock(), request)
     if not recipient_sees_run:
         return False, "access lost"
     return ok, why
@@ -124,18 +124,18 @@ def recipient_sees_run(conn: Connection, note: dict[str, Any]) -> bool:
 
 
 def acknowledge(
-    rb: Runbell, who: Principal, notification_id: str, key: IdempotencyKey | None = None
+    core: Core, who: Principal, notification_id: str, key: IdempotencyKey | None = None
 ) -> Answer:
     """Close the notification as acknowledged and cancel everything still queued for it
     (200, the notification). Acknowledging it again changes nothing."""
 
     def act(tx: Tx) -> tuple[int, dict[str, Any]]:
-        return 200, acknowledge_in(rb, tx, who, notification_id)
+        return 200, acknowledge_in(core, tx, who, notification_id)
 
-    return act_once(rb.db, rb.box, key, lambda: act)
+    return act_once(core.db, core.box, key, lambda: act)
 
 
-def acknowledge_in(rb: Runbell, tx: Tx, who: Principal, notification_id: str) -> dict[str, Any]:
+def acknowledge_in(core: Core, tx: Tx, who: Principal, notification_id: str) -> dict[str, Any]:
     """Acknowledge inside ``tx`` (an Idempotency-Key record commits with it)."""
     note = own_note(tx.conn, who, notification_id)
     if close_notification(tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"):

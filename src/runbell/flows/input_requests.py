@@ -16,10 +16,10 @@ Invariants kept here (DESIGN §2):
 
 Example (what the API routers and the web app call)::
 
-    opened = open_request(rb, runtime, "fix-42", {
+    opened = open_request(core, runtime, "fix-42", {
         "input_request_id": "push-1", "kind": "approval", "summary": "Push to main?",
         "expires_at": "2026-11-29T13:00:00Z"}).content()
-    respond(rb, person, "push-1",
+    respond(core, person, "push-1",
             {"decision": "approve", "expected_run_version": opened["run"]["version"],
              "expected_request_version": 1},
             idempotency_key="3f1c…")
@@ -41,7 +41,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.runs import RunState, is_terminal
 from runbell.flows import transitions, views
 from runbell.flows.attention import RequestLink, close_notification
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.store import accounts, runs
 from runbell.store import input_requests as requests
@@ -58,7 +58,7 @@ MAX_OPTIONS = 50
 
 
 def open_request(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     run_id: str,
     body: dict[str, Any],
@@ -73,11 +73,11 @@ def open_request(
     """
     # Two opens of one new id for different runs may race: the loser's insert fails, and
     # its second try (once() retries a constraint violation) sees the winner.
-    return act_once(rb.db, rb.box, key, lambda: _opening(rb, who, run_id, body))
+    return act_once(core.db, core.box, key, lambda: _opening(core, who, run_id, body))
 
 
 def _opening(
-    rb: Runbell, who: Principal, run_id: str, body: dict[str, Any]
+    core: Core, who: Principal, run_id: str, body: dict[str, Any]
 ) -> Callable[[Tx], tuple[int, dict[str, Any]]]:
     """Validate an open request's body now; the action to run in the transaction returns
     (201, the result) or (200, the request as it is) for a retry of the same id."""
@@ -87,14 +87,14 @@ def _opening(
     )
 
     def act(tx: Tx) -> tuple[int, dict[str, Any]]:
-        opened = _open_in(rb, tx, who, run_id, fields, digest)
+        opened = _open_in(core, tx, who, run_id, fields, digest)
         return (201 if opened["created"] else 200), opened
 
     return act
 
 
 def _open_in(
-    rb: Runbell, tx: Tx, who: Principal, run_id: str, fields: dict[str, Any], digest: str
+    core: Core, tx: Tx, who: Principal, run_id: str, fields: dict[str, Any], digest: str
 ) -> dict[str, Any]:
     tenant_id, request_id = who.tenant_id, fields["id"]
     conn = tx.conn
@@ -177,7 +177,7 @@ def _open_in(
     # Same state again for a replacing request: still a new version, so anything
     # bound to the old one (links, open pages, queued alerts) is stale.
     run, ids = transitions.apply(
-        rb,
+        core,
         tx,
         run,
         RunState.INPUT_REQUIRED.value,
@@ -270,14 +270,14 @@ def _request_fields(body: dict[str, Any]) -> dict[str, Any]:
 # --- reading -------------------------------------------------------------------------
 
 
-def get_request(rb: Runbell, who: Principal, request_id: str) -> dict[str, Any]:
+def get_request(core: Core, who: Principal, request_id: str) -> dict[str, Any]:
     """The request with its run, whether it can still be answered and whether *you* may.
 
     Any key, a person who may see the run, or one its authority names by role (who may
     answer, so must be able to read what they answer); 404 for anyone else.
     Returns ``{input_request, run, actionable, actionable_reason, may_answer}``.
     """
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         req = requests.get(conn, who.tenant_id, request_id)
         run = None if req is None else runs.get_run(conn, who.tenant_id, req["run_id"])
         may = run is not None and (
@@ -287,7 +287,7 @@ def get_request(rb: Runbell, who: Principal, request_id: str) -> dict[str, Any]:
         )
         if req is None or run is None or not (may or runs.can_see_run(conn, who, run["run_id"])):
             raise NotFound(f"no input request {request_id!r}")
-    ok, why = request_actionable(req, run, rb.db.clock())
+    ok, why = request_actionable(req, run, core.db.clock())
     return {
         "input_request": views.input_request_view(req, include_details=True),
         "run": views.run_view(run),
@@ -353,17 +353,17 @@ def request_actionable(req: dict[str, Any], run: dict[str, Any], now: datetime) 
 # --- expiry and cancellation ---------------------------------------------------------
 
 
-def expire_requests(rb: Runbell, now: datetime, limit: int = 500) -> int:
+def expire_requests(core: Core, now: datetime, limit: int = 500) -> int:
     """Scheduler sweep: pending requests past ``expires_at`` become ``expired``.
 
     Their notifications close as ``expired`` and ``input_request.expired`` tells the
     runtime. The run stays ``input_required``: what to do next is the runtime's call.
     """
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         due = requests.due_for_expiry(conn, now, limit)
     expired = 0
     for row in due:
-        with rb.db.transaction(now=now) as tx:
+        with core.db.transaction(now=now) as tx:
             run = runs.get_run(tx.conn, row["tenant_id"], row["run_id"], for_update=True)
             req = requests.get(tx.conn, row["tenant_id"], row["id"], for_update=True)
             if (

@@ -11,14 +11,14 @@ from __future__ import annotations
 import structlog
 
 from runbell.flows.attention import close_notification
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import accounts, sessions
 from runbell.store import notifications as notes
 
 log = structlog.get_logger(__name__)
 
 
-def revoke_member(rb: Runbell, tenant_id: str, user_id: str) -> int:
+def revoke_member(core: Core, tenant_id: str, user_id: str) -> int:
     """Revoke a membership and all its tokens, and withdraw what was sent to them.
 
     Their browser sessions and unused sign-in links end with it. In the same
@@ -26,7 +26,7 @@ def revoke_member(rb: Runbell, tenant_id: str, user_id: str) -> int:
     with its stored previews redacted, which cancels its queued deliveries on every
     channel (invariant 8). Returns how many notifications were withdrawn.
     """
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         accounts.revoke_member(tx.conn, tenant_id, user_id, tx.now)
         sessions.end_for_member(tx.conn, tenant_id, user_id, tx.now)
         withdrawn = 0

@@ -19,10 +19,10 @@ Invariants kept here (DESIGN §2):
 
 Example (what the API router calls)::
 
-    declare(rb, runtime, "sync-7", {"operations": [{"operation_id": "inv-1",
+    declare(core, runtime, "sync-7", {"operations": [{"operation_id": "inv-1",
         "target": {"type": "invoice", "id": "INV-1"}, "intent": "mark paid"}]})
-    move(rb, runtime, "sync-7", "inv-1", {"state": "sent", "epoch": 1})
-    move(rb, runtime, "sync-7", "inv-1", {"state": "uncertain",
+    move(core, runtime, "sync-7", "inv-1", {"state": "sent", "epoch": 1})
+    move(core, runtime, "sync-7", "inv-1", {"state": "uncertain",
         "evidence": {"error": "timeout after 30 s"}})
 """
 
@@ -44,7 +44,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
 from runbell.flows import completion, stalls, views
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
 from runbell.flows.operation_views import operation_view
 from runbell.store import operations as ledger
@@ -137,9 +137,9 @@ def _ledger_state(conn: Any, run: dict[str, Any]) -> dict[str, Any]:
 # --- reading -----------------------------------------------------------------------------
 
 
-def list_operations(rb: Runbell, who: Principal, run_id: str) -> dict[str, Any]:
+def list_operations(core: Core, who: Principal, run_id: str) -> dict[str, Any]:
     """The run's ledger in declaration order, with its counts. 404 if you may not see it."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         run = runs.get_run(conn, who.tenant_id, run_id)
         if run is None or not runs.can_see_run(conn, who, run_id):
             raise NotFound(f"no run {run_id!r}")
@@ -156,7 +156,7 @@ def list_operations(rb: Runbell, who: Principal, run_id: str) -> dict[str, Any]:
 
 
 def claim(
-    rb: Runbell, who: Principal, run_id: str, worker_id: str, key: IdempotencyKey | None = None
+    core: Core, who: Principal, run_id: str, worker_id: str, key: IdempotencyKey | None = None
 ) -> Answer:
     """A worker takes the run: ``{epoch}``, one more than before for a new worker id, the
     same for the worker that holds it. Updates carrying an older epoch are then refused."""
@@ -184,7 +184,7 @@ def claim(
             "previous_worker_may_still_act": stale > 0,
         }
 
-    return act_once(rb.db, rb.box, key, lambda: act)
+    return act_once(core.db, core.box, key, lambda: act)
 
 
 def _fence(run: dict[str, Any], epoch: int | None) -> None:
@@ -286,7 +286,7 @@ def declared_items(body: dict[str, Any]) -> tuple[list[Declared], int | None]:
 
 
 def declare(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     run_id: str,
     body: dict[str, Any],
@@ -351,7 +351,7 @@ def declare(
         if rows:
             log.debug("operations.declared", run_id=run_id, count=len(rows))
             if run["state"] == "working":
-                run = stalls.recover_on_progress(rb, tx, run)  # a sign of life (inv. 13)
+                run = stalls.recover_on_progress(core, tx, run)  # a sign of life (inv. 13)
         shown = [operation_view(existing[i.operation_id]) for i in items]
         return (201 if rows else 200), {
             "run_id": run_id,
@@ -360,7 +360,7 @@ def declare(
             **_ledger_state(tx.conn, run),
         }
 
-    return act_once(rb.db, rb.box, key, lambda: act)
+    return act_once(core.db, core.box, key, lambda: act)
 
 
 def _refuse_if_may_have_landed(tx: Tx, tenant_id: str, item: Declared) -> None:
@@ -383,7 +383,7 @@ def _refuse_if_may_have_landed(tx: Tx, tenant_id: str, item: Declared) -> None:
 
 
 def move(
-    rb: Runbell, who: Principal, run_id: str, operation_id: str, body: dict[str, Any]
+    core: Core, who: Principal, run_id: str, operation_id: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     """Move one operation to ``body["state"]`` with ``evidence`` (receipt id, lookup
     result, who or what checked). Repeating the move it already made is answered as it
@@ -399,7 +399,7 @@ def move(
     if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
         raise ValidationFailed("epoch is a non-negative integer", field="epoch")
 
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         tenant_id = who.tenant_id
         run = runs.require_run(tx.conn, tenant_id, run_id, for_update=True)
         op = ledger.get(tx.conn, tenant_id, run_id, operation_id)
@@ -435,8 +435,8 @@ def move(
         _emit(tx, op, before)
         log.debug("operation.moved", run_id=run_id, from_state=before, to_state=state)
         if run["state"] == "working":
-            run = stalls.recover_on_progress(rb, tx, run)  # a sign of life (inv. 13)
-        run = completion.review(rb, tx, run)
+            run = stalls.recover_on_progress(core, tx, run)  # a sign of life (inv. 13)
+        run = completion.review(core, tx, run)
         return _moved(tx, run, op, changed=True)
 
 

@@ -27,7 +27,7 @@ from runbell.domain.operations import counts_text as ledger_text
 from runbell.domain.operations import normalized
 from runbell.domain.principal import Principal
 from runbell.flows import runs, views
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import feed
 from runbell.store import operations as ledger
 from runbell.store import overview as q
@@ -64,7 +64,7 @@ def counts_text(run: dict[str, Any]) -> str:
 
 
 def overview(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     *,
     groups: list[str] | None = None,
@@ -86,7 +86,7 @@ def overview(
     placed: set[str] = set()
     found: dict[str, list[dict[str, Any]]] = {}
     more: dict[str, bool] = {}
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         head, _ = feed.bounds(conn, who.tenant_id)  # before the reads: no gap to the stream
 
         def take(name: str, rows: list[dict[str, Any]]) -> None:
@@ -140,7 +140,7 @@ def overview(
 
 
 def list_grouped(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     *,
     groups: list[str],
@@ -152,7 +152,7 @@ def list_grouped(
     the order of :data:`runbell.domain.overview.GROUPS`), each run with its ``group``;
     ``more`` says which groups had more rows than ``limit``; ``next_cursor`` pages the
     finished group."""
-    shown = overview(rb, who, groups=groups, states=states, after=after, limit=limit)
+    shown = overview(core, who, groups=groups, states=states, after=after, limit=limit)
     return {
         "runs": [run for group in shown["groups"].values() for run in group["runs"]],
         "more": {name: group["more"] for name, group in shown["groups"].items()},
@@ -161,7 +161,7 @@ def list_grouped(
 
 
 def list_runs(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     *,
     groups: list[str] | None,
@@ -175,7 +175,7 @@ def list_runs(
     wanted_states = rules.parse_list(states, rules.STATES, "state") or None
     wanted_groups = rules.parse_list(groups, rules.GROUPS, "group")
     if not wanted_groups:
-        return runs.list_runs(rb, who, states=wanted_states, after=after, limit=limit)
+        return runs.list_runs(core, who, states=wanted_states, after=after, limit=limit)
     return list_grouped(
-        rb, who, groups=wanted_groups, states=wanted_states, after=after, limit=limit
+        core, who, groups=wanted_groups, states=wanted_states, after=after, limit=limit
     )

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from runbell.domain.principal import Principal
 from runbell.flows import views
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.input_requests import get_for_notification, may_answer
 from runbell.flows.operation_views import OperationView, operation_view
 from runbell.flows.runs import get_run
@@ -39,17 +39,17 @@ INBOX_CLOSED_LIMIT = 20
 RUN_NOTES_LIMIT = 50
 
 
-def viewer(rb: Runbell, who: Principal) -> dict[str, str]:
+def viewer(core: Core, who: Principal) -> dict[str, str]:
     """Who is looking: ``{email, timezone}`` (the timezone name as stored, ``UTC`` when
     never set; whether it is a valid zone is the page's concern)."""
     assert who.user_id is not None
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         timezone = destinations.timezone_of(conn, who.tenant_id, who.user_id)
         email = destinations.email_of(conn, who.user_id)
     return {"email": str(email), "timezone": timezone}
 
 
-def inbox_page(rb: Runbell, who: Principal, now: datetime) -> dict[str, Any]:
+def inbox_page(core: Core, who: Principal, now: datetime) -> dict[str, Any]:
     """The person's inbox as of ``now``.
 
     ``{head_cursor, open, closed, titles}``: ``open`` (up to 200) and ``closed`` (the 20
@@ -59,7 +59,7 @@ def inbox_page(rb: Runbell, who: Principal, now: datetime) -> dict[str, Any]:
     for a run the person may not see now.
     """
     assert who.user_id is not None
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         head, _ = feed.bounds(conn, who.tenant_id)  # before the reads: no gap to the stream
         opened = notes.list_for_recipient(
             conn, who.tenant_id, who.user_id, states=["open"], before=None, limit=INBOX_OPEN_LIMIT
@@ -112,7 +112,7 @@ def _standing(
 
 
 def run_page(
-    rb: Runbell, who: Principal, run_id: str, answered_request: str | None = None
+    core: Core, who: Principal, run_id: str, answered_request: str | None = None
 ) -> dict[str, Any]:
     """A run as its page shows it; :class:`~runbell.domain.errors.NotFound` when ``who``
     may not see it.
@@ -132,8 +132,8 @@ def run_page(
     requests the timeline names (``input request <id>``) to their summaries;
     ``endpoints`` maps the webhook endpoints the deliveries went to to a label.
     """
-    snapshot = get_run(rb, who, run_id)  # the access check, and the API's view of the run
-    with rb.db.read() as conn:
+    snapshot = get_run(core, who, run_id)  # the access check, and the API's view of the run
+    with core.db.read() as conn:
         head, _ = feed.bounds(conn, who.tenant_id)
         run = runs.require_run(conn, who.tenant_id, run_id)
         transitions = runs.list_transitions(conn, who.tenant_id, run_id)
@@ -216,19 +216,19 @@ def _endpoint_label(endpoint: dict[str, Any]) -> str:
     return description or (urlsplit(str(endpoint.get("url") or "")).hostname or "a webhook")
 
 
-def unseen_notifications(rb: Runbell, who: Principal, run_id: str) -> list[str]:
+def unseen_notifications(core: Core, who: Principal, run_id: str) -> list[str]:
     """The ids of ``who``'s open notifications about ``run_id`` that were never seen
     (no ``first_seen_at``): what opening the run page marks seen."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         mine = notes.for_recipient_on_run(
             conn, who.tenant_id, who.user_id, run_id, limit=RUN_NOTES_LIMIT
         )
     return [n["id"] for n in mine if n["state"] == "open" and n.get("first_seen_at") is None]
 
 
-def is_request_of_run(rb: Runbell, who: Principal, run_id: str, request_id: str) -> bool:
+def is_request_of_run(core: Core, who: Principal, run_id: str, request_id: str) -> bool:
     """Whether ``request_id`` is an input request of ``run_id`` in the caller's tenant:
     an answer form names both, and a pair that does not match opens nothing."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         req = requests.get(conn, who.tenant_id, request_id)
     return req is not None and req["run_id"] == run_id

@@ -16,21 +16,21 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from runbell.domain.policy import Policy
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import accounts, stalls
 from runbell.store.db import Tx
 
 
-def policy_for(rb: Runbell, conn: Connection, tenant_id: str) -> Policy:
+def policy_for(core: Core, conn: Connection, tenant_id: str) -> Policy:
     """The tenant's effective policy (its own rules first, then the defaults)."""
-    return rb.policies.get(tenant_id, accounts.tenant_policy(conn, tenant_id))
+    return core.policies.get(tenant_id, accounts.tenant_policy(conn, tenant_id))
 
 
-def policy_in(rb: Runbell, tx: Tx, tenant_id: str) -> Policy:
+def policy_in(core: Core, tx: Tx, tenant_id: str) -> Policy:
     """:func:`policy_for`, read once per transaction (a batch of signals shares it)."""
     key = ("policy", tenant_id)
     if key not in tx.cache:
-        tx.cache[key] = policy_for(rb, tx.conn, tenant_id)
+        tx.cache[key] = policy_for(core, tx.conn, tenant_id)
     policy: Policy = tx.cache[key]
     return policy
 
@@ -44,17 +44,17 @@ def view(policy: Policy, own: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def get_policy(rb: Runbell, tenant_id: str) -> dict[str, Any]:
+def get_policy(core: Core, tenant_id: str) -> dict[str, Any]:
     """The effective rules in order (tenant rules first), and the tenant's own document."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         own = accounts.tenant_policy(conn, tenant_id)
-        return view(rb.policies.get(tenant_id, own), own)
+        return view(core.policies.get(tenant_id, own), own)
 
 
-def set_policy(rb: Runbell, tenant_id: str, doc: dict[str, Any]) -> dict[str, Any]:
+def set_policy(core: Core, tenant_id: str, doc: dict[str, Any]) -> dict[str, Any]:
     """Replace the tenant's rules, validated whole before anything is stored."""
     policy = Policy.from_mapping(doc, base=Policy.default())  # raises before storing
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         accounts.get_tenant(tx.conn, tenant_id)
         accounts.set_tenant_policy(tx.conn, tenant_id, doc)
         # Runs following the tenant's stall default: their clocks now run out differently.

@@ -30,7 +30,7 @@ from runbell.domain.quiet_hours import QuietWindow, zone
 from runbell.domain.ssrf import check_url
 from runbell.flows.attention import consented_urgencies
 from runbell.flows.channel_config import vapid_keys
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.views import iso
 from runbell.ids import new_id
@@ -41,10 +41,10 @@ from runbell.store.db import Tx
 CHANNELS = ("email", "webpush", "chat")
 
 
-def preferences_of(rb: Runbell, who: Principal) -> dict[str, Any]:
+def preferences_of(core: Core, who: Principal) -> dict[str, Any]:
     """A person's preferences as ``GET /v1/me/preferences`` shows them."""
     assert who.user_id is not None
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         row = destinations.preferences(conn, who.tenant_id, who.user_id) or {}
         email = destinations.email_of(conn, who.user_id)
     consent = row.get("consent") or {}
@@ -59,13 +59,13 @@ def preferences_of(rb: Runbell, who: Principal) -> dict[str, Any]:
     }
 
 
-def me(rb: Runbell, who: Principal) -> dict[str, Any]:
+def me(core: Core, who: Principal) -> dict[str, Any]:
     """Who the caller is: user id, tenant, role and email."""
     return {
         "user_id": who.user_id,
         "tenant_id": who.tenant_id,
         "role": who.role,
-        "email": preferences_of(rb, who)["email"],
+        "email": preferences_of(core, who)["email"],
     }
 
 
@@ -76,7 +76,7 @@ def consent_of(given: Mapping[Any, Sequence[str]] | None) -> dict[str, list[str]
 
 
 def save_preferences(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     *,
     consent: dict[str, list[str]] | None = None,
@@ -92,9 +92,9 @@ def save_preferences(
     if timezone is not None:
         zone(timezone)
     windows = [QuietWindow.parse(w).as_dict() for w in quiet_hours or []]
-    current = preferences_of(rb, who)
+    current = preferences_of(core, who)
     record = dict(current["consent_record"])
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         for channel, urgencies in (consent or {}).items():
             before = set(current["consent"][channel])
             after = {u for u in urgencies if u in ALL_URGENCIES}
@@ -116,7 +116,7 @@ def save_preferences(
         if locale is not None:
             values["locale"] = locale
         destinations.save_preferences(tx.conn, who.tenant_id, who.user_id, values)
-    return preferences_of(rb, who)
+    return preferences_of(core, who)
 
 
 def _opt_out_after_delivery(tx: Tx, who: Principal, channel: str, withdrawn: set[str]) -> None:
@@ -133,9 +133,9 @@ def _opt_out_after_delivery(tx: Tx, who: Principal, channel: str, withdrawn: set
 # --- web push subscriptions ----------------------------------------------------------
 
 
-def vapid_public_key(rb: Runbell) -> str:
+def vapid_public_key(core: Core) -> str:
     """The applicationServerKey for ``pushManager.subscribe`` (public by design)."""
-    return vapid_keys(rb).public_key
+    return vapid_keys(core).public_key
 
 
 def subscription_view(row: dict[str, Any]) -> dict[str, Any]:
@@ -151,7 +151,7 @@ def subscription_view(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def subscribe(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     endpoint: str,
     p256dh: str,
@@ -167,13 +167,13 @@ def subscribe(
         with contextlib.suppress(OSError):
             check_url(
                 endpoint,
-                allow_hosts=rb.settings.outbound_allow_hosts,
+                allow_hosts=core.settings.outbound_allow_hosts,
                 resolve=make_resolver(),
                 field="endpoint",
             )
         return lambda tx: _subscribe_in(tx, who, endpoint, p256dh, auth, user_agent)
 
-    return act_once(rb.db, rb.box, key, prepare)
+    return act_once(core.db, core.box, key, prepare)
 
 
 def _subscribe_in(
@@ -213,25 +213,25 @@ def _subscribe_in(
     return status, subscription_view(row)
 
 
-def subscriptions(rb: Runbell, who: Principal) -> list[dict[str, Any]]:
+def subscriptions(core: Core, who: Principal) -> list[dict[str, Any]]:
     """The person's registered browsers, as stored (the settings page shows them)."""
     assert who.user_id is not None
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         return destinations.push_subscriptions_of(conn, who.tenant_id, who.user_id)
 
 
-def unsubscribe(rb: Runbell, who: Principal, subscription_id: str) -> bool:
+def unsubscribe(core: Core, who: Principal, subscription_id: str) -> bool:
     """Forget one of the person's browsers; False when there was no such subscription."""
     assert who.user_id is not None
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         return destinations.delete_push_subscription(
             tx.conn, who.tenant_id, who.user_id, subscription_id
         )
 
 
-def require_unsubscribe(rb: Runbell, who: Principal, subscription_id: str) -> None:
+def require_unsubscribe(core: Core, who: Principal, subscription_id: str) -> None:
     """:func:`unsubscribe`, 404 when there was nothing to forget."""
-    if not unsubscribe(rb, who, subscription_id):
+    if not unsubscribe(core, who, subscription_id):
         raise NotFound(f"no push subscription {subscription_id!r}")
 
 
@@ -249,7 +249,7 @@ def chat_view(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def add_chat_destination(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     url: str,
     label: str | None,
@@ -264,7 +264,7 @@ def add_chat_destination(
     def prepare() -> Act:
         # A name that does not resolve right now passes; every send checks it again.
         with contextlib.suppress(OSError):
-            check_chat(url, allow_hosts=rb.settings.outbound_allow_hosts)
+            check_chat(url, allow_hosts=core.settings.outbound_allow_hosts)
 
         def act(tx: Tx) -> tuple[int, dict[str, Any]]:
             dest_id = new_id("chat")
@@ -274,7 +274,7 @@ def add_chat_destination(
                     "id": dest_id,
                     "tenant_id": who.tenant_id,
                     "user_id": owner,
-                    "url_sealed": rb.box.seal(url),
+                    "url_sealed": core.box.seal(url),
                     "url_hint": redact(url)[:200],
                     "label": label,
                     "created_at": tx.now,
@@ -286,24 +286,24 @@ def add_chat_destination(
 
         return act
 
-    return act_once(rb.db, rb.box, key, prepare)
+    return act_once(core.db, core.box, key, prepare)
 
 
-def chat_destinations(rb: Runbell, who: Principal) -> list[dict[str, Any]]:
+def chat_destinations(core: Core, who: Principal) -> list[dict[str, Any]]:
     """The person's own chat destinations and the tenant's shared rooms, as views."""
     assert who.user_id is not None
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         rows = destinations.chat_destinations_of(conn, who.tenant_id, who.user_id)
     return [chat_view(r) for r in rows]
 
 
 def remove_chat_destination(
-    rb: Runbell, who: Principal, destination_id: str, *, own_only: bool = False
+    core: Core, who: Principal, destination_id: str, *, own_only: bool = False
 ) -> bool:
     """Delete a chat destination: the person's own; an administrator may also delete a
     shared room unless ``own_only``. False when there was nothing to delete."""
     owner = None if who.is_admin and not own_only else who.user_id
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         return destinations.delete_chat_destination(
             tx.conn, who.tenant_id, destination_id, owner=owner
         )

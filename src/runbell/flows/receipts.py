@@ -15,7 +15,7 @@ from runbell import metrics
 from runbell.domain.errors import Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.flows import views
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.ids import new_id
 from runbell.store import input_requests as requests
@@ -27,7 +27,7 @@ RECEIPT_CHANNELS = ("inbox", "email", "webpush", "chat")
 
 
 def record_receipt(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     notification_id: str,
     kind: str,
@@ -42,7 +42,7 @@ def record_receipt(
         check_receipt(who, kind, channel)
         return lambda tx: (201, receipt_in(tx, who, notification_id, kind, channel))
 
-    return act_once(rb.db, rb.box, key, prepare)
+    return act_once(core.db, core.box, key, prepare)
 
 
 def check_receipt(who: Principal, kind: str, channel: str | None) -> None:

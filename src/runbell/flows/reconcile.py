@@ -22,7 +22,7 @@ from runbell.domain.runs import judge
 from runbell.domain.signals import Signal
 from runbell.flows import transitions
 from runbell.flows.attention import raise_attention
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.policy import policy_for
 from runbell.ids import new_id
 from runbell.ingress.readers import Observed, StateReader
@@ -34,19 +34,19 @@ from runbell.store.mismatches import Mismatch
 log = structlog.get_logger(__name__)
 
 
-def reader_for(rb: Runbell, source: Source) -> StateReader | None:
+def reader_for(core: Core, source: Source) -> StateReader | None:
     """The state reader of an advisory source (a test's override wins), or None."""
-    if source.id in rb.reader_overrides:
-        return rb.reader_overrides[source.id]
+    if source.id in core.reader_overrides:
+        return core.reader_overrides[source.id]
     if not source.reader:
         return None
-    return rb.reader_factory(source.reader)
+    return core.reader_factory(source.reader)
 
 
-def observe(rb: Runbell, source: Source, run_id: str) -> tuple[Observed | None, str | None]:
+def observe(core: Core, source: Source, run_id: str) -> tuple[Observed | None, str | None]:
     """Ask the source's state reader about ``run_id``: (what it says, or why it could not)."""
     try:
-        reader = reader_for(rb, source)
+        reader = reader_for(core, source)
         if reader is None:
             return None, "advisory source has no state reader"
         return reader.read(run_id), None
@@ -67,7 +67,7 @@ def _observed(observed: Observed | None) -> dict[str, Any] | None:
 
 
 def record_mismatch(
-    rb: Runbell,
+    core: Core,
     tx: Tx,
     tenant_id: str,
     source: Source,
@@ -99,7 +99,7 @@ def record_mismatch(
             "status": "open",
             "checks": 0,
             "last_error": reader_error,
-            "next_check_at": tx.now + timedelta(seconds=rb.settings.mismatch_backoff_s[0]),
+            "next_check_at": tx.now + timedelta(seconds=core.settings.mismatch_backoff_s[0]),
             "created_at": tx.now,
         },
     )
@@ -125,25 +125,25 @@ def record_mismatch(
     )
 
 
-def recheck_mismatches(rb: Runbell, now: datetime, limit: int = 100) -> int:
+def recheck_mismatches(core: Core, now: datetime, limit: int = 100) -> int:
     """Scheduler sweep: re-read due mismatches; apply what converged, escalate what never
     does. Each is re-checked in its own transaction, the reader asked before it opens."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         due = mismatches.due(conn, now, limit)
     for mismatch in due:
-        with rb.db.read() as conn:
+        with core.db.read() as conn:
             try:
                 source = accounts.get_source(conn, mismatch.tenant_id, mismatch.source_id)
             except NotFound:
                 continue
-        observed, error = observe(rb, source, mismatch.run_id)
-        with rb.db.transaction(now=now) as tx:
-            _recheck_in_tx(rb, tx, mismatch, observed, error)
+        observed, error = observe(core, source, mismatch.run_id)
+        with core.db.transaction(now=now) as tx:
+            _recheck_in_tx(core, tx, mismatch, observed, error)
     return len(due)
 
 
 def _recheck_in_tx(
-    rb: Runbell, tx: Tx, mismatch: Mismatch, observed: Observed | None, error: str | None
+    core: Core, tx: Tx, mismatch: Mismatch, observed: Observed | None, error: str | None
 ) -> None:
     tenant_id = mismatch.tenant_id
     if mismatches.status_of(tx.conn, mismatch.id) != "open":
@@ -181,7 +181,7 @@ def _recheck_in_tx(
         return
     if observed is not None and observed.state == claimed["state"]:
         run, _ = transitions.apply(
-            rb,
+            core,
             tx,
             run,
             claimed["state"],
@@ -202,7 +202,7 @@ def _recheck_in_tx(
         if moved.applies:
             # The authoritative state went somewhere else: follow it, drop the claim.
             transitions.apply(
-                rb,
+                core,
                 tx,
                 run,
                 observed.state,
@@ -216,18 +216,18 @@ def _recheck_in_tx(
             close("superseded", f"state reader says {observed.state}")
             return
     checks = mismatch.checks + 1
-    backoff = rb.settings.mismatch_backoff_s
+    backoff = core.settings.mismatch_backoff_s
     values: dict[str, Any] = {
         "checks": checks,
         "last_error": (error or "")[:500] or None,
         "observed": _observed(observed),
     }
-    if checks >= rb.settings.mismatch_max_checks:
+    if checks >= core.settings.mismatch_max_checks:
         values.update(status="escalated", next_check_at=None)
         mismatches.update(tx.conn, mismatch.id, **values)
         raise_attention(
             tx,
-            policy_for(rb, tx.conn, tenant_id),
+            policy_for(core, tx.conn, tenant_id),
             run,
             attention="mismatch",
             version=run["version"],

@@ -27,7 +27,7 @@ import structlog
 from runbell.config import Settings
 from runbell.domain import retention as policy
 from runbell.flows import auth_failures
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import kv
 from runbell.store import retention as store
 
@@ -66,7 +66,7 @@ class PruneReport:
 
 
 def run(
-    rb: Runbell,
+    core: Core,
     now: datetime,
     *,
     dry_run: bool = False,
@@ -79,9 +79,9 @@ def run(
     on); a dry run only counts what is prunable now (a parent whose children go in the
     same run is counted on the next one)."""
     report = PruneReport(dry_run=dry_run)
-    limit = rb.settings.retention_batch
-    base = defaults(rb.settings)
-    with rb.db.read() as conn:
+    limit = core.settings.retention_batch
+    base = defaults(core.settings)
+    with core.db.read() as conn:
         tenants = store.overrides(conn)
     if tenant_id is not None:
         tenants = {tenant_id: tenants.get(tenant_id, {})}
@@ -89,17 +89,17 @@ def run(
         cut = policy.cutoffs(policy.effective(base, override), now)
         for table in policy.TABLES:
             if table not in policy.GLOBAL_ONLY:
-                _table(rb, report, table, tid, cut[table], limit, max_batches)
+                _table(core, report, table, tid, cut[table], limit, max_batches)
     if tenant_id is None:
         for table in policy.GLOBAL_ONLY:
-            _table(rb, report, table, None, now - base[table], limit, max_batches)
+            _table(core, report, table, None, now - base[table], limit, max_batches)
     if report.total and not dry_run:
         log.info("retention.pruned", **{k: v for k, v in report.counts.items() if v})
     return report
 
 
 def _table(
-    rb: Runbell,
+    core: Core,
     report: PruneReport,
     table: str,
     tenant_id: str | None,
@@ -108,13 +108,13 @@ def _table(
     max_batches: int | None,
 ) -> None:
     if report.dry_run:
-        with rb.db.read() as conn:
+        with core.db.read() as conn:
             report.counts[table] += store.count_prunable(conn, table, tenant_id, cutoff)
         return
     batches = 0
     after: datetime | None = None
     while max_batches is None or batches < max_batches:
-        with rb.db.transaction() as tx:
+        with core.db.transaction() as tx:
             if table == "feed_events":
                 assert tenant_id is not None
                 deleted = store.prune_feed_batch(tx.conn, tenant_id, cutoff, limit)
@@ -129,30 +129,30 @@ def _table(
             return
 
 
-def sweep(rb: Runbell, now: datetime, max_batches: int = 50) -> int:
+def sweep(core: Core, now: datetime, max_batches: int = 50) -> int:
     """The scheduler's retention sweep: at most once per ``retention_interval_s`` across
     every process sharing the database (the leader records when it last ran), at most
     ``max_batches`` batches per tenant and table. Returns the rows pruned."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         last = kv.get(conn, LAST_RUN_KEY)
     if last is not None:
         since = (now - datetime.fromisoformat(last["at"])).total_seconds()
-        if 0 <= since < rb.settings.retention_interval_s:
+        if 0 <= since < core.settings.retention_interval_s:
             return 0
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         kv.put(tx.conn, LAST_RUN_KEY, {"at": now.isoformat()})
-    return run(rb, now, max_batches=max_batches).total + auth_failures.prune(rb, now)
+    return run(core, now, max_batches=max_batches).total + auth_failures.prune(core, now)
 
 
 # --- a tenant's override --------------------------------------------------------------
 
 
-def periods(rb: Runbell, tenant_id: str) -> dict[str, tuple[int | float, str]]:
+def periods(core: Core, tenant_id: str) -> dict[str, tuple[int | float, str]]:
     """Each table's period for one tenant in days, and where it comes from
     (``tenant`` or ``default``)."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         override = store.override(conn, tenant_id)
-    merged = policy.effective(defaults(rb.settings), override)
+    merged = policy.effective(defaults(core.settings), override)
     out: dict[str, tuple[int | float, str]] = {}
     for table in policy.TABLES:
         days = merged[table].total_seconds() / 86_400
@@ -163,10 +163,10 @@ def periods(rb: Runbell, tenant_id: str) -> dict[str, tuple[int | float, str]]:
     return out
 
 
-def set_override(rb: Runbell, tenant_id: str, change: Mapping[str, object]) -> dict[str, int]:
+def set_override(core: Core, tenant_id: str, change: Mapping[str, object]) -> dict[str, int]:
     """Apply ``{table: days}`` (``None`` clears one) to the tenant's override, checked
     (422 ``ValidationFailed`` naming the table); returns the stored override."""
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         current = store.override(tx.conn, tenant_id)
         merged = policy.merge(current, change)
         store.set_override(tx.conn, tenant_id, merged)

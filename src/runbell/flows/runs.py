@@ -26,7 +26,7 @@ from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
 from runbell.flows import amendments, operations, stalls, views
 from runbell.flows.attention import supersede_actionable
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.input_requests import pending_view
 from runbell.store import accounts, mismatches, runs
 from runbell.store import notifications as notes
@@ -51,7 +51,7 @@ RUN_FIELDS = (
 
 
 def put_run(
-    rb: Runbell, who: Principal, run_id: str, body: dict[str, Any]
+    core: Core, who: Principal, run_id: str, body: dict[str, Any]
 ) -> tuple[dict[str, Any], bool]:
     """Create a run, or update its descriptive fields. State changes go through signals.
 
@@ -59,15 +59,15 @@ def put_run(
     the loser's insert hits the primary key, and it is retried once as an update.
     """
     try:
-        return _put_run(rb, who, run_id, body)
+        return _put_run(core, who, run_id, body)
     except IntegrityError:
-        return _put_run(rb, who, run_id, body)
+        return _put_run(core, who, run_id, body)
 
 
 def _put_run(
-    rb: Runbell, who: Principal, run_id: str, body: dict[str, Any]
+    core: Core, who: Principal, run_id: str, body: dict[str, Any]
 ) -> tuple[dict[str, Any], bool]:
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
         owner_id = _member(tx, who.tenant_id, body["owner"], "owner") if body.get("owner") else None
         access = {
@@ -77,9 +77,9 @@ def _put_run(
         if run is None:
             if owner_id is None:
                 raise ValidationFailed("owner is required when a run is created", field="owner")
-            created = _create_run(rb, tx, who, run_id, owner_id, body, access)
+            created = _create_run(core, tx, who, run_id, owner_id, body, access)
             return created, True
-        updated = _update_run(rb, tx, who, run, owner_id, body, access)
+        updated = _update_run(core, tx, who, run, owner_id, body, access)
         return updated, False
 
 
@@ -93,7 +93,7 @@ def _member(tx: Tx, tenant_id: str, ref: str, field: str) -> str:
 
 
 def _create_run(
-    rb: Runbell,
+    core: Core,
     tx: Tx,
     who: Principal,
     run_id: str,
@@ -117,7 +117,7 @@ def _create_run(
         updated_at=tx.now,
         started_at=tx.now if state == "working" else None,
     )
-    values.update(stalls.restart_clock(rb, tx, values, state))
+    values.update(stalls.restart_clock(core, tx, values, state))
     runs.insert_run(tx.conn, values)
     runs.add_transition(
         tx.conn,
@@ -141,7 +141,7 @@ def _create_run(
 
 
 def _update_run(
-    rb: Runbell,
+    core: Core,
     tx: Tx,
     who: Principal,
     run: dict[str, Any],
@@ -172,7 +172,7 @@ def _update_run(
     changes.update(version=version, updated_at=tx.now)
     if "stall_after_seconds" in changes and run["state"] == "working" and not run["stalled_at"]:
         # The clock keeps its start; only when it runs out changes.
-        after_s = stalls.threshold(rb, tx, {**run, **changes})
+        after_s = stalls.threshold(core, tx, {**run, **changes})
         changes["stall_due_at"] = stall_store.due_at(run["stall_clock_at"], after_s)
     runs.update_run(tx.conn, who.tenant_id, run["run_id"], changes)
     runs.add_transition(
@@ -206,8 +206,8 @@ def _update_run(
     return run
 
 
-def get_run(rb: Runbell, who: Principal, run_id: str) -> dict[str, Any]:
-    with rb.db.read() as conn:
+def get_run(core: Core, who: Principal, run_id: str) -> dict[str, Any]:
+    with core.db.read() as conn:
         run = runs.get_run(conn, who.tenant_id, run_id)
         if run is None or not runs.can_see_run(conn, who, run_id):
             raise NotFound(f"no run {run_id!r}")
@@ -227,9 +227,9 @@ def get_run(rb: Runbell, who: Principal, run_id: str) -> dict[str, Any]:
 
 
 def list_runs(
-    rb: Runbell, who: Principal, *, states: list[str] | None, after: str | None, limit: int
+    core: Core, who: Principal, *, states: list[str] | None, after: str | None, limit: int
 ) -> dict[str, Any]:
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         rows = runs.list_runs(conn, who, states=states, after=after, limit=limit + 1)
     page = rows[:limit]
     return {
@@ -239,10 +239,10 @@ def list_runs(
 
 
 def record_progress(
-    rb: Runbell, who: Principal, run_id: str, message: str | None, counts: dict[str, Any] | None
+    core: Core, who: Principal, run_id: str, message: str | None, counts: dict[str, Any] | None
 ) -> dict[str, Any]:
     """A heartbeat: updates last_progress_at and the live feed. Never a notification."""
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)
         if is_terminal(run["state"]):
             return {
@@ -256,7 +256,7 @@ def record_progress(
             tx.conn, who.tenant_id, run_id, {"progress": progress, "last_progress_at": tx.now}
         )
         if run["state"] == "working":  # a sign of life: the stall clock restarts
-            run = stalls.recover_on_progress(rb, tx, run)
+            run = stalls.recover_on_progress(core, tx, run)
         tx.emit(
             who.tenant_id,
             PendingEvent(

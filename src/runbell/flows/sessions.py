@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runbell.domain.principal import LinkRefused, WebSession
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import sessions as store
 from runbell.store.db import Database
 
@@ -44,16 +44,16 @@ class SignedIn:
     cookie: str
 
 
-def lookup(rb: Runbell, token: str) -> WebSession | None:
+def lookup(core: Core, token: str) -> WebSession | None:
     """The live session for a cookie value, or None (unknown, expired, signed out, or
     the membership was revoked)."""
-    with rb.db.read() as conn:
-        return store.lookup_session(conn, token, rb.db.clock())
+    with core.db.read() as conn:
+        return store.lookup_session(conn, token, core.db.clock())
 
 
-def sign_in(rb: Runbell, token: str) -> SignedIn | LinkRefused:
+def sign_in(core: Core, token: str) -> SignedIn | LinkRefused:
     """Use a one-time sign-in link: a new session, or why the link opens nothing."""
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         outcome = store.consume_login_link(tx.conn, token[:200], tx.now)
         if isinstance(outcome, LinkRefused):
             return outcome
@@ -62,9 +62,9 @@ def sign_in(rb: Runbell, token: str) -> SignedIn | LinkRefused:
     return SignedIn(tenant_id, user_id, cookie)
 
 
-def sign_out(rb: Runbell, session_id: str) -> None:
+def sign_out(core: Core, session_id: str) -> None:
     """End a session: its cookie stops working at once, wherever it was copied to."""
-    with rb.db.transaction() as tx:
+    with core.db.transaction() as tx:
         store.revoke_session(tx.conn, session_id, tx.now)
 
 

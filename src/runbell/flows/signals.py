@@ -35,7 +35,7 @@ from runbell.domain.runs import RunState, judge
 from runbell.domain.signals import Signal
 from runbell.domain.text import REASON_MAX, public_text
 from runbell.flows import reconcile, transitions, views
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.ingress.readers import Observed
 from runbell.store import accounts, runs
 from runbell.store import notifications as notes
@@ -99,28 +99,28 @@ def public_report(report: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def api_source(rb: Runbell, who: Principal) -> Source:
+def api_source(core: Core, who: Principal) -> Source:
     """The source a runtime key's signals come from: the key's own, else the tenant's
     authoritative API source.
 
     Remembered per process for :data:`SOURCE_TTL_S` seconds: a signal would otherwise read
     two rows that almost never change. A source's trust and reader only decide how *new*
     signals are checked, so a change reaches every process within that time."""
-    source = remembered_source(rb, who)
+    source = remembered_source(core, who)
     if source is not None:
         return source
     key = ("source", who.tenant_id, who.source_id)
     now = time.monotonic()
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         source_id = who.source_id or accounts.api_source_id(conn, who.tenant_id)
         source = accounts.get_source(conn, who.tenant_id, source_id)
-    rb.memo[key] = (now, source)
+    core.memo[key] = (now, source)
     return source
 
 
-def remembered_source(rb: Runbell, who: Principal) -> Source | None:
+def remembered_source(core: Core, who: Principal) -> Source | None:
     """:func:`api_source` if this process remembers it (no database read), else None."""
-    found = rb.memo.get(("source", who.tenant_id, who.source_id))
+    found = core.memo.get(("source", who.tenant_id, who.source_id))
     if found is not None and time.monotonic() - found[0] < SOURCE_TTL_S:
         source: Source = found[1]
         return source
@@ -140,63 +140,63 @@ def checked(signal: Signal) -> Signal:
 
 
 def accept_signal(
-    rb: Runbell, tenant_id: str, source: Source, run_id: str, signal: Signal
+    core: Core, tenant_id: str, source: Source, run_id: str, signal: Signal
 ) -> SignalResult:
     """Dedupe, reconcile, judge, apply, decide and enqueue — one unit of work, committed
     by the process's writer together with whatever other signals are waiting
     (:mod:`runbell.runtime.writer`); answered once that commit is durable."""
     signal = checked(signal)
-    unit = _prepare(rb, tenant_id, source, run_id, signal)
+    unit = _prepare(core, tenant_id, source, run_id, signal)
     if isinstance(unit, SignalResult):
         return unit
     try:
-        return rb.writer.run(unit, key=(tenant_id, run_id))
+        return core.writer.run(unit, key=(tenant_id, run_id))
     except IntegrityError:
-        return _lost_race(rb, tenant_id, source, run_id, signal)
+        return _lost_race(core, tenant_id, source, run_id, signal)
 
 
 async def accept_signal_async(
-    rb: Runbell, tenant_id: str, source: Source, run_id: str, signal: Signal
+    core: Core, tenant_id: str, source: Source, run_id: str, signal: Signal
 ) -> SignalResult:
     """:func:`accept_signal` for an event loop: the request awaits the writer instead of
     holding a thread. (An advisory source's state reader still runs in a thread.)"""
     signal = checked(signal)
     if source.trust == "advisory":
-        return await to_thread(partial(accept_signal, rb, tenant_id, source, run_id, signal))
-    unit = _prepare(rb, tenant_id, source, run_id, signal)
+        return await to_thread(partial(accept_signal, core, tenant_id, source, run_id, signal))
+    unit = _prepare(core, tenant_id, source, run_id, signal)
     assert not isinstance(unit, SignalResult)
     try:
-        return await rb.writer.run_async(unit, key=(tenant_id, run_id))
+        return await core.writer.run_async(unit, key=(tenant_id, run_id))
     except IntegrityError:
-        return await to_thread(partial(_lost_race, rb, tenant_id, source, run_id, signal))
+        return await to_thread(partial(_lost_race, core, tenant_id, source, run_id, signal))
 
 
 def _prepare(
-    rb: Runbell, tenant_id: str, source: Source, run_id: str, signal: Signal
+    core: Core, tenant_id: str, source: Source, run_id: str, signal: Signal
 ) -> SignalResult | Callable[[Tx], SignalResult]:
     """The unit of work for ``signal`` — or, for an advisory source, possibly its answer
     already (a retry, answered without asking the state reader again)."""
     observed: Observed | None = None
     reader_error: str | None = None
     if source.trust == "advisory":
-        with rb.db.read() as conn:
+        with core.db.read() as conn:
             seen = runs.find_inbound(conn, tenant_id, source.id, signal.event_id)
             if seen is not None:
                 return _duplicate(conn, tenant_id, seen, run_id, {})
-        observed, reader_error = reconcile.observe(rb, source, run_id)
+        observed, reader_error = reconcile.observe(core, source, run_id)
 
     def unit(tx: Tx) -> SignalResult:
-        return _accept_in_tx(rb, tx, tenant_id, source, run_id, signal, observed, reader_error)
+        return _accept_in_tx(core, tx, tenant_id, source, run_id, signal, observed, reader_error)
 
     return unit
 
 
 def _lost_race(
-    rb: Runbell, tenant_id: str, source: Source, run_id: str, signal: Signal
+    core: Core, tenant_id: str, source: Source, run_id: str, signal: Signal
 ) -> SignalResult:
     """A concurrent delivery of the same event (another process) won the dedupe insert:
     answer as the duplicate it is."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         seen = runs.find_inbound(conn, tenant_id, source.id, signal.event_id)
         if seen is None:
             raise RuntimeError("dedupe insert failed but no inbound event is stored")
@@ -234,7 +234,7 @@ def _duplicate(
 
 
 def _accept_in_tx(
-    rb: Runbell,
+    core: Core,
     tx: Tx,
     tenant_id: str,
     source: Source,
@@ -284,7 +284,7 @@ def _accept_in_tx(
                 else f"state reader unavailable: {reader_error}"
             )
             reconcile.record_mismatch(
-                rb, tx, tenant_id, source, run, signal, observed, reader_error
+                core, tx, tenant_id, source, run, signal, observed, reader_error
             )
             finish("mismatch", reason, [])
             return SignalResult("mismatch", reason, views.run_view(run))
@@ -304,7 +304,7 @@ def _accept_in_tx(
         return SignalResult(verdict.verdict, verdict.reason, views.run_view(run))
 
     run, ids = transitions.apply(
-        rb,
+        core,
         tx,
         run,
         signal.state,

@@ -26,7 +26,7 @@ import httpx
 
 from runbell.domain.errors import NotFound, Unauthorized, UnsafeDestination, ValidationFailed
 from runbell.flows import auth_failures, signals
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.signals import Signal
 from runbell.ingress import reader_kinds
@@ -59,7 +59,7 @@ def source_view(src: Source) -> dict[str, Any]:
 _URL_FIELD = {"http_json": "url_template", "openai_responses": "base_url", "mcp_tasks": "url"}
 
 
-def check_destination(rb: Runbell, url: str, field: str | None = None) -> None:
+def check_destination(core: Core, url: str, field: str | None = None) -> None:
     """Refuse an unsafe URL at registration; it is checked again on every call.
 
     A name that does not resolve right now is accepted here (DNS may be down); the
@@ -71,7 +71,7 @@ def check_destination(rb: Runbell, url: str, field: str | None = None) -> None:
     try:
         check_url(
             url,
-            allow_hosts=rb.settings.outbound_allow_hosts,
+            allow_hosts=core.settings.outbound_allow_hosts,
             resolve=make_resolver(),
             field=field,
         )
@@ -80,17 +80,17 @@ def check_destination(rb: Runbell, url: str, field: str | None = None) -> None:
 
 
 def create_source(
-    rb: Runbell, tenant_id: str, body: Mapping[str, Any], key: IdempotencyKey | None = None
+    core: Core, tenant_id: str, body: Mapping[str, Any], key: IdempotencyKey | None = None
 ) -> Answer:
     """Register a source (201); a webhook source's answer carries its signing secret, once.
 
     ``body`` is ``{name, kind, mapper, trust, reader}`` as the API schema parsed it
     (``reader``: the state reader config, or None). The checks run outside any
     transaction (the SSRF check resolves names), after a retry's stored answer."""
-    return act_once(rb.db, rb.box, key, lambda: _creation(rb, tenant_id, body))
+    return act_once(core.db, core.box, key, lambda: _creation(core, tenant_id, body))
 
 
-def _creation(rb: Runbell, tenant_id: str, body: Mapping[str, Any]) -> Act:
+def _creation(core: Core, tenant_id: str, body: Mapping[str, Any]) -> Act:
     kind, mapper, trust = body["kind"], body.get("mapper"), body["trust"]
     if kind == "webhook" and mapper is None:
         raise ValidationFailed("a webhook source needs a mapper: generic or openai", field="mapper")
@@ -106,7 +106,9 @@ def _creation(rb: Runbell, tenant_id: str, body: Mapping[str, Any]) -> Act:
         # instead of failing every later signal of this source.
         with httpx.Client() as throwaway:
             try:
-                reader_kinds.build(reader, throwaway, allow_hosts=rb.settings.outbound_allow_hosts)
+                reader_kinds.build(
+                    reader, throwaway, allow_hosts=core.settings.outbound_allow_hosts
+                )
             except UnsafeDestination as exc:
                 # Name the field as the caller wrote it: "reader.url_template".
                 exc.extra["field"] = f"reader.{exc.extra.get('field') or url_field}"
@@ -115,8 +117,8 @@ def _creation(rb: Runbell, tenant_id: str, body: Mapping[str, Any]) -> Act:
                 raise ValidationFailed(
                     exc.detail, field=f"reader.{exc.extra.get('field', 'type')}"
                 ) from exc
-        check_destination(rb, reader_kinds.destination(reader), f"reader.{url_field}")
-        reader = reader_kinds.seal(reader, rb.box.seal)
+        check_destination(core, reader_kinds.destination(reader), f"reader.{url_field}")
+        reader = reader_kinds.seal(reader, core.box.seal)
     provided = body.get("signing_secret")
     if provided is not None and kind != "webhook":
         raise ValidationFailed("only webhook sources have signing secrets", field="signing_secret")
@@ -136,7 +138,7 @@ def _creation(rb: Runbell, tenant_id: str, body: Mapping[str, Any]) -> Act:
             trust=trust,
             mapper=mapper,
             reader=reader,
-            sealed_secrets=[rb.box.seal(secret)] if secret else None,
+            sealed_secrets=[core.box.seal(secret)] if secret else None,
         )
         out = source_view(accounts.get_source(tx.conn, tenant_id, source_id))
         if secret and provided is None:
@@ -146,14 +148,14 @@ def _creation(rb: Runbell, tenant_id: str, body: Mapping[str, Any]) -> Act:
     return act
 
 
-def list_sources(rb: Runbell, tenant_id: str) -> dict[str, Any]:
+def list_sources(core: Core, tenant_id: str) -> dict[str, Any]:
     """The tenant's sources, as views."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         return {"sources": [source_view(s) for s in accounts.list_sources(conn, tenant_id)]}
 
 
 def rotate_secret(
-    rb: Runbell,
+    core: Core,
     tenant_id: str,
     source_id: str,
     key: IdempotencyKey | None = None,
@@ -170,18 +172,18 @@ def rotate_secret(
         src = accounts.get_source(tx.conn, tenant_id, source_id)
         if src.kind != "webhook":
             raise ValidationFailed("only webhook sources have signing secrets", field="source_id")
-        sealed = [rb.box.seal(secret), *(src.secrets or [])][:2]
+        sealed = [core.box.seal(secret), *(src.secrets or [])][:2]
         accounts.update_source_secrets(tx.conn, tenant_id, source_id, sealed)
         src = accounts.get_source(tx.conn, tenant_id, source_id)
         if provided is not None:
             return 200, source_view(src)
         return 200, {**source_view(src), "signing_secret": secret}
 
-    return act_once(rb.db, rb.box, key, lambda: act)
+    return act_once(core.db, core.box, key, lambda: act)
 
 
 def provider_webhook(
-    rb: Runbell,
+    core: Core,
     source_id: str,
     body: bytes,
     headers: Mapping[str, str],
@@ -191,18 +193,18 @@ def provider_webhook(
     secrets (401 otherwise; 429 past the failed-authentication burst of ``address`` or of
     the source, :mod:`runbell.flows.auth_failures`), mapped to signals, each accepted in
     its own transaction. Returns ``{accepted, results: [{run_id, event_id, outcome}]}``."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         try:
             src = accounts.get_source(conn, None, source_id)
         except NotFound:
             raise NotFound(f"no webhook source {source_id!r}") from None
     if src.kind != "webhook":
         raise NotFound(f"no webhook source {source_id!r}")
-    secrets = [rb.box.open(s) for s in src.secrets or []]
+    secrets = [core.box.open(s) for s in src.secrets or []]
     try:
-        verify_signed(body, headers, secrets, now=rb.db.clock())
+        verify_signed(body, headers, secrets, now=core.db.clock())
     except Unauthorized:
-        throttled = auth_failures.failed(rb, "webhook_signature", address, source_id=source_id)
+        throttled = auth_failures.failed(core, "webhook_signature", address, source_id=source_id)
         if throttled is not None:
             raise throttled from None
         raise
@@ -214,7 +216,7 @@ def provider_webhook(
     results = []
     for m in mapped:
         res = signals.accept_signal(
-            rb,
+            core,
             src.tenant_id,
             src,
             m.run_id,

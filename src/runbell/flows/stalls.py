@@ -37,7 +37,7 @@ import structlog
 
 from runbell.flows import views
 from runbell.flows.attention import close_notification, raise_attention, supersede_actionable
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.policy import policy_in
 from runbell.store import notifications as notes
 from runbell.store import runs
@@ -47,17 +47,17 @@ from runbell.store.db import PendingEvent, Tx
 log = structlog.get_logger(__name__)
 
 
-def threshold(rb: Runbell, tx: Tx, run: dict[str, Any]) -> int | None:
+def threshold(core: Core, tx: Tx, run: dict[str, Any]) -> int | None:
     """Seconds of silence after which ``run`` is stalled (None: never)."""
     own = run.get("stall_after_seconds")
-    after = own if own is not None else policy_in(rb, tx, run["tenant_id"]).stall_after_s
+    after = own if own is not None else policy_in(core, tx, run["tenant_id"]).stall_after_s
     return after or None
 
 
-def restart_clock(rb: Runbell, tx: Tx, run: dict[str, Any], state: str) -> dict[str, Any]:
+def restart_clock(core: Core, tx: Tx, run: dict[str, Any], state: str) -> dict[str, Any]:
     """The run columns of a stall clock restarted now, for a run moving to ``state``:
     running only while ``working``. Ends any open episode (see :func:`end_episode`)."""
-    due = store.due_at(tx.now, threshold(rb, tx, run)) if state == "working" else None
+    due = store.due_at(tx.now, threshold(core, tx, run)) if state == "working" else None
     return {"stall_clock_at": tx.now, "stall_due_at": due, "stalled_at": None}
 
 
@@ -102,10 +102,10 @@ def end_episode(
     return True
 
 
-def recover_on_progress(rb: Runbell, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
+def recover_on_progress(core: Core, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
     """Progress on a working run: restart its clock; a stalled run recovers, as a
     ``recover`` transition (new version). Returns the run as it is now. Inside ``tx``."""
-    changes = restart_clock(rb, tx, run, run["state"])
+    changes = restart_clock(core, tx, run, run["state"])
     stalled = run.get("stalled_at") is not None
     if stalled:
         changes.update(version=run["version"] + 1, updated_at=tx.now)
@@ -129,17 +129,17 @@ def recover_on_progress(rb: Runbell, tx: Tx, run: dict[str, Any]) -> dict[str, A
     return after
 
 
-def sweep(rb: Runbell, now: datetime, limit: int = 500) -> int:
+def sweep(core: Core, now: datetime, limit: int = 500) -> int:
     """Scheduler sweep: record a stall for every working run whose clock ran out.
 
     Each run is re-checked in its own transaction under its row lock: a concurrent
     sweep, a progress report or a signal that got there first leaves nothing to do.
     Returns how many stalls were recorded."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         due = store.due(conn, now, limit)
     stalled = 0
     for tenant_id, run_id in due:
-        with rb.db.transaction(now=now) as tx:
+        with core.db.transaction(now=now) as tx:
             run = runs.get_run(tx.conn, tenant_id, run_id, for_update=True)
             if (
                 run is None
@@ -149,18 +149,18 @@ def sweep(rb: Runbell, now: datetime, limit: int = 500) -> int:
                 or run["stall_due_at"] > tx.now
             ):
                 continue  # recovered, moved on, or stalled by another sweep meanwhile
-            after_s = threshold(rb, tx, run)
+            after_s = threshold(core, tx, run)
             due_at = store.due_at(run["stall_clock_at"], after_s)
             if due_at is None or due_at > tx.now:
                 # The threshold changed since the clock was timed: re-time it.
                 runs.update_run(tx.conn, tenant_id, run_id, {"stall_due_at": due_at})
                 continue
-            _record_stall(rb, tx, run, after_s or 0)
+            _record_stall(core, tx, run, after_s or 0)
             stalled += 1
     return stalled
 
 
-def _record_stall(rb: Runbell, tx: Tx, run: dict[str, Any], after_s: int) -> None:
+def _record_stall(core: Core, tx: Tx, run: dict[str, Any], after_s: int) -> None:
     tenant_id, run_id = run["tenant_id"], run["run_id"]
     version = run["version"] + 1
     silent = int((tx.now - run["stall_clock_at"]).total_seconds())
@@ -187,14 +187,14 @@ def _record_stall(rb: Runbell, tx: Tx, run: dict[str, Any], after_s: int) -> Non
     supersede_actionable(tx, tenant_id, run_id, version)
     raised = raise_attention(
         tx,
-        policy_in(rb, tx, tenant_id),
+        policy_in(core, tx, tenant_id),
         run,
         attention="stalled",
         version=version,
         facts={},
         reason=reason,
-        owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
-        email=bool(rb.settings.smtp_host),
+        owner_present=core.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
+        email=bool(core.settings.smtp_host),
     )
     if raised.notification_id:
         ids.append(raised.notification_id)

@@ -15,21 +15,21 @@ from datetime import datetime
 
 from runbell.flows import retention
 from runbell.flows.attention import close_notification
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.store import notifications as notes
 
 
-def expire_notifications(rb: Runbell, now: datetime, limit: int = 500) -> int:
+def expire_notifications(core: Core, now: datetime, limit: int = 500) -> int:
     """Close open notifications past their expiry (and cancel what they had queued)."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         due = notes.due_for_expiry(conn, now, limit)
     for note in due:
-        with rb.db.transaction(now=now) as tx:
+        with core.db.transaction(now=now) as tx:
             close_notification(tx, note, "expired", "expired before anyone acted")
     return len(due)
 
 
-def prune(rb: Runbell, now: datetime) -> int:
+def prune(core: Core, now: datetime) -> int:
     """Prune every table past its retention now (``flows.retention.run``); returns how
     many feed events went."""
-    return retention.run(rb, now).counts["feed_events"]
+    return retention.run(core, now).counts["feed_events"]

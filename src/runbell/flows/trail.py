@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.principal import Principal
 from runbell.flows import digests, views
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.escalation import step_view
 from runbell.flows.inbox import actionable, recipient_sees_run
 from runbell.flows.input_requests import get_for_notification
@@ -37,10 +37,10 @@ def members(conn: Connection, tenant_id: str, user_ids: Iterable[str]) -> dict[s
     return out
 
 
-def trail(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
+def trail(core: Core, who: Principal, notification_id: str) -> dict[str, Any]:
     """Why it was created (rule, inputs, transition), its deliveries with their attempts,
     its lifecycle on the feed, its receipts, and whether the recipient could still act."""
-    with rb.db.read() as conn:
+    with core.db.read() as conn:
         note = notes.get(conn, who.tenant_id, notification_id)
         transition = runs.get_transition(
             conn, who.tenant_id, note["run_id"], note["transition_version"]
@@ -65,7 +65,7 @@ def trail(rb: Runbell, who: Principal, notification_id: str) -> dict[str, Any]:
     # "answered by usr_…" names the person: support reads who it was (members only).
     out["closed_reason"] = views.name_people(note.get("closed_reason"), people)
     # "Could the user still act?": the recipient's answer, not the admin asking.
-    out["actionable"], out["actionable_reason"] = actionable(rb, note, run, request, sees)
+    out["actionable"], out["actionable_reason"] = actionable(core, note, run, request, sees)
     if digest is not None:
         out["digest"] = digest
     out["why"] = {

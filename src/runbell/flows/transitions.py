@@ -14,7 +14,7 @@ Invariants kept here (DESIGN §2):
   notifications; leaving ``input_required`` cancels its pending requests.
 - 4: each transition gets its own version and history row; nothing is merged.
 - 16: reaching ``cancelled`` stores what was kept and what stays uncertain
-  (``flows.cancellation``) and that text is the notification's reason; the policy sees
+  (``flows.cancel_outcome``) and that text is the notification's reason; the policy sees
   ``cancelled_by_owner`` when a person with the run's authority asked.
 - 13: a transition restarts the run's stall clock and ends an open stall episode
   (``flows.stalls``: the stalled notification resolves, ``run.recovered``).
@@ -29,14 +29,14 @@ from typing import Any
 import structlog
 
 from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
-from runbell.flows import cancellation, completion, stalls, views
+from runbell.flows import cancel_outcome, completion, stalls, views
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
     raise_attention,
     supersede_actionable,
 )
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.policy import policy_in
 from runbell.store import amendments, runs
 from runbell.store import input_requests as requests
@@ -56,7 +56,7 @@ def error_facts(error: Mapping[str, Any] | None) -> dict[str, bool]:
 
 
 def apply(
-    rb: Runbell,
+    core: Core,
     tx: Tx,
     run: dict[str, Any],
     state: str,
@@ -90,7 +90,7 @@ def apply(
     if is_terminal(state):
         changes.update(finished_at=tx.now, stop_reason=reason, error=error)
     # Any accepted signal is a sign of life: the stall clock restarts (and ends an episode).
-    changes.update(stalls.restart_clock(rb, tx, run, state))
+    changes.update(stalls.restart_clock(core, tx, run, state))
     before, before_run = run["state"], run
     run = {**run, **changes}
     runs.move_run(tx.conn, run)
@@ -121,8 +121,8 @@ def apply(
     if state == RunState.CANCELLED:
         # Cancellation is a request with an outcome (invariant 16): the notification says
         # what was kept and what stays uncertain, and the policy who asked.
-        run = cancellation.settle(tx, run)
-        facts["cancelled_by_owner"] = cancellation.requested_by_person(run)
+        run = cancel_outcome.settle(tx, run)
+        facts["cancelled_by_owner"] = cancel_outcome.requested_by_person(run)
         note_reason = run["cancel_summary"]["text"]
     attention = attention_for(state, effects_verified)
     if judged is not None and judged.attention is not None:
@@ -130,15 +130,15 @@ def apply(
     if attention is not None:
         raised = raise_attention(
             tx,
-            policy_in(rb, tx, tenant_id),
+            policy_in(core, tx, tenant_id),
             run,
             attention=attention.value,
             version=version,
             facts=facts,
             reason=note_reason,
-            owner_present=rb.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
+            owner_present=core.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
             request=request,
-            email=bool(rb.settings.smtp_host),
+            email=bool(core.settings.smtp_host),
         )
         decision = raised.decision.as_dict()
         if raised.notification_id:

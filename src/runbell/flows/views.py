@@ -77,7 +77,7 @@ def run_view(run: dict[str, Any], *, include_details: bool = False) -> dict[str,
         "finished_at": iso(run.get("finished_at")),
         "last_progress_at": iso(run.get("last_progress_at")),
         "cancel_requested": cancel_requested_view(run),
-        # Once cancelled: what was kept and what stays uncertain (flows.cancellation).
+        # Once cancelled: what was kept and what stays uncertain (flows.cancel_outcome).
         "cancellation": run.get("cancel_summary"),
         "stall_after_seconds": run.get("stall_after_seconds"),
         "stalled_at": iso(run.get("stalled_at")),  # an open stall episode began then

@@ -56,7 +56,7 @@ from runbell.domain.errors import RunbellError
 from runbell.domain.limits import unstorable
 from runbell.domain.origins import Guard, parse_authority
 from runbell.flows import accounts, auth_failures
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.mcp.backend import Backend
 from runbell.mcp.local import LocalBackend
 from runbell.mcp.tools import build_server
@@ -75,8 +75,8 @@ def _backend() -> Backend:
     return b
 
 
-def _guard(rb: Runbell) -> Guard:
-    s = rb.settings
+def _guard(core: Core) -> Guard:
+    s = core.settings
     return Guard.of(s.public_url, s.mcp_allowed_hosts, s.mcp_allowed_origins)
 
 
@@ -85,13 +85,13 @@ def _server(scope: Scope) -> tuple[str, int] | None:
     return (str(server[0]), int(server[1] or 0)) if server else None
 
 
-def base_url(rb: Runbell, scope: Scope) -> str:
+def base_url(core: Core, scope: Scope) -> str:
     """The base the caller reached this server at, for the links a refusal or the metadata
     document gives: ``RUNBELL_PUBLIC_URL`` when the request's Host is its host (or names
     nothing this server answers to), else the scheme and Host the request used."""
-    public = rb.public_url
+    public = core.public_url
     host = Headers(scope=scope).get("host")
-    if host is None or _guard(rb).refusal(host, None, _server(scope)) is not None:
+    if host is None or _guard(core).refusal(host, None, _server(scope)) is not None:
         return public
     named, ours = parse_authority(host), parse_authority(urlsplit(public).netloc)
     if named is not None and ours is not None and ours.matches(named):
@@ -156,8 +156,8 @@ class McpMount:
     """The ``/mcp`` route, its metadata documents, and the SDK session manager its
     lifespan must run (one per app: a manager runs once; the server behind it is shared)."""
 
-    def __init__(self, rb: Runbell) -> None:
-        self.rb = rb
+    def __init__(self, core: Core) -> None:
+        self.core = core
         self.server = _shared_server()
         with _mounting:  # the SDK keeps the manager it just made on the server: take ours
             # Host and Origin are checked in __call__, before the SDK sees the request.
@@ -180,12 +180,12 @@ class McpMount:
 
     async def metadata(self, request: Request) -> Response:
         path = request.url.path.removeprefix(WELL_KNOWN)
-        doc = protected_resource(base_url(self.rb, request.scope), path)
+        doc = protected_resource(base_url(self.core, request.scope), path)
         return JSON(doc, headers={"Cache-Control": "max-age=300"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
-        refused = _guard(self.rb).refusal(
+        refused = _guard(self.core).refusal(
             headers.get("host"), headers.get("origin"), _server(scope)
         )
         if refused is not None:
@@ -197,7 +197,7 @@ class McpMount:
         token = token.strip()
         who = None
         if scheme.lower() == "bearer" and token:
-            who = await anyio.to_thread.run_sync(accounts.authenticate, self.rb, token)
+            who = await anyio.to_thread.run_sync(accounts.authenticate, self.core, token)
         if who is None:
             answer = await self._unauthorized(scope, token if scheme.lower() == "bearer" else "")
             await answer(scope, receive, send)
@@ -210,14 +210,14 @@ class McpMount:
                 scope, receive, send
             )
             return
-        reset = _caller.set(LocalBackend(self.rb, who, owner))
+        reset = _caller.set(LocalBackend(self.core, who, owner))
         try:
             await self.inner(scope, receive, send)
         finally:
             _caller.reset(reset)
 
     async def _unauthorized(self, scope: Scope, token: str) -> Response:
-        meta = f"{base_url(self.rb, scope)}{WELL_KNOWN}{PATH}"
+        meta = f"{base_url(self.core, scope)}{WELL_KNOWN}{PATH}"
         challenge = f'Bearer realm="runbell", resource_metadata="{meta}"'
         if not token:
             detail = (
@@ -230,7 +230,7 @@ class McpMount:
         client = scope.get("client")
         throttled: RunbellError | None = await anyio.to_thread.run_sync(
             lambda: auth_failures.failed(
-                self.rb, "bearer", client[0] if client else None, credential=token
+                self.core, "bearer", client[0] if client else None, credential=token
             )
         )
         if throttled is not None:

@@ -14,9 +14,9 @@ from runbell.api.routers.events import wait_for_events
 from runbell.api.schemas import InputRequestIn, RunPut, SignalIn
 from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
-from runbell.flows import cancel, feed, overview, runs, signals
+from runbell.flows import cancel_request, feed, overview, runs, signals
 from runbell.flows import input_requests as requests
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.flows.signals import Signal
 from runbell.mcp.backend import Problem
 
@@ -27,8 +27,8 @@ ATTENTION_GROUPS = ["needs_you", "stalled", "needs_review", "working"]
 class LocalBackend:
     """One authenticated caller (``who``) of the Runbell this process serves."""
 
-    def __init__(self, rb: Runbell, who: Principal, default_owner: str | None = None) -> None:
-        self.rb = rb
+    def __init__(self, core: Core, who: Principal, default_owner: str | None = None) -> None:
+        self.core = core
         self.who = who
         self.default_owner = default_owner
 
@@ -47,15 +47,15 @@ class LocalBackend:
     async def put_run(self, run_id: str, fields: dict[str, Any]) -> dict[str, Any]:
         self._runtime()
         body = _validated(RunPut, fields).model_dump(exclude_unset=True, mode="json")
-        await self._call(runs.put_run, self.rb, self.who, run_id, body)
+        await self._call(runs.put_run, self.core, self.who, run_id, body)
         return await self.get_run(run_id)
 
     async def signal(self, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
         self._runtime()
         parsed = _validated(SignalIn, body)
-        source = signals.remembered_source(self.rb, self.who)
+        source = signals.remembered_source(self.core, self.who)
         if source is None:
-            source = await self._call(signals.api_source, self.rb, self.who)
+            source = await self._call(signals.api_source, self.core, self.who)
         sig = Signal(
             event_id=parsed.event_id,
             state=parsed.state,
@@ -64,7 +64,7 @@ class LocalBackend:
         )
         try:
             result = await signals.accept_signal_async(
-                self.rb, self.who.tenant_id, source, run_id, sig
+                self.core, self.who.tenant_id, source, run_id, sig
             )
         except RunbellError as exc:
             raise Problem(exc.status, exc.title, exc.detail) from exc
@@ -73,26 +73,26 @@ class LocalBackend:
     async def open_input_request(self, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
         self._runtime()
         fields = _validated(InputRequestIn, body).model_dump(exclude_unset=False)
-        answer = await self._call(requests.open_request, self.rb, self.who, run_id, fields)
+        answer = await self._call(requests.open_request, self.core, self.who, run_id, fields)
         return answer.content()
 
     async def get_input_request(self, request_id: str) -> dict[str, Any]:
-        found = await self._call(requests.get_request, self.rb, self.who, request_id)
+        found = await self._call(requests.get_request, self.core, self.who, request_id)
         req: dict[str, Any] = found["input_request"]
         return req
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
-        return await self._call(runs.get_run, self.rb, self.who, run_id)
+        return await self._call(runs.get_run, self.core, self.who, run_id)
 
     async def cancel(self, run_id: str, reason: str | None) -> dict[str, Any]:
         body = {"reason": reason} if reason else {}
-        answer = await self._call(cancel.request_cancel, self.rb, self.who, run_id, body)
+        answer = await self._call(cancel_request.request_cancel, self.core, self.who, run_id, body)
         return answer.content()
 
     async def attention(self, limit: int) -> dict[str, Any]:
         return await self._call(
             overview.list_runs,
-            self.rb,
+            self.core,
             self.who,
             groups=ATTENTION_GROUPS,
             states=None,
@@ -101,18 +101,18 @@ class LocalBackend:
         )
 
     async def feed_head(self) -> str:
-        return str(await self._call(feed.resolve_cursor, self.rb, self.who, "latest"))
+        return str(await self._call(feed.resolve_cursor, self.core, self.who, "latest"))
 
     async def wait_events(self, after: str, wait: float) -> str:
         try:
-            position = await self._call(feed.resolve_cursor, self.rb, self.who, after)
+            position = await self._call(feed.resolve_cursor, self.core, self.who, after)
         except Problem as exc:
             if exc.status != Gone.status:
                 raise
             return await self.feed_head()  # the caller re-reads the state: nothing is lost
-        wait = min(wait, self.rb.settings.longpoll_max_s)
+        wait = min(wait, self.core.settings.longpoll_max_s)
         try:
-            _, cursor = await wait_for_events(self.rb, self.who, position, 100, wait)
+            _, cursor = await wait_for_events(self.core, self.who, position, 100, wait)
         except RunbellError as exc:
             raise Problem(exc.status, exc.title, exc.detail) from exc
         return str(cursor)

@@ -704,7 +704,7 @@ sa.Index("ix_digests_tenant_created", digests.c.tenant_id, digests.c.created_at)
 # --- cancellation as a request, amendments by other people (issue 10) ---------------
 #
 # The run's cancellation request (who asked, when, why) and, once it is cancelled, the
-# summary of what was kept and what stays uncertain (flows.cancellation). Columns of
+# summary of what was kept and what stays uncertain (flows.cancel_outcome). Columns of
 # ``runs``, appended here so the table's own block stays as it was.
 runs.append_column(sa.Column("cancel_requested_at", UTCDateTime, nullable=True))
 # The person who asked; NULL with cancel_requested_at set: the runtime (an API key) asked.

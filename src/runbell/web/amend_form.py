@@ -10,7 +10,7 @@ from urllib.parse import quote
 from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 
-from runbell.api.deps import Core
+from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.flows import amendments, idempotency
 from runbell.flows.idempotency import IdempotencyKey
@@ -23,7 +23,7 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.post("/runs/{run_id}/amendments")
-def propose_form(run_id: str, signed: Checked, core: Core) -> Response:
+def propose_form(run_id: str, signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     body: dict[str, object] = {"text": signed.form.first("text")}
     objective = signed.form.first("objective").strip()

@@ -13,9 +13,9 @@ from urllib.parse import quote
 from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 
-from runbell.api.deps import Core
+from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
-from runbell.flows import cancel, idempotency
+from runbell.flows import cancel_request, idempotency
 from runbell.flows.idempotency import IdempotencyKey
 from runbell.web import wording
 from runbell.web.forms import Checked
@@ -26,7 +26,7 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.post("/runs/{run_id}/cancel")
-def cancel_form(run_id: str, signed: Checked, core: Core) -> Response:
+def cancel_form(run_id: str, signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     reason = signed.form.first("reason").strip() or None
     key = signed.form.first("idempotency_key")[:200] or secrets.token_urlsafe(24)
@@ -38,7 +38,7 @@ def cancel_form(run_id: str, signed: Checked, core: Core) -> Response:
         idempotency.fingerprint({"web": "cancel", "run_id": run_id, "reason": reason}),
     )
     try:
-        cancel.request_cancel(core, v.who, run_id, {"reason": reason}, ik)
+        cancel_request.request_cancel(core, v.who, run_id, {"reason": reason}, ik)
     except NotFound:
         return no_access(v, 404)
     except Conflict as exc:

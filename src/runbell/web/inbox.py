@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 
-from runbell.api.deps import Core
+from runbell.api.deps import CoreDep
 from runbell.domain.errors import NotFound
 from runbell.flows import inbox, pages, views
 from runbell.web import wording
@@ -60,7 +60,7 @@ def _groups(items: list[dict[str, Any]], titles: dict[str, str]) -> list[dict[st
 
 
 @router.get("/")
-def inbox_page(session: Session, core: Core) -> Response:
+def inbox_page(session: Session, core: CoreDep) -> Response:
     v = viewer(core, session)
     shown = pages.inbox_page(core, v.who, v.now)
     titles = {rid: CANNOT_SEE if title is None else title for rid, title in shown["titles"].items()}
@@ -92,7 +92,7 @@ def inbox_page(session: Session, core: Core) -> Response:
 
 
 @router.post("/notifications/{notification_id}/ack")
-def ack_form(notification_id: str, signed: Checked, core: Core) -> Response:
+def ack_form(notification_id: str, signed: Checked, core: CoreDep) -> Response:
     try:
         inbox.acknowledge(core, signed.who, notification_id)
     except NotFound:

@@ -25,11 +25,11 @@ import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from runbell.api.deps import Core
+from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.flows import answers, inbox, pages, receipts, views
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
 from runbell.web.ledger import ledger_view
@@ -147,7 +147,7 @@ def _request_view(v: Viewer, req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_page(core: Runbell, v: Viewer, run_id: str, state: RunPageState) -> Response:
+def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Response:
     try:
         shown = pages.run_page(core, v.who, run_id, state.answered_request)
     except NotFound:
@@ -312,7 +312,7 @@ def _deliveries_view(
 
 @router.get("/runs/{run_id}")
 def run_view(
-    run_id: str, request: Request, session: Session, core: Core, answered: str | None = None
+    run_id: str, request: Request, session: Session, core: CoreDep, answered: str | None = None
 ) -> Response:
     v = viewer(core, session)
     page = run_page(core, v, run_id, RunPageState(answered_request=answered))
@@ -331,7 +331,7 @@ def _navigated(request: Request) -> bool:
     return request.headers.get("sec-fetch-dest", "document") == "document"
 
 
-def _record_opened(core: Runbell, who: Principal, notification_id: str) -> None:
+def _record_opened(core: Core, who: Principal, notification_id: str) -> None:
     """An ``opened`` receipt: telemetry that also sets first-seen, never a decision. The
     channel the link came from is unknown here, so none is recorded."""
     try:
@@ -345,7 +345,7 @@ def _when(value: str | None) -> datetime | None:
 
 
 @router.get("/n/{notification_id}")
-def deep_link(notification_id: str, session: Session, core: Core) -> Response:
+def deep_link(notification_id: str, session: Session, core: CoreDep) -> Response:
     v = viewer(core, session)
     try:
         note = inbox.get_notification(core, v.who, notification_id, via="deep_link")
@@ -435,7 +435,7 @@ def refusal_text(v: Viewer, exc: Conflict) -> str:
 
 
 @router.post("/runs/{run_id}/input-requests/{request_id}/respond")
-def respond_form(run_id: str, request_id: str, signed: Checked, core: Core) -> Response:
+def respond_form(run_id: str, request_id: str, signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     form = signed.form
 

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from runbell.api.deps import Core
+from runbell.api.deps import CoreDep
 from runbell.domain.errors import ValidationFailed
 from runbell.flows import overview
 from runbell.web import wording
@@ -82,7 +82,7 @@ def _row(v: Viewer, run: dict[str, Any]) -> dict[str, Any]:
 
 
 @router.get("/runs")
-def runs_page(session: Session, core: Core, after: str | None = None) -> Response:
+def runs_page(session: Session, core: CoreDep, after: str | None = None) -> Response:
     v = viewer(core, session)
     try:
         shown = overview.overview(core, v.who, after=after)

@@ -22,11 +22,11 @@ from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 
-from runbell.api.deps import Core
+from runbell.api.deps import CoreDep
 from runbell.api.schemas import ChatIn, PreferencesIn
 from runbell.domain.errors import Forbidden, RunbellError, ValidationFailed
 from runbell.flows import dry_run, policy, preferences
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
 from runbell.web.templating import render
@@ -66,7 +66,7 @@ router = APIRouter(include_in_schema=False)
 
 
 def settings_page(
-    core: Runbell,
+    core: Core,
     v: Viewer,
     *,
     error: str | None = None,
@@ -108,7 +108,7 @@ def settings_page(
 
 
 @router.get("/settings")
-def settings_view(session: Session, core: Core, saved: str | None = None) -> Response:
+def settings_view(session: Session, core: CoreDep, saved: str | None = None) -> Response:
     words = {
         "prefs": "Your notification settings were saved.",
         "chat": "Chat destination added.",
@@ -120,7 +120,7 @@ def settings_view(session: Session, core: Core, saved: str | None = None) -> Res
 
 
 @router.post("/settings")
-def settings_save(signed: Checked, core: Core) -> Response:
+def settings_save(signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     form = signed.form
     consent = {c: [u for u in form.all(f"consent_{c}") if u in URGENCIES] for c, _ in CHANNELS}
@@ -175,7 +175,7 @@ def _first_error(exc: ValidationError) -> str:
 
 
 @router.post("/settings/chat")
-def settings_add_chat(signed: Checked, core: Core) -> Response:
+def settings_add_chat(signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     try:
         body = ChatIn(
@@ -192,19 +192,19 @@ def settings_add_chat(signed: Checked, core: Core) -> Response:
 
 
 @router.post("/settings/chat/{destination_id}/delete")
-def settings_delete_chat(destination_id: str, signed: Checked, core: Core) -> Response:
+def settings_delete_chat(destination_id: str, signed: Checked, core: CoreDep) -> Response:
     # Only your own here: shared rooms are managed through the admin API.
     preferences.remove_chat_destination(core, signed.who, destination_id, own_only=True)
     return RedirectResponse("/settings?saved=chat-removed", status_code=303)
 
 
 @router.post("/settings/push/{subscription_id}/delete")
-def settings_delete_push(subscription_id: str, signed: Checked, core: Core) -> Response:
+def settings_delete_push(subscription_id: str, signed: Checked, core: CoreDep) -> Response:
     preferences.unsubscribe(core, signed.who, subscription_id)
     return RedirectResponse("/settings?saved=device-removed", status_code=303)
 
 
-def _own_policy(core: Runbell, v: Viewer) -> str:
+def _own_policy(core: Core, v: Viewer) -> str:
     """The tenant's own policy document, as the editor shows it (admins only)."""
     if not v.who.is_admin:
         return ""
@@ -227,7 +227,7 @@ def _policy_doc(text: str) -> dict[str, Any]:
 
 
 @router.post("/settings/policy/preview")
-def settings_policy_preview(signed: Checked, core: Core) -> Response:
+def settings_policy_preview(signed: Checked, core: CoreDep) -> Response:
     """What the edited policy would have decided over the last 7 days (nothing is saved)."""
     v = viewer(core, signed.session)
     if not v.who.is_admin:
@@ -241,7 +241,7 @@ def settings_policy_preview(signed: Checked, core: Core) -> Response:
 
 
 @router.post("/settings/policy")
-def settings_policy_save(signed: Checked, core: Core) -> Response:
+def settings_policy_save(signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     if not v.who.is_admin:
         raise Forbidden("only administrators edit the attention policy")

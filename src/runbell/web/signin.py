@@ -22,11 +22,11 @@ import structlog
 from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import RedirectResponse, Response
 
-from runbell.api.deps import SESSION_COOKIE, Core
+from runbell.api.deps import SESSION_COOKIE, CoreDep
 from runbell.domain.errors import TooManyAttempts
 from runbell.flows import auth_failures, sessions
 from runbell.flows.channel_config import smtp_config
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.web import wording
 from runbell.web.forms import Checked, CsrfRefused, FormBody, safe_next
 from runbell.web.mail import send_sign_in
@@ -43,7 +43,7 @@ NEXT_COOKIE = "rb_next"
 router = APIRouter(include_in_schema=False)
 
 
-def cookie_secure(core: Runbell) -> bool:
+def cookie_secure(core: Core) -> bool:
     return core.settings.public_url.lower().startswith("https://")
 
 
@@ -59,7 +59,7 @@ def mailbox_path(request: Request) -> str | None:
 
 
 @router.get("/login")
-def login_page(request: Request, core: Core, next: str | None = None) -> Response:
+def login_page(request: Request, core: CoreDep, next: str | None = None) -> Response:
     target = safe_next(next)
     stale = False
     token = request.cookies.get(SESSION_COOKIE)
@@ -71,7 +71,7 @@ def login_page(request: Request, core: Core, next: str | None = None) -> Respons
 
 
 def _login_form(
-    core: Runbell,
+    core: Core,
     request: Request,
     target: str,
     *,
@@ -124,7 +124,7 @@ def _login_form(
 
 @router.post("/login")
 def login_submit(
-    request: Request, core: Core, form: FormBody, background: BackgroundTasks
+    request: Request, core: CoreDep, form: FormBody, background: BackgroundTasks
 ) -> Response:
     target = safe_next(form.first("next"))
     expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
@@ -161,13 +161,13 @@ def login_submit(
     return message("Check your email", paragraphs, link=link)
 
 
-def sign_in_url(core: Runbell, token: str, next_path: str = "/") -> str:
+def sign_in_url(core: Core, token: str, next_path: str = "/") -> str:
     url = f"{core.settings.public_url.rstrip('/')}/auth/{token}"
     return url if next_path == "/" else f"{url}?next={quote(next_path, safe='/')}"
 
 
 @router.get("/auth/{token}")
-def use_link(token: str, request: Request, core: Core, next: str | None = None) -> Response:
+def use_link(token: str, request: Request, core: CoreDep, next: str | None = None) -> Response:
     outcome = sessions.sign_in(core, token)
     # The token stays out of referrers and caches either way.
     private = {"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
@@ -235,7 +235,7 @@ def _too_many(request: Request, refusal: TooManyAttempts, private: dict[str, str
 
 
 @router.post("/logout")
-def logout(signed: Checked, core: Core) -> Response:
+def logout(signed: Checked, core: CoreDep) -> Response:
     sessions.sign_out(core, signed.session.id)
     response = RedirectResponse("/login?signed_out=1", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")

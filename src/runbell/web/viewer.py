@@ -14,7 +14,7 @@ from runbell.domain.errors import ValidationFailed
 from runbell.domain.principal import Principal, WebSession
 from runbell.domain.quiet_hours import zone
 from runbell.flows import pages
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 from runbell.web import wording
 from runbell.web.templating import render
 
@@ -48,7 +48,7 @@ class Viewer:
         }
 
 
-def viewer(core: Runbell, session: WebSession) -> Viewer:
+def viewer(core: Core, session: WebSession) -> Viewer:
     facts = pages.viewer(core, session.principal)
     tz_name = facts["timezone"]
     try:

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 from pydantic import Field
 
-from runbell.api.deps import Core, Who
+from runbell.api.deps import CoreDep, Who
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
@@ -49,7 +49,7 @@ class AmendmentIn(Strict):
     ),
 )
 def propose_amendment(
-    run_id: RunId, body: AmendmentIn, who: Who, core: Core, key: IdemKey
+    run_id: RunId, body: AmendmentIn, who: Who, core: CoreDep, key: IdemKey
 ) -> Response:
     """Propose a change to a run you can see: it becomes an input request to the run's
     owner (``input_request.id`` = ``amendment.id``), who approves or rejects it with

@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Response
 
-from runbell.api.deps import Core, Who
+from runbell.api.deps import CoreDep, Who
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, CancelIn
-from runbell.flows import cancel
+from runbell.flows import cancel_request
 
 router = APIRouter(tags=["runs"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
@@ -29,7 +29,7 @@ RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen r
 def cancel_run(
     run_id: RunId,
     who: Who,
-    core: Core,
+    core: CoreDep,
     key: IdemKey,
     body: Annotated[CancelIn | None, Body()] = None,
 ) -> Response:
@@ -40,4 +40,4 @@ def cancel_run(
     API key of the tenant (the runtime stopping its own run). 200 when the run was
     stopping already; 409 with ``current`` when it has finished."""
     fields = body.model_dump(exclude_unset=True) if body is not None else {}
-    return answered(cancel.request_cancel(core, who, run_id, fields, key))
+    return answered(cancel_request.request_cancel(core, who, run_id, fields, key))

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
-from runbell.api.deps import Admin, Core
+from runbell.api.deps import Admin, CoreDep
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
@@ -33,7 +33,7 @@ assert set(Status.__args__) == set(deliveries.STATUSES)  # type: ignore[attr-def
 @router.get("", responses=problems(401, 403, 422, 503))
 def list_deliveries(
     who: Admin,
-    core: Core,
+    core: CoreDep,
     status: Annotated[list[Status] | None, Query()] = None,
     channel: Annotated[
         Literal["inbox", "email", "webpush", "chat", "webhook"] | None, Query()
@@ -55,7 +55,7 @@ def list_deliveries(
 
 
 @router.get("/{delivery_id}", responses=problems(401, 403, 404, 503))
-def get_delivery(delivery_id: str, who: Admin, core: Core) -> dict[str, Any]:
+def get_delivery(delivery_id: str, who: Admin, core: CoreDep) -> dict[str, Any]:
     return deliveries.get_delivery(core, who.tenant_id, delivery_id)
 
 
@@ -64,7 +64,7 @@ def get_delivery(delivery_id: str, who: Admin, core: Core) -> dict[str, Any]:
     response_model=None,
     responses=problems(401, 403, 404, 409, 413, 422, 503),
 )
-def replay(delivery_id: str, who: Admin, core: Core, key: IdemKey) -> Response:
+def replay(delivery_id: str, who: Admin, core: CoreDep, key: IdemKey) -> Response:
     """Send it again under the same identity (same webhook-id). Checks at dispatch still
     apply: a person's acknowledged alert is not re-sent."""
     return answered(deliveries.replay(core, who.tenant_id, delivery_id, key))
@@ -75,7 +75,7 @@ operator_router = APIRouter(prefix="/v1/operator-events", tags=["deliveries"])
 
 @operator_router.get("", responses=problems(401, 403, 422, 503))
 def operator_events(
-    who: Admin, core: Core, limit: Annotated[int, Query(ge=1, le=500)] = 100
+    who: Admin, core: CoreDep, limit: Annotated[int, Query(ge=1, le=500)] = 100
 ) -> dict[str, Any]:
     """Problems an operator must fix, newest first: disabled endpoints, misconfigured
     destinations (push 403, SMTP auth, refused URLs)."""

@@ -17,13 +17,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from runbell.api.deps import SESSION_COOKIE, Core, Who, principal
+from runbell.api.deps import SESSION_COOKIE, CoreDep, Who, principal
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.sse import FRAMING, EventStreamResponse
 from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
 from runbell.flows import feed
-from runbell.flows.context import Runbell
+from runbell.flows.context import Core
 
 router = APIRouter(prefix="/v1/events", tags=["events"])
 PAGE_MAX = 500
@@ -37,7 +37,7 @@ CURSOR_RULE = rule(
 
 
 async def wait_for_events(
-    core: Runbell, who: Principal, after: int, limit: int, wait: float
+    core: Core, who: Principal, after: int, limit: int, wait: float
 ) -> tuple[list[dict[str, Any]], int]:
     """Events after ``after`` and the resume position; if there are none, sleep until a
     commit wakes us or ``wait`` passes."""
@@ -56,7 +56,7 @@ async def wait_for_events(
 @router.get("", responses=problems(401, 410, 422, 503), openapi_extra=rules(CURSOR_RULE))
 async def list_events(
     who: Who,
-    core: Core,
+    core: CoreDep,
     after: Annotated[str | None, Query(max_length=20, pattern=CURSOR_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 100,
     wait: Annotated[float, Query(ge=0, le=30)] = 0,
@@ -70,7 +70,7 @@ async def list_events(
 
 
 @router.get("/snapshot", responses=problems(401, 503))
-def snapshot(who: Who, core: Core) -> dict[str, Any]:
+def snapshot(who: Who, core: CoreDep) -> dict[str, Any]:
     """Current state to load instead of replaying: active runs, open notifications, head."""
     return feed.snapshot(core, who)
 
@@ -150,7 +150,7 @@ RETRY = b"retry: 3000\r\n\r\n"
 async def stream(
     request: Request,
     who: Who,
-    core: Core,
+    core: CoreDep,
     after: Annotated[str | None, Query(max_length=20, pattern=CURSOR_PATTERN)] = None,
     last_event_id: Annotated[str | None, Header(max_length=20, pattern=CURSOR_PATTERN)] = None,
 ) -> EventStreamResponse:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from runbell import metrics
-from runbell.api.deps import Core
+from runbell.api.deps import CoreDep
 from runbell.api.openapi import problems
 from runbell.domain.errors import RunbellError, Unauthorized
 from runbell.flows import health
@@ -61,7 +61,7 @@ def healthz() -> dict[str, Any]:
 
 
 @router.get("/readyz", responses=problems(503))
-def readyz(core: Core) -> dict[str, Any]:
+def readyz(core: CoreDep) -> dict[str, Any]:
     try:
         revision = health.schema_revision(core)
     except Exception as exc:
@@ -72,7 +72,7 @@ def readyz(core: Core) -> dict[str, Any]:
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics_endpoint(core: Core, request: Request) -> Response:
+def metrics_endpoint(core: CoreDep, request: Request) -> Response:
     """Prometheus text format. Counters are this process's; delivery gauges come from the
     database. Protected by ``RUNBELL_METRICS_TOKEN`` when set; without one, answered only
     when the server listens on loopback (``metrics_refusal``)."""

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Response
 
-from runbell.api.deps import Core, Runtime, User, Who
+from runbell.api.deps import CoreDep, Runtime, User, Who
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
@@ -33,7 +33,7 @@ RequestId = Annotated[str, Path(max_length=200, description="the runtime's input
     ),
 )
 def open_request(
-    run_id: RunId, body: InputRequestIn, who: Runtime, core: Core, key: IdemKey
+    run_id: RunId, body: InputRequestIn, who: Runtime, core: CoreDep, key: IdemKey
 ) -> Response:
     """Open an input request (run → input_required). 201; 200 when it is a retry."""
     fields = body.model_dump(exclude_unset=False)
@@ -41,7 +41,7 @@ def open_request(
 
 
 @router.get("/v1/input-requests/{request_id}", responses=problems(401, 404, 422, 503))
-def get_request(request_id: RequestId, who: Who, core: Core) -> dict[str, Any]:
+def get_request(request_id: RequestId, who: Who, core: CoreDep) -> dict[str, Any]:
     """The request, its run, whether it can still be answered, and whether you may."""
     return actions.get_request(core, who, request_id)
 
@@ -60,7 +60,7 @@ def respond(
     request_id: RequestId,
     body: ResponseIn,
     who: User,
-    core: Core,
+    core: CoreDep,
     idempotency_key: Annotated[
         str | None,
         Header(

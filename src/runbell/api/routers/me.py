@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from runbell.api.deps import Admin, Core, User
+from runbell.api.deps import Admin, CoreDep, User
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import SSRF_RULE, problems, rule, rules
 from runbell.api.responses import answered
@@ -26,12 +26,12 @@ CHAT_RULES = rules(
 
 
 @router.get("/v1/me", responses=problems(401, 403, 503))
-def me(who: User, core: Core) -> dict[str, Any]:
+def me(who: User, core: CoreDep) -> dict[str, Any]:
     return preferences.me(core, who)
 
 
 @router.get("/v1/me/preferences", responses=problems(401, 403, 503))
-def get_preferences(who: User, core: Core) -> dict[str, Any]:
+def get_preferences(who: User, core: CoreDep) -> dict[str, Any]:
     """Consent per channel and urgency (with when and how it was given), quiet hours."""
     return preferences.preferences_of(core, who)
 
@@ -41,7 +41,7 @@ def get_preferences(who: User, core: Core) -> dict[str, Any]:
     responses=problems(401, 403, 413, 422, 503),
     openapi_extra=rules(rule("quiet_hours.end", "differs from the window's start")),
 )
-def put_preferences(body: PreferencesIn, who: User, core: Core) -> dict[str, Any]:
+def put_preferences(body: PreferencesIn, who: User, core: CoreDep) -> dict[str, Any]:
     """Change what may interrupt you. Validated whole; nothing is stored on error."""
     return preferences.save_preferences(
         core,
@@ -57,7 +57,7 @@ def put_preferences(body: PreferencesIn, who: User, core: Core) -> dict[str, Any
 
 
 @router.get("/v1/push/vapid-public-key", responses=problems(503))
-def vapid_public_key(core: Core) -> dict[str, str]:
+def vapid_public_key(core: CoreDep) -> dict[str, str]:
     """The applicationServerKey for ``pushManager.subscribe`` (public by design)."""
     return {"public_key": preferences.vapid_public_key(core)}
 
@@ -72,7 +72,7 @@ def vapid_public_key(core: Core) -> dict[str, str]:
     },
     openapi_extra=rules(rule("endpoint", SSRF_RULE, "unsafe-destination")),
 )
-def add_subscription(body: PushSubscriptionIn, who: User, core: Core, key: IdemKey) -> Response:
+def add_subscription(body: PushSubscriptionIn, who: User, core: CoreDep, key: IdemKey) -> Response:
     """Register this browser's push subscription (the subscription is the consent).
     201 when new; 200 when this endpoint was already registered (keys refreshed)."""
     return answered(
@@ -83,7 +83,7 @@ def add_subscription(body: PushSubscriptionIn, who: User, core: Core, key: IdemK
 
 
 @router.get("/v1/me/push-subscriptions", responses=problems(401, 403, 503))
-def list_subscriptions(who: User, core: Core) -> dict[str, Any]:
+def list_subscriptions(who: User, core: CoreDep) -> dict[str, Any]:
     rows = preferences.subscriptions(core, who)
     return {"subscriptions": [preferences.subscription_view(r) for r in rows]}
 
@@ -93,7 +93,7 @@ def list_subscriptions(who: User, core: Core) -> dict[str, Any]:
     status_code=204,
     responses=problems(401, 403, 404, 413, 503),
 )
-def delete_subscription(subscription_id: str, who: User, core: Core) -> Response:
+def delete_subscription(subscription_id: str, who: User, core: CoreDep) -> Response:
     preferences.require_unsubscribe(core, who, subscription_id)
     return Response(status_code=204)
 
@@ -108,7 +108,7 @@ def delete_subscription(subscription_id: str, who: User, core: Core) -> Response
     responses=problems(401, 403, 413, 422, 503),
     openapi_extra=CHAT_RULES,
 )
-def add_my_chat(body: ChatIn, who: User, core: Core, key: IdemKey) -> Response:
+def add_my_chat(body: ChatIn, who: User, core: CoreDep, key: IdemKey) -> Response:
     """An Apprise URL for your own alerts (Slack, Telegram, Discord, Matrix, ntfy, …)."""
     return answered(preferences.add_chat_destination(core, who, body.url, body.label, key=key))
 
@@ -120,7 +120,7 @@ def add_my_chat(body: ChatIn, who: User, core: Core, key: IdemKey) -> Response:
     responses=problems(401, 403, 413, 422, 503),
     openapi_extra=CHAT_RULES,
 )
-def add_shared_chat(body: ChatIn, who: Admin, core: Core, key: IdemKey) -> Response:
+def add_shared_chat(body: ChatIn, who: Admin, core: CoreDep, key: IdemKey) -> Response:
     """A tenant-wide room that receives every member's pushed alerts (neutral texts)."""
     return answered(
         preferences.add_chat_destination(core, who, body.url, body.label, shared=True, key=key)
@@ -128,7 +128,7 @@ def add_shared_chat(body: ChatIn, who: Admin, core: Core, key: IdemKey) -> Respo
 
 
 @router.get("/v1/me/chat-destinations", responses=problems(401, 403, 503))
-def list_my_chat(who: User, core: Core) -> dict[str, Any]:
+def list_my_chat(who: User, core: CoreDep) -> dict[str, Any]:
     return {"destinations": preferences.chat_destinations(core, who)}
 
 
@@ -137,7 +137,7 @@ def list_my_chat(who: User, core: Core) -> dict[str, Any]:
     status_code=204,
     responses=problems(401, 403, 404, 413, 503),
 )
-def delete_my_chat(destination_id: str, who: User, core: Core) -> Response:
+def delete_my_chat(destination_id: str, who: User, core: CoreDep) -> Response:
     if not preferences.remove_chat_destination(core, who, destination_id):
         raise NotFound(f"no chat destination {destination_id!r}")
     return Response(status_code=204)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 
-from runbell.api.deps import Admin, Core, User
+from runbell.api.deps import Admin, CoreDep, User
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems
 from runbell.api.responses import answered
@@ -22,7 +22,7 @@ NoteState = Literal["open", "acknowledged", "resolved", "expired", "superseded",
 @router.get("", responses=problems(401, 403, 422, 503))
 def inbox(
     who: User,
-    core: Core,
+    core: CoreDep,
     state: Annotated[list[NoteState] | None, Query()] = None,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
@@ -34,7 +34,7 @@ def inbox(
 
 
 @router.get("/{notification_id}", responses=problems(401, 403, 404, 503))
-def get_notification(notification_id: str, who: User, core: Core) -> dict[str, Any]:
+def get_notification(notification_id: str, who: User, core: CoreDep) -> dict[str, Any]:
     """The notification, the run as it is now, and whether its action can still run."""
     return inbox_flow.get_notification(core, who, notification_id)
 
@@ -42,7 +42,7 @@ def get_notification(notification_id: str, who: User, core: Core) -> dict[str, A
 @router.post(
     "/{notification_id}/ack", response_model=None, responses=problems(401, 403, 404, 413, 422, 503)
 )
-def acknowledge(notification_id: str, who: User, core: Core, key: IdemKey) -> Response:
+def acknowledge(notification_id: str, who: User, core: CoreDep, key: IdemKey) -> Response:
     """Close it as acknowledged and cancel everything still queued for it. Idempotent."""
     return answered(inbox_flow.acknowledge(core, who, notification_id, key))
 
@@ -53,7 +53,9 @@ def acknowledge(notification_id: str, who: User, core: Core, key: IdemKey) -> Re
     response_model=None,
     responses=problems(401, 403, 404, 413, 422, 503),
 )
-def receipt(notification_id: str, body: ReceiptIn, who: User, core: Core, key: IdemKey) -> Response:
+def receipt(
+    notification_id: str, body: ReceiptIn, who: User, core: CoreDep, key: IdemKey
+) -> Response:
     """Device telemetry (displayed, opened, dismissed, clicked). Never a decision:
     opening is not approval, dismissing is not rejection."""
     return answered(
@@ -62,6 +64,6 @@ def receipt(notification_id: str, body: ReceiptIn, who: User, core: Core, key: I
 
 
 @router.get("/{notification_id}/trail", responses=problems(401, 403, 404, 503))
-def trail(notification_id: str, who: Admin, core: Core) -> dict[str, Any]:
+def trail(notification_id: str, who: Admin, core: CoreDep) -> dict[str, Any]:
     """Why it exists (rule and inputs), where it went (deliveries, attempts), its lifecycle."""
     return trail_flow.trail(core, who, notification_id)

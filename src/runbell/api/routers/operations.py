@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
 
-from runbell.api.deps import Core, Runtime, Who
+from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
@@ -32,7 +32,9 @@ OperationId = Annotated[str, Path(max_length=200, description="the runtime's ope
         rule("operations", "each operation_id at most once in one request"),
     ),
 )
-def declare(run_id: RunId, body: OperationsIn, who: Runtime, core: Core, key: IdemKey) -> Response:
+def declare(
+    run_id: RunId, body: OperationsIn, who: Runtime, core: CoreDep, key: IdemKey
+) -> Response:
     """Declare one or many intended effects (``planned``). 201; 200 when every one was
     already declared with the same body; 409 for another body under a known id, for new
     work on a target an uncertain operation may already have changed, or a superseded
@@ -44,7 +46,7 @@ def declare(run_id: RunId, body: OperationsIn, who: Runtime, core: Core, key: Id
 
 
 @router.get("/{run_id}/operations", responses=problems(401, 404, 422, 503))
-def list_operations(run_id: RunId, who: Who, core: Core) -> dict[str, Any]:
+def list_operations(run_id: RunId, who: Who, core: CoreDep) -> dict[str, Any]:
     """The run's ledger in declaration order, with its counts and evidence."""
     return operations.list_operations(core, who, run_id)
 
@@ -54,7 +56,7 @@ def list_operations(run_id: RunId, who: Who, core: Core) -> dict[str, Any]:
     responses=problems(401, 403, 404, 409, 413, 422, 503),
 )
 def move(
-    run_id: RunId, operation_id: OperationId, body: OperationMove, who: Runtime, core: Core
+    run_id: RunId, operation_id: OperationId, body: OperationMove, who: Runtime, core: CoreDep
 ) -> dict[str, Any]:
     """Move an operation with evidence. 409 with the operation as it is for an illegal
     move, or for a superseded worker's epoch."""
@@ -66,7 +68,7 @@ def move(
     response_model=None,
     responses=problems(401, 403, 404, 409, 413, 422, 503),
 )
-def claim(run_id: RunId, body: ClaimIn, who: Runtime, core: Core, key: IdemKey) -> Response:
+def claim(run_id: RunId, body: ClaimIn, who: Runtime, core: CoreDep, key: IdemKey) -> Response:
     """Claim the run for a worker: ``{epoch}`` (a new worker id gets the next epoch; the
     same worker id the same one). Updates with an older epoch are refused."""
     return answered(operations.claim(core, who, run_id, body.worker_id, key))

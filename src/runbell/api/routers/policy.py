@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import ConfigDict, Field, RootModel, StrictBool
 
-from runbell.api.deps import Admin, Core
+from runbell.api.deps import Admin, CoreDep
 from runbell.api.jsonschema import Integer, StallSeconds, refine
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.schemas import Storable, Urgency
@@ -120,13 +120,13 @@ class PolicyDoc(Storable):
 
 
 @router.get("", responses=problems(401, 403, 503))
-def get_policy(who: Admin, core: Core) -> dict[str, Any]:
+def get_policy(who: Admin, core: CoreDep) -> dict[str, Any]:
     """The effective rules in order (tenant rules first), and the tenant's own document."""
     return policy.get_policy(core, who.tenant_id)
 
 
 @router.put("", responses=problems(401, 403, 413, 422, 503), openapi_extra=POLICY_RULES)
-def put_policy(body: PolicyDoc, who: Admin, core: Core) -> dict[str, Any]:
+def put_policy(body: PolicyDoc, who: Admin, core: CoreDep) -> dict[str, Any]:
     """Replace the tenant's rules; they are validated whole before anything is stored."""
     return policy.set_policy(core, who.tenant_id, body.model_dump())
 
@@ -142,7 +142,7 @@ def put_policy(body: PolicyDoc, who: Admin, core: Core) -> dict[str, Any]:
 def dry_run_policy(
     body: PolicyDoc,
     who: Admin,
-    core: Core,
+    core: CoreDep,
     since: Annotated[
         str | None,
         Query(
@@ -216,7 +216,7 @@ class RetentionChange(RootModel[dict[str, Integer | None]]):
     root: dict[str, Integer | None] = Field(max_length=50)
 
 
-def _retention_view(core: Core, tenant_id: str) -> dict[str, Any]:
+def _retention_view(core: CoreDep, tenant_id: str) -> dict[str, Any]:
     return {
         "tables": {
             table: {"days": days, "source": origin}
@@ -226,14 +226,14 @@ def _retention_view(core: Core, tenant_id: str) -> dict[str, Any]:
 
 
 @router.get("/retention", responses=problems(401, 403, 503))
-def get_retention(who: Admin, core: Core) -> dict[str, Any]:
+def get_retention(who: Admin, core: CoreDep) -> dict[str, Any]:
     """Each table's retention in days for this tenant, and whether it is the tenant's own
     (``tenant``) or the server's (``default``)."""
     return _retention_view(core, who.tenant_id)
 
 
 @router.patch("/retention", responses=problems(401, 403, 413, 422, 503))
-def patch_retention(body: RetentionChange, who: Admin, core: Core) -> dict[str, Any]:
+def patch_retention(body: RetentionChange, who: Admin, core: CoreDep) -> dict[str, Any]:
     """Override some tables' retention (days; ``null`` drops an override). Checked whole
     before anything is stored: an unknown table or a period under its floor is a 422."""
     retention.set_override(core, who.tenant_id, body.root)

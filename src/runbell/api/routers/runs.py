@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 from starlette.concurrency import run_in_threadpool
 
-from runbell.api.deps import Core, Runtime, Who
+from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
 from runbell.domain.overview import GROUPS, STATES
@@ -49,7 +49,7 @@ PUT_RULES = rules(
     openapi_extra=PUT_RULES,
 )
 def put_run(
-    run_id: RunId, body: RunPut, who: Runtime, core: Core, response: Response
+    run_id: RunId, body: RunPut, who: Runtime, core: CoreDep, response: Response
 ) -> dict[str, Any]:
     """Create a run (201) or update its descriptive fields (200)."""
     _, created = runs.put_run(core, who, run_id, body.model_dump(exclude_unset=True, mode="json"))
@@ -59,7 +59,7 @@ def put_run(
 
 
 @router.get("/{run_id}", responses=problems(401, 404, 422, 503))
-def get_run(run_id: RunId, who: Who, core: Core) -> dict[str, Any]:
+def get_run(run_id: RunId, who: Who, core: CoreDep) -> dict[str, Any]:
     """The run snapshot: state, version, open notifications. 404 if you may not see it."""
     return runs.get_run(core, who, run_id)
 
@@ -73,7 +73,7 @@ def get_run(run_id: RunId, who: Who, core: Core) -> dict[str, Any]:
 )
 def list_runs(
     who: Who,
-    core: Core,
+    core: CoreDep,
     state: Annotated[
         list[str] | None,
         Query(
@@ -103,7 +103,7 @@ def list_runs(
 
 
 @router.post("/{run_id}/signals", responses=problems(401, 403, 404, 409, 413, 422, 503))
-async def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -> dict[str, Any]:
+async def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: CoreDep) -> dict[str, Any]:
     """Report a run state. Outcome: applied | duplicate | stale | mismatch | rejected."""
     source = signals.remembered_source(core, who)
     if source is None:
@@ -125,6 +125,6 @@ async def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: Core) -
 @router.post(
     "/{run_id}/progress", status_code=202, responses=problems(401, 403, 404, 413, 422, 503)
 )
-def post_progress(run_id: RunId, body: ProgressIn, who: Runtime, core: Core) -> dict[str, Any]:
+def post_progress(run_id: RunId, body: ProgressIn, who: Runtime, core: CoreDep) -> dict[str, Any]:
     """A heartbeat: live feed only, never a push (invariant 5)."""
     return runs.record_progress(core, who, run_id, body.message, body.counts)

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from runbell.api.deps import Admin, Core
+from runbell.api.deps import Admin, CoreDep
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import SSRF_RULE, problems, rule, rules
 from runbell.api.responses import answered
@@ -32,13 +32,13 @@ router = APIRouter(prefix="/v1/sources", tags=["sources"])
         rule("reader", SSRF_RULE, "unsafe-destination"),
     ),
 )
-def post_source(body: SourceCreate, who: Admin, core: Core, key: IdemKey) -> Response:
+def post_source(body: SourceCreate, who: Admin, core: CoreDep, key: IdemKey) -> Response:
     """Register a source. A webhook source answers with its signing secret, once."""
     return answered(sources.create_source(core, who.tenant_id, body.model_dump(), key))
 
 
 @router.get("", responses=problems(401, 403, 503))
-def list_sources(who: Admin, core: Core) -> dict[str, Any]:
+def list_sources(who: Admin, core: CoreDep) -> dict[str, Any]:
     return sources.list_sources(core, who.tenant_id)
 
 
@@ -50,7 +50,7 @@ def list_sources(who: Admin, core: Core) -> dict[str, Any]:
 def rotate_secret(
     source_id: str,
     who: Admin,
-    core: Core,
+    core: CoreDep,
     key: IdemKey,
     body: SigningSecretIn | None = None,
 ) -> Response:
@@ -61,7 +61,7 @@ def rotate_secret(
 
 
 @router.post("/{source_id}/webhook", responses=problems(401, 404, 409, 413, 422, 503))
-async def provider_webhook(source_id: str, request: Request, core: Core) -> dict[str, Any]:
+async def provider_webhook(source_id: str, request: Request, core: CoreDep) -> dict[str, Any]:
     """A Standard Webhooks-signed provider event, mapped to signals and accepted."""
     body = await request.body()
     address = request.client.host if request.client else None

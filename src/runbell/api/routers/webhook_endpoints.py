@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BeforeValidator, ConfigDict, Field, StrictInt
 
-from runbell.api.deps import Admin, Core
+from runbell.api.deps import Admin, CoreDep
 from runbell.api.idempotent import IdemKey
 from runbell.api.jsonschema import HTTPS_NAME_URL, Number, integral, not_null, refine
 from runbell.api.openapi import SSRF_RULE, problems, rule, rules
@@ -88,7 +88,7 @@ class RotateIn(Storable):
     responses=problems(401, 403, 413, 422, 503),
     openapi_extra=URL_RULES,
 )
-def create(body: EndpointIn, who: Admin, core: Core, key: IdemKey) -> Response:
+def create(body: EndpointIn, who: Admin, core: CoreDep, key: IdemKey) -> Response:
     """Register an endpoint; the answer carries its signing secret, once (a retry under
     the same Idempotency-Key replays that answer, secret included)."""
     return answered(
@@ -105,19 +105,19 @@ def create(body: EndpointIn, who: Admin, core: Core, key: IdemKey) -> Response:
 
 
 @router.get("", responses=problems(401, 403, 503))
-def list_endpoints(who: Admin, core: Core) -> dict[str, Any]:
+def list_endpoints(who: Admin, core: CoreDep) -> dict[str, Any]:
     return endpoints.list_endpoints(core, who.tenant_id)
 
 
 @router.get("/{endpoint_id}", responses=problems(401, 403, 404, 503))
-def get_endpoint(endpoint_id: str, who: Admin, core: Core) -> dict[str, Any]:
+def get_endpoint(endpoint_id: str, who: Admin, core: CoreDep) -> dict[str, Any]:
     return endpoints.get_endpoint(core, who.tenant_id, endpoint_id)
 
 
 @router.patch(
     "/{endpoint_id}", responses=problems(401, 403, 404, 413, 422, 503), openapi_extra=URL_RULES
 )
-def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: Core) -> dict[str, Any]:
+def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: CoreDep) -> dict[str, Any]:
     """Change the URL or filter, or enable/disable. Re-enabling resets the dead streak."""
     return endpoints.update_endpoint(
         core, who.tenant_id, endpoint_id, body.model_dump(exclude_unset=True)
@@ -130,7 +130,7 @@ def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: Core) -> dict
     responses=problems(401, 403, 404, 413, 422, 503),
 )
 def rotate(
-    endpoint_id: str, who: Admin, core: Core, key: IdemKey, body: RotateIn | None = None
+    endpoint_id: str, who: Admin, core: CoreDep, key: IdemKey, body: RotateIn | None = None
 ) -> Response:
     """A new secret; messages are signed with it AND the previous ones until they expire."""
     overlap = (body or RotateIn()).overlap_s
@@ -146,7 +146,7 @@ def rotate(
 def recover(
     endpoint_id: str,
     who: Admin,
-    core: Core,
+    core: CoreDep,
     key: IdemKey,
     since: Annotated[datetime, Query(description="ISO 8601 with offset")],
     until: Annotated[datetime | None, Query()] = None,

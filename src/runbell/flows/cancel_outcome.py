@@ -1,6 +1,6 @@
 """What a cancellation settles to: the facts the policy sees, and the summary of the work
 that was kept and what stays uncertain. Called inside the caller's transaction by
-:mod:`runbell.flows.cancel` (the request) and :func:`runbell.flows.transitions.apply`
+:mod:`runbell.flows.cancel_request` (the request) and :func:`runbell.flows.transitions.apply`
 (the run reaching ``cancelled``), so it imports neither.
 
 Invariants kept here (DESIGN §2):

@@ -3,11 +3,11 @@
 :func:`request_cancel` is one unit of work: lock the run, check who asks, and move it to
 ``stopping`` (a transition of kind ``cancel``) with who asked, when and why on the run
 row, a ``run.cancel_requested`` feed event (and tenant webhook), and the operations seam
-(:func:`runbell.flows.cancellation._on_cancel_requested`). The runtime sees the request on
+(:func:`runbell.flows.cancel_outcome._on_cancel_requested`). The runtime sees the request on
 the feed or long-poll and in ``GET /v1/runs/{id}`` (``cancel_requested``), lets in-flight
 work settle, and reports ``cancelled`` (or ``completed`` / ``failed``, which the state
 machine also accepts from ``stopping``); reaching ``cancelled`` stores and notifies the
-summary of what was kept (``flows.transitions.apply`` → ``flows.cancellation``).
+summary of what was kept (``flows.transitions.apply`` → ``flows.cancel_outcome``).
 
 Who may ask: the run's owner and the people its authority names (users, or members of
 the roles it names) — others who can see the run get 403, anyone else 404; an API key of
@@ -29,7 +29,7 @@ Invariants kept here (DESIGN §2):
 
 Example::
 
-    request_cancel(rb, person, "fix-42", {"reason": "wrong branch"}, key).content()
+    request_cancel(core, person, "fix-42", {"reason": "wrong branch"}, key).content()
     # {"outcome": "requested", "run": {..., "state": "stopping",
     #  "cancel_requested": {"at": "…", "by": "usr_…", "by_kind": "user",
     #                       "reason": "wrong branch"}}}
@@ -45,8 +45,8 @@ from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFaile
 from runbell.domain.principal import Principal
 from runbell.domain.runs import RunState, is_terminal
 from runbell.domain.text import REASON_MAX, public_text
-from runbell.flows import cancellation, transitions, views
-from runbell.flows.context import Runbell
+from runbell.flows import cancel_outcome, transitions, views
+from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import may_answer
 from runbell.store import runs
@@ -63,7 +63,7 @@ def may_cancel(conn: Any, who: Principal, run: dict[str, Any]) -> bool:
 
 
 def request_cancel(
-    rb: Runbell,
+    core: Core,
     who: Principal,
     run_id: str,
     body: dict[str, Any] | None,
@@ -79,13 +79,13 @@ def request_cancel(
     reason = public_text(reason, REASON_MAX)  # public: feed, webhooks, the run page
 
     def prepare() -> Act:
-        return lambda tx: _cancel_in(rb, tx, who, run_id, reason)
+        return lambda tx: _cancel_in(core, tx, who, run_id, reason)
 
-    return act_once(rb.db, rb.box, key, prepare)
+    return act_once(core.db, core.box, key, prepare)
 
 
 def _cancel_in(
-    rb: Runbell, tx: Tx, who: Principal, run_id: str, reason: str | None
+    core: Core, tx: Tx, who: Principal, run_id: str, reason: str | None
 ) -> tuple[int, dict[str, Any]]:
     conn, tenant_id = tx.conn, who.tenant_id
     run = runs.get_run(conn, tenant_id, run_id, for_update=True)
@@ -117,7 +117,7 @@ def _cancel_in(
             _announce(tx, run)
         return 200, {"outcome": "already_stopping", "run": views.run_view(run)}
     run, _ = transitions.apply(
-        rb,
+        core,
         tx,
         run,
         RunState.STOPPING.value,
@@ -130,7 +130,7 @@ def _cancel_in(
         kind="cancel",
     )
     _announce(tx, run)
-    cancellation._on_cancel_requested(tx, run)
+    cancel_outcome._on_cancel_requested(tx, run)
     return 202, {"outcome": "requested", "run": views.run_view(run)}
 
 
