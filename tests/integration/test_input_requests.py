@@ -17,7 +17,9 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.dispatch.scheduler import Scheduler
-from runbell.flows import members
+from runbell.domain.errors import NotFound
+from runbell.flows import accounts as accounts_flow
+from runbell.flows import answers, members
 from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
@@ -807,3 +809,21 @@ def test_ids_are_per_tenant(
     mine = get_request(client, creds.runtime_key, "shared-id")["input_request"]
     theirs = get_request(client, other.runtime_key, "shared-id")["input_request"]
     assert mine["summary"] != theirs["summary"]
+
+
+def test_an_answer_on_one_run_never_answers_another_runs_request(
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock, waiting: dict[str, Any]
+) -> None:
+    """The run page's form names the run and the request; the answer flow checks the pair
+    in its own transaction, so another run's request answers 404 and nothing is written."""
+    make_run(client, creds, "run-2")
+    owner = accounts_flow.authenticate(core, creds.owner_token)
+    assert owner is not None
+    body = {"decision": "approve", "expected_run_version": 2, "expected_request_version": 1}
+    with pytest.raises(NotFound):
+        answers.respond(core, owner, "req-1", body, "k-other", run_id="run-2")
+    assert rows(core, t.responses, creds.tenant_id) == []
+    assert get_request(client, creds.owner_token, "req-1")["input_request"]["state"] == "pending"
+    # The same answer on the request's own run is the one that counts.
+    done = answers.respond(core, owner, "req-1", body, "k-own", run_id="run-1")
+    assert done["input_request"]["state"] == "answered"

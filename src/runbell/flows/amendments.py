@@ -39,7 +39,7 @@ names, never the proposed text).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, TypedDict
+from typing import Any
 
 import structlog
 
@@ -47,6 +47,7 @@ from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFaile
 from runbell.domain.principal import Principal
 from runbell.domain.runs import is_terminal
 from runbell.flows import idempotency, views
+from runbell.flows.amendment_views import amendment_view
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
@@ -216,52 +217,6 @@ def _propose_in(
 # --- reading ---------------------------------------------------------------------------
 
 
-class Proposer(TypedDict):
-    id: str
-    email: str | None
-
-
-class AmendmentView(TypedDict):
-    """An amendment as the API and the run snapshot show it."""
-
-    id: str
-    run_id: str
-    input_request_id: str
-    state: str
-    text: str
-    changes: dict[str, Any]
-    base: dict[str, Any]
-    run_version: int
-    proposed_by: Proposer
-    created_at: str | None
-    decided_by: str | None
-    decided_at: str | None
-    applied_version: int | None
-
-
-def amendment_view(a: Amendment) -> AmendmentView:
-    return {
-        "id": a.id,
-        "run_id": a.run_id,
-        "input_request_id": a.input_request_id,
-        "state": a.state,
-        "text": a.text,
-        "changes": a.changes or {},
-        "base": a.base or {},
-        "run_version": a.run_version,
-        "proposed_by": {"id": a.proposed_by, "email": a.proposed_by_email},
-        "created_at": views.iso(a.created_at),
-        "decided_by": a.decided_by,
-        "decided_at": views.iso(a.decided_at),
-        "applied_version": a.applied_version,
-    }
-
-
-def pending_views(conn: Any, tenant_id: str, run_id: str) -> list[AmendmentView]:
-    """The run's pending amendments, for the run snapshot."""
-    return [amendment_view(a) for a in store.for_run(conn, tenant_id, run_id)]
-
-
 # --- the owner decides -----------------------------------------------------------------
 
 
@@ -278,7 +233,28 @@ def answer_in_tx(
     """Answer an amendment's request (run and request locked by the caller). A Conflict
     is *returned* when it must be raised after this transaction commits (the amendment
     was cancelled because its run has finished)."""
-    conn, tenant_id = tx.conn, who.tenant_id
+    ik = _owner_key(who, run, key, digest)
+    replay = idempotency.stored(tx.conn, core.box, ik)
+    if replay is not None:
+        return replay
+    amendment = store.get(tx.conn, who.tenant_id, req["id"], for_update=True)
+    assert amendment is not None  # written with its request
+    refused = _refusal(tx, run, req, amendment, answer)
+    if refused is not None:
+        return refused
+    _check_decision(answer)
+    idempotency.claim(tx, core.box, ik)
+    _record_response(tx, who, req, answer, key)
+    run, state = _decide(tx, who, run, amendment, answer["decision"])
+    _announce_decision(tx, who, run, req, amendment, state)
+    log.info("amendment.decided", amendment_id=amendment.id, state=state)
+    result = _decided_view(tx, who, run, req, amendment, answer)
+    return idempotency.settle(tx, core.box, ik, 200, _sorted(result))
+
+
+def _owner_key(who: Principal, run: dict[str, Any], key: str | None, digest: str) -> IdempotencyKey:
+    """403 unless the run's owner answers (an amendment is put to the owner alone); 422
+    without an Idempotency-Key."""
     if not who.is_user or who.user_id is None or who.user_id != run["owner_user_id"]:
         raise Forbidden(NOT_OWNER)
     if not key or not key.strip():
@@ -287,15 +263,10 @@ def answer_in_tx(
             "this same answer)",
             field="Idempotency-Key",
         )
-    ik = IdempotencyKey(tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
-    replay = idempotency.stored(conn, core.box, ik)
-    if replay is not None:
-        return replay
-    amendment = store.get(conn, tenant_id, req["id"], for_update=True)
-    assert amendment is not None  # written with its request
-    refused = _refusal(tx, run, req, amendment, answer)
-    if refused is not None:
-        return refused
+    return IdempotencyKey(who.tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
+
+
+def _check_decision(answer: dict[str, Any]) -> None:
     decision = answer["decision"]
     if decision not in ("approve", "reject"):
         raise ValidationFailed(
@@ -303,15 +274,19 @@ def answer_in_tx(
         )
     if answer["value"] is not None:
         raise ValidationFailed("an approval takes no value", field="value")
-    idempotency.claim(tx, core.box, ik)
+
+
+def _record_response(
+    tx: Tx, who: Principal, req: dict[str, Any], answer: dict[str, Any], key: str | None
+) -> None:
     requests.insert_response(
-        conn,
+        tx.conn,
         {
-            "tenant_id": tenant_id,
+            "tenant_id": who.tenant_id,
             "input_request_id": req["id"],
             "id": new_id("rsp"),
             "user_id": who.user_id,
-            "decision": decision,
+            "decision": answer["decision"],
             "value": None,
             "expected_run_version": answer["expected_run_version"],
             "expected_request_version": answer["expected_request_version"],
@@ -319,23 +294,40 @@ def answer_in_tx(
             "created_at": tx.now,
         },
     )
-    requests.close(conn, tenant_id, req["id"], "answered", tx.now)
-    if decision == "approve":
-        run = _apply(tx, who, run, amendment)
-        store.decide(
-            conn,
-            tenant_id,
-            amendment.id,
-            "approved",
-            by=who.user_id,
-            at=tx.now,
-            applied_version=run["version"],
-        )
-    else:
-        store.decide(conn, tenant_id, amendment.id, "rejected", by=who.user_id, at=tx.now)
-    state = "approved" if decision == "approve" else "rejected"
+    requests.close(tx.conn, who.tenant_id, req["id"], "answered", tx.now)
+
+
+def _decide(
+    tx: Tx, who: Principal, run: dict[str, Any], amendment: Amendment, decision: str
+) -> tuple[dict[str, Any], str]:
+    """Approved: the change applies as a new run version. Rejected: the run is as it was."""
+    if decision != "approve":
+        store.decide(tx.conn, who.tenant_id, amendment.id, "rejected", by=who.user_id, at=tx.now)
+        return run, "rejected"
+    run = _apply(tx, who, run, amendment)
+    store.decide(
+        tx.conn,
+        who.tenant_id,
+        amendment.id,
+        "approved",
+        by=who.user_id,
+        at=tx.now,
+        applied_version=run["version"],
+    )
+    return run, "approved"
+
+
+def _announce_decision(
+    tx: Tx,
+    who: Principal,
+    run: dict[str, Any],
+    req: dict[str, Any],
+    amendment: Amendment,
+    state: str,
+) -> None:
+    """The feed hears the decision; the request's notifications resolve everywhere."""
     tx.emit(
-        tenant_id,
+        who.tenant_id,
         PendingEvent(
             f"amendment.{state}",
             {
@@ -350,29 +342,39 @@ def answer_in_tx(
             run_id=run["run_id"],
         ),
     )
-    for note in notes.open_for_run(conn, tenant_id, run["run_id"]):
+    for note in notes.open_for_run(tx.conn, who.tenant_id, run["run_id"]):
         if note.get("input_request_id") == req["id"]:
             close_notification(tx, note, "resolved", f"{state} by {who.user_id}")
-    log.info("amendment.decided", amendment_id=amendment.id, state=state)
-    answered = requests.get(conn, tenant_id, req["id"])
-    decided = store.get(conn, tenant_id, amendment.id)
+
+
+def _decided_view(
+    tx: Tx,
+    who: Principal,
+    run: dict[str, Any],
+    req: dict[str, Any],
+    amendment: Amendment,
+    answer: dict[str, Any],
+) -> dict[str, Any]:
+    answered = requests.get(tx.conn, who.tenant_id, req["id"])
+    decided = store.get(tx.conn, who.tenant_id, amendment.id)
     assert answered is not None and decided is not None
-    req = answered
-    result = {
+    return {
         "response": {
-            "input_request_id": req["id"],
-            "decision": decision,
+            "input_request_id": answered["id"],
+            "decision": answer["decision"],
             "value": None,
-            "answered_by": {"id": req["answered_by_id"], "email": req["answered_by_email"]},
-            "answered_at": views.iso(req["answered_at"]),
+            "answered_by": {
+                "id": answered["answered_by_id"],
+                "email": answered["answered_by_email"],
+            },
+            "answered_at": views.iso(answered["answered_at"]),
             "expected_run_version": answer["expected_run_version"],
             "expected_request_version": answer["expected_request_version"],
         },
-        "input_request": views.input_request_view(req),
+        "input_request": views.input_request_view(answered),
         "amendment": amendment_view(decided),
         "run": views.run_view(run),
     }
-    return idempotency.settle(tx, core.box, ik, 200, _sorted(result))
 
 
 def _refusal(

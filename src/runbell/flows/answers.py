@@ -31,6 +31,7 @@ Example (what the API router and the web app call)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,9 +69,11 @@ def respond(
     request_id: str,
     body: dict[str, Any],
     idempotency_key: str | None,
+    *,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
     """Answer a request once: ``{response, input_request, run}`` (see :func:`answer`)."""
-    return answer(core, who, request_id, body, idempotency_key).content()
+    return answer(core, who, request_id, body, idempotency_key, run_id=run_id).content()
 
 
 def answer(
@@ -79,102 +82,132 @@ def answer(
     request_id: str,
     body: dict[str, Any],
     idempotency_key: str | None,
+    *,
+    run_id: str | None = None,
 ) -> Answer:
     """Answer a request once; the exact answer to send (a replay is the stored one).
 
     Checks, in one transaction with the run and the request locked: the request exists in
-    your tenant (404), you may answer it (403), an Idempotency-Key (422), a replay of that
-    key (the stored 200 body, or 422 for another body), then the request is pending and
-    not expired and the run and request versions are the ones you saw (409 with
-    ``current``), then the decision fits the kind (422). A request found expired is
-    marked expired even though the answer is refused.
+    your tenant — and, when the caller names the run it answers on (the run page's form
+    does), belongs to that run (404 either way), you may answer it (403), an
+    Idempotency-Key (422), a replay of that key (the stored 200 body, or 422 for another
+    body), then the request is pending and not expired and the run and request versions
+    are the ones you saw (409 with ``current``), then the decision fits the kind (422). A
+    request found expired is marked expired even though the answer is refused.
     """
     fields = _answer_fields(body)
     digest = fingerprint({"input_request_id": request_id, **fields})
+    asked = Asked(who, request_id, fields, idempotency_key, digest, run_id)
     try:
-        return _respond(core, who, request_id, fields, idempotency_key, digest)
+        return _respond(core, asked)
     except IntegrityError:
         # A concurrent answer won the insert (one response per request) or stored this
         # Idempotency-Key first: the second pass answers from what it committed.
-        return _respond(core, who, request_id, fields, idempotency_key, digest)
+        return _respond(core, asked)
 
 
-def _respond(
-    core: Core,
-    who: Principal,
-    request_id: str,
-    answer: dict[str, Any],
-    key: str | None,
-    digest: str,
-) -> Answer:
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """One answer as the caller sent it, checked for shape (:func:`_answer_fields`)."""
+
+    who: Principal
+    request_id: str
+    answer: dict[str, Any]
+    key: str | None
+    digest: str  # the request id and answer, for Idempotency-Key replays
+    run_id: str | None = None  # the run the caller answers on, when it names one
+
+
+def _respond(core: Core, asked: Asked) -> Answer:
     with core.db.transaction() as tx:
-        outcome = _respond_in_tx(core, tx, who, request_id, answer, key, digest)
+        outcome = _respond_in_tx(core, tx, asked)
     if isinstance(outcome, Conflict):
         raise outcome  # raised after commit: the request was marked expired
     return outcome
 
 
-def _respond_in_tx(
-    core: Core,
-    tx: Tx,
-    who: Principal,
-    request_id: str,
-    answer: dict[str, Any],
-    key: str | None,
-    digest: str,
-) -> Answer | Conflict:
-    conn, tenant_id = tx.conn, who.tenant_id
-    found = requests.get(conn, tenant_id, request_id)
-    if found is None:
-        raise NotFound(f"no input request {request_id!r}")
-    run = runs.require_run(conn, tenant_id, found["run_id"], for_update=True)
-    req = requests.get(conn, tenant_id, request_id, for_update=True)
-    assert req is not None  # requests are never deleted
+def _respond_in_tx(core: Core, tx: Tx, asked: Asked) -> Answer | Conflict:
+    """The steps of one answer, in one transaction: lock, check, record, move on."""
+    run, req = _locked(tx, asked)
     if req.get("purpose") == "amendment":
         # A proposed change put to the owner: it binds to other versions and never moves
         # the run's state (flows.amendments says which).
-        return amendments.answer_in_tx(core, tx, who, run, req, answer, key, digest)
-    if not may_answer(conn, who, run):
+        who, answer = asked.who, asked.answer
+        return amendments.answer_in_tx(core, tx, who, run, req, answer, asked.key, asked.digest)
+    ik = _authorized_key(tx, asked, run)
+    replay = idempotency.stored(tx.conn, core.box, ik)  # under the run's lock: see below
+    if replay is not None:
+        log.info("input_request.replayed", input_request_id=asked.request_id)
+        return replay
+    refused = _checkcurrent_of(tx, req, run, asked.answer)
+    if refused is not None:
+        return refused
+    _check_decision(req, asked.answer)
+    idempotency.claim(tx, core.box, ik)  # unused so far (looked up above, under the lock)
+    _record(tx, asked, run, req)
+    run = _move_on(core, tx, asked, run)
+    result = _result(tx, asked, run)
+    log.info(
+        "input_request.answered",
+        input_request_id=asked.request_id,
+        decision=asked.answer["decision"],
+    )
+    # Keys sorted, as documented; the answer is stored byte for byte for replays.
+    return idempotency.settle(tx, core.box, ik, 200, _canonical(result))
+
+
+def _locked(tx: Tx, asked: Asked) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run (locked first, as every writer of a run does) and the request. A request
+    of another tenant, or of another run than the one the caller answers on, is a 404:
+    a form that names a run and another run's request opens nothing."""
+    tenant_id, request_id = asked.who.tenant_id, asked.request_id
+    found = requests.get(tx.conn, tenant_id, request_id)
+    if found is None or (asked.run_id is not None and found["run_id"] != asked.run_id):
+        raise NotFound(f"no input request {request_id!r}")
+    run = runs.require_run(tx.conn, tenant_id, found["run_id"], for_update=True)
+    req = requests.get(tx.conn, tenant_id, request_id, for_update=True)
+    assert req is not None  # requests are never deleted
+    return run, req
+
+
+def _authorized_key(tx: Tx, asked: Asked, run: dict[str, Any]) -> IdempotencyKey:
+    """403 unless the caller may answer; 422 without an Idempotency-Key. The key is
+    looked up by the caller under the run's lock: a concurrent answer under it has
+    committed (and is replayed) or has not started."""
+    who = asked.who
+    if not may_answer(tx.conn, who, run):
         raise Forbidden(NOT_AUTHORIZED)
     assert who.user_id is not None
-    if not key or not key.strip():
+    if not asked.key or not asked.key.strip():
         raise ValidationFailed(
             "send an Idempotency-Key header (any unique string, reused only to retry "
             "this same answer)",
             field="Idempotency-Key",
         )
-    ik = IdempotencyKey(tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
-    # Looked up under the run's lock: a concurrent answer under this key has committed
-    # (and is replayed) or has not started.
-    replay = idempotency.stored(conn, core.box, ik)
-    if replay is not None:
-        log.info("input_request.replayed", input_request_id=request_id)
-        return replay
+    key = idempotency.check_key(asked.key) or asked.key
+    return IdempotencyKey(who.tenant_id, who.user_id, key, asked.digest)
 
-    refused = _checkcurrent_of(tx, req, run, answer)
-    if refused is not None:
-        return refused
-    _check_decision(req, answer)
-    idempotency.claim(tx, core.box, ik)  # unused so far (looked up above, under the lock)
 
-    decision, value = answer["decision"], answer["value"]
+def _record(tx: Tx, asked: Asked, run: dict[str, Any], req: dict[str, Any]) -> None:
+    """The response, the request answered, its event, and its notifications resolved on
+    every channel at once (invariant 6)."""
+    tenant_id, request_id, answer = asked.who.tenant_id, asked.request_id, asked.answer
     requests.insert_response(
-        conn,
+        tx.conn,
         {
             "tenant_id": tenant_id,
             "input_request_id": request_id,
             "id": new_id("rsp"),
-            "user_id": who.user_id,
-            "decision": decision,
-            "value": value,
+            "user_id": asked.who.user_id,
+            "decision": answer["decision"],
+            "value": answer["value"],
             "expected_run_version": answer["expected_run_version"],
             "expected_request_version": answer["expected_request_version"],
-            "idempotency_key": key,
+            "idempotency_key": asked.key,
             "created_at": tx.now,
         },
     )
-    requests.close(conn, tenant_id, request_id, "answered", tx.now)
-    version = run["version"] + 1
+    requests.close(tx.conn, tenant_id, request_id, "answered", tx.now)
     tx.emit(
         tenant_id,
         PendingEvent(
@@ -182,39 +215,49 @@ def _respond_in_tx(
             {
                 "input_request_id": request_id,
                 "run_id": run["run_id"],
-                "decision": decision,
-                "value": value,
-                "answered_by": who.user_id,
+                "decision": answer["decision"],
+                "value": answer["value"],
+                "answered_by": asked.who.user_id,
                 "answered_at": views.iso(tx.now),
-                "version": version,
+                "version": run["version"] + 1,
                 "request_version": req["version"],
             },
             run_id=run["run_id"],
         ),
     )
-    # Resolved everywhere: this closes every channel's pending deliveries at once.
-    for note in notes.open_for_run(conn, tenant_id, run["run_id"]):
+    for note in notes.open_for_run(tx.conn, tenant_id, run["run_id"]):
         if note.get("input_request_id") == request_id:
-            close_notification(tx, note, "resolved", f"answered by {who.user_id}")
-    run, _ = transitions.apply(
+            close_notification(tx, note, "resolved", f"answered by {asked.who.user_id}")
+
+
+def _move_on(core: Core, tx: Tx, asked: Asked, run: dict[str, Any]) -> dict[str, Any]:
+    """The run goes back to work, at a new version (what was bound to the old is stale)."""
+    moved, _ = transitions.apply(
         core,
         tx,
         run,
-        RunState.WORKING.value,
-        sequence=None,
-        source_id=None,
-        event_id=None,
-        reason=f"answered: {decision}",
-        error=None,
-        effects_verified=None,
+        transitions.TransitionRequest(
+            state=RunState.WORKING.value,
+            sequence=None,
+            source_id=None,
+            event_id=None,
+            reason=f"answered: {asked.answer['decision']}",
+            error=None,
+            effects_verified=None,
+        ),
     )
-    req = requests.get(conn, tenant_id, request_id)
+    return moved
+
+
+def _result(tx: Tx, asked: Asked, run: dict[str, Any]) -> dict[str, Any]:
+    answer = asked.answer
+    req = requests.get(tx.conn, asked.who.tenant_id, asked.request_id)
     assert req is not None
-    result: dict[str, Any] = {
+    return {
         "response": {
-            "input_request_id": request_id,
-            "decision": decision,
-            "value": value,
+            "input_request_id": asked.request_id,
+            "decision": answer["decision"],
+            "value": answer["value"],
             "answered_by": {"id": req["answered_by_id"], "email": req["answered_by_email"]},
             "answered_at": views.iso(req["answered_at"]),
             "expected_run_version": answer["expected_run_version"],
@@ -224,9 +267,6 @@ def _respond_in_tx(
         "input_request": views.input_request_view(req),
         "run": views.run_view(run),
     }
-    log.info("input_request.answered", input_request_id=request_id, decision=decision)
-    # Keys sorted, as documented; the answer is stored byte for byte for replays.
-    return idempotency.settle(tx, core.box, ik, 200, _canonical(result))
 
 
 def _checkcurrent_of(

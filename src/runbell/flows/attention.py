@@ -162,63 +162,109 @@ def raise_attention(
     request: RequestLink | None = None,
     email: bool = True,
 ) -> Raised:
-    """``email``: whether this server sends email at all (SMTP configured). Without it no
-    email row is queued — the worker would only mark it skipped, two writes for nothing."""
-    tenant_id, run_id = run["tenant_id"], run["run_id"]
-    if request is not None:
-        facts = {
-            **facts,
-            "blocks_work": request.blocks_work,
-            "has_expiry": request.expires_at is not None,
-        }
+    """The policy decides what ``attention`` on ``run`` at ``version`` calls for; when
+    it notifies, the one notification (invariant 1), its outbox rows, its digest item or
+    escalation ladder and its feed event, all in ``tx`` (invariant 12). ``email``:
+    whether this server sends email at all (SMTP configured); without it no email row is
+    queued — the worker would only mark it skipped, two writes for nothing."""
+    facts = policy_facts(facts, request)
+    decision = decide(tx, policy, run, attention, facts, owner_present)
+    if not decision.notifies:
+        _suppressed(tx, run, attention, decision)
+        return Raised(decision, None, False)
     recipient = run["owner_user_id"]
+    if _cached(tx, ("role", run["tenant_id"], recipient), accounts.membership_role) is None:
+        # The owner left the tenant: nobody to tell. The decision stays on the transition.
+        log.info("attention.recipient_gone", run_id=run["run_id"], rule_id=decision.rule_id)
+        return Raised(decision, None, False)
+    values = notification_row(run, attention, version, decision, reason, request, tx.now)
+    note_id, created = notes.insert_once(tx.conn, values)
+    if not created:
+        tx.after_commit.append(lambda: metrics.DUPLICATES.labels("notification").inc())
+        return Raised(decision, note_id, False)
+    tx.after_commit.append(lambda: metrics.NOTIFICATIONS.labels(attention, decision.kind).inc())
+    queue_deliveries(tx, values, decision, email)
+    follow_up(tx, values, decision, email)
+    announce_created(tx, values)
+    return Raised(decision, note_id, True, note=values)
+
+
+def policy_facts(facts: dict[str, Any], request: RequestLink | None) -> dict[str, Any]:
+    """The transition's facts, and the request's when it links one (pure): DESIGN §7
+    calls an alert time-sensitive when it blocks work and expires."""
+    if request is None:
+        return facts
+    return {
+        **facts,
+        "blocks_work": request.blocks_work,
+        "has_expiry": request.expires_at is not None,
+    }
+
+
+def decide(
+    tx: Tx,
+    policy: Policy,
+    run: dict[str, Any],
+    attention: str,
+    facts: dict[str, Any],
+    owner_present: bool,
+) -> Decision:
+    """Ask the policy, with what it may need of the run and the owner's recent alerts."""
     recent = 0
     if attention == "completed" and policy.recent_completions_cap:
         # Counted only as far as a rule can tell the difference (Policy.count_cap).
-        recent = _recent(tx, tenant_id, recipient, "completed", policy.recent_completions_cap)
-    duration = None
-    if run.get("started_at") is not None:
-        duration = (tx.now - run["started_at"]).total_seconds()
-    decision = policy.decide(
+        recent = _recent(
+            tx, run["tenant_id"], run["owner_user_id"], "completed", policy.recent_completions_cap
+        )
+    started = run.get("started_at")
+    return policy.decide(
         Facts(
             attention=attention,
             notify_on_complete=bool(run.get("notify_on_complete")),
-            duration_s=duration,
+            duration_s=None if started is None else (tx.now - started).total_seconds(),
             owner_present=owner_present,
             recent_completions=recent,
             **facts,
         )
     )
-    if not decision.notifies:
-        tx.after_commit.append(lambda: metrics.SUPPRESSED.labels(attention, decision.kind).inc())
-        log.debug(
-            "attention.no_notification",
-            run_id=run_id,
-            rule_id=decision.rule_id,
-            decision=decision.kind,
-        )
-        return Raised(decision, None, False)
 
-    role = _cached(tx, ("role", tenant_id, recipient), accounts.membership_role)
-    if role is None:
-        # The owner left the tenant: nobody to tell. The decision stays on the transition.
-        log.info("attention.recipient_gone", run_id=run_id, rule_id=decision.rule_id)
-        return Raised(decision, None, False)
 
+def _suppressed(tx: Tx, run: dict[str, Any], attention: str, decision: Decision) -> None:
+    tx.after_commit.append(lambda: metrics.SUPPRESSED.labels(attention, decision.kind).inc())
+    log.debug(
+        "attention.no_notification",
+        run_id=run["run_id"],
+        rule_id=decision.rule_id,
+        decision=decision.kind,
+    )
+
+
+def notification_row(
+    run: dict[str, Any],
+    attention: str,
+    version: int,
+    decision: Decision,
+    reason: str | None,
+    request: RequestLink | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The notification as it is inserted (pure but for its new id). Its summary is the
+    neutral text of its type (invariant 11); it expires with the request it points at,
+    else after the policy's expiry."""
     expires_at = None
     if decision.expires_after_s is not None:
-        expires_at = tx.now + timedelta(seconds=decision.expires_after_s)
+        expires_at = now + timedelta(seconds=decision.expires_after_s)
     if request is not None and request.expires_at is not None:
-        expires_at = request.expires_at  # the alert expires with the request it points at
+        expires_at = request.expires_at
     subject = run.get("subject") or {}
     subject_version = None
     if subject.get("type") and subject.get("id"):
         subject_version = f"{subject['type']}:{subject['id']}:{subject.get('version', '')}"
-    values = {
+    return {
         "id": new_id("ntf"),
-        "tenant_id": tenant_id,
-        "recipient_user_id": recipient,
-        "run_id": run_id,
+        "tenant_id": run["tenant_id"],
+        "recipient_user_id": run["owner_user_id"],
+        "run_id": run["run_id"],
         "transition_version": version,
         "attention_type": attention,
         "urgency": decision.urgency or "low",
@@ -231,14 +277,13 @@ def raise_attention(
         "reason": (reason or "")[:500] or None,
         "expires_at": expires_at,
         "state": "open",
-        "created_at": tx.now,
+        "created_at": now,
     }
-    note_id, created = notes.insert_once(tx.conn, values)
-    if not created:
-        tx.after_commit.append(lambda: metrics.DUPLICATES.labels("notification").inc())
-        return Raised(decision, note_id, False)
-    tx.after_commit.append(lambda: metrics.NOTIFICATIONS.labels(attention, decision.kind).inc())
 
+
+def queue_deliveries(tx: Tx, note: dict[str, Any], decision: Decision, email: bool) -> None:
+    """The outbox rows: the inbox always; the person's channels when the policy pushes."""
+    tenant_id, note_id, recipient = note["tenant_id"], note["id"], note["recipient_user_id"]
     rows = [outbox.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
     if decision.kind == "push":
         rows += _push_deliveries(
@@ -251,37 +296,43 @@ def raise_attention(
             held=held_back(decision.escalation),
         )
     for row in rows:
-        row.update(run_id=run_id, urgency=values["urgency"])
+        row.update(run_id=note["run_id"], urgency=note["urgency"])
     outbox.add_deliveries(tx.conn, rows)
+
+
+def follow_up(tx: Tx, note: dict[str, Any], decision: Decision, email: bool) -> None:
+    """What comes later, scheduled now in this transaction so a crash cannot lose it: a
+    digest decision's item, an escalation ladder's steps."""
     if decision.kind == "digest":
-        _collect(tx, decision, values)
+        _collect(tx, decision, note)
     if decision.escalation and decision.kind in ("push", "inbox"):
-        # Scheduled now, in this transaction: a crash cannot lose the ladder.
         ladder = [
             (no, step.channel, step.after_s, due)
             for no, step, due in schedule(decision.escalation, tx.now)
             if step.channel != "email" or email
         ]
-        escalations.add_steps(tx.conn, values, ladder)
+        escalations.add_steps(tx.conn, note, ladder)
+
+
+def announce_created(tx: Tx, note: dict[str, Any]) -> None:
     tx.emit(
-        tenant_id,
+        note["tenant_id"],
         PendingEvent(
             "notification.created",
-            notification_event(values),
-            run_id=run_id,
-            notification_id=note_id,
-            user_id=recipient,
+            notification_event(note),
+            run_id=note["run_id"],
+            notification_id=note["id"],
+            user_id=note["recipient_user_id"],
         ),
     )
     log.debug(
         "notification.created",
-        notification_id=note_id,
-        run_id=run_id,
-        attention_type=attention,
-        rule_id=decision.rule_id,
-        decision=decision.kind,
+        notification_id=note["id"],
+        run_id=note["run_id"],
+        attention_type=note["attention_type"],
+        rule_id=note["rule_id"],
+        decision=note["decision"],
     )
-    return Raised(decision, note_id, True, note=values)
 
 
 def _collect(tx: Tx, decision: Decision, note: dict[str, Any]) -> None:

@@ -120,14 +120,16 @@ def _cancel_in(
         core,
         tx,
         run,
-        RunState.STOPPING.value,
-        sequence=None,
-        source_id=who.source_id,
-        event_id=None,
-        reason="cancellation requested" + (f": {reason}" if reason else ""),
-        error=None,
-        effects_verified=None,
-        kind="cancel",
+        transitions.TransitionRequest(
+            state=RunState.STOPPING.value,
+            sequence=None,
+            source_id=who.source_id,
+            event_id=None,
+            reason="cancellation requested" + (f": {reason}" if reason else ""),
+            error=None,
+            effects_verified=None,
+            kind="cancel",
+        ),
     )
     _announce(tx, run)
     cancel_outcome._on_cancel_requested(tx, run)

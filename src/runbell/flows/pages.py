@@ -224,11 +224,3 @@ def unseen_notifications(core: Core, who: Principal, run_id: str) -> list[str]:
             conn, who.tenant_id, who.user_id, run_id, limit=RUN_NOTES_LIMIT
         )
     return [n["id"] for n in mine if n["state"] == "open" and n.get("first_seen_at") is None]
-
-
-def is_request_of_run(core: Core, who: Principal, run_id: str, request_id: str) -> bool:
-    """Whether ``request_id`` is an input request of ``run_id`` in the caller's tenant:
-    an answer form names both, and a pair that does not match opens nothing."""
-    with core.db.read() as conn:
-        req = requests.get(conn, who.tenant_id, request_id)
-    return req is not None and req["run_id"] == run_id

@@ -184,16 +184,18 @@ def _recheck_in_tx(
             core,
             tx,
             run,
-            claimed["state"],
-            sequence=observed.sequence,
-            source_id=mismatch.source_id,
-            event_id=mismatch.event_id,
-            reason=claimed.get("reason"),
-            error=claimed.get("error"),
-            # The reader's "fell short" wins over the claim: a review, never a success.
-            effects_verified=False
-            if observed.effects_verified is False
-            else claimed.get("effects_verified"),
+            transitions.TransitionRequest(
+                state=claimed["state"],
+                sequence=observed.sequence,
+                source_id=mismatch.source_id,
+                event_id=mismatch.event_id,
+                reason=claimed.get("reason"),
+                error=claimed.get("error"),
+                # The reader's "fell short" wins over the claim: a review, never a success.
+                effects_verified=False
+                if observed.effects_verified is False
+                else claimed.get("effects_verified"),
+            ),
         )
         close("resolved", "state reader agrees")
         return
@@ -205,13 +207,15 @@ def _recheck_in_tx(
                 core,
                 tx,
                 run,
-                observed.state,
-                sequence=observed.sequence,
-                source_id=mismatch.source_id,
-                event_id=None,
-                reason="reconciled from the state reader",
-                error=None,
-                effects_verified=observed.effects_verified,
+                transitions.TransitionRequest(
+                    state=observed.state,
+                    sequence=observed.sequence,
+                    source_id=mismatch.source_id,
+                    event_id=None,
+                    reason="reconciled from the state reader",
+                    error=None,
+                    effects_verified=observed.effects_verified,
+                ),
             )
             close("superseded", f"state reader says {observed.state}")
             return

@@ -24,7 +24,7 @@ from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import amendments, operations, stalls, views
+from runbell.flows import amendment_views, operations, stalls, views
 from runbell.flows.attention import supersede_actionable
 from runbell.flows.context import Core
 from runbell.flows.input_requests import pending_view
@@ -221,7 +221,7 @@ def get_run(core: Core, who: Principal, run_id: str) -> dict[str, Any]:
             if who.sees_all_runs or n["recipient_user_id"] == who.user_id
         ]
         out["open_mismatches"] = mismatches.count_open(conn, who.tenant_id, run_id)
-        out["pending_amendments"] = amendments.pending_views(conn, who.tenant_id, run_id)
+        out["pending_amendments"] = amendment_views.pending_views(conn, who.tenant_id, run_id)
         out.update(operations.snapshot(conn, run))  # {counts, text}, fencing (issue 10)
         return out
 

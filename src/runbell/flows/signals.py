@@ -307,15 +307,17 @@ def _accept_in_tx(
         core,
         tx,
         run,
-        signal.state,
-        sequence=sequence,
-        source_id=source.id,
-        event_id=signal.event_id,
-        reason=signal.reason,
-        error=signal.error,
-        effects_verified=signal.effects_verified,
-        reported_at=signal.at,
-        report=signal.report,
+        transitions.TransitionRequest(
+            state=signal.state,
+            sequence=sequence,
+            source_id=source.id,
+            event_id=signal.event_id,
+            reason=signal.reason,
+            error=signal.error,
+            effects_verified=signal.effects_verified,
+            reported_at=signal.at,
+            report=signal.report,
+        ),
     )
     finish("applied", verdict.reason, ids)
     return SignalResult(

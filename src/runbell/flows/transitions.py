@@ -23,6 +23,7 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -55,131 +56,223 @@ def error_facts(error: Mapping[str, Any] | None) -> dict[str, bool]:
     }
 
 
-def apply(
-    core: Core,
-    tx: Tx,
-    run: dict[str, Any],
-    state: str,
-    *,
-    sequence: int | None,
-    source_id: str | None,
-    event_id: str | None,
-    reason: str | None,
-    error: dict[str, Any] | None,
-    effects_verified: bool | None,
-    reported_at: datetime | None = None,
-    report: dict[str, Any] | None = None,
-    kind: str = "state",
-    request: RequestLink | None = None,
-) -> tuple[dict[str, Any], list[str]]:
-    """Apply one judged transition: run row, history, attention, feed. Inside ``tx``.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransitionRequest:
+    """One judged move of a run, as its caller knows it (a signal, a reconciliation, an
+    input request opened or answered, a cancellation request).
 
     ``request`` links the ``input_required`` notification to the input request that
-    caused it; ``kind`` is ``request`` when a new request replaces a pending one
-    without a change of state (still a new version, so older approvals are stale).
+    caused it; ``kind`` is ``request`` when a new request replaces a pending one without
+    a change of state (still a new version, so older approvals are stale).
     """
-    tenant_id, run_id = run["tenant_id"], run["run_id"]
-    version = run["version"] + 1
-    changes: dict[str, Any] = {"state": state, "version": version, "updated_at": tx.now}
-    if sequence is not None:
-        changes["sequence"] = sequence
-    if report:
-        changes["report"] = {**(run.get("report") or {}), **report}
-    if state == "working" and run.get("started_at") is None:
-        changes["started_at"] = tx.now
-    if is_terminal(state):
-        changes.update(finished_at=tx.now, stop_reason=reason, error=error)
-    # Any accepted signal is a sign of life: the stall clock restarts (and ends an episode).
-    changes.update(stalls.restart_clock(core, tx, run, state))
-    before, before_run = run["state"], run
-    run = {**run, **changes}
-    runs.move_run(tx.conn, run)
 
-    ids: list[str] = []
-    # --- completion owned by the run (issue 10, flows.completion) ------------------------
-    # A terminal transition carries its operations' counts (run.finished says what they
-    # count); a completion with operations is verified, or needs review, by the ledger.
-    judged = completion.judge(tx, run, state, effects_verified) if is_terminal(state) else None
-    note_reason = reason
-    event = {**views.run_event(run), "from": before, "reason": reason, "notification_ids": ids}
-    if judged is not None:
-        run = {**run, "outcome": judged.outcome}
-        event["operations"] = judged.operations
-        event["outcome"] = judged.outcome
-        if judged.reason is not None:
-            note_reason = judged.reason
-    # --- end of the completion block ---------------------------------------------------
-    # The transition's own event goes first, so the feed reads cause before effect.
-    tx.emit(tenant_id, PendingEvent("run.transitioned", event, run_id=run_id))
-    open_notes = notes.open_for_run(tx.conn, tenant_id, run_id)  # read once, used twice
-    superseded = set(supersede_actionable(tx, tenant_id, run_id, version, open_notes))
-    stalls.end_episode(tx, before_run, run, f"run is now {state}", open_notes)
-    if before == RunState.INPUT_REQUIRED and state != RunState.INPUT_REQUIRED:
-        cancel_pending(tx, run)  # nobody can answer those any more
-    decision = None
-    facts: dict[str, Any] = {"effects_verified": effects_verified, **error_facts(error)}
-    if state == RunState.CANCELLED:
-        # Cancellation is a request with an outcome (invariant 16): the notification says
-        # what was kept and what stays uncertain, and the policy who asked.
-        run = cancel_outcome.settle(tx, run)
-        facts["cancelled_by_owner"] = cancel_outcome.requested_by_person(run)
-        note_reason = run["cancel_summary"]["text"]
-    attention = attention_for(state, effects_verified)
-    if judged is not None and judged.attention is not None:
-        attention = AttentionType(judged.attention)
-    if attention is not None:
-        raised = raise_attention(
-            tx,
-            policy_in(core, tx, tenant_id),
-            run,
-            attention=attention.value,
-            version=version,
-            facts=facts,
-            reason=note_reason,
-            owner_present=core.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
-            request=request,
-            email=bool(core.settings.smtp_host),
-        )
-        decision = raised.decision.as_dict()
-        if raised.notification_id:
-            ids.append(raised.notification_id)
-        if raised.note is not None:
-            tx.written[raised.note["id"]] = raised.note
-    if is_terminal(state):
-        # A mismatch alert about a run that has now finished is moot. (A notification
-        # this transition raised is not among ``open_notes``: they were read before it.)
-        for note in open_notes:
-            if note["id"] not in superseded and note["attention_type"] in _MOOT_WHEN_FINISHED:
-                close_notification(tx, note, "resolved", f"run is {state}")
-        if any(note["attention_type"] == "amendment" for note in open_notes):
-            _cancel_amendments(tx, run)  # a finished run is not amended
-    runs.defer_transition(
-        tx,
-        {
-            "tenant_id": tenant_id,
-            "run_id": run_id,
-            "version": version,
-            "kind": kind,
-            "from_state": before,
-            "to_state": state,
-            "source_id": source_id,
-            "event_id": event_id,
-            "sequence": sequence,
-            "reason": reason,
-            "decision": decision,
-            "at": tx.now,
-            "reported_at": reported_at,
-        },
-    )
+    state: str
+    sequence: int | None
+    source_id: str | None
+    event_id: str | None
+    reason: str | None
+    error: dict[str, Any] | None
+    effects_verified: bool | None
+    reported_at: datetime | None = None
+    report: dict[str, Any] | None = None
+    kind: str = "state"
+    request: RequestLink | None = None
+
+
+@dataclass
+class Moving:
+    """A transition on its way through the steps of :func:`apply`: what each step reads
+    from the ones before it."""
+
+    core: Core
+    tx: Tx
+    move: TransitionRequest
+    before: dict[str, Any]  # the run as it was
+    run: dict[str, Any]  # the run as it is becoming
+    version: int
+    note_reason: str | None  # the notification's reason (the ledger or a cancellation may say more)
+    ids: list[str] = field(default_factory=list)  # notifications raised
+    event: dict[str, Any] = field(default_factory=dict)  # run.transitioned
+    judged: completion.Judged | None = None
+    open_notes: list[dict[str, Any]] = field(default_factory=list)
+    superseded: set[str] = field(default_factory=set)
+    facts: dict[str, Any] = field(default_factory=dict)
+    decision: dict[str, Any] | None = None
+
+
+def apply(
+    core: Core, tx: Tx, run: dict[str, Any], move: TransitionRequest
+) -> tuple[dict[str, Any], list[str]]:
+    """Apply one judged transition, inside ``tx``: the steps below, in this order (each
+    reads what the ones before it decided). Returns the run as it is now and the ids of
+    the notifications raised."""
+    m = Moving(core, tx, move, run, run, run["version"] + 1, move.reason)
+    move_run(m)  # the run row: state, version, times, stall clock
+    judge_completion(m)  # a terminal move: what the run's operations say
+    announce(m)  # run.transitioned first, so the feed reads cause before effect
+    supersede(m)  # older actionable notifications, the stall episode, pending requests
+    settle_cancellation(m)  # a cancelled run: what was kept, who asked
+    notify(m)  # the attention the policy decides (with the owner's presence)
+    close_moot(m)  # a finished run: mismatch alerts and amendments no longer apply
+    record_history(m)  # the immutable history row, with the policy's decision
     log.debug(
         "run.transitioned",
-        run_id=run_id,
-        from_state=before,
-        to_state=state,
-        version=version,
-        notifications=len(ids),
+        run_id=m.run["run_id"],
+        from_state=m.before["state"],
+        to_state=move.state,
+        version=m.version,
+        notifications=len(m.ids),
     )
-    return run, ids
+    return m.run, m.ids
+
+
+def run_changes(
+    run: Mapping[str, Any], move: TransitionRequest, version: int, now: datetime
+) -> dict[str, Any]:
+    """The run columns a move sets, but the stall clock's (pure)."""
+    changes: dict[str, Any] = {"state": move.state, "version": version, "updated_at": now}
+    if move.sequence is not None:
+        changes["sequence"] = move.sequence
+    if move.report:
+        changes["report"] = {**(run.get("report") or {}), **move.report}
+    if move.state == "working" and run.get("started_at") is None:
+        changes["started_at"] = now
+    if is_terminal(move.state):
+        changes.update(finished_at=now, stop_reason=move.reason, error=move.error)
+    return changes
+
+
+def move_run(m: Moving) -> None:
+    """Write the run row. Any accepted signal is a sign of life: the stall clock
+    restarts (and :func:`supersede` ends an open episode)."""
+    changes = run_changes(m.before, m.move, m.version, m.tx.now)
+    changes.update(stalls.restart_clock(m.core, m.tx, m.before, m.move.state))
+    m.run = {**m.before, **changes}
+    runs.move_run(m.tx.conn, m.run)
+
+
+def judge_completion(m: Moving) -> None:
+    """A terminal move carries its operations' counts; a completion with operations is
+    verified, or needs review, by the ledger (``flows.completion``)."""
+    if is_terminal(m.move.state):
+        m.judged = completion.judge(m.tx, m.run, m.move.state, m.move.effects_verified)
+    m.event = transition_event(m.run, m.before["state"], m.move.reason, m.ids, m.judged)
+    if m.judged is not None:
+        m.run = {**m.run, "outcome": m.judged.outcome}
+        if m.judged.reason is not None:
+            m.note_reason = m.judged.reason
+
+
+def transition_event(
+    run: dict[str, Any],
+    before: str,
+    reason: str | None,
+    ids: list[str],
+    judged: completion.Judged | None,
+) -> dict[str, Any]:
+    """The ``run.transitioned`` payload (pure). ``ids`` is filled in as notifications are
+    raised, before the event is written at commit."""
+    event = {**views.run_event(run), "from": before, "reason": reason, "notification_ids": ids}
+    if judged is not None:
+        event.update(operations=judged.operations, outcome=judged.outcome)
+    return event
+
+
+def announce(m: Moving) -> None:
+    m.tx.emit(m.run["tenant_id"], PendingEvent("run.transitioned", m.event, run_id=m.run["run_id"]))
+
+
+def supersede(m: Moving) -> None:
+    """Invariant 9: the run's older actionable notifications close (read once: used here
+    and by :func:`close_moot`); an open stall episode ends; leaving ``input_required``
+    cancels the requests nobody can answer any more."""
+    tenant_id, run_id = m.run["tenant_id"], m.run["run_id"]
+    m.open_notes = notes.open_for_run(m.tx.conn, tenant_id, run_id)
+    m.superseded = set(supersede_actionable(m.tx, tenant_id, run_id, m.version, m.open_notes))
+    stalls.end_episode(m.tx, m.before, m.run, f"run is now {m.move.state}", m.open_notes)
+    if m.before["state"] == RunState.INPUT_REQUIRED and m.move.state != RunState.INPUT_REQUIRED:
+        cancel_pending(m.tx, m.run)
+
+
+def settle_cancellation(m: Moving) -> None:
+    """Invariant 16: a cancelled run's notification says what was kept and what stays
+    uncertain, and the policy learns whether a person asked."""
+    m.facts = {"effects_verified": m.move.effects_verified, **error_facts(m.move.error)}
+    if m.move.state == RunState.CANCELLED:
+        m.run = cancel_outcome.settle(m.tx, m.run)
+        m.facts["cancelled_by_owner"] = cancel_outcome.requested_by_person(m.run)
+        m.note_reason = m.run["cancel_summary"]["text"]
+
+
+def attention_of(
+    state: str, effects_verified: bool | None, judged: completion.Judged | None
+) -> AttentionType | None:
+    """What the move asks of people (pure): the ledger's judgment wins over the state's."""
+    if judged is not None and judged.attention is not None:
+        return AttentionType(judged.attention)
+    return attention_for(state, effects_verified)
+
+
+def notify(m: Moving) -> None:
+    """The policy decides; at most one notification per recipient, run, version and type
+    (invariant 1), with its outbox rows, in this transaction (invariant 12)."""
+    attention = attention_of(m.move.state, m.move.effects_verified, m.judged)
+    if attention is None:
+        return
+    tenant_id, core = m.run["tenant_id"], m.core
+    raised = raise_attention(
+        m.tx,
+        policy_in(core, m.tx, tenant_id),
+        m.run,
+        attention=attention.value,
+        version=m.version,
+        facts=m.facts,
+        reason=m.note_reason,
+        owner_present=core.presence.is_present(tenant_id, m.run["owner_user_id"], m.tx.conn),
+        request=m.move.request,
+        email=bool(core.settings.smtp_host),
+    )
+    m.decision = raised.decision.as_dict()
+    if raised.notification_id:
+        m.ids.append(raised.notification_id)
+    if raised.note is not None:
+        m.tx.written[raised.note["id"]] = raised.note
+
+
+def close_moot(m: Moving) -> None:
+    """A finished run: a mismatch alert about it is moot, and a proposed change can no
+    longer apply. (A notification this move raised is not among ``open_notes``.)"""
+    if not is_terminal(m.move.state):
+        return
+    for note in m.open_notes:
+        if note["id"] not in m.superseded and note["attention_type"] in _MOOT_WHEN_FINISHED:
+            close_notification(m.tx, note, "resolved", f"run is {m.move.state}")
+    if any(note["attention_type"] == "amendment" for note in m.open_notes):
+        _cancel_amendments(m.tx, m.run)
+
+
+def record_history(m: Moving) -> None:
+    """Invariant 4: every transition its own version and history row (written at commit,
+    batched with the other units of the writer's transaction)."""
+    move = m.move
+    runs.defer_transition(
+        m.tx,
+        {
+            "tenant_id": m.run["tenant_id"],
+            "run_id": m.run["run_id"],
+            "version": m.version,
+            "kind": move.kind,
+            "from_state": m.before["state"],
+            "to_state": move.state,
+            "source_id": move.source_id,
+            "event_id": move.event_id,
+            "sequence": move.sequence,
+            "reason": move.reason,
+            "decision": m.decision,
+            "at": m.tx.now,
+            "reported_at": move.reported_at,
+        },
+    )
 
 
 # Open notifications that a run's finish makes moot: a mismatch about its state, and a

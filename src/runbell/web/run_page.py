@@ -436,11 +436,12 @@ def refusal_text(v: Viewer, exc: Conflict) -> str:
 
 @router.post("/runs/{run_id}/input-requests/{request_id}/respond")
 def respond_form(run_id: str, request_id: str, signed: Checked, core: CoreDep) -> Response:
-    v = viewer(core, signed.session)
-    form = signed.form
+    """One answer is one flow in one transaction (``flows.answers``, which also checks
+    that the request is this run's); the page is read again only to show a refusal."""
+    who, form = signed.session.principal, signed.form
 
     def again(**kw: Any) -> Response:
-        return run_page(core, v, run_id, RunPageState(**kw))
+        return run_page(core, viewer(core, signed.session), run_id, RunPageState(**kw))
 
     decision = form.first("decision")
     body: dict[str, Any] = {"decision": decision}
@@ -456,19 +457,17 @@ def respond_form(run_id: str, request_id: str, signed: Checked, core: CoreDep) -
         if not body["value"].strip():
             return again(form_error="Choose an option or write an answer first.", status=422)
     key = form.first("idempotency_key")[:200] or secrets.token_urlsafe(24)
-    if not pages.is_request_of_run(core, v.who, run_id, request_id):
-        return no_access(v, 404)
     try:
-        answers.respond(core, v.who, request_id, body, key)
+        answers.respond(core, who, request_id, body, key, run_id=run_id)
     except Conflict as exc:
-        return again(conflict=refusal_text(v, exc), status=409)
+        return again(conflict=refusal_text(viewer(core, signed.session), exc), status=409)
     except Forbidden as exc:
         return again(
             conflict="You may not answer this request: " + wording.conflict_text(exc.detail),
             status=403,
         )
     except NotFound:
-        return no_access(v, 404)
+        return no_access(viewer(core, signed.session), 404)
     except ValidationFailed as exc:
         return again(form_error=wording.conflict_text(exc.detail), status=422)
     return RedirectResponse(
