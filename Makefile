@@ -18,7 +18,7 @@ PORT ?= 8080
 EMAIL ?=
 TENANT ?= default
 
-.PHONY: run login-link test lint typecheck bench clean
+.PHONY: run login-link test lint typecheck sdk bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,13 +53,17 @@ LINT_IMPORTS := TERM=dumb $(BIN)/lint-imports --no-logo --no-cache
 
 test: $(DEVSTAMP)
 	@$(COMPILE)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
 	$(LINT_IMPORTS)
 	$(BIN)/pytest -n 4 --dist loadfile --durations=30 $(PYTEST_ARGS)
 
+# The SDK's sync client is generated from the async one (scripts/unasync.py).
+sdk: $(DEVSTAMP)
+	$(BIN)/python scripts/unasync.py
+
 lint: $(DEVSTAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench scripts
 
 typecheck: $(DEVSTAMP)
 	$(BIN)/mypy

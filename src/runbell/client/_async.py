@@ -1,4 +1,5 @@
-"""The asynchronous client: :class:`runbell.client.Client` method for method, awaited."""
+"""The asynchronous client, the one written by hand: ``_sync.py`` is generated from it
+(``make sdk``, ``scripts/unasync.py``), so the two cannot drift apart."""
 
 # size: one client, whole: its methods mirror the other client's one for one, and its
 # run block and approval decorator call it (apart, they would import each other).
@@ -47,9 +48,9 @@ def _p(value: str) -> str:
 
 
 class AsyncClient:
-    """The asyncio Runbell client for agent runtimes (an API key), configured by arguments, else
+    """A Runbell client for agent runtimes (an API key), configured by arguments, else
     ``RUNBELL_URL`` / ``RUNBELL_KEY`` / ``RUNBELL_OWNER``, else the ``runbell login``
-    file. Use it as ``async with``, or await :meth:`aclose`."""
+    file. Use it as a context manager (``async with``), or call :meth:`aclose`."""
 
     def __init__(
         self,
@@ -241,7 +242,7 @@ class AsyncClient:
     # --- a run as a block; functions that need approval -------------------------------
 
     def run(self, run_id: str, *, title: str | None = None, **fields: Any) -> AsyncRunContext:
-        """A run as a ``async with`` block: creates or updates it (``fields`` as for
+        """A run as an ``async with`` block: creates or updates it (``fields`` as for
         :meth:`put_run`), reports ``working``, then ``completed`` — or ``failed`` with the
         exception's class and a short message when the block raises (it re-raises)."""
         return AsyncRunContext(self, run_id, {"title": title, **fields})
@@ -458,7 +459,10 @@ class AsyncClient:
 
 
 class AsyncRunContext:
-    """:class:`RunContext` for ``async with``."""
+    """A run reported by an ``async with`` block: ``working`` on entry; on exit
+    ``completed`` (with :attr:`reason` and :attr:`report` if set), or ``failed`` when the
+    block raised (the exception's class, a short message) — the exception then
+    propagates."""
 
     def __init__(self, client: AsyncClient, run_id: str, fields: Mapping[str, Any]) -> None:
         self.client = client
@@ -488,7 +492,7 @@ class AsyncRunContext:
             self.result = await self.client.signal(
                 self.run_id, "failed", report=self.report, **_run.failure_fields(exc)
             )
-        except errors.RunbellError as report_error:
+        except errors.RunbellError as report_error:  # never hide the block's own error
             exc.add_note(f"runbell: could not report the failure: {report_error}")
 
     async def progress(
@@ -497,6 +501,7 @@ class AsyncRunContext:
         return await self.client.progress(self.run_id, message, counts)
 
     async def ask(self, summary: str, **options: Any) -> Answer:
+        """``client.ask`` for this run."""
         return await self.client.ask(self.run_id, summary, **options)
 
     async def signal(self, state: str, **fields: Any) -> SignalResult:

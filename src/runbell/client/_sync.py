@@ -1,4 +1,5 @@
-"""The synchronous client. :mod:`runbell.client._async` mirrors it method for method."""
+"""The synchronous client, generated from ``_async.py`` by ``scripts/unasync.py``: do not
+edit; change ``_async.py`` and run ``make sdk``."""
 
 # size: one client, whole: its methods mirror the other client's one for one, and its
 # run block and approval decorator call it (apart, they would import each other).
@@ -48,7 +49,7 @@ def _p(value: str) -> str:
 class Client:
     """A Runbell client for agent runtimes (an API key), configured by arguments, else
     ``RUNBELL_URL`` / ``RUNBELL_KEY`` / ``RUNBELL_OWNER``, else the ``runbell login``
-    file. Use it as a context manager, or call :meth:`close`."""
+    file. Use it as a context manager (``with``), or call :meth:`close`."""
 
     def __init__(
         self,
@@ -454,9 +455,10 @@ class Client:
 
 
 class RunContext:
-    """A run reported by a ``with`` block: ``working`` on entry; on exit ``completed``
-    (with :attr:`reason` and :attr:`report` if set), or ``failed`` when the block
-    raised (the exception's class, a short message) — the exception then propagates."""
+    """A run reported by a ``with`` block: ``working`` on entry; on exit
+    ``completed`` (with :attr:`reason` and :attr:`report` if set), or ``failed`` when the
+    block raised (the exception's class, a short message) — the exception then
+    propagates."""
 
     def __init__(self, client: Client, run_id: str, fields: Mapping[str, Any]) -> None:
         self.client = client
