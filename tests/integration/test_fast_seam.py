@@ -14,12 +14,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from typing import Any
 
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 import runbell.store
+from runbell.domain.records import Run
 from runbell.flows.context import Core
 from runbell.store import fast, runs
 from runbell.store import notifications as notes
@@ -89,12 +89,12 @@ def test_rows_through_the_seam_equal_rows_through_sqlalchemy(
             through_seam = stmt.rows(conn, **params)
             assert through_seam == through_sa
             assert through_seam  # not vacuous: the run and its notification exist
-    run: dict[str, Any] = through_seam_run(core, creds)
-    assert run["created_at"].tzinfo is not None  # aware UTC, as conn.execute gives
-    assert run["metadata"] == body["metadata"]
+    run = through_seam_run(core, creds)
+    assert run.created_at.tzinfo is not None  # aware UTC, as conn.execute gives
+    assert run.metadata == body["metadata"]
 
 
-def through_seam_run(core: Core, creds: TenantCreds) -> dict[str, Any]:
+def through_seam_run(core: Core, creds: TenantCreds) -> Run:
     with core.db.read() as conn:
         found = runs.get_run(conn, creds.tenant_id, "seam-1")
     assert found is not None

@@ -218,8 +218,8 @@ def test_the_lost_reply_confirmed_later_updates_the_review_once(
     assert len(notes_of(core, creds, "sync-2")) == 2
     with core.db.read() as conn:
         history = run_store.list_transitions(conn, creds.tenant_id, "sync-2")
-    assert [h["kind"] for h in history][-2:] == ["state", "review"]
-    assert history[-1]["from_state"] == history[-1]["to_state"] == "completed"
+    assert [h.kind for h in history][-2:] == ["state", "review"]
+    assert history[-1].from_state == history[-1].to_state == "completed"
     # Once resolved, new work on that target is accepted again.
     make_run(client, creds, "sync-2b")
     declare(client, creds, "sync-2b", op("op-13", target_id="INV-op-12"))

@@ -57,7 +57,7 @@ def stall(core: Core, tenant_id: str, run_id: str) -> str:
             policy_in(core, tx, tenant_id),
             run,
             attention="stalled",
-            version=run["version"],
+            version=run.version,
             facts={},
             reason="no progress for 5 minutes",
             owner_present=False,

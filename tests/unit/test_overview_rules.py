@@ -69,10 +69,10 @@ def test_the_cursor_round_trips_and_refuses_anything_else() -> None:
 
 
 def test_who_may_answer() -> None:
-    row = {"owner_user_id": "usr_o", "authority": {"users": [], "roles": ["admin"]}}
-    assert rules.may_answer("usr_o", "member", row, named=False)
-    assert rules.may_answer("usr_n", "member", row, named=True)
-    assert rules.may_answer("usr_a", "admin", row, named=False)
-    assert not rules.may_answer("usr_x", "owner", row, named=False)
-    assert not rules.may_answer(None, "admin", row, named=True)
-    assert not rules.may_answer("usr_x", "admin", {"owner_user_id": "usr_o"}, named=False)
+    authority = {"users": [], "roles": ["admin"]}
+    assert rules.may_answer("usr_o", "member", "usr_o", authority, named=False)
+    assert rules.may_answer("usr_n", "member", "usr_o", authority, named=True)
+    assert rules.may_answer("usr_a", "admin", "usr_o", authority, named=False)
+    assert not rules.may_answer("usr_x", "owner", "usr_o", authority, named=False)
+    assert not rules.may_answer(None, "admin", "usr_o", authority, named=True)
+    assert not rules.may_answer("usr_x", "admin", "usr_o", None, named=False)

@@ -15,6 +15,7 @@ from runbell.domain.runs import AttentionType
 from runbell.flows.attention import RequestLink, notification_row, policy_facts
 from runbell.flows.completion import Judged
 from runbell.flows.transitions import TransitionRequest, attention_of, error_facts, run_changes
+from runbell.store.runs import new_run
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 
@@ -32,14 +33,14 @@ def move(state: str, **fields: Any) -> TransitionRequest:
 
 
 def test_a_move_sets_state_version_and_time() -> None:
-    changes = run_changes({"started_at": NOW}, move("input_required"), 4, NOW)
+    changes = run_changes(new_run(started_at=NOW), move("input_required"), 4, NOW)
     assert changes == {"state": "input_required", "version": 4, "updated_at": NOW}
 
 
 def test_the_first_working_move_starts_the_run_once() -> None:
-    assert run_changes({"started_at": None}, move("working"), 2, NOW)["started_at"] == NOW
+    assert run_changes(new_run(started_at=None), move("working"), 2, NOW)["started_at"] == NOW
     earlier = NOW - timedelta(hours=1)
-    assert "started_at" not in run_changes({"started_at": earlier}, move("working"), 3, NOW)
+    assert "started_at" not in run_changes(new_run(started_at=earlier), move("working"), 3, NOW)
 
 
 def test_a_terminal_move_records_how_it_stopped() -> None:
@@ -51,7 +52,7 @@ def test_a_terminal_move_records_how_it_stopped() -> None:
 
 
 def test_a_report_merges_into_the_one_before_and_a_sequence_is_kept() -> None:
-    run = {"report": {"files": 3, "tests": "ok"}}
+    run = new_run(report={"files": 3, "tests": "ok"})
     changes = run_changes(run, move("working", report={"files": 4}, sequence=9), 2, NOW)
     assert changes["report"] == {"files": 4, "tests": "ok"}
     assert changes["sequence"] == 9
@@ -90,12 +91,12 @@ def test_a_linked_request_adds_its_facts_and_nothing_else_changes() -> None:
     assert linked == {"effects_verified": None, "blocks_work": False, "has_expiry": True}
 
 
-RUN = {
-    "tenant_id": "ten_1",
-    "run_id": "r-1",
-    "owner_user_id": "usr_1",
-    "subject": {"type": "pr", "id": "42", "version": "abc"},
-}
+RUN = new_run(
+    tenant_id="ten_1",
+    run_id="r-1",
+    owner_user_id="usr_1",
+    subject={"type": "pr", "id": "42", "version": "abc"},
+)
 
 
 def decision(**fields: Any) -> Decision:

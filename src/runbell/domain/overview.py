@@ -45,16 +45,19 @@ def parse_list(values: Iterable[str] | None, allowed: tuple[str, ...], field: st
 
 
 def may_answer(
-    viewer_id: str | None, viewer_role: str, row: Mapping[str, Any], named: bool
+    viewer_id: str | None,
+    viewer_role: str,
+    owner_user_id: str,
+    authority: Mapping[str, Any] | None,
+    named: bool,
 ) -> bool:
     """Whether the viewer may answer the run's request: its owner, a user its authority
     names (``named``: the run's access rows name the viewer), or a member of a role its
     authority names. Tenant owners and admins see every run but answer only when named."""
     if viewer_id is None:
         return False
-    if named or row.get("owner_user_id") == viewer_id:
+    if named or owner_user_id == viewer_id:
         return True
-    authority = row.get("authority") or {}
     roles = authority.get("roles") if isinstance(authority, Mapping) else None
     return isinstance(roles, list) and viewer_role in roles
 

@@ -45,6 +45,7 @@ import structlog
 
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run
 from runbell.domain.runs import is_terminal
 from runbell.flows import idempotency, views
 from runbell.flows.amendment_views import amendment_view
@@ -123,15 +124,15 @@ def _propose_in(
         raise Forbidden(
             "amendments are proposed by people; a runtime edits its run with PUT /v1/runs/{id}"
         )
-    if is_terminal(run["state"]):
+    if is_terminal(run.state):
         raise Conflict(
-            f"run {run_id!r} is {run['state']}; a finished run is not amended",
+            f"run {run_id!r} is {run.state}; a finished run is not amended",
             current={"run": views.run_view(run)},
         )
-    if changes and all(run.get(name) == value for name, value in changes.items()):
+    if changes and all(getattr(run, name) == value for name, value in changes.items()):
         raise ValidationFailed("changes match the run as it is; nothing to amend", field="changes")
     amendment_id = new_id("amd")
-    base = {name: run.get(name) for name in changes}
+    base = {name: getattr(run, name) for name in changes}
     proposer = str(destinations.email_of(conn, who.user_id))
     summary = f"{proposer} proposes a change to this run"
     if changes:
@@ -148,7 +149,7 @@ def _propose_in(
         "blocks_work": False,
         "expires_at": None,
         "version": 1,
-        "run_version": run["version"],
+        "run_version": run.version,
         "state": "pending",
         "request_hash": fingerprint({"amendment": amendment_id, **details}),
         "purpose": "amendment",
@@ -167,7 +168,7 @@ def _propose_in(
             text=text,
             changes=changes or None,
             base=base or None,
-            run_version=run["version"],
+            run_version=run.version,
             state="pending",
             created_at=tx.now,
         ),
@@ -178,10 +179,10 @@ def _propose_in(
         policy_in(core, tx, tenant_id),
         run,
         attention="amendment",
-        version=run["version"],
+        version=run.version,
         facts={},
         reason=summary[:200],
-        owner_present=core.presence.is_present(tenant_id, run["owner_user_id"], conn),
+        owner_present=core.presence.is_present(tenant_id, run.owner_user_id, conn),
         request=RequestLink(amendment_id, None, blocks_work=False),
         email=bool(core.settings.smtp_host),
     )
@@ -193,7 +194,7 @@ def _propose_in(
                 "amendment_id": amendment_id,
                 "input_request_id": amendment_id,
                 "run_id": run_id,
-                "version": run["version"],
+                "version": run.version,
                 "fields": sorted(changes),
                 "proposed_by": who.user_id,
                 "state": "pending",
@@ -224,7 +225,7 @@ def answer_in_tx(
     core: Core,
     tx: Tx,
     who: Principal,
-    run: dict[str, Any],
+    run: Run,
     req: dict[str, Any],
     answer: dict[str, Any],
     key: str | None,
@@ -252,10 +253,10 @@ def answer_in_tx(
     return idempotency.settle(tx, core.box, ik, 200, _sorted(result))
 
 
-def _owner_key(who: Principal, run: dict[str, Any], key: str | None, digest: str) -> IdempotencyKey:
+def _owner_key(who: Principal, run: Run, key: str | None, digest: str) -> IdempotencyKey:
     """403 unless the run's owner answers (an amendment is put to the owner alone); 422
     without an Idempotency-Key."""
-    if not who.is_user or who.user_id is None or who.user_id != run["owner_user_id"]:
+    if not who.is_user or who.user_id is None or who.user_id != run.owner_user_id:
         raise Forbidden(NOT_OWNER)
     if not key or not key.strip():
         raise ValidationFailed(
@@ -298,8 +299,8 @@ def _record_response(
 
 
 def _decide(
-    tx: Tx, who: Principal, run: dict[str, Any], amendment: Amendment, decision: str
-) -> tuple[dict[str, Any], str]:
+    tx: Tx, who: Principal, run: Run, amendment: Amendment, decision: str
+) -> tuple[Run, str]:
     """Approved: the change applies as a new run version. Rejected: the run is as it was."""
     if decision != "approve":
         store.decide(tx.conn, who.tenant_id, amendment.id, "rejected", by=who.user_id, at=tx.now)
@@ -312,7 +313,7 @@ def _decide(
         "approved",
         by=who.user_id,
         at=tx.now,
-        applied_version=run["version"],
+        applied_version=run.version,
     )
     return run, "approved"
 
@@ -320,7 +321,7 @@ def _decide(
 def _announce_decision(
     tx: Tx,
     who: Principal,
-    run: dict[str, Any],
+    run: Run,
     req: dict[str, Any],
     amendment: Amendment,
     state: str,
@@ -333,16 +334,16 @@ def _announce_decision(
             {
                 "amendment_id": amendment.id,
                 "input_request_id": req["id"],
-                "run_id": run["run_id"],
-                "version": run["version"],
+                "run_id": run.run_id,
+                "version": run.version,
                 "fields": sorted(amendment.changes or {}),
                 "decided_by": who.user_id,
                 "state": state,
             },
-            run_id=run["run_id"],
+            run_id=run.run_id,
         ),
     )
-    for note in notes.open_for_run(tx.conn, who.tenant_id, run["run_id"]):
+    for note in notes.open_for_run(tx.conn, who.tenant_id, run.run_id):
         if note.get("input_request_id") == req["id"]:
             close_notification(tx, note, "resolved", f"{state} by {who.user_id}")
 
@@ -350,7 +351,7 @@ def _announce_decision(
 def _decided_view(
     tx: Tx,
     who: Principal,
-    run: dict[str, Any],
+    run: Run,
     req: dict[str, Any],
     amendment: Amendment,
     answer: dict[str, Any],
@@ -379,7 +380,7 @@ def _decided_view(
 
 def _refusal(
     tx: Tx,
-    run: dict[str, Any],
+    run: Run,
     req: dict[str, Any],
     amendment: Amendment,
     answer: dict[str, Any],
@@ -393,15 +394,15 @@ def _refusal(
             else f"This amendment is {amendment.state}.",
             current=_current(run, req, amendment),
         )
-    if is_terminal(run["state"]):
-        requests.close(tx.conn, run["tenant_id"], req["id"], "cancelled", tx.now)
-        store.decide(tx.conn, run["tenant_id"], amendment.id, "cancelled", by=None, at=tx.now)
+    if is_terminal(run.state):
+        requests.close(tx.conn, run.tenant_id, req["id"], "cancelled", tx.now)
+        store.decide(tx.conn, run.tenant_id, amendment.id, "cancelled", by=None, at=tx.now)
         amendment = replace(amendment, state="cancelled")
-        for note in notes.open_for_run(tx.conn, run["tenant_id"], run["run_id"]):
+        for note in notes.open_for_run(tx.conn, run.tenant_id, run.run_id):
             if note.get("input_request_id") == req["id"]:
-                close_notification(tx, note, "resolved", f"run is {run['state']}")
+                close_notification(tx, note, "resolved", f"run is {run.state}")
         return Conflict(
-            f"The run has finished ({run['state']}); a finished run is not amended, so this "
+            f"The run has finished ({run.state}); a finished run is not amended, so this "
             "amendment was cancelled.",
             current=_current(run, {**req, "state": "cancelled"}, amendment),
         )
@@ -418,7 +419,7 @@ def _refusal(
             current=_current(run, req, amendment),
         )
     base = amendment.base or {}
-    moved = sorted(name for name in base if run.get(name) != base[name])
+    moved = sorted(name for name in base if getattr(run, name) != base[name])
     if moved and answer["decision"] == "approve":
         raise Conflict(
             f"The run's {' and '.join(moved)} changed since this amendment was proposed; "
@@ -428,26 +429,26 @@ def _refusal(
     return None
 
 
-def _apply(tx: Tx, who: Principal, run: dict[str, Any], amendment: Amendment) -> dict[str, Any]:
+def _apply(tx: Tx, who: Principal, run: Run, amendment: Amendment) -> Run:
     """The approved changes, as a new run version (transition kind ``amend``)."""
     changes = dict(amendment.changes or {})
-    version = run["version"] + 1
+    version = run.version + 1
     fields = sorted(changes)
     runs.update_run(
         tx.conn,
-        run["tenant_id"],
-        run["run_id"],
+        run.tenant_id,
+        run.run_id,
         {**changes, "version": version, "updated_at": tx.now},
     )
     runs.add_transition(
         tx.conn,
         {
-            "tenant_id": run["tenant_id"],
-            "run_id": run["run_id"],
+            "tenant_id": run.tenant_id,
+            "run_id": run.run_id,
             "version": version,
             "kind": "amend",
-            "from_state": run["state"],
-            "to_state": run["state"],
+            "from_state": run.state,
+            "to_state": run.state,
             "source_id": None,
             "reason": f"amended: {', '.join(fields) or 'nothing'} "
             f"(amendment {amendment.id}, approved by the owner)",
@@ -455,16 +456,16 @@ def _apply(tx: Tx, who: Principal, run: dict[str, Any], amendment: Amendment) ->
         },
     )
     # What an open request asked about may have changed: its action must not run.
-    supersede_actionable(tx, run["tenant_id"], run["run_id"], version)
-    run = {**run, **changes, "version": version, "updated_at": tx.now}
+    supersede_actionable(tx, run.tenant_id, run.run_id, version)
+    run = replace(run, **changes, version=version, updated_at=tx.now)
     tx.emit(
-        run["tenant_id"],
-        PendingEvent("run.updated", views.run_event(run), run_id=run["run_id"]),
+        run.tenant_id,
+        PendingEvent("run.updated", views.run_event(run), run_id=run.run_id),
     )
     return run
 
 
-def _current(run: dict[str, Any], req: dict[str, Any], amendment: Amendment) -> dict[str, Any]:
+def _current(run: Run, req: dict[str, Any], amendment: Amendment) -> dict[str, Any]:
     return {**current_of(run, req), "amendment": amendment_view(amendment)}
 
 

@@ -40,6 +40,7 @@ from sqlalchemy.exc import IntegrityError
 
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run
 from runbell.domain.runs import RunState
 from runbell.flows import amendments, idempotency, transitions, views
 from runbell.flows.attention import close_notification
@@ -156,7 +157,7 @@ def _respond_in_tx(core: Core, tx: Tx, asked: Asked) -> Answer | Conflict:
     return idempotency.settle(tx, core.box, ik, 200, _canonical(result))
 
 
-def _locked(tx: Tx, asked: Asked) -> tuple[dict[str, Any], dict[str, Any]]:
+def _locked(tx: Tx, asked: Asked) -> tuple[Run, dict[str, Any]]:
     """The run (locked first, as every writer of a run does) and the request. A request
     of another tenant, or of another run than the one the caller answers on, is a 404:
     a form that names a run and another run's request opens nothing."""
@@ -170,7 +171,7 @@ def _locked(tx: Tx, asked: Asked) -> tuple[dict[str, Any], dict[str, Any]]:
     return run, req
 
 
-def _authorized_key(tx: Tx, asked: Asked, run: dict[str, Any]) -> IdempotencyKey:
+def _authorized_key(tx: Tx, asked: Asked, run: Run) -> IdempotencyKey:
     """403 unless the caller may answer; 422 without an Idempotency-Key. The key is
     looked up by the caller under the run's lock: a concurrent answer under it has
     committed (and is replayed) or has not started."""
@@ -188,7 +189,7 @@ def _authorized_key(tx: Tx, asked: Asked, run: dict[str, Any]) -> IdempotencyKey
     return IdempotencyKey(who.tenant_id, who.user_id, key, asked.digest)
 
 
-def _record(tx: Tx, asked: Asked, run: dict[str, Any], req: dict[str, Any]) -> None:
+def _record(tx: Tx, asked: Asked, run: Run, req: dict[str, Any]) -> None:
     """The response, the request answered, its event, and its notifications resolved on
     every channel at once (invariant 6)."""
     tenant_id, request_id, answer = asked.who.tenant_id, asked.request_id, asked.answer
@@ -214,23 +215,23 @@ def _record(tx: Tx, asked: Asked, run: dict[str, Any], req: dict[str, Any]) -> N
             "input_request.answered",
             {
                 "input_request_id": request_id,
-                "run_id": run["run_id"],
+                "run_id": run.run_id,
                 "decision": answer["decision"],
                 "value": answer["value"],
                 "answered_by": asked.who.user_id,
                 "answered_at": views.iso(tx.now),
-                "version": run["version"] + 1,
+                "version": run.version + 1,
                 "request_version": req["version"],
             },
-            run_id=run["run_id"],
+            run_id=run.run_id,
         ),
     )
-    for note in notes.open_for_run(tx.conn, tenant_id, run["run_id"]):
+    for note in notes.open_for_run(tx.conn, tenant_id, run.run_id):
         if note.get("input_request_id") == request_id:
             close_notification(tx, note, "resolved", f"answered by {asked.who.user_id}")
 
 
-def _move_on(core: Core, tx: Tx, asked: Asked, run: dict[str, Any]) -> dict[str, Any]:
+def _move_on(core: Core, tx: Tx, asked: Asked, run: Run) -> Run:
     """The run goes back to work, at a new version (what was bound to the old is stale)."""
     moved, _ = transitions.apply(
         core,
@@ -249,7 +250,7 @@ def _move_on(core: Core, tx: Tx, asked: Asked, run: dict[str, Any]) -> dict[str,
     return moved
 
 
-def _result(tx: Tx, asked: Asked, run: dict[str, Any]) -> dict[str, Any]:
+def _result(tx: Tx, asked: Asked, run: Run) -> dict[str, Any]:
     answer = asked.answer
     req = requests.get(tx.conn, asked.who.tenant_id, asked.request_id)
     assert req is not None
@@ -270,7 +271,7 @@ def _result(tx: Tx, asked: Asked, run: dict[str, Any]) -> dict[str, Any]:
 
 
 def _checkcurrent_of(
-    tx: Tx, req: dict[str, Any], run: dict[str, Any], answer: dict[str, Any]
+    tx: Tx, req: dict[str, Any], run: Run, answer: dict[str, Any]
 ) -> Conflict | None:
     """Raise the 409 for a request that cannot take this answer now.
 
@@ -292,7 +293,7 @@ def _checkcurrent_of(
     if state == "cancelled":
         raise Conflict(
             f"This request was cancelled at {_words(req['closed_at'])}: the run stopped "
-            f"waiting for it (it is now {run['state']}).",
+            f"waiting for it (it is now {run.state}).",
             current=current_of(run, req),
         )
     expires_at = req["expires_at"]
@@ -304,15 +305,15 @@ def _checkcurrent_of(
             f"This request expired at {_words(expires_at or req['closed_at'])}.",
             current=current_of(run, req),
         )
-    if run["state"] != RunState.INPUT_REQUIRED:
+    if run.state != RunState.INPUT_REQUIRED:
         raise Conflict(
-            f"The run is no longer waiting for input (it is now {run['state']}).",
+            f"The run is no longer waiting for input (it is now {run.state}).",
             current=current_of(run, req),
         )
-    if run["version"] != answer["expected_run_version"]:
+    if run.version != answer["expected_run_version"]:
         raise Conflict(
             "The run changed since this page was loaded "
-            f"(version {answer['expected_run_version']} → {run['version']}).",
+            f"(version {answer['expected_run_version']} → {run.version}).",
             current=current_of(run, req),
         )
     if req["version"] != answer["expected_request_version"]:

@@ -22,6 +22,7 @@ from runbell.domain import digests as digest_rules
 from runbell.domain.dispatch import DEFAULT_CONSENT
 from runbell.domain.escalation import held_back, schedule
 from runbell.domain.policy import Decision, Facts, Policy
+from runbell.domain.records import Run
 from runbell.ids import new_id
 from runbell.store import accounts, destinations, digests, escalations, outbox
 from runbell.store import notifications as notes
@@ -152,7 +153,7 @@ def supersede_actionable(
 def raise_attention(
     tx: Tx,
     policy: Policy,
-    run: dict[str, Any],
+    run: Run,
     *,
     attention: str,
     version: int,
@@ -172,10 +173,10 @@ def raise_attention(
     if not decision.notifies:
         _suppressed(tx, run, attention, decision)
         return Raised(decision, None, False)
-    recipient = run["owner_user_id"]
-    if _cached(tx, ("role", run["tenant_id"], recipient), accounts.membership_role) is None:
+    recipient = run.owner_user_id
+    if _cached(tx, ("role", run.tenant_id, recipient), accounts.membership_role) is None:
         # The owner left the tenant: nobody to tell. The decision stays on the transition.
-        log.info("attention.recipient_gone", run_id=run["run_id"], rule_id=decision.rule_id)
+        log.info("attention.recipient_gone", run_id=run.run_id, rule_id=decision.rule_id)
         return Raised(decision, None, False)
     values = notification_row(run, attention, version, decision, reason, request, tx.now)
     note_id, created = notes.insert_once(tx.conn, values)
@@ -204,7 +205,7 @@ def policy_facts(facts: dict[str, Any], request: RequestLink | None) -> dict[str
 def decide(
     tx: Tx,
     policy: Policy,
-    run: dict[str, Any],
+    run: Run,
     attention: str,
     facts: dict[str, Any],
     owner_present: bool,
@@ -214,13 +215,13 @@ def decide(
     if attention == "completed" and policy.recent_completions_cap:
         # Counted only as far as a rule can tell the difference (Policy.count_cap).
         recent = _recent(
-            tx, run["tenant_id"], run["owner_user_id"], "completed", policy.recent_completions_cap
+            tx, run.tenant_id, run.owner_user_id, "completed", policy.recent_completions_cap
         )
-    started = run.get("started_at")
+    started = run.started_at
     return policy.decide(
         Facts(
             attention=attention,
-            notify_on_complete=bool(run.get("notify_on_complete")),
+            notify_on_complete=bool(run.notify_on_complete),
             duration_s=None if started is None else (tx.now - started).total_seconds(),
             owner_present=owner_present,
             recent_completions=recent,
@@ -229,18 +230,18 @@ def decide(
     )
 
 
-def _suppressed(tx: Tx, run: dict[str, Any], attention: str, decision: Decision) -> None:
+def _suppressed(tx: Tx, run: Run, attention: str, decision: Decision) -> None:
     tx.after_commit.append(lambda: metrics.SUPPRESSED.labels(attention, decision.kind).inc())
     log.debug(
         "attention.no_notification",
-        run_id=run["run_id"],
+        run_id=run.run_id,
         rule_id=decision.rule_id,
         decision=decision.kind,
     )
 
 
 def notification_row(
-    run: dict[str, Any],
+    run: Run,
     attention: str,
     version: int,
     decision: Decision,
@@ -256,15 +257,15 @@ def notification_row(
         expires_at = now + timedelta(seconds=decision.expires_after_s)
     if request is not None and request.expires_at is not None:
         expires_at = request.expires_at
-    subject = run.get("subject") or {}
+    subject = run.subject or {}
     subject_version = None
     if subject.get("type") and subject.get("id"):
         subject_version = f"{subject['type']}:{subject['id']}:{subject.get('version', '')}"
     return {
         "id": new_id("ntf"),
-        "tenant_id": run["tenant_id"],
-        "recipient_user_id": run["owner_user_id"],
-        "run_id": run["run_id"],
+        "tenant_id": run.tenant_id,
+        "recipient_user_id": run.owner_user_id,
+        "run_id": run.run_id,
         "transition_version": version,
         "attention_type": attention,
         "urgency": decision.urgency or "low",

@@ -19,12 +19,14 @@ the ledger (``flows.operations.summary``) and names what stays uncertain.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import structlog
 
 from runbell.domain.cancellation import outcome
 from runbell.domain.operations import OpState
+from runbell.domain.records import Run
 from runbell.flows import operations
 from runbell.store import operations as ledger
 from runbell.store import runs
@@ -33,14 +35,14 @@ from runbell.store.db import Tx
 log = structlog.get_logger(__name__)
 
 
-def requested_by_person(run: dict[str, Any]) -> bool:
+def requested_by_person(run: Run) -> bool:
     """The ``cancelled_by_owner`` fact: a person with the run's authority (its owner or
     someone its authority names) asked for this cancellation. A runtime that stopped on
     its own, or asked through its API key, is not: ``cancelled.default`` decides then."""
-    return run.get("cancel_requested_at") is not None and bool(run.get("cancel_requested_by"))
+    return run.cancel_requested_at is not None and bool(run.cancel_requested_by)
 
 
-def _on_cancel_requested(tx: Tx, run: dict[str, Any]) -> None:
+def _on_cancel_requested(tx: Tx, run: Run) -> None:
     """The run was just asked to stop (it is ``stopping`` in ``tx``): its operations still
     ``planned`` become ``not_started`` — work that will not begin is said so, not left
     looking pending (invariant 16). Operations already ``sent`` settle as the runtime
@@ -48,8 +50,8 @@ def _on_cancel_requested(tx: Tx, run: dict[str, Any]) -> None:
     marked = operations.mark_not_started(tx, run)
     log.info(
         "run.cancel_requested",
-        run_id=run["run_id"],
-        version=run["version"],
+        run_id=run.run_id,
+        version=run.version,
         by_person=requested_by_person(run),
         not_started=marked,
     )
@@ -59,7 +61,7 @@ def _on_cancel_requested(tx: Tx, run: dict[str, Any]) -> None:
 NAMED_MAX = 10
 
 
-def cancel_summary(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
+def cancel_summary(tx: Tx, run: Run) -> dict[str, Any]:
     """What was kept and what stays uncertain, for a run reaching ``cancelled`` in ``tx``.
 
     ``{"kept", "uncertain", "counts", "tracked", "text"}``: ``kept`` is the runtime's own
@@ -71,10 +73,10 @@ def cancel_summary(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
     (:func:`runbell.domain.cancellation.outcome`). The wording never claims to undo
     anything.
     """
-    report = run.get("report") or {}
+    report = run.report or {}
     kept = report.get("summary") if isinstance(report.get("summary"), str) else None
-    tenant_id, run_id = run["tenant_id"], run["run_id"]
-    if not run.get("has_operations"):
+    tenant_id, run_id = run.tenant_id, run.run_id
+    if not run.has_operations:
         return outcome(kept or None, tracked=False)
     counted = operations.summary(tx.conn, tenant_id, run_id)
     if not counted["counts"]:
@@ -95,9 +97,9 @@ def cancel_summary(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def settle(tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
+def settle(tx: Tx, run: Run) -> Run:
     """The run reached ``cancelled`` in ``tx``: store its summary on the run and return
     the run as it is now (with ``cancel_summary``)."""
     summary = cancel_summary(tx, run)
-    runs.update_run(tx.conn, run["tenant_id"], run["run_id"], {"cancel_summary": summary})
-    return {**run, "cancel_summary": summary}
+    runs.update_run(tx.conn, run.tenant_id, run.run_id, {"cancel_summary": summary})
+    return replace(run, cancel_summary=summary)

@@ -37,12 +37,14 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import structlog
 
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run
 from runbell.domain.runs import RunState, is_terminal
 from runbell.domain.text import REASON_MAX, public_text
 from runbell.flows import cancel_outcome, transitions, views
@@ -57,7 +59,7 @@ log = structlog.get_logger(__name__)
 NOT_AUTHORIZED = "only the run's owner or the people its authority names can cancel it"
 
 
-def may_cancel(conn: Any, who: Principal, run: dict[str, Any]) -> bool:
+def may_cancel(conn: Any, who: Principal, run: Run) -> bool:
     """The run's authority (as for answers), or one of the tenant's API keys."""
     return who.kind == "key" or may_answer(conn, who, run)
 
@@ -95,22 +97,22 @@ def _cancel_in(
         if not runs.can_see_run(conn, who, run_id):
             raise NotFound(f"no run {run_id!r}")
         raise Forbidden(NOT_AUTHORIZED)
-    if is_terminal(run["state"]):
+    if is_terminal(run.state):
         raise Conflict(
-            f"run {run_id!r} is {run['state']}; a finished run cannot be cancelled (and "
+            f"run {run_id!r} is {run.state}; a finished run cannot be cancelled (and "
             "cancelling never undoes work that was kept)",
             current={"run": views.run_view(run)},
         )
-    first = run.get("cancel_requested_at") is None
+    first = run.cancel_requested_at is None
     if first:
-        requested = {
+        requested: dict[str, Any] = {
             "cancel_requested_at": tx.now,
             "cancel_requested_by": who.user_id if who.is_user else None,
             "cancel_reason": reason,
         }
         runs.update_run(conn, tenant_id, run_id, requested)
-        run = {**run, **requested}
-    if run["state"] == RunState.STOPPING:
+        run = replace(run, **requested)
+    if run.state == RunState.STOPPING:
         # Stopping already: the first request stands. (A run the runtime itself put in
         # stopping records this request, so the runtime learns it should cancel.)
         if first:
@@ -136,19 +138,19 @@ def _cancel_in(
     return 202, {"outcome": "requested", "run": views.run_view(run)}
 
 
-def _announce(tx: Tx, run: dict[str, Any]) -> None:
+def _announce(tx: Tx, run: Run) -> None:
     """``run.cancel_requested`` on the feed (and to tenant webhooks): the runtime's cue."""
     tx.emit(
-        run["tenant_id"],
+        run.tenant_id,
         PendingEvent(
             "run.cancel_requested",
             {
-                "run_id": run["run_id"],
-                "state": run["state"],
-                "version": run["version"],
+                "run_id": run.run_id,
+                "state": run.state,
+                "version": run.version,
                 "terminal": False,
                 "cancel_requested": views.cancel_requested_view(run),
             },
-            run_id=run["run_id"],
+            run_id=run.run_id,
         ),
     )

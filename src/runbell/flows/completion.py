@@ -22,7 +22,7 @@ Invariants kept here (DESIGN §2):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -35,6 +35,7 @@ from runbell.domain.operations import (
     normalized,
     outcome,
 )
+from runbell.domain.records import Run
 from runbell.domain.runs import RunState
 from runbell.flows.attention import close_notification, raise_attention
 from runbell.flows.context import Core
@@ -69,52 +70,50 @@ def operations_summary(counts: dict[str, int]) -> dict[str, Any]:
     return {"counts": counts, "text": counts_text(counts)}
 
 
-def completion_of(tx: Tx, run: dict[str, Any], counts: dict[str, int]) -> Completion:
-    named = ledger.ids_by_state(tx.conn, run["tenant_id"], run["run_id"], NAMED)
+def completion_of(tx: Tx, run: Run, counts: dict[str, int]) -> Completion:
+    named = ledger.ids_by_state(tx.conn, run.tenant_id, run.run_id, NAMED)
     return outcome(counts, named)
 
 
-def judge(tx: Tx, run: dict[str, Any], state: str, effects_verified: bool | None) -> Judged:
+def judge(tx: Tx, run: Run, state: str, effects_verified: bool | None) -> Judged:
     """What the run's operations say about a transition into the terminal ``state``.
 
     A run without operations keeps today's meaning: ``effects_verified: false`` is a
     ``needs_review`` (outcome ``needs_review``), anything else a plain completion
     (outcome None: nothing was declared to verify)."""
     # A run that never declared an operation has no ledger to read (runs.has_operations).
-    counts = (
-        ledger.counts(tx.conn, run["tenant_id"], run["run_id"]) if run.get("has_operations") else {}
-    )
+    counts = ledger.counts(tx.conn, run.tenant_id, run.run_id) if run.has_operations else {}
     summary = operations_summary(counts)
     if state != RunState.COMPLETED:
         return Judged(summary, None)
     if not summary["counts"]:
         if effects_verified is False:
-            runs.set_outcome(tx.conn, run["tenant_id"], run["run_id"], Outcome.NEEDS_REVIEW)
+            runs.set_outcome(tx.conn, run.tenant_id, run.run_id, Outcome.NEEDS_REVIEW)
             return Judged(summary, Outcome.NEEDS_REVIEW.value)
         return Judged(summary, None)
     done = completion_of(tx, run, counts)
     result = done.outcome
     if done.verified and effects_verified is False:
         result = Outcome.NEEDS_REVIEW  # the runtime's own doubt keeps today's meaning
-    runs.set_outcome(tx.conn, run["tenant_id"], run["run_id"], result.value)
+    runs.set_outcome(tx.conn, run.tenant_id, run.run_id, result.value)
     if result is Outcome.VERIFIED:
         return Judged(summary, result.value, "completed", done.text)
     return Judged(summary, result.value, "needs_review", done.text[:REASON_MAX])
 
 
-def review(core: Core, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
+def review(core: Core, tx: Tx, run: Run) -> Run:
     """After a ledger change of a completed run whose review is open: one new version
     (a ``review`` transition, state unchanged), the open review superseded by one new
     ``needs_review`` notification — or, when every operation is now confirmed, closed as
     resolved and followed by the completion's own attention. Returns the run as it now
     is. Does nothing for runs that are not completed with an open outcome."""
-    if run["state"] != RunState.COMPLETED or run.get("outcome") not in OPEN_OUTCOMES:
+    if run.state != RunState.COMPLETED or run.outcome not in OPEN_OUTCOMES:
         return run
-    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    tenant_id, run_id = run.tenant_id, run.run_id
     counts = ledger.counts(tx.conn, tenant_id, run_id)
     done = completion_of(tx, run, counts)
-    version = run["version"] + 1
-    run = {**run, "version": version, "updated_at": tx.now, "outcome": done.outcome.value}
+    version = run.version + 1
+    run = replace(run, version=version, updated_at=tx.now, outcome=done.outcome.value)
     runs.move_run(tx.conn, run)
     runs.set_outcome(tx.conn, tenant_id, run_id, done.outcome.value)
     reason = done.text[:REASON_MAX]
@@ -125,7 +124,7 @@ def review(core: Core, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
             "run.reviewed",
             {
                 "run_id": run_id,
-                "state": run["state"],
+                "state": run.state,
                 "version": version,
                 "outcome": done.outcome.value,
                 "operations": summary,
@@ -149,7 +148,7 @@ def review(core: Core, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
         version=version,
         facts={"effects_verified": verified},
         reason=reason,
-        owner_present=core.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
+        owner_present=core.presence.is_present(tenant_id, run.owner_user_id, tx.conn),
         email=bool(core.settings.smtp_host),
     )
     if raised.note is not None:
@@ -161,8 +160,8 @@ def review(core: Core, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
             "run_id": run_id,
             "version": version,
             "kind": "review",
-            "from_state": run["state"],
-            "to_state": run["state"],
+            "from_state": run.state,
+            "to_state": run.state,
             "reason": reason,
             "decision": raised.decision.as_dict(),
             "at": tx.now,

@@ -190,8 +190,8 @@ def digest_view(conn: Connection, viewer: Principal, note: dict[str, Any]) -> di
                 "notification_id": item["notification_id"],
                 "at": iso(item["created_at"]),
                 "visible": run is not None,
-                "title": (run.get("title") or run["run_id"]) if run is not None else None,
-                "state": run["state"] if run is not None else None,
+                "title": (run.title or run.run_id) if run is not None else None,
+                "state": run.state if run is not None else None,
                 "link": f"/runs/{item['run_id']}" if run is not None else None,
             }
         )

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 from runbell import metrics
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run
 from runbell.flows import digests, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
@@ -66,7 +67,7 @@ def get_notification(
         if digests.is_digest(note):
             # No run behind it: its items are the runs, each a link (the viewer's access).
             out = views.notification_view(note)
-            ok, why = views.actionable(note, {}, core.db.clock())
+            ok, why = views.actionable(note, None, core.db.clock())
             out.update(
                 actionable=ok,
                 actionable_reason=why,
@@ -88,7 +89,7 @@ def get_notification(
             actionable=False,
             actionable_reason=why,
             reason=None,
-            run={"run_id": run["run_id"], "state": run["state"], "version": run["version"]},
+            run={"run_id": run.run_id, "state": run.state, "version": run.version},
         )
         return out
     out.update(actionable=ok, actionable_reason=why, run=views.run_view(run, include_details=True))
@@ -100,7 +101,7 @@ def get_notification(
 def actionable(
     core: Core,
     note: dict[str, Any],
-    run: dict[str, Any],
+    run: Run | None,
     request: dict[str, Any] | None,
     recipient_sees_run: bool,
 ) -> tuple[bool, str]:

@@ -38,6 +38,7 @@ import structlog
 from runbell import metrics
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run
 from runbell.domain.runs import RunState, is_terminal
 from runbell.flows import transitions, views
 from runbell.flows.attention import RequestLink, close_notification
@@ -115,14 +116,14 @@ def _open_in(
         raise ValidationFailed(
             f"expires_at {views.iso(expires_at)} is not in the future", field="expires_at"
         )
-    if run["state"] not in (RunState.WORKING, RunState.INPUT_REQUIRED):
+    if run.state not in (RunState.WORKING, RunState.INPUT_REQUIRED):
         raise Conflict(
-            f"run {run_id!r} is {run['state']}; only a working run (or one already "
+            f"run {run_id!r} is {run.state}; only a working run (or one already "
             "waiting for input) can ask for input",
             current={"run": views.run_view(run)},
         )
     replaced = requests.pending_for_run(conn, tenant_id, run_id, for_update=True)
-    version = run["version"] + 1
+    version = run.version + 1
     values = {
         "tenant_id": tenant_id,
         "id": request_id,
@@ -188,7 +189,7 @@ def _open_in(
             reason=f"input request {request_id}",
             error=None,
             effects_verified=None,
-            kind="state" if run["state"] == RunState.WORKING else "request",
+            kind="state" if run.state == RunState.WORKING else "request",
             request=RequestLink(request_id, expires_at, fields["blocks_work"]),
         ),
     )
@@ -204,13 +205,13 @@ def _open_in(
 
 
 def _opened(
-    conn: Any, req: dict[str, Any], run: dict[str, Any], ids: list[str], *, created: bool
+    conn: Any, req: dict[str, Any], run: Run, ids: list[str], *, created: bool
 ) -> dict[str, Any]:
     return {
         "input_request": views.input_request_view(req, include_details=True),
         "run": views.run_view(run),
         "notifications": [
-            views.notification_view(n) for n in notes.get_many(conn, run["tenant_id"], ids)
+            views.notification_view(n) for n in notes.get_many(conn, run.tenant_id, ids)
         ],
         "created": created,
     }
@@ -285,9 +286,9 @@ def get_request(core: Core, who: Principal, request_id: str) -> dict[str, Any]:
         may = run is not None and (
             may_answer(conn, who, run)
             if req is None or req.get("purpose", "run") == "run"
-            else who.is_user and who.user_id == run["owner_user_id"]  # amendments: the owner
+            else who.is_user and who.user_id == run.owner_user_id  # amendments: the owner
         )
-        if req is None or run is None or not (may or runs.can_see_run(conn, who, run["run_id"])):
+        if req is None or run is None or not (may or runs.can_see_run(conn, who, run.run_id)):
             raise NotFound(f"no input request {request_id!r}")
     ok, why = request_actionable(req, run, core.db.clock())
     return {
@@ -315,16 +316,16 @@ def get_for_notification(conn: Any, note: dict[str, Any]) -> dict[str, Any] | No
     return requests.get(conn, note["tenant_id"], note["input_request_id"])
 
 
-def may_answer(conn: Any, who: Principal, run: dict[str, Any]) -> bool:
+def may_answer(conn: Any, who: Principal, run: Run) -> bool:
     """The run's authority: its owner, the users it names, members of the roles it names.
 
     Tenant owners and admins see every run but answer only when named.
     """
     if not who.is_user or who.user_id is None:
         return False
-    if who.user_id == run["owner_user_id"]:
+    if who.user_id == run.owner_user_id:
         return True
-    authority = run.get("authority") or {}
+    authority = run.authority or {}
     if who.role in (authority.get("roles") or []):
         return True
     for ref in authority.get("users") or []:
@@ -338,17 +339,17 @@ def may_answer(conn: Any, who: Principal, run: dict[str, Any]) -> bool:
     return False
 
 
-def request_actionable(req: dict[str, Any], run: dict[str, Any], now: datetime) -> tuple[bool, str]:
+def request_actionable(req: dict[str, Any], run: Run, now: datetime) -> tuple[bool, str]:
     """Whether the request can still be answered, and why (not)."""
     blocked = views.request_blocked(req, now)
     if blocked is not None:
         return False, blocked
     if req.get("purpose") == "amendment":  # put to the owner; the run need not wait
-        if is_terminal(run["state"]):
-            return False, f"run is now {run['state']}"
+        if is_terminal(run.state):
+            return False, f"run is now {run.state}"
         return True, "awaiting the owner's decision"
-    if run["state"] != RunState.INPUT_REQUIRED:
-        return False, f"run is now {run['state']}"
+    if run.state != RunState.INPUT_REQUIRED:
+        return False, f"run is now {run.state}"
     return True, "awaiting an answer"
 
 
@@ -381,12 +382,12 @@ def expire_requests(core: Core, now: datetime, limit: int = 500) -> int:
     return expired
 
 
-def expire_in_tx(tx: Tx, req: dict[str, Any], run: dict[str, Any]) -> None:
+def expire_in_tx(tx: Tx, req: dict[str, Any], run: Run) -> None:
     tenant_id = req["tenant_id"]
     if not requests.close(tx.conn, tenant_id, req["id"], "expired", tx.now):
         return
     tx.after_commit.append(metrics.EXPIRED_REQUESTS.labels(req["kind"]).inc)
-    for note in notes.open_for_run(tx.conn, tenant_id, run["run_id"]):
+    for note in notes.open_for_run(tx.conn, tenant_id, run.run_id):
         if note.get("input_request_id") == req["id"]:
             close_notification(tx, note, "expired", "input request expired")
     tx.emit(
@@ -395,22 +396,22 @@ def expire_in_tx(tx: Tx, req: dict[str, Any], run: dict[str, Any]) -> None:
             "input_request.expired",
             {
                 "input_request_id": req["id"],
-                "run_id": run["run_id"],
+                "run_id": run.run_id,
                 "state": "expired",
                 "expired_at": views.iso(req["expires_at"]),
-                "version": run["version"],
+                "version": run.version,
                 "request_version": req["version"],
             },
-            run_id=run["run_id"],
+            run_id=run.run_id,
         ),
     )
-    log.info("input_request.expired", input_request_id=req["id"], run_id=run["run_id"])
+    log.info("input_request.expired", input_request_id=req["id"], run_id=run.run_id)
 
 
 # --- helpers -------------------------------------------------------------------------
 
 
-def current_of(run: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
+def current_of(run: Run, req: dict[str, Any]) -> dict[str, Any]:
     """The ``current`` of a 409: the run and the request now, without details."""
     return {"run": views.run_view(run), "input_request": views.input_request_view(req)}
 

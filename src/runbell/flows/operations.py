@@ -28,7 +28,7 @@ Example (what the API router calls)::
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import structlog
@@ -41,6 +41,7 @@ from runbell.domain.operations import (
     move_refusal,
 )
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
 from runbell.flows import completion, stalls, views
@@ -108,23 +109,23 @@ def summary(conn: Any, tenant_id: str, run_id: str) -> dict[str, Any]:
     return out
 
 
-def snapshot(conn: Any, run: dict[str, Any]) -> dict[str, Any]:
+def snapshot(conn: Any, run: Run) -> dict[str, Any]:
     """What the run snapshot adds: ``operations: {counts, text}`` and whether a replaced
     worker may still cause an effect."""
-    tenant_id, run_id = run["tenant_id"], run["run_id"]
-    if not run.get("has_operations"):
+    tenant_id, run_id = run.tenant_id, run.run_id
+    if not run.has_operations:
         return {
             "operations": completion.operations_summary({}),
             "previous_worker_may_still_act": False,
         }
-    stale = ledger.older_epoch_in_flight(conn, tenant_id, run_id, run.get("worker_epoch") or 0)
+    stale = ledger.older_epoch_in_flight(conn, tenant_id, run_id, run.worker_epoch or 0)
     return {
         "operations": completion.operations_summary(ledger.counts(conn, tenant_id, run_id)),
         "previous_worker_may_still_act": stale > 0,
     }
 
 
-def _ledger_state(conn: Any, run: dict[str, Any]) -> dict[str, Any]:
+def _ledger_state(conn: Any, run: Run) -> dict[str, Any]:
     """:func:`snapshot` as the ledger's own answers carry it: ``summary: {counts, text}``
     beside the ``operations`` list."""
     shown = snapshot(conn, run)
@@ -148,7 +149,7 @@ def list_operations(core: Core, who: Principal, run_id: str) -> dict[str, Any]:
             "run_id": run_id,
             "operations": [operation_view(op) for op in ops],
             **_ledger_state(conn, run),
-            "outcome": run.get("outcome"),
+            "outcome": run.outcome,
         }
 
 
@@ -164,13 +165,13 @@ def claim(
 
     def act(tx: Tx) -> tuple[int, dict[str, Any]]:
         run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)
-        if is_terminal(run["state"]):
+        if is_terminal(run.state):
             raise Conflict(
-                f"run {run_id!r} is {run['state']}; a finished run is not claimed",
+                f"run {run_id!r} is {run.state}; a finished run is not claimed",
                 current={"run": views.run_view(run)},
             )
-        epoch = int(run.get("worker_epoch") or 0)
-        previous = run.get("worker_id")
+        epoch = int(run.worker_epoch or 0)
+        previous = run.worker_id
         if previous != worker_id:
             epoch += 1
             runs.set_worker(tx.conn, who.tenant_id, run_id, worker_id, epoch)
@@ -187,15 +188,15 @@ def claim(
     return act_once(core.db, core.box, key, lambda: act)
 
 
-def _fence(run: dict[str, Any], epoch: int | None) -> None:
+def _fence(run: Run, epoch: int | None) -> None:
     """Refuse an update from a worker that was replaced (or from an epoch never issued)."""
     if epoch is None:
         return
-    current = int(run.get("worker_epoch") or 0)
+    current = int(run.worker_epoch or 0)
     if epoch < current:
         raise Conflict(
             f"superseded worker: epoch {epoch} is older than the run's epoch {current} "
-            f"(worker {run.get('worker_id')!r} claimed the run since); this update was not "
+            f"(worker {run.worker_id!r} claimed the run since); this update was not "
             "applied",
             current={"run": views.run_view(run), "epoch": current},
         )
@@ -320,9 +321,9 @@ def declare(
                 )
         for item in new:  # first: the most useful thing to say about a retry
             _refuse_if_may_have_landed(tx, tenant_id, item)
-        if new and is_terminal(run["state"]):
+        if new and is_terminal(run.state):
             raise Conflict(
-                f"run {run_id!r} is {run['state']}; operations are declared before it finishes",
+                f"run {run_id!r} is {run.state}; operations are declared before it finishes",
                 current={"run": views.run_view(run)},
             )
         position = ledger.next_position(tx.conn, tenant_id, run_id)
@@ -343,14 +344,14 @@ def declare(
             rows.append(row)
             existing[item.operation_id] = row
         ledger.insert(tx.conn, rows)
-        if rows and not run.get("has_operations"):
+        if rows and not run.has_operations:
             runs.update_run(tx.conn, tenant_id, run_id, {"has_operations": True})
-            run = {**run, "has_operations": True}
+            run = replace(run, has_operations=True)
         for row in rows:
             _emit(tx, row, None)
         if rows:
             log.debug("operations.declared", run_id=run_id, count=len(rows))
-            if run["state"] == "working":
+            if run.state == "working":
                 run = stalls.recover_on_progress(core, tx, run)  # a sign of life (inv. 13)
         shown = [operation_view(existing[i.operation_id]) for i in items]
         return (201 if rows else 200), {
@@ -434,13 +435,13 @@ def move(
         op = ledger.move(tx.conn, op, moved)
         _emit(tx, op, before)
         log.debug("operation.moved", run_id=run_id, from_state=before, to_state=state)
-        if run["state"] == "working":
+        if run.state == "working":
             run = stalls.recover_on_progress(core, tx, run)  # a sign of life (inv. 13)
         run = completion.review(core, tx, run)
         return _moved(tx, run, op, changed=True)
 
 
-def _moved(tx: Tx, run: dict[str, Any], op: Operation, *, changed: bool) -> dict[str, Any]:
+def _moved(tx: Tx, run: Run, op: Operation, *, changed: bool) -> dict[str, Any]:
     return {
         "operation": operation_view(op),
         "changed": changed,
@@ -449,13 +450,13 @@ def _moved(tx: Tx, run: dict[str, Any], op: Operation, *, changed: bool) -> dict
     }
 
 
-def mark_not_started(tx: Tx, run: dict[str, Any]) -> int:
+def mark_not_started(tx: Tx, run: Run) -> int:
     """Every ``planned`` operation of the run → ``not_started`` (cancellation: work that
     never began is said so, not left looking pending). Inside the caller's transaction;
     one ``operation.updated`` event each. Returns how many were marked."""
-    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    tenant_id, run_id = run.tenant_id, run.run_id
     marked = 0
-    if not run.get("has_operations"):
+    if not run.has_operations:
         return marked
     for op in ledger.for_run(tx.conn, tenant_id, run_id):
         if op.state != OpState.PLANNED:

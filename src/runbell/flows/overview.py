@@ -31,24 +31,25 @@ from runbell.flows.context import Core
 from runbell.store import feed
 from runbell.store import operations as ledger
 from runbell.store import overview as q
+from runbell.store.overview import OverviewRow
 
 #: Rows per group when none is asked for (the page), and at most.
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 
 
-def _row(group: str, run: dict[str, Any], ops: dict[str, int] | None) -> dict[str, Any]:
-    out = views.run_view(run)
+def _row(group: str, row: OverviewRow, ops: dict[str, int] | None) -> dict[str, Any]:
+    out = views.run_view(row.run)
     out["group"] = group
     if ops:  # the run's ledger, counted in the same statement for the whole page
         counted = normalized(ops)
         out["operations"] = {"counts": counted, "text": ledger_text(counted)}
     out["counts_text"] = counts_text(out)
-    if run.get("request_id") is not None:
+    if row.request_id is not None:
         out["pending_input_request"] = {
-            "id": run["request_id"],
-            "summary": run["request_summary"],
-            "expires_at": views.iso(run.get("request_expires_at")),
+            "id": row.request_id,
+            "summary": row.request_summary,
+            "expires_at": views.iso(row.request_expires_at),
         }
     return out
 
@@ -84,14 +85,14 @@ def overview(
     cursor = rules.decode_cursor(after) if after else None
     limit = max(1, min(limit, MAX_LIMIT))
     placed: set[str] = set()
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, list[OverviewRow]] = {}
     more: dict[str, bool] = {}
     with core.db.read() as conn:
         head, _ = feed.bounds(conn, who.tenant_id)  # before the reads: no gap to the stream
 
-        def take(name: str, rows: list[dict[str, Any]]) -> None:
-            kept = [r for r in rows if r["run_id"] not in placed]
-            placed.update(r["run_id"] for r in kept)
+        def take(name: str, rows: list[OverviewRow]) -> None:
+            kept = [r for r in rows if r.run.run_id not in placed]
+            placed.update(r.run.run_id for r in kept)
             if name in wanted:
                 found[name] = kept[:limit]
                 more[name] = len(kept) > limit
@@ -104,7 +105,9 @@ def overview(
             asked = [
                 r
                 for r in q.needs_you(conn, who, states=states, limit=limit + 1)
-                if rules.may_answer(who.user_id, who.role, r, bool(r["answerable"]))
+                if rules.may_answer(
+                    who.user_id, who.role, r.run.owner_user_id, r.run.authority, r.answerable
+                )
             ]
             take("needs_you", asked)
             spare = len(asked)
@@ -119,17 +122,18 @@ def overview(
             rows = q.finished(conn, who, states=states, after=cursor, limit=limit + 1)
             found["finished"] = rows[:limit]
             more["finished"] = len(rows) > limit
-        shown = [r["run_id"] for rows in found.values() for r in rows]
+        shown = [r.run.run_id for rows in found.values() for r in rows]
         ops = ledger.counts_for_runs(conn, who.tenant_id, shown)
     next_cursor = None
     if more.get("finished") and found["finished"]:
-        last = found["finished"][-1]
-        next_cursor = rules.encode_cursor(last["finished_at"], last["run_id"])
+        last = found["finished"][-1].run
+        assert last.finished_at is not None  # the finished group: every run has finished
+        next_cursor = rules.encode_cursor(last.finished_at, last.run_id)
     return {
         "head_cursor": head,
         "groups": {
             name: {
-                "runs": [_row(name, r, ops.get(r["run_id"])) for r in found[name]],
+                "runs": [_row(name, r, ops.get(r.run.run_id)) for r in found[name]],
                 "more": more[name],
             }
             for name in rules.GROUPS

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run
 from runbell.flows import views
 from runbell.flows.context import Core
 from runbell.flows.input_requests import get_for_notification, may_answer
@@ -86,10 +87,7 @@ def inbox_page(core: Core, who: Principal, now: datetime) -> dict[str, Any]:
             _standing(n, run_rows.get(n["run_id"]), n["run_id"] in visible, now) for n in closed
         ],
         "titles": {
-            **{
-                rid: (run_rows[rid].get("title") or rid) if rid in visible else None
-                for rid in run_ids
-            },
+            **{rid: (run_rows[rid].title or rid) if rid in visible else None for rid in run_ids},
             # A digest's synthetic run id is never a run: its group is the digest itself.
             **{n["run_id"]: "Digest" for n in opened + closed if n["attention_type"] == "digest"},
         },
@@ -98,14 +96,14 @@ def inbox_page(core: Core, who: Principal, now: datetime) -> dict[str, Any]:
 
 def _standing(
     note: dict[str, Any],
-    run: dict[str, Any] | None,
+    run: Run | None,
     visible: bool,
     now: datetime,
     request: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     ok, reason = (False, "access lost")
     if note["attention_type"] == "digest":
-        ok, reason = views.actionable(note, {}, now)  # no run of its own: informational
+        ok, reason = views.actionable(note, None, now)  # no run of its own: informational
     elif run is not None and visible:
         ok, reason = views.actionable(note, run, now, request)
     return {**note, "actionable": ok, "actionable_reason": reason}
@@ -144,9 +142,9 @@ def run_page(
         )
         for note in mine:
             note["deliveries"] = notes.deliveries_for(conn, who.tenant_id, note["id"])
-        owner = destinations.email_of(conn, run["owner_user_id"])
+        owner = destinations.email_of(conn, run.owner_user_id)
         proposed = amendments.for_run(conn, who.tenant_id, run_id)
-        asked_by = run.get("cancel_requested_by")
+        asked_by = run.cancel_requested_by
         cancel_by = destinations.email_of(conn, asked_by) if asked_by else None
         ledger = [operation_view(op) for op in operations.for_run(conn, who.tenant_id, run_id)]
         named = views.user_ids_in(_ledger_texts(ledger))
@@ -154,7 +152,7 @@ def run_page(
         people = members(conn, who.tenant_id, named)
         asked = {}
         for tr in transitions:
-            m = _ASKED.fullmatch(str(tr.get("reason") or ""))
+            m = _ASKED.fullmatch(str(tr.reason or ""))
             if m and m[1] not in asked:
                 req = requests.get(conn, who.tenant_id, m[1])
                 if req is not None and req["run_id"] == run_id:

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from runbell.domain.errors import NotFound, RunbellError
+from runbell.domain.records import Run
 from runbell.domain.runs import judge
 from runbell.domain.signals import Signal
 from runbell.flows import transitions
@@ -71,13 +72,13 @@ def record_mismatch(
     tx: Tx,
     tenant_id: str,
     source: Source,
-    run: dict[str, Any],
+    run: Run,
     signal: Signal,
     observed: Observed | None,
     reader_error: str | None,
 ) -> None:
     """Record an unconfirmed claim for re-checking (once per run and claimed state)."""
-    if mismatches.open_for_claim(tx.conn, tenant_id, run["run_id"], signal.state) is not None:
+    if mismatches.open_for_claim(tx.conn, tenant_id, run.run_id, signal.state) is not None:
         return  # already being reconciled; one open mismatch per claim
     mismatch_id = new_id("mis")
     mismatches.insert(
@@ -85,7 +86,7 @@ def record_mismatch(
         {
             "id": mismatch_id,
             "tenant_id": tenant_id,
-            "run_id": run["run_id"],
+            "run_id": run.run_id,
             "source_id": source.id,
             "event_id": signal.event_id,
             "claimed": {
@@ -108,18 +109,18 @@ def record_mismatch(
         PendingEvent(
             "run.mismatch",
             {
-                "run_id": run["run_id"],
+                "run_id": run.run_id,
                 "mismatch_id": mismatch_id,
                 "claimed": signal.state,
                 "observed": None if observed is None else observed.state,
-                "version": run["version"],
+                "version": run.version,
             },
-            run_id=run["run_id"],
+            run_id=run.run_id,
         ),
     )
     log.info(
         "reconcile.mismatch",
-        run_id=run["run_id"],
+        run_id=run.run_id,
         claimed=signal.state,
         observed=None if observed is None else observed.state,
     )
@@ -166,16 +167,16 @@ def _recheck_in_tx(
             PendingEvent(
                 "run.mismatch_closed",
                 {
-                    "run_id": run["run_id"],
+                    "run_id": run.run_id,
                     "mismatch_id": mismatch.id,
                     "status": status,
                     "reason": note,
                 },
-                run_id=run["run_id"],
+                run_id=run.run_id,
             ),
         )
 
-    claim = judge(run["state"], run["sequence"], claimed["state"], None)
+    claim = judge(run.state, run.sequence, claimed["state"], None)
     if not claim.applies:
         close("superseded", f"claim no longer applies: {claim.reason}")
         return
@@ -199,8 +200,8 @@ def _recheck_in_tx(
         )
         close("resolved", "state reader agrees")
         return
-    if observed is not None and observed.state != run["state"]:
-        moved = judge(run["state"], run["sequence"], observed.state, observed.sequence)
+    if observed is not None and observed.state != run.state:
+        moved = judge(run.state, run.sequence, observed.state, observed.sequence)
         if moved.applies:
             # The authoritative state went somewhere else: follow it, drop the claim.
             transitions.apply(
@@ -234,7 +235,7 @@ def _recheck_in_tx(
             policy_for(core, tx.conn, tenant_id),
             run,
             attention="mismatch",
-            version=run["version"],
+            version=run.version,
             facts={},
             reason=(
                 f"runtime reported {claimed['state']}, state reader says "
@@ -242,7 +243,7 @@ def _recheck_in_tx(
             ),
             owner_present=False,
         )
-        log.warning("reconcile.escalated", run_id=run["run_id"], checks=checks)
+        log.warning("reconcile.escalated", run_id=run.run_id, checks=checks)
         return
     values["next_check_at"] = tx.now + timedelta(seconds=backoff[min(checks, len(backoff) - 1)])
     mismatches.update(tx.conn, mismatch.id, **values)

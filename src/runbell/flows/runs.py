@@ -15,6 +15,7 @@ Invariants kept here (DESIGN §2):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -22,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
 from runbell.flows import amendment_views, operations, stalls, views
@@ -50,9 +52,7 @@ RUN_FIELDS = (
 )
 
 
-def put_run(
-    core: Core, who: Principal, run_id: str, body: dict[str, Any]
-) -> tuple[dict[str, Any], bool]:
+def put_run(core: Core, who: Principal, run_id: str, body: dict[str, Any]) -> tuple[Run, bool]:
     """Create a run, or update its descriptive fields. State changes go through signals.
 
     Two creating PUTs may race (``FOR UPDATE`` locks nothing that does not exist yet):
@@ -64,9 +64,7 @@ def put_run(
         return _put_run(core, who, run_id, body)
 
 
-def _put_run(
-    core: Core, who: Principal, run_id: str, body: dict[str, Any]
-) -> tuple[dict[str, Any], bool]:
+def _put_run(core: Core, who: Principal, run_id: str, body: dict[str, Any]) -> tuple[Run, bool]:
     with core.db.transaction() as tx:
         run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
         owner_id = _member(tx, who.tenant_id, body["owner"], "owner") if body.get("owner") else None
@@ -100,7 +98,7 @@ def _create_run(
     owner_id: str,
     body: dict[str, Any],
     access: set[str],
-) -> dict[str, Any]:
+) -> Run:
     state = body.get("state") or "queued"
     if state not in ("queued", "working"):
         raise ValidationFailed("a new run starts queued or working", field="state")
@@ -117,8 +115,9 @@ def _create_run(
         updated_at=tx.now,
         started_at=tx.now if state == "working" else None,
     )
-    values.update(stalls.restart_clock(core, tx, values, state))
-    runs.insert_run(tx.conn, values)
+    run = runs.new_run(**values)
+    run = replace(run, **stalls.restart_clock(core, tx, run, state))
+    runs.insert_run(tx.conn, run)
     runs.add_transition(
         tx.conn,
         {
@@ -135,55 +134,55 @@ def _create_run(
         },
     )
     runs.set_access(tx.conn, who.tenant_id, run_id, access | {owner_id})
-    tx.emit(who.tenant_id, PendingEvent("run.created", views.run_event(values), run_id=run_id))
+    tx.emit(who.tenant_id, PendingEvent("run.created", views.run_event(run), run_id=run_id))
     log.info("run.created", run_id=run_id, state=state)
-    return values
+    return run
 
 
 def _update_run(
     core: Core,
     tx: Tx,
     who: Principal,
-    run: dict[str, Any],
+    run: Run,
     owner_id: str | None,
     body: dict[str, Any],
     access: set[str],
-) -> dict[str, Any]:
-    if body.get("state") and body["state"] != run["state"]:
+) -> Run:
+    if body.get("state") and body["state"] != run.state:
         raise ValidationFailed(
-            f"the run is {run['state']}; change state with POST "
-            f"/v1/runs/{run['run_id']}/signals, not PUT",
+            f"the run is {run.state}; change state with POST "
+            f"/v1/runs/{run.run_id}/signals, not PUT",
             field="state",
         )
-    changes = {k: body[k] for k in RUN_FIELDS if k in body and body[k] != run.get(k)}
+    changes = {k: body[k] for k in RUN_FIELDS if k in body and body[k] != getattr(run, k)}
     if "notify_on_complete" in changes:
         changes["notify_on_complete"] = bool(changes["notify_on_complete"])
-    if owner_id is not None and owner_id != run["owner_user_id"]:
+    if owner_id is not None and owner_id != run.owner_user_id:
         changes["owner_user_id"] = owner_id
     if not changes:
         return run
-    if is_terminal(run["state"]):
+    if is_terminal(run.state):
         raise Conflict(
-            f"run {run['run_id']!r} is {run['state']}; a finished run is not edited "
+            f"run {run.run_id!r} is {run.state}; a finished run is not edited "
             "(report final details on the signal that finishes it)",
             current=views.run_view(run),
         )
-    version = run["version"] + 1
+    version = run.version + 1
     changes.update(version=version, updated_at=tx.now)
-    if "stall_after_seconds" in changes and run["state"] == "working" and not run["stalled_at"]:
+    if "stall_after_seconds" in changes and run.state == "working" and not run.stalled_at:
         # The clock keeps its start; only when it runs out changes.
-        after_s = stalls.threshold(core, tx, {**run, **changes})
-        changes["stall_due_at"] = stall_store.due_at(run["stall_clock_at"], after_s)
-    runs.update_run(tx.conn, who.tenant_id, run["run_id"], changes)
+        after_s = stalls.threshold(core, tx, replace(run, **changes))
+        changes["stall_due_at"] = stall_store.due_at(run.stall_clock_at, after_s)
+    runs.update_run(tx.conn, who.tenant_id, run.run_id, changes)
     runs.add_transition(
         tx.conn,
         {
             "tenant_id": who.tenant_id,
-            "run_id": run["run_id"],
+            "run_id": run.run_id,
             "version": version,
             "kind": "update",
-            "from_state": run["state"],
-            "to_state": run["state"],
+            "from_state": run.state,
+            "to_state": run.state,
             "source_id": who.source_id,
             "reason": "updated: "
             + ", ".join(
@@ -196,13 +195,13 @@ def _update_run(
         runs.set_access(
             tx.conn,
             who.tenant_id,
-            run["run_id"],
-            access | {changes.get("owner_user_id", run["owner_user_id"])},
+            run.run_id,
+            access | {changes.get("owner_user_id", run.owner_user_id)},
         )
     # The thing an open request asked about may have changed: its action must not run.
-    supersede_actionable(tx, who.tenant_id, run["run_id"], version)
-    run = {**run, **changes}
-    tx.emit(who.tenant_id, PendingEvent("run.updated", views.run_event(run), run_id=run["run_id"]))
+    supersede_actionable(tx, who.tenant_id, run.run_id, version)
+    run = replace(run, **changes)
+    tx.emit(who.tenant_id, PendingEvent("run.updated", views.run_event(run), run_id=run.run_id))
     return run
 
 
@@ -234,7 +233,7 @@ def list_runs(
     page = rows[:limit]
     return {
         "runs": [views.run_view(r) for r in page],
-        "next_cursor": page[-1]["run_id"] if len(rows) > limit else None,
+        "next_cursor": page[-1].run_id if len(rows) > limit else None,
     }
 
 
@@ -244,10 +243,10 @@ def record_progress(
     """A heartbeat: updates last_progress_at and the live feed. Never a notification."""
     with core.db.transaction() as tx:
         run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)
-        if is_terminal(run["state"]):
+        if is_terminal(run.state):
             return {
                 "accepted": False,
-                "reason": f"run is {run['state']}",
+                "reason": f"run is {run.state}",
                 "run": views.run_view(run),
             }
         message = public_text(message, PROGRESS_MAX)
@@ -255,7 +254,7 @@ def record_progress(
         runs.update_run(
             tx.conn, who.tenant_id, run_id, {"progress": progress, "last_progress_at": tx.now}
         )
-        if run["state"] == "working":  # a sign of life: the stall clock restarts
+        if run.state == "working":  # a sign of life: the stall clock restarts
             run = stalls.recover_on_progress(core, tx, run)
         tx.emit(
             who.tenant_id,
@@ -263,12 +262,12 @@ def record_progress(
                 "run.progress",
                 {
                     "run_id": run_id,
-                    "version": run["version"],
+                    "version": run.version,
                     "message": message,
                     "counts": counts,
                 },
                 run_id=run_id,
             ),
         )
-        run.update(progress=progress, last_progress_at=tx.now)
+        run = replace(run, progress=progress, last_progress_at=tx.now)
         return {"accepted": True, "decision": "live", "run": views.run_view(run)}

@@ -65,7 +65,7 @@ SOURCE_TTL_S = 5.0
 class SignalResult:
     outcome: str  # applied | duplicate | stale | mismatch | rejected
     reason: str | None
-    run: dict[str, Any]
+    run: dict[str, Any]  # the run's view (flows.views.run_view)
     notifications: list[dict[str, Any]] = field(default_factory=list)
     original_outcome: str | None = None
 
@@ -265,7 +265,7 @@ def _accept_in_tx(
                 "sequence": signal.sequence,
                 "outcome": outcome,
                 "reason": reason,
-                "run_version": run["version"],
+                "run_version": run.version,
                 "notification_ids": ids,
                 "received_at": tx.now,
             },
@@ -273,7 +273,7 @@ def _accept_in_tx(
 
     sequence = signal.sequence
     if source.trust == "advisory":
-        claim = judge(run["state"], run["sequence"], signal.state, sequence)
+        claim = judge(run.state, run.sequence, signal.state, sequence)
         if not claim.applies:
             finish(claim.verdict, claim.reason, [])
             return SignalResult(claim.verdict, claim.reason, views.run_view(run))
@@ -295,7 +295,7 @@ def _accept_in_tx(
             # confirmed, but a review, never a success alert.
             signal = replace(signal, effects_verified=False)
 
-    verdict = judge(run["state"], run["sequence"], signal.state, sequence)
+    verdict = judge(run.state, run.sequence, signal.state, sequence)
     if not verdict.applies:
         finish(verdict.verdict, verdict.reason, [])
         log.debug(

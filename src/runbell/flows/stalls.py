@@ -30,11 +30,13 @@ closes).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import structlog
 
+from runbell.domain.records import Run
 from runbell.flows import views
 from runbell.flows.attention import close_notification, raise_attention, supersede_actionable
 from runbell.flows.context import Core
@@ -47,14 +49,14 @@ from runbell.store.db import PendingEvent, Tx
 log = structlog.get_logger(__name__)
 
 
-def threshold(core: Core, tx: Tx, run: dict[str, Any]) -> int | None:
+def threshold(core: Core, tx: Tx, run: Run) -> int | None:
     """Seconds of silence after which ``run`` is stalled (None: never)."""
-    own = run.get("stall_after_seconds")
-    after = own if own is not None else policy_in(core, tx, run["tenant_id"]).stall_after_s
+    own = run.stall_after_seconds
+    after = own if own is not None else policy_in(core, tx, run.tenant_id).stall_after_s
     return after or None
 
 
-def restart_clock(core: Core, tx: Tx, run: dict[str, Any], state: str) -> dict[str, Any]:
+def restart_clock(core: Core, tx: Tx, run: Run, state: str) -> dict[str, Any]:
     """The run columns of a stall clock restarted now, for a run moving to ``state``:
     running only while ``working``. Ends any open episode (see :func:`end_episode`)."""
     due = store.due_at(tx.now, threshold(core, tx, run)) if state == "working" else None
@@ -63,17 +65,17 @@ def restart_clock(core: Core, tx: Tx, run: dict[str, Any], state: str) -> dict[s
 
 def end_episode(
     tx: Tx,
-    before: dict[str, Any],
-    run: dict[str, Any],
+    before: Run,
+    run: Run,
     cause: str,
     open_notes: list[dict[str, Any]] | None = None,
 ) -> bool:
     """If ``before`` (the run as it was) was stalled: the run showed a sign of life, so the
     stall is over. Close its stalled notifications as resolved and emit ``run.recovered``.
     ``run`` is the run as it is now (its clock already restarted). Inside ``tx``."""
-    if before.get("stalled_at") is None:
+    if before.stalled_at is None:
         return False
-    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    tenant_id, run_id = run.tenant_id, run.run_id
     if open_notes is None:
         open_notes = notes.open_for_run(tx.conn, tenant_id, run_id)
     closed = [
@@ -82,14 +84,14 @@ def end_episode(
         if note["attention_type"] == "stalled"
         and close_notification(tx, note, "resolved", f"recovered: {cause}")
     ]
-    silent = (tx.now - before["stalled_at"]).total_seconds()
+    silent = (tx.now - before.stalled_at).total_seconds()
     tx.emit(
         tenant_id,
         PendingEvent(
             "run.recovered",
             {
                 **views.run_event(run),
-                "stalled_at": views.iso(before["stalled_at"]),
+                "stalled_at": views.iso(before.stalled_at),
                 "recovered_at": views.iso(tx.now),
                 "stalled_for_s": int(silent),
                 "cause": cause,
@@ -98,30 +100,30 @@ def end_episode(
             run_id=run_id,
         ),
     )
-    log.info("run.recovered", run_id=run_id, cause=cause, version=run["version"])
+    log.info("run.recovered", run_id=run_id, cause=cause, version=run.version)
     return True
 
 
-def recover_on_progress(core: Core, tx: Tx, run: dict[str, Any]) -> dict[str, Any]:
+def recover_on_progress(core: Core, tx: Tx, run: Run) -> Run:
     """Progress on a working run: restart its clock; a stalled run recovers, as a
     ``recover`` transition (new version). Returns the run as it is now. Inside ``tx``."""
-    changes = restart_clock(core, tx, run, run["state"])
-    stalled = run.get("stalled_at") is not None
+    changes = restart_clock(core, tx, run, run.state)
+    stalled = run.stalled_at is not None
     if stalled:
-        changes.update(version=run["version"] + 1, updated_at=tx.now)
-    runs.update_run(tx.conn, run["tenant_id"], run["run_id"], changes)
-    after = {**run, **changes}
+        changes.update(version=run.version + 1, updated_at=tx.now)
+    runs.update_run(tx.conn, run.tenant_id, run.run_id, changes)
+    after = replace(run, **changes)
     if stalled:
         end_episode(tx, run, after, "progress reported")
         runs.defer_transition(
             tx,
             {
-                "tenant_id": run["tenant_id"],
-                "run_id": run["run_id"],
-                "version": after["version"],
+                "tenant_id": run.tenant_id,
+                "run_id": run.run_id,
+                "version": after.version,
                 "kind": "recover",
-                "from_state": run["state"],
-                "to_state": run["state"],
+                "from_state": run.state,
+                "to_state": run.state,
                 "reason": "progress reported after a stall",
                 "at": tx.now,
             },
@@ -143,14 +145,14 @@ def sweep(core: Core, now: datetime, limit: int = 500) -> int:
             run = runs.get_run(tx.conn, tenant_id, run_id, for_update=True)
             if (
                 run is None
-                or run["state"] != "working"
-                or run["stalled_at"] is not None
-                or run["stall_due_at"] is None
-                or run["stall_due_at"] > tx.now
+                or run.state != "working"
+                or run.stalled_at is not None
+                or run.stall_due_at is None
+                or run.stall_due_at > tx.now
             ):
                 continue  # recovered, moved on, or stalled by another sweep meanwhile
             after_s = threshold(core, tx, run)
-            due_at = store.due_at(run["stall_clock_at"], after_s)
+            due_at = store.due_at(run.stall_clock_at, after_s)
             if due_at is None or due_at > tx.now:
                 # The threshold changed since the clock was timed: re-time it.
                 runs.update_run(tx.conn, tenant_id, run_id, {"stall_due_at": due_at})
@@ -160,13 +162,18 @@ def sweep(core: Core, now: datetime, limit: int = 500) -> int:
     return stalled
 
 
-def _record_stall(core: Core, tx: Tx, run: dict[str, Any], after_s: int) -> None:
-    tenant_id, run_id = run["tenant_id"], run["run_id"]
-    version = run["version"] + 1
-    silent = int((tx.now - run["stall_clock_at"]).total_seconds())
-    changes = {"version": version, "updated_at": tx.now, "stalled_at": tx.now, "stall_due_at": None}
+def _record_stall(core: Core, tx: Tx, run: Run, after_s: int) -> None:
+    tenant_id, run_id = run.tenant_id, run.run_id
+    version = run.version + 1
+    silent = int((tx.now - (run.stall_clock_at or tx.now)).total_seconds())
+    changes: dict[str, Any] = {
+        "version": version,
+        "updated_at": tx.now,
+        "stalled_at": tx.now,
+        "stall_due_at": None,
+    }
     runs.update_run(tx.conn, tenant_id, run_id, changes)
-    run = {**run, **changes}
+    run = replace(run, **changes)
     reason = f"no progress for {silent} s (stalls after {after_s} s)"
     ids: list[str] = []
     tx.emit(
@@ -175,7 +182,7 @@ def _record_stall(core: Core, tx: Tx, run: dict[str, Any], after_s: int) -> None
             "run.stalled",
             {
                 **views.run_event(run),
-                "last_sign_of_life_at": views.iso(run["stall_clock_at"]),
+                "last_sign_of_life_at": views.iso(run.stall_clock_at),
                 "stall_after_seconds": after_s,
                 "silent_for_s": silent,
                 "reason": reason,
@@ -193,7 +200,7 @@ def _record_stall(core: Core, tx: Tx, run: dict[str, Any], after_s: int) -> None
         version=version,
         facts={},
         reason=reason,
-        owner_present=core.presence.is_present(tenant_id, run["owner_user_id"], tx.conn),
+        owner_present=core.presence.is_present(tenant_id, run.owner_user_id, tx.conn),
         email=bool(core.settings.smtp_host),
     )
     if raised.notification_id:
@@ -205,8 +212,8 @@ def _record_stall(core: Core, tx: Tx, run: dict[str, Any], after_s: int) -> None
             "run_id": run_id,
             "version": version,
             "kind": "stall",
-            "from_state": run["state"],
-            "to_state": run["state"],
+            "from_state": run.state,
+            "to_state": run.state,
             "reason": reason,
             "decision": raised.decision.as_dict(),
             "at": tx.now,

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run
 from runbell.flows import digests, views
 from runbell.flows.context import Core
 from runbell.flows.escalation import step_view
@@ -51,7 +52,7 @@ def trail(core: Core, who: Principal, notification_id: str) -> dict[str, Any]:
         sees = recipient_sees_run(conn, note)
         digest = None
         if digests.is_digest(note):
-            run: dict[str, Any] = {}
+            run: Run | None = None
             request = None
             role = accounts.membership_role(conn, who.tenant_id, note["recipient_user_id"])
             digest = digests.digest_view(conn, digests.recipient(note, role or "member"), note)
@@ -77,15 +78,15 @@ def trail(core: Core, who: Principal, notification_id: str) -> dict[str, Any]:
         None
         if transition is None
         else {
-            "version": transition["version"],
-            "kind": transition["kind"],
-            "from": transition["from_state"],
-            "to": transition["to_state"],
-            "source_id": transition["source_id"],
-            "event_id": transition["event_id"],
-            "reason": transition["reason"],
-            "at": views.iso(transition["at"]),
-            "reported_at": views.iso(transition["reported_at"]),
+            "version": transition.version,
+            "kind": transition.kind,
+            "from": transition.from_state,
+            "to": transition.to_state,
+            "source_id": transition.source_id,
+            "event_id": transition.event_id,
+            "reason": transition.reason,
+            "at": views.iso(transition.at),
+            "reported_at": views.iso(transition.reported_at),
         }
     )
     out["deliveries"] = [

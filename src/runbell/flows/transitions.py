@@ -23,12 +23,13 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 import structlog
 
+from runbell.domain.records import Run
 from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
 from runbell.flows import cancel_outcome, completion, stalls, views
 from runbell.flows.attention import (
@@ -87,8 +88,8 @@ class Moving:
     core: Core
     tx: Tx
     move: TransitionRequest
-    before: dict[str, Any]  # the run as it was
-    run: dict[str, Any]  # the run as it is becoming
+    before: Run  # the run as it was
+    run: Run  # the run as it is becoming
     version: int
     note_reason: str | None  # the notification's reason (the ledger or a cancellation may say more)
     ids: list[str] = field(default_factory=list)  # notifications raised
@@ -100,13 +101,11 @@ class Moving:
     decision: dict[str, Any] | None = None
 
 
-def apply(
-    core: Core, tx: Tx, run: dict[str, Any], move: TransitionRequest
-) -> tuple[dict[str, Any], list[str]]:
+def apply(core: Core, tx: Tx, run: Run, move: TransitionRequest) -> tuple[Run, list[str]]:
     """Apply one judged transition, inside ``tx``: the steps below, in this order (each
     reads what the ones before it decided). Returns the run as it is now and the ids of
     the notifications raised."""
-    m = Moving(core, tx, move, run, run, run["version"] + 1, move.reason)
+    m = Moving(core, tx, move, run, run, run.version + 1, move.reason)
     move_run(m)  # the run row: state, version, times, stall clock
     judge_completion(m)  # a terminal move: what the run's operations say
     announce(m)  # run.transitioned first, so the feed reads cause before effect
@@ -117,8 +116,8 @@ def apply(
     record_history(m)  # the immutable history row, with the policy's decision
     log.debug(
         "run.transitioned",
-        run_id=m.run["run_id"],
-        from_state=m.before["state"],
+        run_id=m.run.run_id,
+        from_state=m.before.state,
         to_state=move.state,
         version=m.version,
         notifications=len(m.ids),
@@ -126,16 +125,14 @@ def apply(
     return m.run, m.ids
 
 
-def run_changes(
-    run: Mapping[str, Any], move: TransitionRequest, version: int, now: datetime
-) -> dict[str, Any]:
+def run_changes(run: Run, move: TransitionRequest, version: int, now: datetime) -> dict[str, Any]:
     """The run columns a move sets, but the stall clock's (pure)."""
     changes: dict[str, Any] = {"state": move.state, "version": version, "updated_at": now}
     if move.sequence is not None:
         changes["sequence"] = move.sequence
     if move.report:
-        changes["report"] = {**(run.get("report") or {}), **move.report}
-    if move.state == "working" and run.get("started_at") is None:
+        changes["report"] = {**(run.report or {}), **move.report}
+    if move.state == "working" and run.started_at is None:
         changes["started_at"] = now
     if is_terminal(move.state):
         changes.update(finished_at=now, stop_reason=move.reason, error=move.error)
@@ -147,7 +144,7 @@ def move_run(m: Moving) -> None:
     restarts (and :func:`supersede` ends an open episode)."""
     changes = run_changes(m.before, m.move, m.version, m.tx.now)
     changes.update(stalls.restart_clock(m.core, m.tx, m.before, m.move.state))
-    m.run = {**m.before, **changes}
+    m.run = replace(m.before, **changes)
     runs.move_run(m.tx.conn, m.run)
 
 
@@ -156,15 +153,15 @@ def judge_completion(m: Moving) -> None:
     verified, or needs review, by the ledger (``flows.completion``)."""
     if is_terminal(m.move.state):
         m.judged = completion.judge(m.tx, m.run, m.move.state, m.move.effects_verified)
-    m.event = transition_event(m.run, m.before["state"], m.move.reason, m.ids, m.judged)
+    m.event = transition_event(m.run, m.before.state, m.move.reason, m.ids, m.judged)
     if m.judged is not None:
-        m.run = {**m.run, "outcome": m.judged.outcome}
+        m.run = replace(m.run, outcome=m.judged.outcome)
         if m.judged.reason is not None:
             m.note_reason = m.judged.reason
 
 
 def transition_event(
-    run: dict[str, Any],
+    run: Run,
     before: str,
     reason: str | None,
     ids: list[str],
@@ -179,18 +176,18 @@ def transition_event(
 
 
 def announce(m: Moving) -> None:
-    m.tx.emit(m.run["tenant_id"], PendingEvent("run.transitioned", m.event, run_id=m.run["run_id"]))
+    m.tx.emit(m.run.tenant_id, PendingEvent("run.transitioned", m.event, run_id=m.run.run_id))
 
 
 def supersede(m: Moving) -> None:
     """Invariant 9: the run's older actionable notifications close (read once: used here
     and by :func:`close_moot`); an open stall episode ends; leaving ``input_required``
     cancels the requests nobody can answer any more."""
-    tenant_id, run_id = m.run["tenant_id"], m.run["run_id"]
+    tenant_id, run_id = m.run.tenant_id, m.run.run_id
     m.open_notes = notes.open_for_run(m.tx.conn, tenant_id, run_id)
     m.superseded = set(supersede_actionable(m.tx, tenant_id, run_id, m.version, m.open_notes))
     stalls.end_episode(m.tx, m.before, m.run, f"run is now {m.move.state}", m.open_notes)
-    if m.before["state"] == RunState.INPUT_REQUIRED and m.move.state != RunState.INPUT_REQUIRED:
+    if m.before.state == RunState.INPUT_REQUIRED and m.move.state != RunState.INPUT_REQUIRED:
         cancel_pending(m.tx, m.run)
 
 
@@ -201,7 +198,7 @@ def settle_cancellation(m: Moving) -> None:
     if m.move.state == RunState.CANCELLED:
         m.run = cancel_outcome.settle(m.tx, m.run)
         m.facts["cancelled_by_owner"] = cancel_outcome.requested_by_person(m.run)
-        m.note_reason = m.run["cancel_summary"]["text"]
+        m.note_reason = (m.run.cancel_summary or {}).get("text")
 
 
 def attention_of(
@@ -219,7 +216,7 @@ def notify(m: Moving) -> None:
     attention = attention_of(m.move.state, m.move.effects_verified, m.judged)
     if attention is None:
         return
-    tenant_id, core = m.run["tenant_id"], m.core
+    tenant_id, core = m.run.tenant_id, m.core
     raised = raise_attention(
         m.tx,
         policy_in(core, m.tx, tenant_id),
@@ -228,7 +225,7 @@ def notify(m: Moving) -> None:
         version=m.version,
         facts=m.facts,
         reason=m.note_reason,
-        owner_present=core.presence.is_present(tenant_id, m.run["owner_user_id"], m.tx.conn),
+        owner_present=core.presence.is_present(tenant_id, m.run.owner_user_id, m.tx.conn),
         request=m.move.request,
         email=bool(core.settings.smtp_host),
     )
@@ -258,11 +255,11 @@ def record_history(m: Moving) -> None:
     runs.defer_transition(
         m.tx,
         {
-            "tenant_id": m.run["tenant_id"],
-            "run_id": m.run["run_id"],
+            "tenant_id": m.run.tenant_id,
+            "run_id": m.run.run_id,
             "version": m.version,
             "kind": move.kind,
-            "from_state": m.before["state"],
+            "from_state": m.before.state,
             "to_state": move.state,
             "source_id": move.source_id,
             "event_id": move.event_id,
@@ -280,20 +277,20 @@ def record_history(m: Moving) -> None:
 _MOOT_WHEN_FINISHED = ("mismatch", "amendment")
 
 
-def _cancel_amendments(tx: Tx, run: dict[str, Any]) -> None:
+def _cancel_amendments(tx: Tx, run: Run) -> None:
     """The run finished with proposed changes pending: they can no longer apply. (Looked
     for only when one had an open notification, so an ordinary finish reads nothing more;
     one that had none is cancelled when someone answers it.)"""
-    tenant_id = run["tenant_id"]
-    for pending in amendments.for_run(tx.conn, tenant_id, run["run_id"]):
+    tenant_id = run.tenant_id
+    for pending in amendments.for_run(tx.conn, tenant_id, run.run_id):
         requests.close(tx.conn, tenant_id, pending.input_request_id, "cancelled", tx.now)
         amendments.decide(tx.conn, tenant_id, pending.id, "cancelled", by=None, at=tx.now)
 
 
-def cancel_pending(tx: Tx, run: dict[str, Any]) -> list[str]:
+def cancel_pending(tx: Tx, run: Run) -> list[str]:
     """The run left ``input_required`` without an answer (a signal, a reconciliation):
     its pending requests can no longer be answered. Called by the core's transition."""
-    tenant_id, run_id = run["tenant_id"], run["run_id"]
+    tenant_id, run_id = run.tenant_id, run.run_id
     cancelled = []
     for req in requests.pending_for_run(tx.conn, tenant_id, run_id):
         if not requests.close(tx.conn, tenant_id, req["id"], "cancelled", tx.now):
@@ -309,8 +306,8 @@ def cancel_pending(tx: Tx, run: dict[str, Any]) -> list[str]:
                     "input_request_id": req["id"],
                     "run_id": run_id,
                     "state": "cancelled",
-                    "reason": f"run is now {run['state']}",
-                    "version": run["version"],
+                    "reason": f"run is now {run.state}",
+                    "version": run.version,
                     "request_version": req["version"],
                 },
                 run_id=run_id,

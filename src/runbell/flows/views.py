@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from runbell.domain.records import Run
 from runbell.domain.runs import MCP_STATUS, RunState, is_terminal
 
 
@@ -51,77 +52,75 @@ def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
-def run_view(run: dict[str, Any], *, include_details: bool = False) -> dict[str, Any]:
+def run_view(run: Run, *, include_details: bool = False) -> dict[str, Any]:
     out = {
-        "run_id": run["run_id"],
-        "owner": run["owner_user_id"],
-        "title": run.get("title"),
-        "kind": run.get("kind"),
-        "subject": run.get("subject"),
-        "objective": run.get("objective"),
-        "authority": run.get("authority"),
-        "state": run["state"],
-        "mcp_status": MCP_STATUS[RunState(run["state"])],
-        "terminal": is_terminal(run["state"]),
-        "version": run["version"],
-        "sequence": run.get("sequence"),
-        "notify_on_complete": bool(run.get("notify_on_complete")),
-        "metadata": run.get("metadata") or {},
-        "progress": run.get("progress"),
-        "report": run.get("report"),
-        "stop_reason": run.get("stop_reason"),
-        "error": run.get("error"),
-        "created_at": iso(run.get("created_at")),
-        "updated_at": iso(run.get("updated_at")),
-        "started_at": iso(run.get("started_at")),
-        "finished_at": iso(run.get("finished_at")),
-        "last_progress_at": iso(run.get("last_progress_at")),
+        "run_id": run.run_id,
+        "owner": run.owner_user_id,
+        "title": run.title,
+        "kind": run.kind,
+        "subject": run.subject,
+        "objective": run.objective,
+        "authority": run.authority,
+        "state": run.state,
+        "mcp_status": MCP_STATUS[RunState(run.state)],
+        "terminal": is_terminal(run.state),
+        "version": run.version,
+        "sequence": run.sequence,
+        "notify_on_complete": bool(run.notify_on_complete),
+        "metadata": run.metadata or {},
+        "progress": run.progress,
+        "report": run.report,
+        "stop_reason": run.stop_reason,
+        "error": run.error,
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+        "last_progress_at": iso(run.last_progress_at),
         "cancel_requested": cancel_requested_view(run),
         # Once cancelled: what was kept and what stays uncertain (flows.cancel_outcome).
-        "cancellation": run.get("cancel_summary"),
-        "stall_after_seconds": run.get("stall_after_seconds"),
-        "stalled_at": iso(run.get("stalled_at")),  # an open stall episode began then
-        "stall_due_at": iso(run.get("stall_due_at")),
+        "cancellation": run.cancel_summary,
+        "stall_after_seconds": run.stall_after_seconds,
+        "stalled_at": iso(run.stalled_at),  # an open stall episode began then
+        "stall_due_at": iso(run.stall_due_at),
         # What a completion means given the run's operations (flows.completion):
         # verified | needs_review | unknown, None when no completion was judged.
-        "outcome": run.get("outcome"),
+        "outcome": run.outcome,
         "worker": (
-            {"id": run["worker_id"], "epoch": run.get("worker_epoch") or 0}
-            if run.get("worker_id")
-            else None
+            {"id": run.worker_id, "epoch": run.worker_epoch or 0} if run.worker_id else None
         ),
     }
     if include_details:
-        out["details"] = run.get("details")
+        out["details"] = run.details
     return out
 
 
-def cancel_requested_view(run: dict[str, Any]) -> dict[str, Any] | None:
+def cancel_requested_view(run: Run) -> dict[str, Any] | None:
     """``{at, by, by_kind, reason}`` of the run's cancellation request, or None: ``by`` is
     the person who asked (``by_kind: user``), or None when the runtime asked with its API
     key (``by_kind: runtime``)."""
-    at = run.get("cancel_requested_at")
+    at = run.cancel_requested_at
     if at is None:
         return None
-    by = run.get("cancel_requested_by")
+    by = run.cancel_requested_by
     return {
         "at": iso(at),
         "by": by,
         "by_kind": "user" if by else "runtime",
-        "reason": run.get("cancel_reason"),
+        "reason": run.cancel_reason,
     }
 
 
-def run_event(run: dict[str, Any]) -> dict[str, Any]:
+def run_event(run: Run) -> dict[str, Any]:
     """The thin run payload carried by feed events: ids, state, version, reason."""
     return {
-        "run_id": run["run_id"],
-        "state": run["state"],
-        "version": run["version"],
-        "kind": run.get("kind"),
-        "terminal": is_terminal(run["state"]),
-        "stop_reason": run.get("stop_reason"),
-        "report": run.get("report"),
+        "run_id": run.run_id,
+        "state": run.state,
+        "version": run.version,
+        "kind": run.kind,
+        "terminal": is_terminal(run.state),
+        "stop_reason": run.stop_reason,
+        "report": run.report,
     }
 
 
@@ -207,9 +206,18 @@ def request_blocked(req: dict[str, Any], now: datetime) -> str | None:
     return None
 
 
+def _standing(note: dict[str, Any], now: datetime) -> tuple[bool, str] | None:
+    """A closed or expired notification's reason it can no longer be acted on."""
+    if note["state"] != "open":
+        return False, note["state"]
+    if note.get("expires_at") is not None and note["expires_at"] <= now:
+        return False, "expired"
+    return None
+
+
 def actionable(
     note: dict[str, Any],
-    run: dict[str, Any],
+    run: Run | None,
     now: datetime,
     request: dict[str, Any] | None = None,
 ) -> tuple[bool, str]:
@@ -218,15 +226,18 @@ def actionable(
     For an ``input_required`` notification that points at an input request (``request``,
     the stored row with its answer), the request's own fate comes first: ``answered by
     <email>``, ``superseded by a newer request``, ``request cancelled``, ``expired``.
+    ``run`` is None for a digest: it has no run of its own and is only informational.
     """
+    if run is None:
+        return _standing(note, now) or (False, "informational")
     if note["attention_type"] == "amendment":
         # A proposal put to the owner: open while its request waits and the run goes on.
         if request is not None and request_blocked(request, now) is not None:
             return False, str(request_blocked(request, now))
         if note["state"] != "open":
             return False, note["state"]
-        if is_terminal(run["state"]):
-            return False, f"run is now {run['state']}"
+        if is_terminal(run.state):
+            return False, f"run is now {run.state}"
         return True, "awaiting your decision"
     if note["attention_type"] == "input_required" and request is not None:
         blocked = request_blocked(request, now)
@@ -234,26 +245,25 @@ def actionable(
             return False, blocked
         if note["state"] == "revoked":
             return False, "access lost"
-        if run["state"] != "input_required":
-            return False, f"run is now {run['state']}"
-        if run["version"] != note["transition_version"]:
+        if run.state != "input_required":
+            return False, f"run is now {run.state}"
+        if run.version != note["transition_version"]:
             return (
                 False,
-                f"run changed since (version {note['transition_version']} -> {run['version']})",
+                f"run changed since (version {note['transition_version']} -> {run.version})",
             )
         # Acknowledging says "I saw it", not "I decided": the request still waits.
         return True, "awaiting your input"
-    if note["state"] != "open":
-        return False, note["state"]
-    if note.get("expires_at") is not None and note["expires_at"] <= now:
-        return False, "expired"
+    standing = _standing(note, now)
+    if standing is not None:
+        return standing
     if note["attention_type"] != "input_required":
         return False, "informational"
-    if run["state"] != "input_required":
-        return False, f"run is now {run['state']}"
-    if run["version"] != note["transition_version"]:
+    if run.state != "input_required":
+        return False, f"run is now {run.state}"
+    if run.version != note["transition_version"]:
         return (
             False,
-            f"run changed since (version {note['transition_version']} -> {run['version']})",
+            f"run changed since (version {note['transition_version']} -> {run.version})",
         )
     return True, "awaiting your input"

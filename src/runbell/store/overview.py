@@ -25,6 +25,7 @@ finished       terminal runs by ``finished_at`` (``ix_runs_tenant_finished``), p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -32,8 +33,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run
 from runbell.store import tables as t
-from runbell.store.runs import visible_run_ids
+from runbell.store.runs import new_run, visible_run_ids
 
 ACTIVE_STATES = ("queued", "working", "input_required", "stopping")
 TERMINAL_STATES = ("completed", "failed", "cancelled")
@@ -69,13 +71,35 @@ def _open_note(*types: str) -> sa.Exists:
     )
 
 
-def _rows(conn: Connection, q: sa.Select[Any]) -> list[dict[str, Any]]:
-    return [dict(r._mapping) for r in conn.execute(q).all()]
+@dataclass(frozen=True, slots=True)
+class OverviewRow:
+    """One run of the overview (its ``details`` left out: None) and what its group's
+    query adds: the pending request of a "needs you" row and whether the viewer is named
+    (``answerable``), the review time of a "needs review" row."""
+
+    run: Run
+    request_id: str | None = None
+    request_summary: str | None = None
+    request_expires_at: datetime | None = None
+    answerable: bool = False
+    review_at: datetime | None = None
+
+
+_EXTRA = ("request_id", "request_summary", "request_expires_at", "answerable", "review_at")
+
+
+def _rows(conn: Connection, q: sa.Select[Any]) -> list[OverviewRow]:
+    out = []
+    for r in conn.execute(q).all():
+        m = r._mapping
+        run = new_run(**{c.name: m[c.name] for c in ROW_COLUMNS})
+        out.append(OverviewRow(run, **{k: m[k] for k in _EXTRA if k in m}))
+    return out
 
 
 def needs_you(
     conn: Connection, who: Principal, *, states: list[str] | None, limit: int
-) -> list[dict[str, Any]]:
+) -> list[OverviewRow]:
     """``input_required`` runs with a pending request the viewer may be able to answer:
     each row with ``request_id``, ``request_summary``, ``request_expires_at``,
     ``answerable`` (the viewer is the owner or named in the authority) and ``authority``
@@ -142,7 +166,7 @@ def needs_you(
 
 def stalled(
     conn: Connection, who: Principal, *, states: list[str] | None, limit: int
-) -> list[dict[str, Any]]:
+) -> list[OverviewRow]:
     """Active runs with an open ``stalled`` notification (whoever it was for), the
     longest silent first."""
     q = sa.select(*ROW_COLUMNS).where(_R.c.state.in_(ACTIVE_STATES), _open_note("stalled"))
@@ -156,7 +180,7 @@ def stalled(
 
 def needs_review(
     conn: Connection, who: Principal, *, states: list[str] | None, limit: int
-) -> list[dict[str, Any]]:
+) -> list[OverviewRow]:
     """Runs whose current version has a ``needs_review`` notification still to do (open,
     or acknowledged but not resolved), the most recent review first. Each row carries
     ``review_at`` (when the review was raised)."""
@@ -188,15 +212,15 @@ def needs_review(
     seen: set[str] = set()
     out = []
     for row in _rows(conn, q):
-        if row["run_id"] not in seen:
-            seen.add(row["run_id"])
+        if row.run.run_id not in seen:
+            seen.add(row.run.run_id)
             out.append(row)
     return out
 
 
 def working(
     conn: Connection, who: Principal, *, states: list[str] | None, limit: int
-) -> list[dict[str, Any]]:
+) -> list[OverviewRow]:
     """Active runs without an open ``stalled`` notification, most recently changed
     first (the flow removes those that are in ``needs_you``)."""
     q = sa.select(*ROW_COLUMNS).where(_R.c.state.in_(ACTIVE_STATES), ~_open_note("stalled"))
@@ -212,7 +236,7 @@ def finished(
     states: list[str] | None,
     after: tuple[datetime, str] | None,
     limit: int,
-) -> list[dict[str, Any]]:
+) -> list[OverviewRow]:
     """Terminal runs, most recently finished first, after the ``(finished_at, run_id)``
     of the previous page's last row; without those still in ``needs_review``."""
     n = _N.alias("f_review")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
@@ -10,9 +11,12 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run, Transition
 from runbell.store import fast
 from runbell.store import tables as t
 from runbell.store.db import Tx
+
+RUN_COLUMNS = tuple(f.name for f in fields(Run))
 
 _RUN = sa.select(t.runs).where(
     t.runs.c.tenant_id == sa.bindparam("tenant_id"), t.runs.c.run_id == sa.bindparam("run_id")
@@ -87,21 +91,34 @@ _INSERT_INBOUND = fast.insert(t.inbound_events, INBOUND_COLUMNS)
 
 def get_run(
     conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False
-) -> dict[str, Any] | None:
-    return (_LOCK_RUN if for_update else _GET_RUN).first(conn, tenant_id=tenant_id, run_id=run_id)
+) -> Run | None:
+    row = (_LOCK_RUN if for_update else _GET_RUN).first(conn, tenant_id=tenant_id, run_id=run_id)
+    return None if row is None else Run(**row)
 
 
-def require_run(
-    conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False
-) -> dict[str, Any]:
+def require_run(conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False) -> Run:
     run = get_run(conn, tenant_id, run_id, for_update=for_update)
     if run is None:
         raise NotFound(f"no run {run_id!r}")
     return run
 
 
-def insert_run(conn: Connection, values: dict[str, Any]) -> None:
-    conn.execute(t.runs.insert().values(**values))
+def new_run(**values: Any) -> Run:
+    """A run not yet written: ``values`` and, for every other column, what the table
+    would default it to."""
+    return Run(**{**_NEW_RUN, **values})
+
+
+_NEW_RUN: dict[str, Any] = {
+    **dict.fromkeys(RUN_COLUMNS),
+    "notify_on_complete": False,
+    "worker_epoch": 0,
+    "has_operations": False,
+}
+
+
+def insert_run(conn: Connection, run: Run) -> None:
+    conn.execute(t.runs.insert().values(**asdict(run)))
 
 
 def update_run(conn: Connection, tenant_id: str, run_id: str, values: dict[str, Any]) -> None:
@@ -112,13 +129,13 @@ def update_run(conn: Connection, tenant_id: str, run_id: str, values: dict[str, 
     )
 
 
-def move_run(conn: Connection, run: dict[str, Any]) -> None:
+def move_run(conn: Connection, run: Run) -> None:
     """Write the :data:`MOVED` columns of ``run`` (the run as it is after a transition)."""
     _MOVE_RUN.execute(
         conn,
-        k_tenant=run["tenant_id"],
-        k_run=run["run_id"],
-        **{name: run.get(name) for name in MOVED},
+        k_tenant=run.tenant_id,
+        k_run=run.run_id,
+        **{name: getattr(run, name) for name in MOVED},
     )
 
 
@@ -133,13 +150,13 @@ def defer_transition(tx: Tx, values: dict[str, Any]) -> None:
     tx.defer(_ADD_TRANSITION, {name: values.get(name) for name in TRANSITION_COLUMNS})
 
 
-def list_transitions(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+def list_transitions(conn: Connection, tenant_id: str, run_id: str) -> list[Transition]:
     rows = conn.execute(
         sa.select(t.transitions)
         .where(t.transitions.c.tenant_id == tenant_id, t.transitions.c.run_id == run_id)
         .order_by(t.transitions.c.version)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [Transition.of(r._mapping) for r in rows]
 
 
 def set_access(conn: Connection, tenant_id: str, run_id: str, user_ids: set[str]) -> None:
@@ -183,14 +200,14 @@ def can_see_run(conn: Connection, who: Principal, run_id: str) -> bool:
     )
 
 
-def runs_by_id(conn: Connection, tenant_id: str, run_ids: set[str]) -> dict[str, dict[str, Any]]:
+def runs_by_id(conn: Connection, tenant_id: str, run_ids: set[str]) -> dict[str, Run]:
     """The runs named in ``run_ids`` (those that exist), by run id."""
     if not run_ids:
         return {}
     rows = conn.execute(
         sa.select(t.runs).where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id.in_(run_ids))
     ).all()
-    return {r.run_id: dict(r._mapping) for r in rows}
+    return {r.run_id: Run.of(r._mapping) for r in rows}
 
 
 def visible_among(conn: Connection, who: Principal, run_ids: set[str]) -> set[str]:
@@ -223,7 +240,7 @@ def list_runs(
     states: list[str] | None,
     after: str | None,
     limit: int,
-) -> list[dict[str, Any]]:
+) -> list[Run]:
     q = sa.select(t.runs).where(t.runs.c.tenant_id == who.tenant_id)
     if not who.sees_all_runs:
         q = q.where(t.runs.c.run_id.in_(visible_run_ids(who)))
@@ -232,7 +249,7 @@ def list_runs(
     if after:
         q = q.where(t.runs.c.run_id > after)
     rows = conn.execute(q.order_by(t.runs.c.run_id).limit(limit)).all()
-    return [dict(r._mapping) for r in rows]
+    return [Run.of(r._mapping) for r in rows]
 
 
 # --- inbound events ------------------------------------------------------------------
@@ -269,7 +286,7 @@ def insert_inbound(conn: Connection, values: dict[str, Any]) -> None:
 
 def get_transition(
     conn: Connection, tenant_id: str, run_id: str, version: int
-) -> dict[str, Any] | None:
+) -> Transition | None:
     row = conn.execute(
         sa.select(t.transitions).where(
             t.transitions.c.tenant_id == tenant_id,
@@ -277,7 +294,7 @@ def get_transition(
             t.transitions.c.version == version,
         )
     ).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else Transition.of(row._mapping)
 
 
 def set_worker(conn: Connection, tenant_id: str, run_id: str, worker_id: str, epoch: int) -> None:

@@ -28,6 +28,7 @@ from fastapi.responses import RedirectResponse, Response
 from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
 from runbell.domain.principal import Principal
+from runbell.domain.records import Run, Transition
 from runbell.flows import answers, inbox, pages, receipts, views
 from runbell.flows.context import Core
 from runbell.web import wording
@@ -58,7 +59,7 @@ class RunPageState:
 
 def cancel_view(
     v: Viewer,
-    run: dict[str, Any],
+    run: Run,
     snapshot: dict[str, Any],
     shown: dict[str, Any],
     state: RunPageState,
@@ -80,10 +81,10 @@ def cancel_view(
     return {
         "requested": bool(requested),
         "by": by,
-        "at": v.time(run.get("cancel_requested_at")),
+        "at": v.time(run.cancel_requested_at),
         "reason": (requested or {}).get("reason"),
-        "stopping": run["state"] == "stopping",
-        "summary": outcome.get("text") if run["state"] == "cancelled" else None,
+        "stopping": run.state == "stopping",
+        "summary": outcome.get("text") if run.state == "cancelled" else None,
         "allowed": shown["may_answer"] and not snapshot["terminal"] and not requested,
         "error": state.cancel_error,
     }
@@ -155,35 +156,35 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
     snapshot, run, pending = shown["snapshot"], shown["run"], shown["pending_request"]
     answered = shown["answered_request"]
     request_view = _request_view(v, pending) if pending else None
-    report = run.get("report") or {}
+    report = run.report or {}
     links = [
         {"label": str(link.get("label") or link.get("url")), "url": _safe_link(link.get("url"))}
         for link in (report.get("links") or [])
         if isinstance(link, dict)
     ]
     highlight = state.highlight
-    ctx = v.base("run", run.get("title") or run_id)
+    ctx = v.base("run", run.title or run_id)
     ctx.update(
         run={
             "run_id": run_id,
-            "title": run.get("title") or run_id,
-            "objective": run.get("objective"),
-            "kind": run.get("kind"),
+            "title": run.title or run_id,
+            "objective": run.objective,
+            "kind": run.kind,
             "owner": shown["owner_email"],
-            "state": run["state"],
+            "state": run.state,
             "terminal": snapshot["terminal"],
-            "version": run["version"],
-            "subject": run.get("subject"),
+            "version": run.version,
+            "subject": run.subject,
             "details": _details_text(snapshot.get("details")),
-            "progress": None if snapshot["terminal"] else _progress_view(v, run.get("progress")),
-            "error": run.get("error"),
+            "progress": None if snapshot["terminal"] else _progress_view(v, run.progress),
+            "error": run.error,
             "report": report,
             "links": links,
-            "created": v.time(run.get("created_at")),
-            "updated": v.time(run.get("updated_at")),
-            "finished": v.time(run.get("finished_at")),
+            "created": v.time(run.created_at),
+            "updated": v.time(run.updated_at),
+            "finished": v.time(run.finished_at),
             # An open stall episode (flows.stalls): silent since then.
-            "stalled": v.time(run.get("stalled_at")) if run.get("stalled_at") else None,
+            "stalled": v.time(run.stalled_at) if run.stalled_at else None,
         },
         request=request_view,
         ledger=ledger_view(snapshot, shown["operations"], v, shown["people"]),
@@ -204,7 +205,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
             }
             for a in shown["pending_amendments"]
         ],
-        may_decide_amendments=run["owner_user_id"] == v.who.user_id,
+        may_decide_amendments=run.owner_user_id == v.who.user_id,
         may_propose=not snapshot["terminal"],
         amend_error=state.amend_error,
         idempotency_key=secrets.token_urlsafe(24),
@@ -249,8 +250,8 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         body_data={
             "cursor": str(shown["head_cursor"]),
             "run-id": run_id,
-            "run-version": str(run["version"]),
-            "run-state": run["state"],
+            "run-version": str(run.version),
+            "run-state": run.state,
             # What the live notice says when the state did not change (app.js).
             "last-change": _last_change(shown["transitions"]),
             "request-id": request_view["id"] if request_view else "",
@@ -260,24 +261,22 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
     return render("run.html.j2", ctx, status=state.status)
 
 
-def _transition_view(v: Viewer, tr: dict[str, Any], asked: dict[str, str]) -> dict[str, Any]:
-    what, why = wording.transition_text(
-        tr["kind"], tr["from_state"], tr["to_state"], tr.get("reason"), asked
-    )
+def _transition_view(v: Viewer, tr: Transition, asked: dict[str, str]) -> dict[str, Any]:
+    what, why = wording.transition_text(tr.kind, tr.from_state, tr.to_state, tr.reason, asked)
     return {
-        "version": tr["version"],
+        "version": tr.version,
         "what": what,
         "reason": why,
-        "at": v.time(tr["at"]),
-        "at_iso": views.iso(tr["at"]),
+        "at": v.time(tr.at),
+        "at_iso": views.iso(tr.at),
     }
 
 
-def _last_change(transitions: list[dict[str, Any]]) -> str:
+def _last_change(transitions: list[Transition]) -> str:
     if not transitions:
         return ""
     tr = transitions[-1]
-    return wording.change_sentence(tr["kind"], tr["from_state"], tr["to_state"], tr.get("reason"))
+    return wording.change_sentence(tr.kind, tr.from_state, tr.to_state, tr.reason)
 
 
 def _deliveries_view(

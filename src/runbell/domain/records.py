@@ -1,0 +1,86 @@
+"""The rows Runbell keeps, as the layers pass them: frozen records, one per aggregate.
+
+Repositories (``runbell.store``) build them from rows and take them to write; flows read
+their fields and change one with :func:`dataclasses.replace`; faces may read them (they
+are plain data, like the rest of ``domain``). JSON columns stay the caller's objects,
+kept as given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One row of ``runs``: a run as Runbell last judged it. The JSON columns are the
+    caller's objects, kept as given (``details`` is sensitive: never in feeds, logs or
+    channels); change one with :func:`dataclasses.replace`, write it with a repository
+    function."""
+
+    tenant_id: str
+    run_id: str
+    owner_user_id: str
+    title: str | None
+    kind: str | None
+    subject: dict[str, Any] | None
+    objective: str | None
+    authority: dict[str, Any] | None
+    state: str
+    version: int
+    sequence: int | None
+    notify_on_complete: bool
+    metadata: dict[str, Any] | None
+    details: dict[str, Any] | None
+    progress: dict[str, Any] | None
+    report: dict[str, Any] | None
+    stop_reason: str | None
+    error: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_progress_at: datetime | None
+    stall_after_seconds: int | None
+    stall_clock_at: datetime | None
+    stall_due_at: datetime | None
+    stalled_at: datetime | None
+    worker_id: str | None
+    worker_epoch: int
+    outcome: str | None
+    has_operations: bool
+    cancel_requested_at: datetime | None
+    cancel_requested_by: str | None
+    cancel_reason: str | None
+    cancel_summary: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> Run:
+        return cls(**row)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One immutable history row: a run moved from one state to another (or a request
+    replaced another without a move: ``kind`` ``request``)."""
+
+    tenant_id: str
+    run_id: str
+    version: int
+    kind: str
+    from_state: str | None
+    to_state: str
+    source_id: str | None
+    event_id: str | None
+    sequence: int | None
+    reason: str | None
+    decision: dict[str, Any] | None
+    at: datetime
+    reported_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> Transition:
+        return cls(**row)
