@@ -84,3 +84,34 @@ class Transition:
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Transition:
         return cls(**row)
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequest:
+    """One question a run put to people (``purpose`` ``run``) or a proposal put to its
+    owner (``amendment``), with its one answer once given (the ``answered_*``,
+    ``decision`` and ``value`` fields; all None while unanswered). ``details`` is
+    sensitive, like the run's."""
+
+    tenant_id: str
+    id: str
+    run_id: str
+    kind: str
+    summary: str
+    details: dict[str, Any] | None
+    options: list[Any] | None
+    blocks_work: bool
+    expires_at: datetime | None
+    version: int
+    run_version: int
+    state: str
+    request_hash: str
+    superseded_by: str | None
+    created_at: datetime
+    closed_at: datetime | None
+    purpose: str
+    answered_by_id: str | None = None
+    answered_by_email: str | None = None
+    answered_at: datetime | None = None
+    decision: str | None = None
+    value: Any = None

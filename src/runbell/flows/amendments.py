@@ -45,7 +45,7 @@ import structlog
 
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run
+from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import is_terminal
 from runbell.flows import idempotency, views
 from runbell.flows.amendment_views import amendment_view
@@ -226,7 +226,7 @@ def answer_in_tx(
     tx: Tx,
     who: Principal,
     run: Run,
-    req: dict[str, Any],
+    req: InputRequest,
     answer: dict[str, Any],
     key: str | None,
     digest: str,
@@ -238,7 +238,7 @@ def answer_in_tx(
     replay = idempotency.stored(tx.conn, core.box, ik)
     if replay is not None:
         return replay
-    amendment = store.get(tx.conn, who.tenant_id, req["id"], for_update=True)
+    amendment = store.get(tx.conn, who.tenant_id, req.id, for_update=True)
     assert amendment is not None  # written with its request
     refused = _refusal(tx, run, req, amendment, answer)
     if refused is not None:
@@ -278,13 +278,13 @@ def _check_decision(answer: dict[str, Any]) -> None:
 
 
 def _record_response(
-    tx: Tx, who: Principal, req: dict[str, Any], answer: dict[str, Any], key: str | None
+    tx: Tx, who: Principal, req: InputRequest, answer: dict[str, Any], key: str | None
 ) -> None:
     requests.insert_response(
         tx.conn,
         {
             "tenant_id": who.tenant_id,
-            "input_request_id": req["id"],
+            "input_request_id": req.id,
             "id": new_id("rsp"),
             "user_id": who.user_id,
             "decision": answer["decision"],
@@ -295,7 +295,7 @@ def _record_response(
             "created_at": tx.now,
         },
     )
-    requests.close(tx.conn, who.tenant_id, req["id"], "answered", tx.now)
+    requests.close(tx.conn, who.tenant_id, req.id, "answered", tx.now)
 
 
 def _decide(
@@ -322,7 +322,7 @@ def _announce_decision(
     tx: Tx,
     who: Principal,
     run: Run,
-    req: dict[str, Any],
+    req: InputRequest,
     amendment: Amendment,
     state: str,
 ) -> None:
@@ -333,7 +333,7 @@ def _announce_decision(
             f"amendment.{state}",
             {
                 "amendment_id": amendment.id,
-                "input_request_id": req["id"],
+                "input_request_id": req.id,
                 "run_id": run.run_id,
                 "version": run.version,
                 "fields": sorted(amendment.changes or {}),
@@ -344,7 +344,7 @@ def _announce_decision(
         ),
     )
     for note in notes.open_for_run(tx.conn, who.tenant_id, run.run_id):
-        if note.get("input_request_id") == req["id"]:
+        if note.get("input_request_id") == req.id:
             close_notification(tx, note, "resolved", f"{state} by {who.user_id}")
 
 
@@ -352,23 +352,23 @@ def _decided_view(
     tx: Tx,
     who: Principal,
     run: Run,
-    req: dict[str, Any],
+    req: InputRequest,
     amendment: Amendment,
     answer: dict[str, Any],
 ) -> dict[str, Any]:
-    answered = requests.get(tx.conn, who.tenant_id, req["id"])
+    answered = requests.get(tx.conn, who.tenant_id, req.id)
     decided = store.get(tx.conn, who.tenant_id, amendment.id)
     assert answered is not None and decided is not None
     return {
         "response": {
-            "input_request_id": answered["id"],
+            "input_request_id": answered.id,
             "decision": answer["decision"],
             "value": None,
             "answered_by": {
-                "id": answered["answered_by_id"],
-                "email": answered["answered_by_email"],
+                "id": answered.answered_by_id,
+                "email": answered.answered_by_email,
             },
-            "answered_at": views.iso(answered["answered_at"]),
+            "answered_at": views.iso(answered.answered_at),
             "expected_run_version": answer["expected_run_version"],
             "expected_request_version": answer["expected_request_version"],
         },
@@ -381,41 +381,41 @@ def _decided_view(
 def _refusal(
     tx: Tx,
     run: Run,
-    req: dict[str, Any],
+    req: InputRequest,
     amendment: Amendment,
     answer: dict[str, Any],
 ) -> Conflict | None:
     """Raise the 409 for an amendment that cannot take this answer now; *return* it when
     the refusal changed something that must commit (a finished run cancels it)."""
-    if req["state"] != "pending":
+    if req.state != "pending":
         raise Conflict(
             f"This amendment was already decided ({amendment.state})."
-            if req["state"] == "answered"
+            if req.state == "answered"
             else f"This amendment is {amendment.state}.",
             current=_current(run, req, amendment),
         )
     if is_terminal(run.state):
-        requests.close(tx.conn, run.tenant_id, req["id"], "cancelled", tx.now)
+        requests.close(tx.conn, run.tenant_id, req.id, "cancelled", tx.now)
         store.decide(tx.conn, run.tenant_id, amendment.id, "cancelled", by=None, at=tx.now)
         amendment = replace(amendment, state="cancelled")
         for note in notes.open_for_run(tx.conn, run.tenant_id, run.run_id):
-            if note.get("input_request_id") == req["id"]:
+            if note.get("input_request_id") == req.id:
                 close_notification(tx, note, "resolved", f"run is {run.state}")
         return Conflict(
             f"The run has finished ({run.state}); a finished run is not amended, so this "
             "amendment was cancelled.",
-            current=_current(run, {**req, "state": "cancelled"}, amendment),
+            current=_current(run, replace(req, state="cancelled"), amendment),
         )
-    if answer["expected_run_version"] != req["run_version"]:
+    if answer["expected_run_version"] != req.run_version:
         raise Conflict(
-            f"This amendment was proposed against run version {req['run_version']}; send "
+            f"This amendment was proposed against run version {req.run_version}; send "
             f"that as expected_run_version (not {answer['expected_run_version']}).",
             current=_current(run, req, amendment),
         )
-    if answer["expected_request_version"] != req["version"]:
+    if answer["expected_request_version"] != req.version:
         raise Conflict(
             "The request changed since this page was loaded "
-            f"(version {answer['expected_request_version']} → {req['version']}).",
+            f"(version {answer['expected_request_version']} → {req.version}).",
             current=_current(run, req, amendment),
         )
     base = amendment.base or {}
@@ -465,7 +465,7 @@ def _apply(tx: Tx, who: Principal, run: Run, amendment: Amendment) -> Run:
     return run
 
 
-def _current(run: Run, req: dict[str, Any], amendment: Amendment) -> dict[str, Any]:
+def _current(run: Run, req: InputRequest, amendment: Amendment) -> dict[str, Any]:
     return {**current_of(run, req), "amendment": amendment_view(amendment)}
 
 

@@ -31,7 +31,7 @@ Example (what the API router and the web app call)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +40,7 @@ from sqlalchemy.exc import IntegrityError
 
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run
+from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import RunState
 from runbell.flows import amendments, idempotency, transitions, views
 from runbell.flows.attention import close_notification
@@ -130,7 +130,7 @@ def _respond(core: Core, asked: Asked) -> Answer:
 def _respond_in_tx(core: Core, tx: Tx, asked: Asked) -> Answer | Conflict:
     """The steps of one answer, in one transaction: lock, check, record, move on."""
     run, req = _locked(tx, asked)
-    if req.get("purpose") == "amendment":
+    if req.purpose == "amendment":
         # A proposed change put to the owner: it binds to other versions and never moves
         # the run's state (flows.amendments says which).
         who, answer = asked.who, asked.answer
@@ -157,15 +157,15 @@ def _respond_in_tx(core: Core, tx: Tx, asked: Asked) -> Answer | Conflict:
     return idempotency.settle(tx, core.box, ik, 200, _canonical(result))
 
 
-def _locked(tx: Tx, asked: Asked) -> tuple[Run, dict[str, Any]]:
+def _locked(tx: Tx, asked: Asked) -> tuple[Run, InputRequest]:
     """The run (locked first, as every writer of a run does) and the request. A request
     of another tenant, or of another run than the one the caller answers on, is a 404:
     a form that names a run and another run's request opens nothing."""
     tenant_id, request_id = asked.who.tenant_id, asked.request_id
     found = requests.get(tx.conn, tenant_id, request_id)
-    if found is None or (asked.run_id is not None and found["run_id"] != asked.run_id):
+    if found is None or (asked.run_id is not None and found.run_id != asked.run_id):
         raise NotFound(f"no input request {request_id!r}")
-    run = runs.require_run(tx.conn, tenant_id, found["run_id"], for_update=True)
+    run = runs.require_run(tx.conn, tenant_id, found.run_id, for_update=True)
     req = requests.get(tx.conn, tenant_id, request_id, for_update=True)
     assert req is not None  # requests are never deleted
     return run, req
@@ -189,7 +189,7 @@ def _authorized_key(tx: Tx, asked: Asked, run: Run) -> IdempotencyKey:
     return IdempotencyKey(who.tenant_id, who.user_id, key, asked.digest)
 
 
-def _record(tx: Tx, asked: Asked, run: Run, req: dict[str, Any]) -> None:
+def _record(tx: Tx, asked: Asked, run: Run, req: InputRequest) -> None:
     """The response, the request answered, its event, and its notifications resolved on
     every channel at once (invariant 6)."""
     tenant_id, request_id, answer = asked.who.tenant_id, asked.request_id, asked.answer
@@ -221,7 +221,7 @@ def _record(tx: Tx, asked: Asked, run: Run, req: dict[str, Any]) -> None:
                 "answered_by": asked.who.user_id,
                 "answered_at": views.iso(tx.now),
                 "version": run.version + 1,
-                "request_version": req["version"],
+                "request_version": req.version,
             },
             run_id=run.run_id,
         ),
@@ -259,8 +259,8 @@ def _result(tx: Tx, asked: Asked, run: Run) -> dict[str, Any]:
             "input_request_id": asked.request_id,
             "decision": answer["decision"],
             "value": answer["value"],
-            "answered_by": {"id": req["answered_by_id"], "email": req["answered_by_email"]},
-            "answered_at": views.iso(req["answered_at"]),
+            "answered_by": {"id": req.answered_by_id, "email": req.answered_by_email},
+            "answered_at": views.iso(req.answered_at),
             "expected_run_version": answer["expected_run_version"],
             "expected_request_version": answer["expected_request_version"],
         },
@@ -271,38 +271,38 @@ def _result(tx: Tx, asked: Asked, run: Run) -> dict[str, Any]:
 
 
 def _checkcurrent_of(
-    tx: Tx, req: dict[str, Any], run: Run, answer: dict[str, Any]
+    tx: Tx, req: InputRequest, run: Run, answer: dict[str, Any]
 ) -> Conflict | None:
     """Raise the 409 for a request that cannot take this answer now.
 
     An expiry found here is committed (the request is marked expired), so that one is
     returned for the caller to raise after the commit rather than raised.
     """
-    state = req["state"]
+    state = req.state
     if state == "answered":
         raise Conflict(
-            f"This request was already answered by {req['answered_by_email']} "
-            f"at {_words(req['answered_at'])}.",
+            f"This request was already answered by {req.answered_by_email} "
+            f"at {_words(req.answered_at)}.",
             current=current_of(run, req),
         )
     if state == "superseded":
         raise Conflict(
-            f"A newer request replaced this one ({req['superseded_by']}).",
+            f"A newer request replaced this one ({req.superseded_by}).",
             current=current_of(run, req),
         )
     if state == "cancelled":
         raise Conflict(
-            f"This request was cancelled at {_words(req['closed_at'])}: the run stopped "
+            f"This request was cancelled at {_words(req.closed_at)}: the run stopped "
             f"waiting for it (it is now {run.state}).",
             current=current_of(run, req),
         )
-    expires_at = req["expires_at"]
+    expires_at = req.expires_at
     if state == "expired" or (expires_at is not None and expires_at <= tx.now):
         if state == "pending":
             expire_in_tx(tx, req, run)
-            req = {**req, "state": "expired", "closed_at": tx.now}
+            req = replace(req, state="expired", closed_at=tx.now)
         return Conflict(
-            f"This request expired at {_words(expires_at or req['closed_at'])}.",
+            f"This request expired at {_words(expires_at or req.closed_at)}.",
             current=current_of(run, req),
         )
     if run.state != RunState.INPUT_REQUIRED:
@@ -316,17 +316,17 @@ def _checkcurrent_of(
             f"(version {answer['expected_run_version']} → {run.version}).",
             current=current_of(run, req),
         )
-    if req["version"] != answer["expected_request_version"]:
+    if req.version != answer["expected_request_version"]:
         raise Conflict(
             "The request changed since this page was loaded "
-            f"(version {answer['expected_request_version']} → {req['version']}).",
+            f"(version {answer['expected_request_version']} → {req.version}).",
             current=current_of(run, req),
         )
     return None
 
 
-def _check_decision(req: dict[str, Any], answer: dict[str, Any]) -> None:
-    kind, decision, value = req["kind"], answer["decision"], answer["value"]
+def _check_decision(req: InputRequest, answer: dict[str, Any]) -> None:
+    kind, decision, value = req.kind, answer["decision"], answer["value"]
     allowed = DECISIONS[kind]
     if decision not in allowed:
         raise ValidationFailed(
@@ -339,7 +339,7 @@ def _check_decision(req: dict[str, Any], answer: dict[str, Any]) -> None:
         if value is not None:
             raise ValidationFailed("an approval takes no value", field="value")
     elif kind == "choice":
-        ids = [o["id"] for o in req.get("options") or []]
+        ids = [o["id"] for o in req.options or []]
         if value not in ids:
             raise ValidationFailed(
                 f"value must be one of the option ids: {', '.join(ids)}", field="value"

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from runbell import metrics
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run
+from runbell.domain.records import InputRequest, Run
 from runbell.flows import digests, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
@@ -102,7 +102,7 @@ def actionable(
     core: Core,
     note: dict[str, Any],
     run: Run | None,
-    request: dict[str, Any] | None,
+    request: InputRequest | None,
     recipient_sees_run: bool,
 ) -> tuple[bool, str]:
     """Whether the recipient can still act on ``note``, and why (not): the one answer

@@ -38,7 +38,7 @@ import structlog
 from runbell import metrics
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run
+from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import RunState, is_terminal
 from runbell.flows import transitions, views
 from runbell.flows.attention import RequestLink, close_notification
@@ -102,7 +102,7 @@ def _open_in(
     run = runs.require_run(conn, tenant_id, run_id, for_update=True)
     existing = requests.get(conn, tenant_id, request_id, for_update=True)
     if existing is not None:
-        if existing["request_hash"] != digest:
+        if existing.request_hash != digest:
             raise Conflict(
                 f"input_request_id {request_id!r} was already used for a different "
                 "request; open a new request under a new id",
@@ -153,24 +153,24 @@ def _open_in(
                 "version": version,
                 "request_version": 1,
                 "expires_at": views.iso(expires_at),
-                "supersedes": [r["id"] for r in replaced],
+                "supersedes": [r.id for r in replaced],
             },
             run_id=run_id,
         ),
     )
     for old in replaced:
-        requests.close(conn, tenant_id, old["id"], "superseded", tx.now, superseded_by=request_id)
+        requests.close(conn, tenant_id, old.id, "superseded", tx.now, superseded_by=request_id)
         tx.emit(
             tenant_id,
             PendingEvent(
                 "input_request.superseded",
                 {
-                    "input_request_id": old["id"],
+                    "input_request_id": old.id,
                     "run_id": run_id,
                     "state": "superseded",
                     "superseded_by": request_id,
                     "version": version,
-                    "request_version": old["version"],
+                    "request_version": old.version,
                 },
                 run_id=run_id,
             ),
@@ -205,7 +205,7 @@ def _open_in(
 
 
 def _opened(
-    conn: Any, req: dict[str, Any], run: Run, ids: list[str], *, created: bool
+    conn: Any, req: InputRequest, run: Run, ids: list[str], *, created: bool
 ) -> dict[str, Any]:
     return {
         "input_request": views.input_request_view(req, include_details=True),
@@ -282,10 +282,10 @@ def get_request(core: Core, who: Principal, request_id: str) -> dict[str, Any]:
     """
     with core.db.read() as conn:
         req = requests.get(conn, who.tenant_id, request_id)
-        run = None if req is None else runs.get_run(conn, who.tenant_id, req["run_id"])
+        run = None if req is None else runs.get_run(conn, who.tenant_id, req.run_id)
         may = run is not None and (
             may_answer(conn, who, run)
-            if req is None or req.get("purpose", "run") == "run"
+            if req is None or req.purpose == "run"
             else who.is_user and who.user_id == run.owner_user_id  # amendments: the owner
         )
         if req is None or run is None or not (may or runs.can_see_run(conn, who, run.run_id)):
@@ -310,7 +310,7 @@ def pending_view(
     return views.input_request_view(pending[-1], include_details=include_details)
 
 
-def get_for_notification(conn: Any, note: dict[str, Any]) -> dict[str, Any] | None:
+def get_for_notification(conn: Any, note: dict[str, Any]) -> InputRequest | None:
     if not note.get("input_request_id"):
         return None
     return requests.get(conn, note["tenant_id"], note["input_request_id"])
@@ -339,12 +339,12 @@ def may_answer(conn: Any, who: Principal, run: Run) -> bool:
     return False
 
 
-def request_actionable(req: dict[str, Any], run: Run, now: datetime) -> tuple[bool, str]:
+def request_actionable(req: InputRequest, run: Run, now: datetime) -> tuple[bool, str]:
     """Whether the request can still be answered, and why (not)."""
     blocked = views.request_blocked(req, now)
     if blocked is not None:
         return False, blocked
-    if req.get("purpose") == "amendment":  # put to the owner; the run need not wait
+    if req.purpose == "amendment":  # put to the owner; the run need not wait
         if is_terminal(run.state):
             return False, f"run is now {run.state}"
         return True, "awaiting the owner's decision"
@@ -372,9 +372,9 @@ def expire_requests(core: Core, now: datetime, limit: int = 500) -> int:
             if (
                 run is None
                 or req is None
-                or req["state"] != "pending"
-                or req["expires_at"] is None
-                or req["expires_at"] > tx.now
+                or req.state != "pending"
+                or req.expires_at is None
+                or req.expires_at > tx.now
             ):
                 continue  # answered, replaced or swept by another process meanwhile
             expire_in_tx(tx, req, run)
@@ -382,36 +382,36 @@ def expire_requests(core: Core, now: datetime, limit: int = 500) -> int:
     return expired
 
 
-def expire_in_tx(tx: Tx, req: dict[str, Any], run: Run) -> None:
-    tenant_id = req["tenant_id"]
-    if not requests.close(tx.conn, tenant_id, req["id"], "expired", tx.now):
+def expire_in_tx(tx: Tx, req: InputRequest, run: Run) -> None:
+    tenant_id = req.tenant_id
+    if not requests.close(tx.conn, tenant_id, req.id, "expired", tx.now):
         return
-    tx.after_commit.append(metrics.EXPIRED_REQUESTS.labels(req["kind"]).inc)
+    tx.after_commit.append(metrics.EXPIRED_REQUESTS.labels(req.kind).inc)
     for note in notes.open_for_run(tx.conn, tenant_id, run.run_id):
-        if note.get("input_request_id") == req["id"]:
+        if note.get("input_request_id") == req.id:
             close_notification(tx, note, "expired", "input request expired")
     tx.emit(
         tenant_id,
         PendingEvent(
             "input_request.expired",
             {
-                "input_request_id": req["id"],
+                "input_request_id": req.id,
                 "run_id": run.run_id,
                 "state": "expired",
-                "expired_at": views.iso(req["expires_at"]),
+                "expired_at": views.iso(req.expires_at),
                 "version": run.version,
-                "request_version": req["version"],
+                "request_version": req.version,
             },
             run_id=run.run_id,
         ),
     )
-    log.info("input_request.expired", input_request_id=req["id"], run_id=run.run_id)
+    log.info("input_request.expired", input_request_id=req.id, run_id=run.run_id)
 
 
 # --- helpers -------------------------------------------------------------------------
 
 
-def current_of(run: Run, req: dict[str, Any]) -> dict[str, Any]:
+def current_of(run: Run, req: InputRequest) -> dict[str, Any]:
     """The ``current`` of a 409: the run and the request now, without details."""
     return {"run": views.run_view(run), "input_request": views.input_request_view(req)}
 

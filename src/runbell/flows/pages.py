@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run
+from runbell.domain.records import InputRequest, Run
 from runbell.flows import views
 from runbell.flows.context import Core
 from runbell.flows.input_requests import get_for_notification, may_answer
@@ -99,7 +99,7 @@ def _standing(
     run: Run | None,
     visible: bool,
     now: datetime,
-    request: dict[str, Any] | None = None,
+    request: InputRequest | None = None,
 ) -> dict[str, Any]:
     ok, reason = (False, "access lost")
     if note["attention_type"] == "digest":
@@ -155,8 +155,8 @@ def run_page(
             m = _ASKED.fullmatch(str(tr.reason or ""))
             if m and m[1] not in asked:
                 req = requests.get(conn, who.tenant_id, m[1])
-                if req is not None and req["run_id"] == run_id:
-                    asked[m[1]] = str(req["summary"])
+                if req is not None and req.run_id == run_id:
+                    asked[m[1]] = str(req.summary)
         hooks = {
             d["destination"] for n in mine for d in n["deliveries"] if d["channel"] == "webhook"
         }
@@ -170,8 +170,8 @@ def run_page(
             answered = requests.get(conn, who.tenant_id, answered_request)
             if (
                 answered is None
-                or answered["run_id"] != run_id
-                or answered["answered_by_id"] != who.user_id
+                or answered.run_id != run_id
+                or answered.answered_by_id != who.user_id
             ):
                 answered = None
     return {

@@ -293,9 +293,9 @@ def cancel_pending(tx: Tx, run: Run) -> list[str]:
     tenant_id, run_id = run.tenant_id, run.run_id
     cancelled = []
     for req in requests.pending_for_run(tx.conn, tenant_id, run_id):
-        if not requests.close(tx.conn, tenant_id, req["id"], "cancelled", tx.now):
+        if not requests.close(tx.conn, tenant_id, req.id, "cancelled", tx.now):
             continue
-        cancelled.append(req["id"])
+        cancelled.append(req.id)
         # Its notifications belong to an older run version: the transition's own
         # supersede_actionable has closed them already.
         tx.emit(
@@ -303,12 +303,12 @@ def cancel_pending(tx: Tx, run: Run) -> list[str]:
             PendingEvent(
                 "input_request.cancelled",
                 {
-                    "input_request_id": req["id"],
+                    "input_request_id": req.id,
                     "run_id": run_id,
                     "state": "cancelled",
                     "reason": f"run is now {run.state}",
                     "version": run.version,
-                    "request_version": req["version"],
+                    "request_version": req.version,
                 },
                 run_id=run_id,
             ),

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from runbell.domain.records import Run
+from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import MCP_STATUS, RunState, is_terminal
 
 
@@ -149,34 +149,32 @@ def notification_view(note: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def input_request_view(req: dict[str, Any], *, include_details: bool = False) -> dict[str, Any]:
+def input_request_view(req: InputRequest, *, include_details: bool = False) -> dict[str, Any]:
     """An input request as the API shows it. ``details`` (arguments, evidence, risk) only
     when asked for, for a caller who may see the run."""
-    answered = req.get("answered_by_id")
+    answered = req.answered_by_id
     out = {
-        "id": req["id"],
-        "run_id": req["run_id"],
-        "kind": req["kind"],
-        "summary": req["summary"],
-        "options": req.get("options") or [],
-        "blocks_work": bool(req.get("blocks_work", True)),
-        "expires_at": iso(req.get("expires_at")),
-        "version": req["version"],
-        "run_version": req["run_version"],
-        "state": req["state"],
-        "created_at": iso(req.get("created_at")),
-        "closed_at": iso(req.get("closed_at")),
-        "answered_by": (
-            {"id": answered, "email": req.get("answered_by_email")} if answered else None
-        ),
-        "answered_at": iso(req.get("answered_at")),
-        "decision": req.get("decision"),
-        "value": req.get("value"),
-        "expired_at": iso(req.get("expires_at")) if req["state"] == "expired" else None,
-        "superseded_by": req.get("superseded_by"),
+        "id": req.id,
+        "run_id": req.run_id,
+        "kind": req.kind,
+        "summary": req.summary,
+        "options": req.options or [],
+        "blocks_work": bool(req.blocks_work),
+        "expires_at": iso(req.expires_at),
+        "version": req.version,
+        "run_version": req.run_version,
+        "state": req.state,
+        "created_at": iso(req.created_at),
+        "closed_at": iso(req.closed_at),
+        "answered_by": ({"id": answered, "email": req.answered_by_email} if answered else None),
+        "answered_at": iso(req.answered_at),
+        "decision": req.decision,
+        "value": req.value,
+        "expired_at": iso(req.expires_at) if req.state == "expired" else None,
+        "superseded_by": req.superseded_by,
     }
     if include_details:
-        out["details"] = req.get("details")
+        out["details"] = req.details
     return out
 
 
@@ -190,18 +188,18 @@ def receipt_view(receipt: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def request_blocked(req: dict[str, Any], now: datetime) -> str | None:
+def request_blocked(req: InputRequest, now: datetime) -> str | None:
     """Why an input request can no longer be answered, in a few words; None if it can."""
-    state = req["state"]
+    state = req.state
     if state == "answered":
-        return f"answered by {req.get('answered_by_email') or req.get('answered_by_id')}"
+        return f"answered by {req.answered_by_email or req.answered_by_id}"
     if state == "superseded":
         return "superseded by a newer request"
     if state == "cancelled":
         return "request cancelled"
     if state == "expired":
         return "expired"
-    if req.get("expires_at") is not None and req["expires_at"] <= now:
+    if req.expires_at is not None and req.expires_at <= now:
         return "expired"
     return None
 
@@ -219,7 +217,7 @@ def actionable(
     note: dict[str, Any],
     run: Run | None,
     now: datetime,
-    request: dict[str, Any] | None = None,
+    request: InputRequest | None = None,
 ) -> tuple[bool, str]:
     """Whether the notification's action can still run, and why (not).
 

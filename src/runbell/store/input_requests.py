@@ -6,8 +6,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
+from runbell.domain.records import InputRequest
 from runbell.store import tables as t
 
 ir = t.input_requests
@@ -15,7 +16,7 @@ ir = t.input_requests
 
 def get(
     conn: Connection, tenant_id: str, request_id: str, *, for_update: bool = False
-) -> dict[str, Any] | None:
+) -> InputRequest | None:
     """The request with its answer (``answered_by_id``, ``answered_by_email``,
     ``answered_at``, ``decision``, ``value``; all None while unanswered)."""
     q = sa.select(ir).where(ir.c.tenant_id == tenant_id, ir.c.id == request_id)
@@ -24,24 +25,26 @@ def get(
     row = conn.execute(q).first()
     if row is None:
         return None
-    return _with_answer(conn, dict(row._mapping))
+    return _with_answer(conn, row._mapping)
 
 
-def _with_answer(conn: Connection, req: dict[str, Any]) -> dict[str, Any]:
+def _with_answer(conn: Connection, row: RowMapping) -> InputRequest:
     r = t.responses
     answer = conn.execute(
         sa.select(r.c.user_id, r.c.created_at, r.c.decision, r.c.value, t.users.c.email)
         .join(t.users, t.users.c.id == r.c.user_id)
-        .where(r.c.tenant_id == req["tenant_id"], r.c.input_request_id == req["id"])
+        .where(r.c.tenant_id == row["tenant_id"], r.c.input_request_id == row["id"])
     ).first()
-    req.update(
-        answered_by_id=answer.user_id if answer else None,
-        answered_by_email=answer.email if answer else None,
-        answered_at=answer.created_at if answer else None,
-        decision=answer.decision if answer else None,
-        value=answer.value if answer else None,
+    if answer is None:
+        return InputRequest(**row)
+    return InputRequest(
+        **row,
+        answered_by_id=answer.user_id,
+        answered_by_email=answer.email,
+        answered_at=answer.created_at,
+        decision=answer.decision,
+        value=answer.value,
     )
-    return req
 
 
 def pending_for_run(
@@ -51,7 +54,7 @@ def pending_for_run(
     *,
     for_update: bool = False,
     purpose: str = "run",
-) -> list[dict[str, Any]]:
+) -> list[InputRequest]:
     """The run's pending requests of ``purpose``: ``run`` (the runtime's own questions,
     which block it) unless asked for ``amendment`` (proposals put to the owner)."""
     q = (
@@ -66,7 +69,7 @@ def pending_for_run(
     )
     if for_update:
         q = q.with_for_update()
-    return [_with_answer(conn, dict(r._mapping)) for r in conn.execute(q).all()]
+    return [_with_answer(conn, r._mapping) for r in conn.execute(q).all()]
 
 
 def insert(conn: Connection, values: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from fastapi.responses import RedirectResponse, Response
 from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run, Transition
+from runbell.domain.records import InputRequest, Run, Transition
 from runbell.flows import answers, inbox, pages, receipts, views
 from runbell.flows.context import Core
 from runbell.web import wording
@@ -119,28 +119,28 @@ def _progress_view(v: Viewer, progress: Any) -> dict[str, Any] | None:
     return {"text": text, "at": v.time(at), "at_iso": views.iso(at)}
 
 
-def _option_label(req: dict[str, Any], value: Any) -> Any:
-    for option in req.get("options") or []:
+def _option_label(req: InputRequest, value: Any) -> Any:
+    for option in req.options or []:
         if isinstance(option, dict) and option.get("id") == value:
             return option.get("label") or value
     return value
 
 
-def _request_view(v: Viewer, req: dict[str, Any]) -> dict[str, Any]:
-    expires = req.get("expires_at")
-    options = req.get("options") or []
+def _request_view(v: Viewer, req: InputRequest) -> dict[str, Any]:
+    expires = req.expires_at
+    options = req.options or []
     return {
-        "id": req["id"],
-        "kind": req["kind"],
-        "summary": req["summary"],
-        "details": _details_text(req.get("details")),
+        "id": req.id,
+        "kind": req.kind,
+        "summary": req.summary,
+        "details": _details_text(req.details),
         "options": [
             {"id": str(o.get("id")), "label": str(o.get("label") or o.get("id"))}
             for o in options
             if isinstance(o, dict) and o.get("id") is not None
         ],
-        "version": req["version"],
-        "state": req["state"],
+        "version": req.version,
+        "state": req.state,
         "expires": v.time(expires) if expires else None,
         "expires_iso": views.iso(expires),
         "expires_in": wording.relative(expires, v.now) if expires else None,
@@ -237,10 +237,10 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         banner=state.banner,
         answered=(
             {
-                "decision": answered["decision"],
-                "value": _option_label(answered, answered["value"]),
-                "summary": answered["summary"],
-                "at": v.time(answered["answered_at"]),
+                "decision": answered.decision,
+                "value": _option_label(answered, answered.value),
+                "summary": answered.summary,
+                "at": v.time(answered.answered_at),
             }
             if answered
             else None
