@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from runbell.domain.errors import ValidationFailed
 from runbell.ingress.mappers import (
     MAPPERS,
+    MAX_ID,
     RUN_STATES,
     MappedSignal,
     map_generic,
@@ -213,10 +214,11 @@ def test_mapper_registry():
 
 
 @given(
-    run_id=st.text(min_size=1).filter(str.strip),
+    # Within the API's limits (longer ids are refused: the test below).
+    run_id=st.text(min_size=1, max_size=MAX_ID).filter(str.strip),
     state=st.sampled_from(sorted(RUN_STATES)),
     sequence=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
-    event_id=st.none() | st.text(min_size=1).filter(str.strip),
+    event_id=st.none() | st.text(min_size=1, max_size=MAX_ID).filter(str.strip),
 )
 def test_generic_round_trip(run_id, state, sequence, event_id):
     payload = {"run_id": run_id, "state": state, "sequence": sequence, "event_id": event_id}
