@@ -23,7 +23,7 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypedDict
 
 import structlog
 
@@ -59,13 +59,20 @@ class Judged:
     """A terminal transition's operations: what they count, and (for a completion) the
     attention and notification reason they call for, and the outcome to store."""
 
-    operations: dict[str, Any]  # {"counts", "text"}: the thin summary events carry
+    operations: OperationsSummary  # the thin summary events carry
     outcome: str | None
     attention: str | None = None  # None: what ``attention_for`` said stands
     reason: str | None = None
 
 
-def operations_summary(counts: dict[str, int]) -> dict[str, Any]:
+class OperationsSummary(TypedDict):
+    """A run's ledger in counts (``{"confirmed": 3, "uncertain": 1}``) and in words."""
+
+    counts: dict[str, int]
+    text: str
+
+
+def operations_summary(counts: dict[str, int]) -> OperationsSummary:
     counts = normalized(counts)
     return {"counts": counts, "text": counts_text(counts)}
 

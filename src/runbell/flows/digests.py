@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import structlog
 from sqlalchemy.engine import Connection
@@ -165,7 +165,33 @@ def is_digest(note: dict[str, Any]) -> bool:
     return bool(note["attention_type"] == "digest")
 
 
-def digest_view(conn: Connection, viewer: Principal, note: dict[str, Any]) -> dict[str, Any]:
+class DigestItem(TypedDict):
+    """One run a digest named; ``run_id``, ``title``, ``state`` and ``link`` only for a
+    viewer who may see it."""
+
+    run_id: str | None
+    transition_version: int
+    attention_type: str
+    urgency: str
+    rule_id: str
+    notification_id: str
+    at: str | None
+    visible: bool
+    title: str | None
+    state: str | None
+    link: str | None
+
+
+class DigestView(TypedDict):
+    key: str | None
+    window_start: NotRequired[str | None]
+    window_end: NotRequired[str | None]
+    part: NotRequired[int]
+    count: int
+    items: list[DigestItem]
+
+
+def digest_view(conn: Connection, viewer: Principal, note: dict[str, Any]) -> DigestView:
     """The digest a notification sent: its window and its items, each a link to its run.
 
     ``viewer``: whose access decides which runs are named (the recipient's, for a trail).
@@ -177,7 +203,7 @@ def digest_view(conn: Connection, viewer: Principal, note: dict[str, Any]) -> di
     run_ids = {i["run_id"] for i in items}
     visible = runs.visible_among(conn, viewer, run_ids)
     rows = runs.runs_by_id(conn, note["tenant_id"], run_ids)
-    listed = []
+    listed: list[DigestItem] = []
     for item in items:
         run = rows.get(item["run_id"]) if item["run_id"] in visible else None
         listed.append(

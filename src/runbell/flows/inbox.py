@@ -14,7 +14,7 @@ Invariants kept here (DESIGN §2):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from sqlalchemy.engine import Connection
 
@@ -25,6 +25,7 @@ from runbell.domain.records import InputRequest, Run
 from runbell.flows import digests, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
+from runbell.flows.digests import DigestView
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import get_for_notification
 from runbell.store import accounts, runs
@@ -39,9 +40,26 @@ def own_note(conn: Connection, who: Principal, notification_id: str) -> dict[str
     return note
 
 
+class NotificationPage(TypedDict):
+    notifications: list[views.NotificationView]
+    next_cursor: str | None
+
+
+class NotificationDetail(views.NotificationView):
+    """``GET /v1/notifications/{id}``: the notification with the run as it is now (only
+    its id, state and version once the recipient may no longer see it) and whether it
+    can still be acted on."""
+
+    actionable: bool
+    actionable_reason: str
+    run: views.RunView | views.RunBrief | None
+    input_request: NotRequired[views.InputRequestView]
+    digest: NotRequired[DigestView]
+
+
 def list_notifications(
     core: Core, who: Principal, *, states: list[str] | None, before: str | None, limit: int
-) -> dict[str, Any]:
+) -> NotificationPage:
     assert who.user_id is not None
     with core.db.read() as conn:
         rows = notes.list_for_recipient(
@@ -56,7 +74,7 @@ def list_notifications(
 
 def get_notification(
     core: Core, who: Principal, notification_id: str, *, via: str = "api"
-) -> dict[str, Any]:
+) -> NotificationDetail:
     """The notification with the run as it is now and whether it is still actionable.
 
     ``via`` names the door for the stale-open metric: ``api`` (``GET
@@ -66,33 +84,37 @@ def get_notification(
         note = own_note(conn, who, notification_id)
         if digests.is_digest(note):
             # No run behind it: its items are the runs, each a link (the viewer's access).
-            out = views.notification_view(note)
             ok, why = views.actionable(note, None, core.db.clock())
-            out.update(
-                actionable=ok,
-                actionable_reason=why,
-                run=None,
-                digest=digests.digest_view(conn, who, note),
-            )
-            return out
+            return {
+                **views.notification_view(note),  # type: ignore[typeddict-item]  # (as below)
+                "actionable": ok,
+                "actionable_reason": why,
+                "run": None,
+                "digest": digests.digest_view(conn, who, note),
+            }
         run = runs.require_run(conn, who.tenant_id, note["run_id"])
         can_see = runs.can_see_run(conn, who, note["run_id"])
         request = get_for_notification(conn, note)
     ok, why = actionable(core, note, run, request, can_see)
     if note["state"] != "open" or (note["attention_type"] == "input_required" and not ok):
         metrics.STALE_OPENS.labels(note["attention_type"], via).inc()
-    out = views.notification_view(note)
     if not can_see:
         # The pointer stays; what it pointed at does not (invariant 8): only the run's
         # id, state and version, no reason, no request.
-        out.update(
-            actionable=False,
-            actionable_reason=why,
-            reason=None,
-            run={"run_id": run.run_id, "state": run.state, "version": run.version},
-        )
-        return out
-    out.update(actionable=ok, actionable_reason=why, run=views.run_view(run, include_details=True))
+        # (A NotificationView has neither optional key; mypy's extra check cannot know.)
+        return {
+            **views.notification_view(note),  # type: ignore[typeddict-item]
+            "actionable": False,
+            "actionable_reason": why,
+            "reason": None,
+            "run": {"run_id": run.run_id, "state": run.state, "version": run.version},
+        }
+    out: NotificationDetail = {
+        **views.notification_view(note),  # type: ignore[typeddict-item]  # (as above)
+        "actionable": ok,
+        "actionable_reason": why,
+        "run": views.run_view(run, include_details=True),
+    }
     if request is not None:
         out["input_request"] = views.input_request_view(request, include_details=True)
     return out
@@ -130,13 +152,15 @@ def acknowledge(
     """Close the notification as acknowledged and cancel everything still queued for it
     (200, the notification). Acknowledging it again changes nothing."""
 
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+    def act(tx: Tx) -> tuple[int, views.NotificationView]:
         return 200, acknowledge_in(core, tx, who, notification_id)
 
     return act_once(core.db, core.box, key, lambda: act)
 
 
-def acknowledge_in(core: Core, tx: Tx, who: Principal, notification_id: str) -> dict[str, Any]:
+def acknowledge_in(
+    core: Core, tx: Tx, who: Principal, notification_id: str
+) -> views.NotificationView:
     """Acknowledge inside ``tx`` (an Idempotency-Key record commits with it)."""
     note = own_note(tx.conn, who, notification_id)
     if close_notification(tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"):

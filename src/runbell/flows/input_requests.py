@@ -302,7 +302,7 @@ def get_request(core: Core, who: Principal, request_id: str) -> dict[str, Any]:
 
 def pending_view(
     conn: Any, tenant_id: str, run_id: str, *, include_details: bool
-) -> dict[str, Any] | None:
+) -> views.InputRequestView | None:
     """The run's pending request for the run view, or None."""
     pending = requests.pending_for_run(conn, tenant_id, run_id)
     if not pending:

@@ -29,7 +29,7 @@ Example (what the API router calls)::
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
@@ -45,6 +45,7 @@ from runbell.domain.records import Run
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
 from runbell.flows import completion, stalls, views
+from runbell.flows.completion import OperationsSummary
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
 from runbell.flows.operation_views import operation_view
@@ -98,18 +99,38 @@ def _emit(tx: Tx, op: Operation, before: str | None) -> None:
     )
 
 
-def summary(conn: Any, tenant_id: str, run_id: str) -> dict[str, Any]:
+class LedgerSummary(OperationsSummary):
+    uncertain: list[str]  # ids of operations that may have landed
+    kept: int  # confirmed
+
+
+class LedgerSnapshot(TypedDict):
+    """What a run snapshot adds about its operations."""
+
+    operations: OperationsSummary
+    previous_worker_may_still_act: bool
+
+
+class LedgerState(TypedDict):
+    """:class:`LedgerSnapshot` as the ledger's own answers carry it."""
+
+    summary: OperationsSummary
+    previous_worker_may_still_act: bool
+
+
+def summary(conn: Any, tenant_id: str, run_id: str) -> LedgerSummary:
     """The ledger in counts, for a run's summary (e.g. when it is cancelled):
     ``{counts, text, uncertain: [ids that may have landed], kept: n confirmed}``."""
     counts = ledger.counts(conn, tenant_id, run_id)
-    out = completion.operations_summary(counts)
     landed = ledger.ids_by_state(conn, tenant_id, run_id, tuple(sorted(MAY_HAVE_LANDED)))
-    out["uncertain"] = [i for s in sorted(MAY_HAVE_LANDED, reverse=True) for i in landed.get(s, [])]
-    out["kept"] = int(counts.get(OpState.CONFIRMED, 0))
-    return out
+    return {
+        **completion.operations_summary(counts),
+        "uncertain": [i for s in sorted(MAY_HAVE_LANDED, reverse=True) for i in landed.get(s, [])],
+        "kept": int(counts.get(OpState.CONFIRMED, 0)),
+    }
 
 
-def snapshot(conn: Any, run: Run) -> dict[str, Any]:
+def snapshot(conn: Any, run: Run) -> LedgerSnapshot:
     """What the run snapshot adds: ``operations: {counts, text}`` and whether a replaced
     worker may still cause an effect."""
     tenant_id, run_id = run.tenant_id, run.run_id
@@ -125,7 +146,7 @@ def snapshot(conn: Any, run: Run) -> dict[str, Any]:
     }
 
 
-def _ledger_state(conn: Any, run: Run) -> dict[str, Any]:
+def _ledger_state(conn: Any, run: Run) -> LedgerState:
     """:func:`snapshot` as the ledger's own answers carry it: ``summary: {counts, text}``
     beside the ``operations`` list."""
     shown = snapshot(conn, run)

@@ -20,13 +20,14 @@ Invariants kept here (DESIGN §2):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from runbell.domain import overview as rules
 from runbell.domain.operations import counts_text as ledger_text
 from runbell.domain.operations import normalized
 from runbell.domain.principal import Principal
 from runbell.flows import runs, views
+from runbell.flows.completion import OperationsSummary
 from runbell.flows.context import Core
 from runbell.store import feed
 from runbell.store import operations as ledger
@@ -38,13 +39,50 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 
 
-def _row(group: str, row: OverviewRow, ops: dict[str, int] | None) -> dict[str, Any]:
-    out = views.run_view(row.run)
-    out["group"] = group
+class PendingRequest(TypedDict):
+    id: str
+    summary: str | None
+    expires_at: str | None
+
+
+class OverviewRun(views.RunView):
+    """A run as a group of the overview shows it."""
+
+    group: str
+    counts_text: str
+    operations: NotRequired[OperationsSummary]  # when it has a ledger
+    pending_input_request: NotRequired[PendingRequest]  # a "needs you" row
+
+
+class OverviewGroup(TypedDict):
+    runs: list[OverviewRun]
+    more: bool
+
+
+class Overview(TypedDict):
+    head_cursor: int
+    groups: dict[str, OverviewGroup]
+    next_cursor: str | None
+
+
+class GroupedRuns(TypedDict):
+    """``GET /v1/runs?group=…``."""
+
+    runs: list[OverviewRun]
+    more: dict[str, bool]
+    next_cursor: str | None
+
+
+def _row(group: str, row: OverviewRow, ops: dict[str, int] | None) -> OverviewRun:
+    run = views.run_view(row.run)
+    summary = None
     if ops:  # the run's ledger, counted in the same statement for the whole page
         counted = normalized(ops)
-        out["operations"] = {"counts": counted, "text": ledger_text(counted)}
-    out["counts_text"] = counts_text(out)
+        summary = OperationsSummary(counts=counted, text=ledger_text(counted))
+    # (A RunView has neither optional key; mypy's extra check cannot know that.)
+    out: OverviewRun = {**run, "group": group, "counts_text": counts_text(run, summary)}  # type: ignore[typeddict-item]
+    if summary is not None:
+        out["operations"] = summary
     if row.request_id is not None:
         out["pending_input_request"] = {
             "id": row.request_id,
@@ -54,13 +92,12 @@ def _row(group: str, row: OverviewRow, ops: dict[str, int] | None) -> dict[str, 
     return out
 
 
-def counts_text(run: dict[str, Any]) -> str:
-    """What a row's counts count: the run's operations text when the run view has one,
-    else its last progress counts as "N label" pairs."""
-    operations = run.get("operations")
-    if isinstance(operations, dict) and operations.get("text"):
-        return str(operations["text"])
-    progress = run.get("progress")
+def counts_text(run: views.RunView, operations: OperationsSummary | None) -> str:
+    """What a row's counts count: the run's operations text when it has a ledger, else
+    its last progress counts as "N label" pairs."""
+    if operations is not None and operations["text"]:
+        return operations["text"]
+    progress = run["progress"]
     return rules.counts_text(progress.get("counts") if isinstance(progress, dict) else None)
 
 
@@ -72,7 +109,7 @@ def overview(
     states: list[str] | None = None,
     after: str | None = None,
     limit: int = DEFAULT_LIMIT,
-) -> dict[str, Any]:
+) -> Overview:
     """The viewer's runs by group: ``{head_cursor, groups: {name: {runs, more}},
     next_cursor}``.
 
@@ -151,7 +188,7 @@ def list_grouped(
     states: list[str] | None,
     after: str | None,
     limit: int,
-) -> dict[str, Any]:
+) -> GroupedRuns:
     """``GET /v1/runs?group=…``: the asked groups' runs as one list (group by group, in
     the order of :data:`runbell.domain.overview.GROUPS`), each run with its ``group``;
     ``more`` says which groups had more rows than ``limit``; ``next_cursor`` pages the
@@ -172,7 +209,7 @@ def list_runs(
     states: list[str] | None,
     after: str | None,
     limit: int,
-) -> dict[str, Any]:
+) -> runs.RunPage | GroupedRuns:
     """``GET /v1/runs``: ``state`` and ``group`` as given (repeatable, comma lists; an
     unknown value is 422 naming the field). Without ``group``, the runs by id, paged by
     run id (``runs.list_runs``); with it, :func:`list_grouped`."""

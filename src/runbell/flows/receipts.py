@@ -59,7 +59,7 @@ def check_receipt(who: Principal, kind: str, channel: str | None) -> None:
 
 def receipt_in(
     tx: Tx, who: Principal, notification_id: str, kind: str, channel: str | None
-) -> dict[str, Any]:
+) -> views.ReceiptView:
     """Store a checked receipt inside ``tx`` (the API's Idempotency-Key commits with it)."""
     note = notes.get(tx.conn, who.tenant_id, notification_id)
     if note["recipient_user_id"] != who.user_id:

@@ -16,7 +16,7 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 from sqlalchemy.exc import IntegrityError
@@ -27,7 +27,9 @@ from runbell.domain.records import Run
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
 from runbell.flows import amendment_views, operations, stalls, views
+from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
+from runbell.flows.completion import OperationsSummary
 from runbell.flows.context import Core
 from runbell.flows.input_requests import pending_view
 from runbell.store import accounts, mismatches, runs
@@ -205,29 +207,46 @@ def _update_run(
     return run
 
 
-def get_run(core: Core, who: Principal, run_id: str) -> dict[str, Any]:
+class RunSnapshot(views.RunView):
+    """``GET /v1/runs/{id}``: the run with what waits on it, and its ledger in counts."""
+
+    pending_input_request: views.InputRequestView | None
+    open_notifications: list[views.NotificationView]
+    open_mismatches: int
+    pending_amendments: list[AmendmentView]
+    operations: OperationsSummary
+    previous_worker_may_still_act: bool
+
+
+class RunPage(TypedDict):
+    runs: list[views.RunView]
+    next_cursor: str | None
+
+
+def get_run(core: Core, who: Principal, run_id: str) -> RunSnapshot:
     with core.db.read() as conn:
         run = runs.get_run(conn, who.tenant_id, run_id)
         if run is None or not runs.can_see_run(conn, who, run_id):
             raise NotFound(f"no run {run_id!r}")
-        out = views.run_view(run, include_details=True)
-        out["pending_input_request"] = pending_view(
-            conn, who.tenant_id, run_id, include_details=True
-        )
-        out["open_notifications"] = [
-            views.notification_view(n)
-            for n in notes.open_for_run(conn, who.tenant_id, run_id)
-            if who.sees_all_runs or n["recipient_user_id"] == who.user_id
-        ]
-        out["open_mismatches"] = mismatches.count_open(conn, who.tenant_id, run_id)
-        out["pending_amendments"] = amendment_views.pending_views(conn, who.tenant_id, run_id)
-        out.update(operations.snapshot(conn, run))  # {counts, text}, fencing (issue 10)
-        return out
+        return {
+            **views.run_view(run, include_details=True),
+            "pending_input_request": pending_view(
+                conn, who.tenant_id, run_id, include_details=True
+            ),
+            "open_notifications": [
+                views.notification_view(n)
+                for n in notes.open_for_run(conn, who.tenant_id, run_id)
+                if who.sees_all_runs or n["recipient_user_id"] == who.user_id
+            ],
+            "open_mismatches": mismatches.count_open(conn, who.tenant_id, run_id),
+            "pending_amendments": amendment_views.pending_views(conn, who.tenant_id, run_id),
+            **operations.snapshot(conn, run),  # {counts, text}, fencing (issue 10)
+        }
 
 
 def list_runs(
     core: Core, who: Principal, *, states: list[str] | None, after: str | None, limit: int
-) -> dict[str, Any]:
+) -> RunPage:
     with core.db.read() as conn:
         rows = runs.list_runs(conn, who, states=states, after=after, limit=limit + 1)
     page = rows[:limit]

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import structlog
 from anyio.to_thread import run_sync as to_thread
@@ -61,16 +61,26 @@ LINK_LABEL_MAX = 200
 SOURCE_TTL_S = 5.0
 
 
+class SignalAnswer(TypedDict):
+    """The body of ``POST /v1/runs/{id}/signals``."""
+
+    outcome: str
+    reason: str | None
+    run: views.RunView | views.RunRef
+    notifications: list[views.NotificationView]
+    original_outcome: NotRequired[str]
+
+
 @dataclass
 class SignalResult:
     outcome: str  # applied | duplicate | stale | mismatch | rejected
     reason: str | None
-    run: dict[str, Any]  # the run's view (flows.views.run_view)
-    notifications: list[dict[str, Any]] = field(default_factory=list)
+    run: views.RunView | views.RunRef
+    notifications: list[views.NotificationView] = field(default_factory=list)
     original_outcome: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        out = {
+    def as_dict(self) -> SignalAnswer:
+        out: SignalAnswer = {
             "outcome": self.outcome,
             "reason": self.reason,
             "run": self.run,

@@ -15,10 +15,141 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import MCP_STATUS, RunState, is_terminal
+
+
+class CancelRequest(TypedDict):
+    at: str | None
+    by: str | None
+    by_kind: str  # user | runtime
+    reason: str | None
+
+
+class WorkerView(TypedDict):
+    id: str
+    epoch: int
+
+
+class RunView(TypedDict):
+    """``GET /v1/runs/{id}`` and every body that carries a run (the OpenAPI ``Run``)."""
+
+    run_id: str
+    owner: str
+    title: str | None
+    kind: str | None
+    subject: dict[str, Any] | None
+    objective: str | None
+    authority: dict[str, Any] | None
+    state: str
+    mcp_status: str
+    terminal: bool
+    version: int
+    sequence: int | None
+    notify_on_complete: bool
+    metadata: dict[str, Any]
+    progress: dict[str, Any] | None
+    report: dict[str, Any] | None
+    stop_reason: str | None
+    error: dict[str, Any] | None
+    created_at: str | None
+    updated_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    last_progress_at: str | None
+    cancel_requested: CancelRequest | None
+    cancellation: dict[str, Any] | None
+    stall_after_seconds: int | None
+    stalled_at: str | None
+    stall_due_at: str | None
+    outcome: str | None
+    worker: WorkerView | None
+    details: NotRequired[dict[str, Any] | None]  # only for a caller who asked and may see
+
+
+class RunRef(TypedDict):
+    """A run named, not shown: its id (a signal about a run that no longer exists)."""
+
+    run_id: str
+
+
+class RunBrief(RunRef):
+    """A run a caller may no longer see: its id, state and version, nothing else."""
+
+    state: str
+    version: int
+
+
+class RunEvent(TypedDict):
+    """The thin run payload of feed events and webhooks: never details or error."""
+
+    run_id: str
+    state: str
+    version: int
+    kind: str | None
+    terminal: bool
+    stop_reason: str | None
+    report: dict[str, Any] | None
+
+
+class NotificationView(TypedDict):
+    id: str
+    run_id: str
+    recipient: str
+    transition_version: int
+    attention_type: str
+    urgency: str
+    decision: str
+    rule_id: str
+    summary: str
+    subject_version: str | None
+    input_request_id: str | None
+    reason: str | None
+    state: str
+    expires_at: str | None
+    created_at: str | None
+    closed_at: str | None
+    closed_reason: str | None
+    first_delivered_at: str | None
+    first_seen_at: str | None
+    deep_link: str
+
+
+class Person(TypedDict):
+    id: str
+    email: str | None
+
+
+class InputRequestView(TypedDict):
+    id: str
+    run_id: str
+    kind: str
+    summary: str
+    options: list[Any]
+    blocks_work: bool
+    expires_at: str | None
+    version: int
+    run_version: int
+    state: str
+    created_at: str | None
+    closed_at: str | None
+    answered_by: Person | None
+    answered_at: str | None
+    decision: str | None
+    value: Any
+    expired_at: str | None
+    superseded_by: str | None
+    details: NotRequired[dict[str, Any] | None]  # only when asked for
+
+
+class ReceiptView(TypedDict):
+    id: str
+    notification_id: str
+    kind: str
+    channel: str | None
+    at: str | None
 
 
 def json_body(content: Any) -> bytes:
@@ -52,8 +183,8 @@ def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
-def run_view(run: Run, *, include_details: bool = False) -> dict[str, Any]:
-    out = {
+def run_view(run: Run, *, include_details: bool = False) -> RunView:
+    out: RunView = {
         "run_id": run.run_id,
         "owner": run.owner_user_id,
         "title": run.title,
@@ -95,7 +226,7 @@ def run_view(run: Run, *, include_details: bool = False) -> dict[str, Any]:
     return out
 
 
-def cancel_requested_view(run: Run) -> dict[str, Any] | None:
+def cancel_requested_view(run: Run) -> CancelRequest | None:
     """``{at, by, by_kind, reason}`` of the run's cancellation request, or None: ``by`` is
     the person who asked (``by_kind: user``), or None when the runtime asked with its API
     key (``by_kind: runtime``)."""
@@ -111,7 +242,7 @@ def cancel_requested_view(run: Run) -> dict[str, Any] | None:
     }
 
 
-def run_event(run: Run) -> dict[str, Any]:
+def run_event(run: Run) -> RunEvent:
     """The thin run payload carried by feed events: ids, state, version, reason."""
     return {
         "run_id": run.run_id,
@@ -124,7 +255,7 @@ def run_event(run: Run) -> dict[str, Any]:
     }
 
 
-def notification_view(note: dict[str, Any]) -> dict[str, Any]:
+def notification_view(note: dict[str, Any]) -> NotificationView:
     return {
         "id": note["id"],
         "run_id": note["run_id"],
@@ -149,11 +280,11 @@ def notification_view(note: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def input_request_view(req: InputRequest, *, include_details: bool = False) -> dict[str, Any]:
+def input_request_view(req: InputRequest, *, include_details: bool = False) -> InputRequestView:
     """An input request as the API shows it. ``details`` (arguments, evidence, risk) only
     when asked for, for a caller who may see the run."""
     answered = req.answered_by_id
-    out = {
+    out: InputRequestView = {
         "id": req.id,
         "run_id": req.run_id,
         "kind": req.kind,
@@ -178,7 +309,7 @@ def input_request_view(req: InputRequest, *, include_details: bool = False) -> d
     return out
 
 
-def receipt_view(receipt: dict[str, Any]) -> dict[str, Any]:
+def receipt_view(receipt: dict[str, Any]) -> ReceiptView:
     return {
         "id": receipt["id"],
         "notification_id": receipt["notification_id"],

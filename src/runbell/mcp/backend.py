@@ -10,6 +10,7 @@ whichever way it came.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 
@@ -29,31 +30,31 @@ class Backend(Protocol):
     default_owner: str | None
     """Who a new run is for when the tool call names nobody (RUNBELL_OWNER, a header)."""
 
-    async def put_run(self, run_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+    async def put_run(self, run_id: str, fields: dict[str, Any]) -> Mapping[str, Any]:
         """``PUT /v1/runs/{run_id}``: the run snapshot."""
         ...
 
-    async def signal(self, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def signal(self, run_id: str, body: dict[str, Any]) -> Mapping[str, Any]:
         """``POST /v1/runs/{run_id}/signals``: ``{outcome, run, notifications}``."""
         ...
 
-    async def open_input_request(self, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def open_input_request(self, run_id: str, body: dict[str, Any]) -> Mapping[str, Any]:
         """``POST /v1/runs/{run_id}/input-requests``: ``{input_request, run, …}``."""
         ...
 
-    async def get_input_request(self, request_id: str) -> dict[str, Any]:
+    async def get_input_request(self, request_id: str) -> Mapping[str, Any]:
         """``GET /v1/input-requests/{id}``: its ``input_request`` (state, decision, …)."""
         ...
 
-    async def get_run(self, run_id: str) -> dict[str, Any]:
+    async def get_run(self, run_id: str) -> Mapping[str, Any]:
         """``GET /v1/runs/{run_id}``: the run snapshot."""
         ...
 
-    async def cancel(self, run_id: str, reason: str | None) -> dict[str, Any]:
+    async def cancel(self, run_id: str, reason: str | None) -> Mapping[str, Any]:
         """``POST /v1/runs/{run_id}/cancel``: ``{outcome, run}``."""
         ...
 
-    async def attention(self, limit: int) -> dict[str, Any]:
+    async def attention(self, limit: int) -> Mapping[str, Any]:
         """``GET /v1/runs?group=needs_you,stalled,needs_review,working``: the runs
         overview (an API key has no ``needs_you``: its blocked runs are ``working`` rows in
         ``input_required``)."""

@@ -4,7 +4,7 @@ authorization, as the matching HTTP route (``api/routers/*``) would."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -44,13 +44,13 @@ class LocalBackend:
         except RunbellError as exc:
             raise Problem(exc.status, exc.title, exc.detail) from exc
 
-    async def put_run(self, run_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+    async def put_run(self, run_id: str, fields: dict[str, Any]) -> Mapping[str, Any]:
         self._runtime()
         body = _validated(RunPut, fields).model_dump(exclude_unset=True, mode="json")
         await self._call(runs.put_run, self.core, self.who, run_id, body)
         return await self.get_run(run_id)
 
-    async def signal(self, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def signal(self, run_id: str, body: dict[str, Any]) -> Mapping[str, Any]:
         self._runtime()
         parsed = _validated(SignalIn, body)
         source = signals.remembered_source(self.core, self.who)
@@ -70,26 +70,26 @@ class LocalBackend:
             raise Problem(exc.status, exc.title, exc.detail) from exc
         return result.as_dict()
 
-    async def open_input_request(self, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def open_input_request(self, run_id: str, body: dict[str, Any]) -> Mapping[str, Any]:
         self._runtime()
         fields = _validated(InputRequestIn, body).model_dump(exclude_unset=False)
         answer = await self._call(requests.open_request, self.core, self.who, run_id, fields)
         return answer.content()
 
-    async def get_input_request(self, request_id: str) -> dict[str, Any]:
+    async def get_input_request(self, request_id: str) -> Mapping[str, Any]:
         found = await self._call(requests.get_request, self.core, self.who, request_id)
         req: dict[str, Any] = found["input_request"]
         return req
 
-    async def get_run(self, run_id: str) -> dict[str, Any]:
+    async def get_run(self, run_id: str) -> Mapping[str, Any]:
         return await self._call(runs.get_run, self.core, self.who, run_id)
 
-    async def cancel(self, run_id: str, reason: str | None) -> dict[str, Any]:
+    async def cancel(self, run_id: str, reason: str | None) -> Mapping[str, Any]:
         body = {"reason": reason} if reason else {}
         answer = await self._call(cancel_request.request_cancel, self.core, self.who, run_id, body)
         return answer.content()
 
-    async def attention(self, limit: int) -> dict[str, Any]:
+    async def attention(self, limit: int) -> Mapping[str, Any]:
         return await self._call(
             overview.list_runs,
             self.core,

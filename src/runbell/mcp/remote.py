@@ -10,7 +10,7 @@ key) and ``RUNBELL_OWNER`` (the email of the person the runs are for), else the 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 from runbell.client import AsyncClient, errors
@@ -45,10 +45,10 @@ class RemoteBackend:
             status = exc.status or 503  # None: the server never answered
             raise Problem(status, exc.title or "Runbell unreachable", exc.detail) from exc
 
-    async def put_run(self, run_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+    async def put_run(self, run_id: str, fields: dict[str, Any]) -> Mapping[str, Any]:
         return (await self._do(self.client.put_run(run_id, **fields))).raw
 
-    async def signal(self, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def signal(self, run_id: str, body: dict[str, Any]) -> Mapping[str, Any]:
         sent = self.client.signal(
             run_id,
             body["state"],
@@ -58,7 +58,7 @@ class RemoteBackend:
         )
         return (await self._do(sent)).raw
 
-    async def open_input_request(self, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def open_input_request(self, run_id: str, body: dict[str, Any]) -> Mapping[str, Any]:
         opened = self.client.open_input_request(
             run_id,
             summary=body["summary"],
@@ -70,16 +70,16 @@ class RemoteBackend:
         )
         return (await self._do(opened)).raw
 
-    async def get_input_request(self, request_id: str) -> dict[str, Any]:
+    async def get_input_request(self, request_id: str) -> Mapping[str, Any]:
         return (await self._do(self.client.get_input_request(request_id))).raw
 
-    async def get_run(self, run_id: str) -> dict[str, Any]:
+    async def get_run(self, run_id: str) -> Mapping[str, Any]:
         return (await self._do(self.client.get_run(run_id))).raw
 
-    async def cancel(self, run_id: str, reason: str | None) -> dict[str, Any]:
+    async def cancel(self, run_id: str, reason: str | None) -> Mapping[str, Any]:
         return (await self._do(self.client.cancel(run_id, reason))).raw
 
-    async def attention(self, limit: int) -> dict[str, Any]:
+    async def attention(self, limit: int) -> Mapping[str, Any]:
         # The SDK has no runs-overview call yet: its own transport, same retries and errors.
         call = Call("GET", "/v1/runs", params={"group": ATTENTION_GROUPS, "limit": limit})
         page: dict[str, Any] = await self._do(self.client._send(call))

@@ -118,14 +118,14 @@ class Tools:
         """The run and whether it is new (created ``working``, for ``owner`` or the
         backend's default owner)."""
         try:
-            return await b.get_run(run_id), False
+            return dict(await b.get_run(run_id)), False
         except Problem as exc:
             if exc.status != 404:
                 raise
         who = owner or b.default_owner
         if not who:
             raise Problem(422, "Invalid request", "a new run needs an owner: pass owner (an email)")
-        return await b.put_run(run_id, {**fields, "owner": who, "state": "working"}), True
+        return dict(await b.put_run(run_id, {**fields, "owner": who, "state": "working"})), True
 
     async def report_run(
         self,
@@ -177,7 +177,7 @@ class Tools:
         try:
             run, created = await self._ensure_run(b, run_id, owner, **fields)
             if fields and not created:
-                run = await b.put_run(run_id, fields)
+                run = dict(await b.put_run(run_id, fields))
             if state is None or (created and state == "working"):
                 return {
                     "run_id": run_id,
@@ -260,7 +260,7 @@ class Tools:
             async def closed() -> dict[str, Any] | None:
                 req = await b.get_input_request(request_id)
                 seen.update(req)
-                return None if req["state"] == "pending" else req
+                return None if req["state"] == "pending" else dict(req)
 
             req = await wait_until(b, closed, wait_seconds)
         except Problem as exc:
@@ -304,7 +304,7 @@ class Tools:
 
         async def finished() -> dict[str, Any] | None:
             run = await b.get_run(run_id)
-            return run if run["state"] in TERMINAL else None
+            return dict(run) if run["state"] in TERMINAL else None
 
         try:
             run = await wait_until(b, finished, wait_seconds)
@@ -359,7 +359,7 @@ class Tools:
     async def get_run(self, run_id: RunId) -> dict[str, Any]:
         """One run's current snapshot: state, version, pending input request, progress."""
         try:
-            return await self.backend().get_run(run_id)
+            return dict(await self.backend().get_run(run_id))
         except Problem as exc:
             raise _fail(exc) from exc
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -106,7 +106,7 @@ def make_engine(url: str, *, sqlite_busy_timeout_s: float = 30.0) -> Engine:
 @dataclass
 class PendingEvent:
     type: str
-    data: dict[str, Any]
+    data: Mapping[str, Any]  # a JSON object (often a flow's TypedDict view)
     run_id: str | None = None
     notification_id: str | None = None
     user_id: str | None = None

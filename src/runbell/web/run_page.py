@@ -31,6 +31,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run, Transition
 from runbell.flows import answers, inbox, pages, receipts, views
 from runbell.flows.context import Core
+from runbell.flows.inbox import NotificationDetail
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
 from runbell.web.ledger import ledger_view
@@ -363,8 +364,8 @@ def deep_link(notification_id: str, session: Session, core: CoreDep) -> Response
         if reason == "informational":
             reason = note["state"]
         request = note.get("input_request")
-        if request and request.get("answered_by"):
-            by = request["answered_by"]
+        by = request["answered_by"] if request else None
+        if request and by:
             who_answered = "you" if by["id"] == v.who.user_id else by["email"]
             banner.append(
                 f"This request was already answered by {who_answered} on "
@@ -374,11 +375,12 @@ def deep_link(notification_id: str, session: Session, core: CoreDep) -> Response
         else:
             banner.append(wording.why_not_actionable(reason, note.get("closed_reason")))
         run = note["run"]
-        banner.append(
-            "Below is the run as it is now: "
-            f"{wording.STATE_LABEL.get(run['state'], run['state']).lower()}, "
-            f"version {run['version']}."
-        )
+        if run is not None:  # (None only for a digest, shown above)
+            banner.append(
+                "Below is the run as it is now: "
+                f"{wording.STATE_LABEL.get(run['state'], run['state']).lower()}, "
+                f"version {run['version']}."
+            )
     highlight = {
         "id": note["id"],
         "summary": note["summary"],
@@ -390,7 +392,7 @@ def deep_link(notification_id: str, session: Session, core: CoreDep) -> Response
     return run_page(core, v, note["run_id"], RunPageState(highlight=highlight, banner=banner))
 
 
-def digest_page(v: Viewer, note: dict[str, Any]) -> Response:
+def digest_page(v: Viewer, note: NotificationDetail) -> Response:
     """A digest's own page: what it collected, each item a link to its run."""
     digest = note["digest"]
     ctx = v.base("digest", note["summary"])

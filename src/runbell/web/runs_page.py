@@ -22,6 +22,7 @@ from fastapi.responses import Response
 from runbell.api.deps import CoreDep
 from runbell.domain.errors import ValidationFailed
 from runbell.flows import overview
+from runbell.flows.overview import OverviewRun
 from runbell.web import wording
 from runbell.web.forms import Session
 from runbell.web.templating import render
@@ -53,7 +54,7 @@ def ago(at: datetime, now: datetime) -> str:
     return wording.relative(at, now)
 
 
-def _age(v: Viewer, run: dict[str, Any]) -> dict[str, str | None]:
+def _age(v: Viewer, run: OverviewRun) -> dict[str, str | None]:
     """When the row's run last changed in the way that matters: finished, else started."""
     if run["terminal"] and run.get("finished_at"):
         at_iso, verb = run["finished_at"], "finished"
@@ -68,7 +69,7 @@ def _age(v: Viewer, run: dict[str, Any]) -> dict[str, str | None]:
     }
 
 
-def _row(v: Viewer, run: dict[str, Any]) -> dict[str, Any]:
+def _row(v: Viewer, run: OverviewRun) -> dict[str, Any]:
     request = run.get("pending_input_request")
     return {
         "run_id": run["run_id"],

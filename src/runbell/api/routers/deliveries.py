@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
@@ -41,7 +42,7 @@ def list_deliveries(
     endpoint_id: Annotated[str | None, Query(max_length=64)] = None,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     """Deliveries newest first, e.g. ``?status=dead&status=delivery_unknown``."""
     return deliveries.list_deliveries(
         core,
@@ -55,7 +56,7 @@ def list_deliveries(
 
 
 @router.get("/{delivery_id}", responses=problems(401, 403, 404, 503))
-def get_delivery(delivery_id: str, who: Admin, core: CoreDep) -> dict[str, Any]:
+def get_delivery(delivery_id: str, who: Admin, core: CoreDep) -> Mapping[str, Any]:
     return deliveries.get_delivery(core, who.tenant_id, delivery_id)
 
 
@@ -76,7 +77,7 @@ operator_router = APIRouter(prefix="/v1/operator-events", tags=["deliveries"])
 @operator_router.get("", responses=problems(401, 403, 422, 503))
 def operator_events(
     who: Admin, core: CoreDep, limit: Annotated[int, Query(ge=1, le=500)] = 100
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     """Problems an operator must fix, newest first: disabled endpoints, misconfigured
     destinations (push 403, SMTP auth, refused URLs)."""
     return deliveries.operator_events(core, who.tenant_id, limit)

@@ -11,7 +11,7 @@ import hashlib
 import json
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -60,7 +60,7 @@ async def list_events(
     after: Annotated[str | None, Query(max_length=20, pattern=CURSOR_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 100,
     wait: Annotated[float, Query(ge=0, le=30)] = 0,
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     """A page of events after ``after``; with ``wait`` a long-poll of up to 30 s."""
     cursor = await run_in_threadpool(feed.resolve_cursor, core, who, after)
     events, next_cursor = await wait_for_events(
@@ -70,7 +70,7 @@ async def list_events(
 
 
 @router.get("/snapshot", responses=problems(401, 503))
-def snapshot(who: Who, core: CoreDep) -> dict[str, Any]:
+def snapshot(who: Who, core: CoreDep) -> Mapping[str, Any]:
     """Current state to load instead of replaying: active runs, open notifications, head."""
     return feed.snapshot(core, who)
 

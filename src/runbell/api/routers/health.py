@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -56,12 +57,12 @@ def metrics_refusal(listen_host: str | None, token: str | None) -> str | None:
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, Any]:
+def healthz() -> Mapping[str, Any]:
     return {"status": "ok"}
 
 
 @router.get("/readyz", responses=problems(503))
-def readyz(core: CoreDep) -> dict[str, Any]:
+def readyz(core: CoreDep) -> Mapping[str, Any]:
     try:
         revision = health.schema_revision(core)
     except Exception as exc:

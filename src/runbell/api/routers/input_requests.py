@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Response
@@ -41,7 +42,7 @@ def open_request(
 
 
 @router.get("/v1/input-requests/{request_id}", responses=problems(401, 404, 422, 503))
-def get_request(request_id: RequestId, who: Who, core: CoreDep) -> dict[str, Any]:
+def get_request(request_id: RequestId, who: Who, core: CoreDep) -> Mapping[str, Any]:
     """The request, its run, whether it can still be answered, and whether you may."""
     return actions.get_request(core, who, request_id)
 

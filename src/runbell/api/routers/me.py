@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -26,12 +27,12 @@ CHAT_RULES = rules(
 
 
 @router.get("/v1/me", responses=problems(401, 403, 503))
-def me(who: User, core: CoreDep) -> dict[str, Any]:
+def me(who: User, core: CoreDep) -> Mapping[str, Any]:
     return preferences.me(core, who)
 
 
 @router.get("/v1/me/preferences", responses=problems(401, 403, 503))
-def get_preferences(who: User, core: CoreDep) -> dict[str, Any]:
+def get_preferences(who: User, core: CoreDep) -> Mapping[str, Any]:
     """Consent per channel and urgency (with when and how it was given), quiet hours."""
     return preferences.preferences_of(core, who)
 
@@ -41,7 +42,7 @@ def get_preferences(who: User, core: CoreDep) -> dict[str, Any]:
     responses=problems(401, 403, 413, 422, 503),
     openapi_extra=rules(rule("quiet_hours.end", "differs from the window's start")),
 )
-def put_preferences(body: PreferencesIn, who: User, core: CoreDep) -> dict[str, Any]:
+def put_preferences(body: PreferencesIn, who: User, core: CoreDep) -> Mapping[str, Any]:
     """Change what may interrupt you. Validated whole; nothing is stored on error."""
     return preferences.save_preferences(
         core,
@@ -83,7 +84,7 @@ def add_subscription(body: PushSubscriptionIn, who: User, core: CoreDep, key: Id
 
 
 @router.get("/v1/me/push-subscriptions", responses=problems(401, 403, 503))
-def list_subscriptions(who: User, core: CoreDep) -> dict[str, Any]:
+def list_subscriptions(who: User, core: CoreDep) -> Mapping[str, Any]:
     rows = preferences.subscriptions(core, who)
     return {"subscriptions": [preferences.subscription_view(r) for r in rows]}
 
@@ -128,7 +129,7 @@ def add_shared_chat(body: ChatIn, who: Admin, core: CoreDep, key: IdemKey) -> Re
 
 
 @router.get("/v1/me/chat-destinations", responses=problems(401, 403, 503))
-def list_my_chat(who: User, core: CoreDep) -> dict[str, Any]:
+def list_my_chat(who: User, core: CoreDep) -> Mapping[str, Any]:
     return {"destinations": preferences.chat_destinations(core, who)}
 
 

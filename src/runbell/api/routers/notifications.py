@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
@@ -26,7 +27,7 @@ def inbox(
     state: Annotated[list[NoteState] | None, Query()] = None,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     """Your notifications, newest first. Pass ``next_cursor`` back as ``cursor``."""
     return inbox_flow.list_notifications(
         core, who, states=list(state) if state else None, before=cursor, limit=limit
@@ -34,7 +35,7 @@ def inbox(
 
 
 @router.get("/{notification_id}", responses=problems(401, 403, 404, 503))
-def get_notification(notification_id: str, who: User, core: CoreDep) -> dict[str, Any]:
+def get_notification(notification_id: str, who: User, core: CoreDep) -> Mapping[str, Any]:
     """The notification, the run as it is now, and whether its action can still run."""
     return inbox_flow.get_notification(core, who, notification_id)
 
@@ -64,6 +65,6 @@ def receipt(
 
 
 @router.get("/{notification_id}/trail", responses=problems(401, 403, 404, 503))
-def trail(notification_id: str, who: Admin, core: CoreDep) -> dict[str, Any]:
+def trail(notification_id: str, who: Admin, core: CoreDep) -> Mapping[str, Any]:
     """Why it exists (rule and inputs), where it went (deliveries, attempts), its lifecycle."""
     return trail_flow.trail(core, who, notification_id)

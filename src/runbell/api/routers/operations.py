@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
@@ -46,7 +47,7 @@ def declare(
 
 
 @router.get("/{run_id}/operations", responses=problems(401, 404, 422, 503))
-def list_operations(run_id: RunId, who: Who, core: CoreDep) -> dict[str, Any]:
+def list_operations(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
     """The run's ledger in declaration order, with its counts and evidence."""
     return operations.list_operations(core, who, run_id)
 
@@ -57,7 +58,7 @@ def list_operations(run_id: RunId, who: Who, core: CoreDep) -> dict[str, Any]:
 )
 def move(
     run_id: RunId, operation_id: OperationId, body: OperationMove, who: Runtime, core: CoreDep
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     """Move an operation with evidence. 409 with the operation as it is for an illegal
     move, or for a superseded worker's epoch."""
     return operations.move(core, who, run_id, operation_id, body.model_dump(exclude_none=True))

@@ -3,6 +3,7 @@ retention periods (read them, override some)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -23,7 +24,7 @@ from runbell.flows import dry_run, policy, retention
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
 
 
-def _rule_schema() -> dict[str, Any]:
+def _rule_schema() -> Mapping[str, Any]:
     """One policy rule as ``domain.policy.Rule.parse`` checks it."""
     count = {"type": "integer", "minimum": 0}
     condition = {
@@ -120,13 +121,13 @@ class PolicyDoc(Storable):
 
 
 @router.get("", responses=problems(401, 403, 503))
-def get_policy(who: Admin, core: CoreDep) -> dict[str, Any]:
+def get_policy(who: Admin, core: CoreDep) -> Mapping[str, Any]:
     """The effective rules in order (tenant rules first), and the tenant's own document."""
     return policy.get_policy(core, who.tenant_id)
 
 
 @router.put("", responses=problems(401, 403, 413, 422, 503), openapi_extra=POLICY_RULES)
-def put_policy(body: PolicyDoc, who: Admin, core: CoreDep) -> dict[str, Any]:
+def put_policy(body: PolicyDoc, who: Admin, core: CoreDep) -> Mapping[str, Any]:
     """Replace the tenant's rules; they are validated whole before anything is stored."""
     return policy.set_policy(core, who.tenant_id, body.model_dump())
 
@@ -160,7 +161,7 @@ def dry_run_policy(
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=dry_run.MAX_TRANSITIONS)] = dry_run.MAX_TRANSITIONS,
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     """Replay the tenant's recorded transitions of ``[since, until)`` through the candidate
     policy (the ``PUT /v1/policy`` document) and compare with what was decided: counts
     per decision, attention type and urgency, and the transitions that would change. No
@@ -216,7 +217,7 @@ class RetentionChange(RootModel[dict[str, Integer | None]]):
     root: dict[str, Integer | None] = Field(max_length=50)
 
 
-def _retention_view(core: CoreDep, tenant_id: str) -> dict[str, Any]:
+def _retention_view(core: CoreDep, tenant_id: str) -> Mapping[str, Any]:
     return {
         "tables": {
             table: {"days": days, "source": origin}
@@ -226,14 +227,14 @@ def _retention_view(core: CoreDep, tenant_id: str) -> dict[str, Any]:
 
 
 @router.get("/retention", responses=problems(401, 403, 503))
-def get_retention(who: Admin, core: CoreDep) -> dict[str, Any]:
+def get_retention(who: Admin, core: CoreDep) -> Mapping[str, Any]:
     """Each table's retention in days for this tenant, and whether it is the tenant's own
     (``tenant``) or the server's (``default``)."""
     return _retention_view(core, who.tenant_id)
 
 
 @router.patch("/retention", responses=problems(401, 403, 413, 422, 503))
-def patch_retention(body: RetentionChange, who: Admin, core: CoreDep) -> dict[str, Any]:
+def patch_retention(body: RetentionChange, who: Admin, core: CoreDep) -> Mapping[str, Any]:
     """Override some tables' retention (days; ``null`` drops an override). Checked whole
     before anything is stored: an unknown table or a period under its floor is a 422."""
     retention.set_override(core, who.tenant_id, body.root)

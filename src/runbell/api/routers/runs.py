@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
@@ -18,7 +19,7 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
 
 
-def _listed(values: tuple[str, ...]) -> dict[str, Any]:
+def _listed(values: tuple[str, ...]) -> Mapping[str, Any]:
     """A repeatable query value naming one of ``values``, or a comma list of them."""
     one = "|".join(values)
     items = {
@@ -50,7 +51,7 @@ PUT_RULES = rules(
 )
 def put_run(
     run_id: RunId, body: RunPut, who: Runtime, core: CoreDep, response: Response
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     """Create a run (201) or update its descriptive fields (200)."""
     _, created = runs.put_run(core, who, run_id, body.model_dump(exclude_unset=True, mode="json"))
     if created:
@@ -59,7 +60,7 @@ def put_run(
 
 
 @router.get("/{run_id}", responses=problems(401, 404, 422, 503))
-def get_run(run_id: RunId, who: Who, core: CoreDep) -> dict[str, Any]:
+def get_run(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
     """The run snapshot: state, version, open notifications. 404 if you may not see it."""
     return runs.get_run(core, who, run_id)
 
@@ -94,7 +95,7 @@ def list_runs(
         Query(max_length=200, description="next_cursor of the previous page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200, description="runs per page (per group)")] = 50,
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     """The runs the caller may see: by id, or grouped as the runs overview (``group=``).
 
     Tenant owners, admins and API keys see every run of the tenant; others the runs they
@@ -103,7 +104,9 @@ def list_runs(
 
 
 @router.post("/{run_id}/signals", responses=problems(401, 403, 404, 409, 413, 422, 503))
-async def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: CoreDep) -> dict[str, Any]:
+async def post_signal(
+    run_id: RunId, body: SignalIn, who: Runtime, core: CoreDep
+) -> Mapping[str, Any]:
     """Report a run state. Outcome: applied | duplicate | stale | mismatch | rejected."""
     source = signals.remembered_source(core, who)
     if source is None:
@@ -125,6 +128,8 @@ async def post_signal(run_id: RunId, body: SignalIn, who: Runtime, core: CoreDep
 @router.post(
     "/{run_id}/progress", status_code=202, responses=problems(401, 403, 404, 413, 422, 503)
 )
-def post_progress(run_id: RunId, body: ProgressIn, who: Runtime, core: CoreDep) -> dict[str, Any]:
+def post_progress(
+    run_id: RunId, body: ProgressIn, who: Runtime, core: CoreDep
+) -> Mapping[str, Any]:
     """A heartbeat: live feed only, never a push (invariant 5)."""
     return runs.record_progress(core, who, run_id, body.message, body.counts)

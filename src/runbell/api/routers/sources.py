@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -38,7 +39,7 @@ def post_source(body: SourceCreate, who: Admin, core: CoreDep, key: IdemKey) -> 
 
 
 @router.get("", responses=problems(401, 403, 503))
-def list_sources(who: Admin, core: CoreDep) -> dict[str, Any]:
+def list_sources(who: Admin, core: CoreDep) -> Mapping[str, Any]:
     return sources.list_sources(core, who.tenant_id)
 
 
@@ -61,7 +62,7 @@ def rotate_secret(
 
 
 @router.post("/{source_id}/webhook", responses=problems(401, 404, 409, 413, 422, 503))
-async def provider_webhook(source_id: str, request: Request, core: CoreDep) -> dict[str, Any]:
+async def provider_webhook(source_id: str, request: Request, core: CoreDep) -> Mapping[str, Any]:
     """A Standard Webhooks-signed provider event, mapped to signals and accepted."""
     body = await request.body()
     address = request.client.host if request.client else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -105,19 +106,19 @@ def create(body: EndpointIn, who: Admin, core: CoreDep, key: IdemKey) -> Respons
 
 
 @router.get("", responses=problems(401, 403, 503))
-def list_endpoints(who: Admin, core: CoreDep) -> dict[str, Any]:
+def list_endpoints(who: Admin, core: CoreDep) -> Mapping[str, Any]:
     return endpoints.list_endpoints(core, who.tenant_id)
 
 
 @router.get("/{endpoint_id}", responses=problems(401, 403, 404, 503))
-def get_endpoint(endpoint_id: str, who: Admin, core: CoreDep) -> dict[str, Any]:
+def get_endpoint(endpoint_id: str, who: Admin, core: CoreDep) -> Mapping[str, Any]:
     return endpoints.get_endpoint(core, who.tenant_id, endpoint_id)
 
 
 @router.patch(
     "/{endpoint_id}", responses=problems(401, 403, 404, 413, 422, 503), openapi_extra=URL_RULES
 )
-def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: CoreDep) -> dict[str, Any]:
+def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: CoreDep) -> Mapping[str, Any]:
     """Change the URL or filter, or enable/disable. Re-enabling resets the dead streak."""
     return endpoints.update_endpoint(
         core, who.tenant_id, endpoint_id, body.model_dump(exclude_unset=True)
