@@ -223,7 +223,11 @@ def test_the_documented_layers_are_the_checked_ones() -> None:
 #: converted the count may only go down: lower it here when you convert one. (Splitting
 #: transitions.apply, raise_attention and the two answer flows into named steps raised it
 #: from 249 to 279: the same untyped run and request rows, now passed to more functions.)
-DICT_ANY_IN_FLOW_SIGNATURES = 167
+DICT_ANY_IN_FLOW_SIGNATURES = 166
+
+
+#: A mapping of anything: what a typed record, view or input replaces.
+UNTYPED = re.compile(r"\b(?:dict|Mapping|MutableMapping)\[str, (?:Any|object)\]")
 
 
 def dict_any_in_flow_signatures() -> int:
@@ -233,7 +237,7 @@ def dict_any_in_flow_signatures() -> int:
             if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef):
                 args = [*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs]
                 annotations = [a.annotation for a in args if a.annotation] + [f.returns]
-                n += sum(ast.unparse(a).count("dict[str, Any]") for a in annotations if a)
+                n += sum(len(UNTYPED.findall(ast.unparse(a))) for a in annotations if a)
     return n
 
 

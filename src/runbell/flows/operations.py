@@ -48,7 +48,7 @@ from runbell.flows import completion, stalls, views
 from runbell.flows.completion import OperationsSummary
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
-from runbell.flows.operation_views import operation_view
+from runbell.flows.operation_views import OperationView, operation_view
 from runbell.store import operations as ledger
 from runbell.store import runs
 from runbell.store.db import PendingEvent, Tx
@@ -79,7 +79,61 @@ class Declared:
     body_hash: str
 
 
-def _event(op: Operation, before: str | None) -> dict[str, Any]:
+class Target(TypedDict):
+    type: str
+    id: str
+
+
+# The feed/webhook payload of operation.updated ("from" is a keyword: functional form).
+OperationEvent = TypedDict(
+    "OperationEvent",
+    {
+        "run_id": str,
+        "operation_id": str,
+        "state": str,
+        "from": str | None,
+        "target": Target,
+        "intent": str,
+        "epoch": int | None,
+    },
+)
+
+
+class Ledger(LedgerState):
+    """``GET /v1/runs/{id}/operations``."""
+
+    run_id: str
+    operations: list[OperationView]
+    outcome: str | None
+
+
+class Claimed(TypedDict):
+    """``POST /v1/runs/{id}/claim``."""
+
+    run_id: str
+    worker_id: str
+    epoch: int
+    previous_worker_id: str | None
+    previous_worker_may_still_act: bool
+
+
+class DeclaredAnswer(LedgerState):
+    """``POST /v1/runs/{id}/operations``."""
+
+    run_id: str
+    operations: list[OperationView]
+    created: list[str]
+
+
+class MovedAnswer(LedgerState):
+    """``PATCH /v1/runs/{id}/operations/{op}``."""
+
+    operation: OperationView
+    changed: bool
+    run: views.RunView
+
+
+def _event(op: Operation, before: str | None) -> OperationEvent:
     """The thin feed/webhook payload: no details, no evidence, no destination key."""
     return {
         "run_id": op.run_id,
@@ -159,7 +213,7 @@ def _ledger_state(conn: Any, run: Run) -> LedgerState:
 # --- reading -----------------------------------------------------------------------------
 
 
-def list_operations(core: Core, who: Principal, run_id: str) -> dict[str, Any]:
+def list_operations(core: Core, who: Principal, run_id: str) -> Ledger:
     """The run's ledger in declaration order, with its counts. 404 if you may not see it."""
     with core.db.read() as conn:
         run = runs.get_run(conn, who.tenant_id, run_id)
@@ -184,7 +238,7 @@ def claim(
     same for the worker that holds it. Updates carrying an older epoch are then refused."""
     worker_id = _checked_id(worker_id, "worker_id")
 
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+    def act(tx: Tx) -> tuple[int, Claimed]:
         run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)
         if is_terminal(run.state):
             raise Conflict(
@@ -322,7 +376,7 @@ def declare(
     ``uncertain`` (or ``unresolved``) operation may already have changed is a 409."""
     items, epoch = declared_items(body)
 
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+    def act(tx: Tx) -> tuple[int, DeclaredAnswer]:
         tenant_id = who.tenant_id
         run = runs.require_run(tx.conn, tenant_id, run_id, for_update=True)
         _fence(run, epoch)
@@ -406,7 +460,7 @@ def _refuse_if_may_have_landed(tx: Tx, tenant_id: str, item: Declared) -> None:
 
 def move(
     core: Core, who: Principal, run_id: str, operation_id: str, body: dict[str, Any]
-) -> dict[str, Any]:
+) -> MovedAnswer:
     """Move one operation to ``body["state"]`` with ``evidence`` (receipt id, lookup
     result, who or what checked). Repeating the move it already made is answered as it
     is (``changed: false``); any other illegal move is a 409 with the operation as it is.
@@ -462,7 +516,7 @@ def move(
         return _moved(tx, run, op, changed=True)
 
 
-def _moved(tx: Tx, run: Run, op: Operation, *, changed: bool) -> dict[str, Any]:
+def _moved(tx: Tx, run: Run, op: Operation, *, changed: bool) -> MovedAnswer:
     return {
         "operation": operation_view(op),
         "changed": changed,
