@@ -79,7 +79,7 @@ class Declared:
     body_hash: str
 
 
-class Target(TypedDict):
+class TargetRef(TypedDict):
     type: str
     id: str
 
@@ -92,7 +92,7 @@ OperationEvent = TypedDict(
         "operation_id": str,
         "state": str,
         "from": str | None,
-        "target": Target,
+        "target": TargetRef,
         "intent": str,
         "epoch": int | None,
     },
@@ -107,7 +107,7 @@ class Ledger(LedgerState):
     outcome: str | None
 
 
-class Claimed(TypedDict):
+class ClaimAnswer(TypedDict):
     """``POST /v1/runs/{id}/claim``."""
 
     run_id: str
@@ -238,7 +238,7 @@ def claim(
     same for the worker that holds it. Updates carrying an older epoch are then refused."""
     worker_id = _checked_id(worker_id, "worker_id")
 
-    def act(tx: Tx) -> tuple[int, Claimed]:
+    def act(tx: Tx) -> tuple[int, ClaimAnswer]:
         run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)
         if is_terminal(run.state):
             raise Conflict(
