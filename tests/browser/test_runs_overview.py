@@ -26,7 +26,7 @@ def stall(core: Core, tenant_id: str, run_id: str) -> None:
             policy_in(core, tx, tenant_id),
             run,
             attention="stalled",
-            version=run["version"],
+            version=run.version,
             facts={},
             reason="no progress",
             owner_present=False,
