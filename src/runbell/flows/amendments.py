@@ -39,7 +39,7 @@ names, never the proposed text).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
@@ -48,7 +48,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import is_terminal
 from runbell.flows import idempotency, views
-from runbell.flows.amendment_views import amendment_view
+from runbell.flows.amendment_views import AmendmentView, amendment_view
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
@@ -57,7 +57,13 @@ from runbell.flows.attention import (
 )
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
-from runbell.flows.input_requests import current_of, fingerprint
+from runbell.flows.input_requests import (
+    Answered,
+    AnswerFields,
+    RequestNow,
+    current_of,
+    fingerprint,
+)
 from runbell.flows.policy import policy_in
 from runbell.ids import new_id
 from runbell.store import amendments as store
@@ -76,6 +82,24 @@ NOT_OWNER = "only the run's owner decides on a proposed amendment"
 
 
 # --- proposing -------------------------------------------------------------------------
+
+
+class Proposed(TypedDict):
+    """``POST /v1/runs/{id}/amendments``: the proposal, the request put to the owner,
+    the run (unchanged) and the owner's notification."""
+
+    amendment: AmendmentView
+    input_request: views.InputRequestView
+    run: views.RunView
+    notifications: list[views.NotificationView]
+
+
+class AmendmentAnswered(Answered):
+    amendment: AmendmentView
+
+
+class AmendmentNow(RequestNow):
+    amendment: AmendmentView
 
 
 def propose(
@@ -115,7 +139,7 @@ def _fields(body: dict[str, Any]) -> tuple[str, dict[str, str]]:
 
 def _propose_in(
     core: Core, tx: Tx, who: Principal, run_id: str, text: str, changes: dict[str, str]
-) -> dict[str, Any]:
+) -> Proposed:
     conn, tenant_id = tx.conn, who.tenant_id
     run = runs.get_run(conn, tenant_id, run_id, for_update=True)
     if run is None or (who.is_user and not runs.can_see_run(conn, who, run_id)):
@@ -227,7 +251,7 @@ def answer_in_tx(
     who: Principal,
     run: Run,
     req: InputRequest,
-    answer: dict[str, Any],
+    answer: AnswerFields,
     key: str | None,
     digest: str,
 ) -> Answer | Conflict:
@@ -267,7 +291,7 @@ def _owner_key(who: Principal, run: Run, key: str | None, digest: str) -> Idempo
     return IdempotencyKey(who.tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
 
 
-def _check_decision(answer: dict[str, Any]) -> None:
+def _check_decision(answer: AnswerFields) -> None:
     decision = answer["decision"]
     if decision not in ("approve", "reject"):
         raise ValidationFailed(
@@ -278,7 +302,7 @@ def _check_decision(answer: dict[str, Any]) -> None:
 
 
 def _record_response(
-    tx: Tx, who: Principal, req: InputRequest, answer: dict[str, Any], key: str | None
+    tx: Tx, who: Principal, req: InputRequest, answer: AnswerFields, key: str | None
 ) -> None:
     requests.insert_response(
         tx.conn,
@@ -354,11 +378,12 @@ def _decided_view(
     run: Run,
     req: InputRequest,
     amendment: Amendment,
-    answer: dict[str, Any],
-) -> dict[str, Any]:
+    answer: AnswerFields,
+) -> AmendmentAnswered:
     answered = requests.get(tx.conn, who.tenant_id, req.id)
     decided = store.get(tx.conn, who.tenant_id, amendment.id)
     assert answered is not None and decided is not None
+    assert answered.answered_by_id is not None  # answered in this transaction
     return {
         "response": {
             "input_request_id": answered.id,
@@ -383,7 +408,7 @@ def _refusal(
     run: Run,
     req: InputRequest,
     amendment: Amendment,
-    answer: dict[str, Any],
+    answer: AnswerFields,
 ) -> Conflict | None:
     """Raise the 409 for an amendment that cannot take this answer now; *return* it when
     the refusal changed something that must commit (a finished run cancels it)."""
@@ -465,7 +490,7 @@ def _apply(tx: Tx, who: Principal, run: Run, amendment: Amendment) -> Run:
     return run
 
 
-def _current(run: Run, req: InputRequest, amendment: Amendment) -> dict[str, Any]:
+def _current(run: Run, req: InputRequest, amendment: Amendment) -> AmendmentNow:
     return {**current_of(run, req), "amendment": amendment_view(amendment)}
 
 

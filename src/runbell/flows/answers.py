@@ -46,7 +46,14 @@ from runbell.flows import amendments, idempotency, transitions, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey
-from runbell.flows.input_requests import current_of, expire_in_tx, fingerprint, may_answer
+from runbell.flows.input_requests import (
+    Answered,
+    AnswerFields,
+    current_of,
+    expire_in_tx,
+    fingerprint,
+    may_answer,
+)
 from runbell.ids import new_id
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
@@ -113,7 +120,7 @@ class Asked:
 
     who: Principal
     request_id: str
-    answer: dict[str, Any]
+    answer: AnswerFields
     key: str | None
     digest: str  # the request id and answer, for Idempotency-Key replays
     run_id: str | None = None  # the run the caller answers on, when it names one
@@ -250,10 +257,10 @@ def _move_on(core: Core, tx: Tx, asked: Asked, run: Run) -> Run:
     return moved
 
 
-def _result(tx: Tx, asked: Asked, run: Run) -> dict[str, Any]:
+def _result(tx: Tx, asked: Asked, run: Run) -> Answered:
     answer = asked.answer
     req = requests.get(tx.conn, asked.who.tenant_id, asked.request_id)
-    assert req is not None
+    assert req is not None and req.answered_by_id is not None  # answered in this tx
     return {
         "response": {
             "input_request_id": asked.request_id,
@@ -270,9 +277,7 @@ def _result(tx: Tx, asked: Asked, run: Run) -> dict[str, Any]:
     }
 
 
-def _checkcurrent_of(
-    tx: Tx, req: InputRequest, run: Run, answer: dict[str, Any]
-) -> Conflict | None:
+def _checkcurrent_of(tx: Tx, req: InputRequest, run: Run, answer: AnswerFields) -> Conflict | None:
     """Raise the 409 for a request that cannot take this answer now.
 
     An expiry found here is committed (the request is marked expired), so that one is
@@ -325,7 +330,7 @@ def _checkcurrent_of(
     return None
 
 
-def _check_decision(req: InputRequest, answer: dict[str, Any]) -> None:
+def _check_decision(req: InputRequest, answer: AnswerFields) -> None:
     kind, decision, value = req.kind, answer["decision"], answer["value"]
     allowed = DECISIONS[kind]
     if decision not in allowed:
@@ -348,7 +353,7 @@ def _check_decision(req: InputRequest, answer: dict[str, Any]) -> None:
         raise ValidationFailed("a text request needs a non-empty value", field="value")
 
 
-def _answer_fields(body: dict[str, Any]) -> dict[str, Any]:
+def _answer_fields(body: dict[str, Any]) -> AnswerFields:
     decision = body.get("decision")
     if decision not in ("approve", "reject", "answer"):
         raise ValidationFailed("decision must be approve, reject or answer", field="decision")
@@ -357,13 +362,23 @@ def _answer_fields(body: dict[str, Any]) -> dict[str, Any]:
         raise ValidationFailed("value must be a string", field="value")
     if value is not None and len(value) > MAX_TEXT:
         raise ValidationFailed(f"value is at most {MAX_TEXT} characters", field="value")
-    out: dict[str, Any] = {"decision": decision, "value": value}
-    for name in ("expected_run_version", "expected_request_version"):
-        given = body.get(name)
-        if isinstance(given, bool) or not isinstance(given, int) or given < 1:
-            raise ValidationFailed(f"{name} must be a positive integer", field=name)
-        out[name] = given
-    return out
+    run_version, request_version = (
+        _version(body, "expected_run_version"),
+        _version(body, "expected_request_version"),
+    )
+    return {
+        "decision": decision,
+        "value": value,
+        "expected_run_version": run_version,
+        "expected_request_version": request_version,
+    }
+
+
+def _version(body: dict[str, Any], name: str) -> int:
+    given = body.get(name)
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        raise ValidationFailed(f"{name} must be a positive integer", field=name)
+    return given
 
 
 def _canonical(doc: Any) -> Any:

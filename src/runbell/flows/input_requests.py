@@ -31,7 +31,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
@@ -58,6 +58,73 @@ MAX_OPTIONS = 50
 # --- opening -------------------------------------------------------------------------
 
 
+class RequestFields(TypedDict):
+    """An open request's body, checked: what it asks, how, and until when."""
+
+    id: str
+    kind: str
+    summary: str
+    details: dict[str, Any] | None
+    options: list[dict[str, str]] | None  # [{id, label}] of a choice
+    blocks_work: bool
+    expires_at: datetime | None
+
+
+class Opened(TypedDict):
+    """``POST /v1/runs/{id}/input-requests``: the request, the run at its new version and
+    the notifications raised (``created: false`` for a retry of the same id)."""
+
+    input_request: views.InputRequestView
+    run: views.RunView
+    notifications: list[views.NotificationView]
+    created: bool
+
+
+class RequestDetail(TypedDict):
+    """``GET /v1/input-requests/{id}``."""
+
+    input_request: views.InputRequestView
+    run: views.RunView
+    actionable: bool
+    actionable_reason: str
+    may_answer: bool
+
+
+class AnswerFields(TypedDict):
+    """An answer's body, checked: the decision and the versions the person saw."""
+
+    decision: str  # approve | reject | answer
+    value: str | None
+    expected_run_version: int
+    expected_request_version: int
+
+
+class ResponseView(TypedDict):
+    input_request_id: str
+    decision: str
+    value: str | None
+    answered_by: views.Person
+    answered_at: str | None
+    expected_run_version: int
+    expected_request_version: int
+
+
+class Answered(TypedDict):
+    """An answer's 200: the response, the request (without details: it is stored for
+    replays) and the run as it is now; an amendment's answer adds the amendment."""
+
+    response: ResponseView
+    input_request: views.InputRequestView
+    run: views.RunView
+
+
+class RequestNow(TypedDict):
+    """The ``current`` of a 409: the run and the request now, without details."""
+
+    run: views.RunView
+    input_request: views.InputRequestView
+
+
 def open_request(
     core: Core,
     who: Principal,
@@ -79,7 +146,7 @@ def open_request(
 
 def _opening(
     core: Core, who: Principal, run_id: str, body: dict[str, Any]
-) -> Callable[[Tx], tuple[int, dict[str, Any]]]:
+) -> Callable[[Tx], tuple[int, Opened]]:
     """Validate an open request's body now; the action to run in the transaction returns
     (201, the result) or (200, the request as it is) for a retry of the same id."""
     fields = _request_fields(body)
@@ -87,7 +154,7 @@ def _opening(
         {"run_id": run_id, **fields, "expires_at": views.iso(fields["expires_at"])}
     )
 
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+    def act(tx: Tx) -> tuple[int, Opened]:
         opened = _open_in(core, tx, who, run_id, fields, digest)
         return (201 if opened["created"] else 200), opened
 
@@ -95,8 +162,8 @@ def _opening(
 
 
 def _open_in(
-    core: Core, tx: Tx, who: Principal, run_id: str, fields: dict[str, Any], digest: str
-) -> dict[str, Any]:
+    core: Core, tx: Tx, who: Principal, run_id: str, fields: RequestFields, digest: str
+) -> Opened:
     tenant_id, request_id = who.tenant_id, fields["id"]
     conn = tx.conn
     run = runs.require_run(conn, tenant_id, run_id, for_update=True)
@@ -204,9 +271,7 @@ def _open_in(
     return _opened(conn, req, run, ids, created=True)
 
 
-def _opened(
-    conn: Any, req: InputRequest, run: Run, ids: list[str], *, created: bool
-) -> dict[str, Any]:
+def _opened(conn: Any, req: InputRequest, run: Run, ids: list[str], *, created: bool) -> Opened:
     return {
         "input_request": views.input_request_view(req, include_details=True),
         "run": views.run_view(run),
@@ -217,7 +282,7 @@ def _opened(
     }
 
 
-def _request_fields(body: dict[str, Any]) -> dict[str, Any]:
+def _request_fields(body: dict[str, Any]) -> RequestFields:
     """Validate an open request's body (also for callers that skip the API schema)."""
     request_id = body.get("input_request_id")
     if not isinstance(request_id, str) or not 1 <= len(request_id) <= 200:
@@ -273,7 +338,7 @@ def _request_fields(body: dict[str, Any]) -> dict[str, Any]:
 # --- reading -------------------------------------------------------------------------
 
 
-def get_request(core: Core, who: Principal, request_id: str) -> dict[str, Any]:
+def get_request(core: Core, who: Principal, request_id: str) -> RequestDetail:
     """The request with its run, whether it can still be answered and whether *you* may.
 
     Any key, a person who may see the run, or one its authority names by role (who may
@@ -411,11 +476,11 @@ def expire_in_tx(tx: Tx, req: InputRequest, run: Run) -> None:
 # --- helpers -------------------------------------------------------------------------
 
 
-def current_of(run: Run, req: InputRequest) -> dict[str, Any]:
+def current_of(run: Run, req: InputRequest) -> RequestNow:
     """The ``current`` of a 409: the run and the request now, without details."""
     return {"run": views.run_view(run), "input_request": views.input_request_view(req)}
 
 
-def fingerprint(doc: dict[str, Any]) -> str:
+def fingerprint(doc: object) -> str:
     """A stable hash of a request's (or an answer's) fields."""
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()

@@ -78,8 +78,7 @@ class LocalBackend:
 
     async def get_input_request(self, request_id: str) -> Mapping[str, Any]:
         found = await self._call(requests.get_request, self.core, self.who, request_id)
-        req: dict[str, Any] = found["input_request"]
-        return req
+        return found["input_request"]
 
     async def get_run(self, run_id: str) -> Mapping[str, Any]:
         return await self._call(runs.get_run, self.core, self.who, run_id)
