@@ -99,14 +99,6 @@ OperationEvent = TypedDict(
 )
 
 
-class Ledger(LedgerState):
-    """``GET /v1/runs/{id}/operations``."""
-
-    run_id: str
-    operations: list[OperationView]
-    outcome: str | None
-
-
 class ClaimAnswer(TypedDict):
     """``POST /v1/runs/{id}/claim``."""
 
@@ -115,22 +107,6 @@ class ClaimAnswer(TypedDict):
     epoch: int
     previous_worker_id: str | None
     previous_worker_may_still_act: bool
-
-
-class DeclaredAnswer(LedgerState):
-    """``POST /v1/runs/{id}/operations``."""
-
-    run_id: str
-    operations: list[OperationView]
-    created: list[str]
-
-
-class MovedAnswer(LedgerState):
-    """``PATCH /v1/runs/{id}/operations/{op}``."""
-
-    operation: OperationView
-    changed: bool
-    run: views.RunView
 
 
 def _event(op: Operation, before: str | None) -> OperationEvent:
@@ -170,6 +146,30 @@ class LedgerState(TypedDict):
 
     summary: OperationsSummary
     previous_worker_may_still_act: bool
+
+
+class Ledger(LedgerState):
+    """``GET /v1/runs/{id}/operations``."""
+
+    run_id: str
+    operations: list[OperationView]
+    outcome: str | None
+
+
+class DeclaredAnswer(LedgerState):
+    """``POST /v1/runs/{id}/operations``."""
+
+    run_id: str
+    operations: list[OperationView]
+    created: list[str]
+
+
+class MovedAnswer(LedgerState):
+    """``PATCH /v1/runs/{id}/operations/{op}``."""
+
+    operation: OperationView
+    changed: bool
+    run: views.RunView
 
 
 def summary(conn: Any, tenant_id: str, run_id: str) -> LedgerSummary:
