@@ -16,7 +16,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 TEXT_MAX = 500  # the notification's reason holds 500 characters
 
@@ -34,6 +34,16 @@ def _sentence(text: str) -> str:
     return text.rstrip(". ") + "."
 
 
+class CancelSummary(TypedDict):
+    """What a cancelled run kept and what stays uncertain (stored on the run)."""
+
+    kept: str | None
+    uncertain: str | None
+    counts: dict[str, int] | None
+    tracked: bool
+    text: str
+
+
 def outcome(
     kept: str | None,
     *,
@@ -41,7 +51,7 @@ def outcome(
     uncertain: str | None = None,
     tracked: bool = False,
     counts: dict[str, int] | None = None,
-) -> dict[str, Any]:
+) -> CancelSummary:
     """``{kept, uncertain, counts, tracked, text}`` for a run that reached ``cancelled``.
 
     ``kept``: the runtime's own account of what it did (its ``report.summary``), or None.

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
+
+from runbell.domain.cancellation import CancelSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +57,52 @@ class Run:
     cancel_requested_at: datetime | None
     cancel_requested_by: str | None
     cancel_reason: str | None
-    cancel_summary: dict[str, Any] | None
+    cancel_summary: CancelSummary | None
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Run:
         return cls(**row)
+
+
+class RunChanges(TypedDict, total=False):
+    """Some columns of a run, changed: what ``dataclasses.replace(run, **changes)`` and
+    ``store.runs.update_run`` take."""
+
+    tenant_id: str
+    run_id: str
+    owner_user_id: str
+    title: str | None
+    kind: str | None
+    subject: dict[str, Any] | None
+    objective: str | None
+    authority: dict[str, Any] | None
+    state: str
+    version: int
+    sequence: int | None
+    notify_on_complete: bool
+    metadata: dict[str, Any] | None
+    details: dict[str, Any] | None
+    progress: dict[str, Any] | None
+    report: dict[str, Any] | None
+    stop_reason: str | None
+    error: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_progress_at: datetime | None
+    stall_after_seconds: int | None
+    stall_clock_at: datetime | None
+    stall_due_at: datetime | None
+    stalled_at: datetime | None
+    worker_id: str | None
+    worker_epoch: int
+    outcome: str | None
+    has_operations: bool
+    cancel_requested_at: datetime | None
+    cancel_requested_by: str | None
+    cancel_reason: str | None
+    cancel_summary: CancelSummary | None
 
 
 @dataclass(frozen=True, slots=True)

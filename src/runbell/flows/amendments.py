@@ -39,13 +39,13 @@ names, never the proposed text).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import structlog
 
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import InputRequest, Run
+from runbell.domain.records import InputRequest, Run, RunChanges
 from runbell.domain.runs import is_terminal
 from runbell.flows import idempotency, views
 from runbell.flows.amendment_views import AmendmentView, amendment_view
@@ -456,15 +456,12 @@ def _refusal(
 
 def _apply(tx: Tx, who: Principal, run: Run, amendment: Amendment) -> Run:
     """The approved changes, as a new run version (transition kind ``amend``)."""
-    changes = dict(amendment.changes or {})
+    # An amendment changes only the FIELDS above (checked when proposed).
+    changes = cast(RunChanges, dict(amendment.changes or {}))
     version = run.version + 1
     fields = sorted(changes)
-    runs.update_run(
-        tx.conn,
-        run.tenant_id,
-        run.run_id,
-        {**changes, "version": version, "updated_at": tx.now},
-    )
+    changes.update({"version": version, "updated_at": tx.now})
+    runs.update_run(tx.conn, run.tenant_id, run.run_id, changes)
     runs.add_transition(
         tx.conn,
         {
@@ -482,7 +479,7 @@ def _apply(tx: Tx, who: Principal, run: Run, amendment: Amendment) -> Run:
     )
     # What an open request asked about may have changed: its action must not run.
     supersede_actionable(tx, run.tenant_id, run.run_id, version)
-    run = replace(run, **changes, version=version, updated_at=tx.now)
+    run = replace(run, **changes)
     tx.emit(
         run.tenant_id,
         PendingEvent("run.updated", views.run_event(run), run_id=run.run_id),

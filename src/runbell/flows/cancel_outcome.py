@@ -20,11 +20,10 @@ the ledger (``flows.operations.summary``) and names what stays uncertain.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import structlog
 
-from runbell.domain.cancellation import outcome
+from runbell.domain.cancellation import CancelSummary, outcome
 from runbell.domain.operations import OpState
 from runbell.domain.records import Run
 from runbell.flows import operations
@@ -61,7 +60,7 @@ def _on_cancel_requested(tx: Tx, run: Run) -> None:
 NAMED_MAX = 10
 
 
-def cancel_summary(tx: Tx, run: Run) -> dict[str, Any]:
+def cancel_summary(tx: Tx, run: Run) -> CancelSummary:
     """What was kept and what stays uncertain, for a run reaching ``cancelled`` in ``tx``.
 
     ``{"kept", "uncertain", "counts", "tracked", "text"}``: ``kept`` is the runtime's own

@@ -29,7 +29,7 @@ Invariants kept here (DESIGN §2):
 
 Example::
 
-    request_cancel(core, person, "fix-42", {"reason": "wrong branch"}, key).content()
+    request_cancel(core, person, "fix-42", "wrong branch", key).content()
     # {"outcome": "requested", "run": {..., "state": "stopping",
     #  "cancel_requested": {"at": "…", "by": "usr_…", "by_kind": "user",
     #                       "reason": "wrong branch"}}}
@@ -38,13 +38,13 @@ Example::
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
-from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from runbell.domain.errors import Conflict, Forbidden, NotFound
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run
+from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import RunState, is_terminal
 from runbell.domain.text import REASON_MAX, public_text
 from runbell.flows import cancel_outcome, transitions, views
@@ -59,6 +59,13 @@ log = structlog.get_logger(__name__)
 NOT_AUTHORIZED = "only the run's owner or the people its authority names can cancel it"
 
 
+class CancelAnswer(TypedDict):
+    """``POST /v1/runs/{id}/cancel``: ``requested`` (202) or ``already_stopping`` (200)."""
+
+    outcome: str
+    run: views.RunView
+
+
 def may_cancel(conn: Any, who: Principal, run: Run) -> bool:
     """The run's authority (as for answers), or one of the tenant's API keys."""
     return who.kind == "key" or may_answer(conn, who, run)
@@ -68,16 +75,12 @@ def request_cancel(
     core: Core,
     who: Principal,
     run_id: str,
-    body: dict[str, Any] | None,
+    reason: str | None,
     key: IdempotencyKey | None = None,
 ) -> Answer:
     """Ask the run to stop. 202 ``{outcome: "requested", run}`` when it moves to
     ``stopping``; 200 ``{outcome: "already_stopping", run}`` when it was stopping already;
     404 / 403 / 409 as the module docstring says."""
-    body = body or {}
-    reason = body.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise ValidationFailed("reason must be a string", field="reason")
     reason = public_text(reason, REASON_MAX)  # public: feed, webhooks, the run page
 
     def prepare() -> Act:
@@ -88,7 +91,7 @@ def request_cancel(
 
 def _cancel_in(
     core: Core, tx: Tx, who: Principal, run_id: str, reason: str | None
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, CancelAnswer]:
     conn, tenant_id = tx.conn, who.tenant_id
     run = runs.get_run(conn, tenant_id, run_id, for_update=True)
     if run is None:
@@ -105,7 +108,7 @@ def _cancel_in(
         )
     first = run.cancel_requested_at is None
     if first:
-        requested: dict[str, Any] = {
+        requested: RunChanges = {
             "cancel_requested_at": tx.now,
             "cancel_requested_by": who.user_id if who.is_user else None,
             "cancel_reason": reason,

@@ -23,7 +23,6 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TypedDict
 
 import structlog
 
@@ -39,6 +38,7 @@ from runbell.domain.records import Run
 from runbell.domain.runs import RunState
 from runbell.flows.attention import close_notification, raise_attention
 from runbell.flows.context import Core
+from runbell.flows.operation_views import OperationsSummary
 from runbell.flows.policy import policy_in
 from runbell.store import notifications as notes
 from runbell.store import operations as ledger
@@ -63,13 +63,6 @@ class Judged:
     outcome: str | None
     attention: str | None = None  # None: what ``attention_for`` said stands
     reason: str | None = None
-
-
-class OperationsSummary(TypedDict):
-    """A run's ledger in counts (``{"confirmed": 3, "uncertain": 1}``) and in words."""
-
-    counts: dict[str, int]
-    text: str
 
 
 def operations_summary(counts: dict[str, int]) -> OperationsSummary:

@@ -1,4 +1,4 @@
-"""The operations ledger as callers see it: one operation's view, typed.
+"""The operations ledger as callers see it: one operation's view and the ledger's answers, typed.
 
 Apart from :mod:`runbell.flows.operations` (the use cases) so the run page and the API
 share one shape without the page importing the ledger's writes.
@@ -60,3 +60,83 @@ def operation_view(op: Operation, *, include_details: bool = True) -> OperationV
     if include_details:
         out["details"] = op.details
     return out
+
+
+class OperationsSummary(TypedDict):
+    """A run's ledger in counts (``{"confirmed": 3, "uncertain": 1}``) and in words."""
+
+    counts: dict[str, int]
+    text: str
+
+
+class LedgerSummary(OperationsSummary):
+    uncertain: list[str]  # ids of operations that may have landed
+    kept: int  # confirmed
+
+
+class LedgerSnapshot(TypedDict):
+    """What a run snapshot adds about its operations."""
+
+    operations: OperationsSummary
+    previous_worker_may_still_act: bool
+
+
+class LedgerState(TypedDict):
+    """:class:`LedgerSnapshot` as the ledger's own answers carry it."""
+
+    summary: OperationsSummary
+    previous_worker_may_still_act: bool
+
+
+class Ledger(LedgerState):
+    """``GET /v1/runs/{id}/operations``."""
+
+    run_id: str
+    operations: list[OperationView]
+    outcome: str | None
+
+
+class DeclaredAnswer(LedgerState):
+    """``POST /v1/runs/{id}/operations``."""
+
+    run_id: str
+    operations: list[OperationView]
+    created: list[str]
+
+
+class MovedAnswer(LedgerState):
+    """``PATCH /v1/runs/{id}/operations/{op}``."""
+
+    operation: OperationView
+    changed: bool
+    run: views.RunView
+
+
+class TargetRef(TypedDict):
+    type: str
+    id: str
+
+
+# The feed/webhook payload of operation.updated ("from" is a keyword: functional form).
+OperationEvent = TypedDict(
+    "OperationEvent",
+    {
+        "run_id": str,
+        "operation_id": str,
+        "state": str,
+        "from": str | None,
+        "target": TargetRef,
+        "intent": str,
+        "epoch": int | None,
+    },
+)
+
+
+class ClaimAnswer(TypedDict):
+    """``POST /v1/runs/{id}/claim``."""
+
+    run_id: str
+    worker_id: str
+    epoch: int
+    previous_worker_id: str | None
+    previous_worker_may_still_act: bool

@@ -29,7 +29,7 @@ Example (what the API router calls)::
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any, TypedDict
+from typing import Any
 
 import structlog
 
@@ -45,10 +45,19 @@ from runbell.domain.records import Run
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
 from runbell.flows import completion, stalls, views
-from runbell.flows.completion import OperationsSummary
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
-from runbell.flows.operation_views import OperationView, operation_view
+from runbell.flows.operation_views import (
+    ClaimAnswer,
+    DeclaredAnswer,
+    Ledger,
+    LedgerSnapshot,
+    LedgerState,
+    LedgerSummary,
+    MovedAnswer,
+    OperationEvent,
+    operation_view,
+)
 from runbell.store import operations as ledger
 from runbell.store import runs
 from runbell.store.db import PendingEvent, Tx
@@ -79,36 +88,6 @@ class Declared:
     body_hash: str
 
 
-class TargetRef(TypedDict):
-    type: str
-    id: str
-
-
-# The feed/webhook payload of operation.updated ("from" is a keyword: functional form).
-OperationEvent = TypedDict(
-    "OperationEvent",
-    {
-        "run_id": str,
-        "operation_id": str,
-        "state": str,
-        "from": str | None,
-        "target": TargetRef,
-        "intent": str,
-        "epoch": int | None,
-    },
-)
-
-
-class ClaimAnswer(TypedDict):
-    """``POST /v1/runs/{id}/claim``."""
-
-    run_id: str
-    worker_id: str
-    epoch: int
-    previous_worker_id: str | None
-    previous_worker_may_still_act: bool
-
-
 def _event(op: Operation, before: str | None) -> OperationEvent:
     """The thin feed/webhook payload: no details, no evidence, no destination key."""
     return {
@@ -127,49 +106,6 @@ def _emit(tx: Tx, op: Operation, before: str | None) -> None:
         op.tenant_id,
         PendingEvent("operation.updated", _event(op, before), run_id=op.run_id),
     )
-
-
-class LedgerSummary(OperationsSummary):
-    uncertain: list[str]  # ids of operations that may have landed
-    kept: int  # confirmed
-
-
-class LedgerSnapshot(TypedDict):
-    """What a run snapshot adds about its operations."""
-
-    operations: OperationsSummary
-    previous_worker_may_still_act: bool
-
-
-class LedgerState(TypedDict):
-    """:class:`LedgerSnapshot` as the ledger's own answers carry it."""
-
-    summary: OperationsSummary
-    previous_worker_may_still_act: bool
-
-
-class Ledger(LedgerState):
-    """``GET /v1/runs/{id}/operations``."""
-
-    run_id: str
-    operations: list[OperationView]
-    outcome: str | None
-
-
-class DeclaredAnswer(LedgerState):
-    """``POST /v1/runs/{id}/operations``."""
-
-    run_id: str
-    operations: list[OperationView]
-    created: list[str]
-
-
-class MovedAnswer(LedgerState):
-    """``PATCH /v1/runs/{id}/operations/{op}``."""
-
-    operation: OperationView
-    changed: bool
-    run: views.RunView
 
 
 def summary(conn: Any, tenant_id: str, run_id: str) -> LedgerSummary:

@@ -27,8 +27,8 @@ from runbell.domain.operations import counts_text as ledger_text
 from runbell.domain.operations import normalized
 from runbell.domain.principal import Principal
 from runbell.flows import runs, views
-from runbell.flows.completion import OperationsSummary
 from runbell.flows.context import Core
+from runbell.flows.operation_views import OperationsSummary
 from runbell.store import feed
 from runbell.store import operations as ledger
 from runbell.store import overview as q

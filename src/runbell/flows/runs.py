@@ -16,22 +16,22 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import structlog
 from sqlalchemy.exc import IntegrityError
 
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run
+from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
 from runbell.flows import amendment_views, operations, stalls, views
 from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
-from runbell.flows.completion import OperationsSummary
 from runbell.flows.context import Core
 from runbell.flows.input_requests import pending_view
+from runbell.flows.operation_views import OperationsSummary
 from runbell.store import accounts, mismatches, runs
 from runbell.store import notifications as notes
 from runbell.store import stalls as stall_store
@@ -156,7 +156,11 @@ def _update_run(
             f"/v1/runs/{run.run_id}/signals, not PUT",
             field="state",
         )
-    changes = {k: body[k] for k in RUN_FIELDS if k in body and body[k] != getattr(run, k)}
+    # Keys from RUN_FIELDS, all columns of runs (the API's RunPut checked their types).
+    changes = cast(
+        RunChanges,
+        {k: body[k] for k in RUN_FIELDS if k in body and body[k] != getattr(run, k)},
+    )
     if "notify_on_complete" in changes:
         changes["notify_on_complete"] = bool(changes["notify_on_complete"])
     if owner_id is not None and owner_id != run.owner_user_id:
@@ -170,7 +174,7 @@ def _update_run(
             current=views.run_view(run),
         )
     version = run.version + 1
-    changes.update(version=version, updated_at=tx.now)
+    changes.update({"version": version, "updated_at": tx.now})
     if "stall_after_seconds" in changes and run.state == "working" and not run.stalled_at:
         # The clock keeps its start; only when it runs out changes.
         after_s = stalls.threshold(core, tx, replace(run, **changes))

@@ -36,7 +36,7 @@ from typing import Any
 
 import structlog
 
-from runbell.domain.records import Run
+from runbell.domain.records import Run, RunChanges
 from runbell.flows import views
 from runbell.flows.attention import close_notification, raise_attention, supersede_actionable
 from runbell.flows.context import Core
@@ -56,7 +56,7 @@ def threshold(core: Core, tx: Tx, run: Run) -> int | None:
     return after or None
 
 
-def restart_clock(core: Core, tx: Tx, run: Run, state: str) -> dict[str, Any]:
+def restart_clock(core: Core, tx: Tx, run: Run, state: str) -> RunChanges:
     """The run columns of a stall clock restarted now, for a run moving to ``state``:
     running only while ``working``. Ends any open episode (see :func:`end_episode`)."""
     due = store.due_at(tx.now, threshold(core, tx, run)) if state == "working" else None
@@ -110,7 +110,7 @@ def recover_on_progress(core: Core, tx: Tx, run: Run) -> Run:
     changes = restart_clock(core, tx, run, run.state)
     stalled = run.stalled_at is not None
     if stalled:
-        changes.update(version=run.version + 1, updated_at=tx.now)
+        changes.update({"version": run.version + 1, "updated_at": tx.now})
     runs.update_run(tx.conn, run.tenant_id, run.run_id, changes)
     after = replace(run, **changes)
     if stalled:
@@ -166,7 +166,7 @@ def _record_stall(core: Core, tx: Tx, run: Run, after_s: int) -> None:
     tenant_id, run_id = run.tenant_id, run.run_id
     version = run.version + 1
     silent = int((tx.now - (run.stall_clock_at or tx.now)).total_seconds())
-    changes: dict[str, Any] = {
+    changes: RunChanges = {
         "version": version,
         "updated_at": tx.now,
         "stalled_at": tx.now,

@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from runbell.domain.records import Run
+from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
 from runbell.flows import cancel_outcome, completion, stalls, views
 from runbell.flows.attention import (
@@ -125,9 +125,9 @@ def apply(core: Core, tx: Tx, run: Run, move: TransitionRequest) -> tuple[Run, l
     return m.run, m.ids
 
 
-def run_changes(run: Run, move: TransitionRequest, version: int, now: datetime) -> dict[str, Any]:
+def run_changes(run: Run, move: TransitionRequest, version: int, now: datetime) -> RunChanges:
     """The run columns a move sets, but the stall clock's (pure)."""
-    changes: dict[str, Any] = {"state": move.state, "version": version, "updated_at": now}
+    changes: RunChanges = {"state": move.state, "version": version, "updated_at": now}
     if move.sequence is not None:
         changes["sequence"] = move.sequence
     if move.report:
@@ -135,7 +135,7 @@ def run_changes(run: Run, move: TransitionRequest, version: int, now: datetime) 
     if move.state == "working" and run.started_at is None:
         changes["started_at"] = now
     if is_terminal(move.state):
-        changes.update(finished_at=now, stop_reason=move.reason, error=move.error)
+        changes.update({"finished_at": now, "stop_reason": move.reason, "error": move.error})
     return changes
 
 
@@ -198,7 +198,8 @@ def settle_cancellation(m: Moving) -> None:
     if m.move.state == RunState.CANCELLED:
         m.run = cancel_outcome.settle(m.tx, m.run)
         m.facts["cancelled_by_owner"] = cancel_outcome.requested_by_person(m.run)
-        m.note_reason = (m.run.cancel_summary or {}).get("text")
+        summary = m.run.cancel_summary
+        m.note_reason = None if summary is None else summary["text"]
 
 
 def attention_of(

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
+from runbell.domain.cancellation import CancelSummary
 from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import MCP_STATUS, RunState, is_terminal
 
@@ -60,7 +61,7 @@ class RunView(TypedDict):
     finished_at: str | None
     last_progress_at: str | None
     cancel_requested: CancelRequest | None
-    cancellation: dict[str, Any] | None
+    cancellation: CancelSummary | None
     stall_after_seconds: int | None
     stalled_at: str | None
     stall_due_at: str | None

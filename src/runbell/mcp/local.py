@@ -84,8 +84,9 @@ class LocalBackend:
         return await self._call(runs.get_run, self.core, self.who, run_id)
 
     async def cancel(self, run_id: str, reason: str | None) -> Mapping[str, Any]:
-        body = {"reason": reason} if reason else {}
-        answer = await self._call(cancel_request.request_cancel, self.core, self.who, run_id, body)
+        answer = await self._call(
+            cancel_request.request_cancel, self.core, self.who, run_id, reason or None
+        )
         return answer.content()
 
     async def attention(self, limit: int) -> Mapping[str, Any]:

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run, Transition
+from runbell.domain.records import Run, RunChanges, Transition
 from runbell.store import fast
 from runbell.store import tables as t
 from runbell.store.db import Tx
@@ -121,7 +121,7 @@ def insert_run(conn: Connection, run: Run) -> None:
     conn.execute(t.runs.insert().values(**asdict(run)))
 
 
-def update_run(conn: Connection, tenant_id: str, run_id: str, values: dict[str, Any]) -> None:
+def update_run(conn: Connection, tenant_id: str, run_id: str, values: RunChanges) -> None:
     conn.execute(
         sa.update(t.runs)
         .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)

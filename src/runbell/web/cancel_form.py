@@ -38,7 +38,7 @@ def cancel_form(run_id: str, signed: Checked, core: CoreDep) -> Response:
         idempotency.fingerprint({"web": "cancel", "run_id": run_id, "reason": reason}),
     )
     try:
-        cancel_request.request_cancel(core, v.who, run_id, {"reason": reason}, ik)
+        cancel_request.request_cancel(core, v.who, run_id, reason, ik)
     except NotFound:
         return no_access(v, 404)
     except Conflict as exc:

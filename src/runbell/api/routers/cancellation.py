@@ -39,5 +39,5 @@ def cancel_run(
     ``failed``). By the run's owner or the people its authority names (others 403), or an
     API key of the tenant (the runtime stopping its own run). 200 when the run was
     stopping already; 409 with ``current`` when it has finished."""
-    fields = body.model_dump(exclude_unset=True) if body is not None else {}
-    return answered(cancel_request.request_cancel(core, who, run_id, fields, key))
+    reason = body.reason if body is not None else None
+    return answered(cancel_request.request_cancel(core, who, run_id, reason, key))
