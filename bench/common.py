@@ -286,9 +286,12 @@ class Tally:
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """This environment without RUNBELL_* (a child gets exactly the settings we pass)."""
+    """This environment without RUNBELL_* (a child gets exactly the settings we pass).
+
+    The child imports ``bench`` and ``runbell`` from this checkout, whatever the virtualenv
+    has installed (a shared one may point at another worktree)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNBELL_")}
-    env.update(PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
+    env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "src")]))
     env.update(extra)
     return env
 

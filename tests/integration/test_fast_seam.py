@@ -1,12 +1,17 @@
 """What ``store/fast.py`` relies on in SQLAlchemy, checked against the installed version.
 
-The seam runs hot statements on the driver's cursor with SQLAlchemy's own bind and result
-processors, read through private attributes (``_bind_processors``, ``_result_columns``,
-``_cached_result_processor``, ``_has_events``). pyproject.toml bounds SQLAlchemy
-(``<2.2``); an upgrade inside or past that bound that changes any of these fails here,
-on both databases, rather than as wrong values in production: every hot statement must
-still compile to what the seam sends, and rows read through the seam must equal rows
-read through ``conn.execute`` — datetimes, JSON and all.
+The seam compiles each hot statement once and runs it on the driver's cursor, with bind
+and result processors taken from the types through public API only (its docstring lists
+every piece). pyproject.toml bounds SQLAlchemy (``<2.2``); an upgrade inside or past that
+bound that changes any of it fails here, on both databases, rather than as wrong values
+in production:
+
+- every hot statement (every :class:`fast.Statement` in ``runbell.store``), run through
+  the seam and through ``conn.execute`` on the same data, each in a savepoint rolled back
+  afterwards, sends the same SQL and the same parameters, returns the same rows with the
+  same keys and the same typed values, and leaves the same rows behind;
+- the public pieces themselves behave as the seam expects (compiled names and values,
+  processors of the types it meets, ``exported_columns``, cursor listeners, errors).
 """
 
 from __future__ import annotations
@@ -14,23 +19,23 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from sqlalchemy.engine import Connection
 
 import runbell.store
-from runbell.domain.records import Run
 from runbell.flows.context import Core
-from runbell.store import fast, runs
+from runbell.store import accounts, fast, outbox, runs
 from runbell.store import notifications as notes
+from runbell.store import tables as t
 from runbell.testing import TenantCreds
 from tests.conftest import bearer
-
-
-def anon(text: str) -> str:
-    """A literal's bind (``state == "open"``) is named after an object id, new on every
-    compile: compare such names by their position only."""
-    return re.sub(r"\b\d+ (\w+)", r"anon \1", text)
 
 
 def hot_statements() -> dict[str, fast.Statement]:
@@ -43,62 +48,504 @@ def hot_statements() -> dict[str, fast.Statement]:
     return found
 
 
-def test_every_hot_statement_compiles_to_what_the_seam_sends(core: Core) -> None:
-    statements = hot_statements()
-    assert len(statements) >= 15  # the write path's statements are all found
-    with core.db.read() as conn:
-        dialect = conn.dialect
-        for name, stmt in statements.items():
-            compiled = stmt._for(conn)
-            built = stmt._build() if stmt._build is not None else stmt._build_for(dialect.name)  # type: ignore[attr-defined]
-            public = built.compile(dialect=dialect)
-            assert anon(compiled.sql) == anon(public.string), name
-            order = public.positiontup if public.positional else list(public.binds)
-            assert [anon(n) for n in compiled.names] == [anon(n) for n in order], name
-            # The private pieces the seam reads, in the shapes it reads them.
-            assert isinstance(public._bind_processors, dict), name
-            for column in public._result_columns:
-                assert isinstance(column[0], str), name
-                assert hasattr(column[3], "_cached_result_processor"), name
-    assert isinstance(conn._has_events, bool)
-    assert isinstance(core.db.engine._has_events, bool)
+# --- the data every case reads or writes next to -----------------------------------------
 
 
-def test_rows_through_the_seam_equal_rows_through_sqlalchemy(
-    client: TestClient, core: Core, creds: TenantCreds
-) -> None:
+@dataclass
+class World:
+    tenant: str
+    owner: str
+    now: datetime
+    run: dict[str, Any]  # completed, with a notification
+    note: dict[str, Any]
+    transition: dict[str, Any]
+    inbound: dict[str, Any]
+
+
+def commit_runs(client: TestClient, creds: TenantCreds) -> None:
+    """Through the API: a completed run (its transitions, inbound events and an open
+    notification) and a working one."""
     body = {
         "owner": creds.owner_email,
         "state": "working",
         "notify_on_complete": True,
         "metadata": {"repo": "acme/web", "n": 3, "nested": {"ok": True}},
     }
-    r = client.put("/v1/runs/seam-1", json=body, headers=bearer(creds.runtime_key))
-    assert r.status_code == 201, r.text
+    for run_id in ("seam-1", "seam-2"):
+        r = client.put(f"/v1/runs/{run_id}", json=body, headers=bearer(creds.runtime_key))
+        assert r.status_code == 201, r.text
     r = client.post(
         "/v1/runs/seam-1/signals",
         json={"event_id": "e1", "state": "completed", "reason": "done"},
         headers=bearer(creds.runtime_key),
     )
     assert r.status_code in (200, 201, 202), r.text
-    params = {"tenant_id": creds.tenant_id, "run_id": "seam-1"}
-    with core.db.read() as conn:
-        for stmt in (runs._GET_RUN, notes._OPEN_FOR_RUN):
-            built = stmt._build()  # type: ignore[misc]
-            through_sa = [dict(row._mapping) for row in conn.execute(built, params)]
-            through_seam = stmt.rows(conn, **params)
-            assert through_seam == through_sa
-            assert through_seam  # not vacuous: the run and its notification exist
-    run = through_seam_run(core, creds)
-    assert run.created_at.tzinfo is not None  # aware UTC, as conn.execute gives
-    assert run.metadata == body["metadata"]
 
 
-def through_seam_run(core: Core, creds: TenantCreds) -> Run:
-    with core.db.read() as conn:
-        found = runs.get_run(conn, creds.tenant_id, "seam-1")
-    assert found is not None
-    return found
+def make_world(creds: TenantCreds, conn: Connection) -> World:
+    """The committed runs, and in ``conn``'s transaction: a policy, a webhook endpoint, a
+    due escalation step and an overdue stall clock."""
+    tenant = creds.tenant_id
+    now = datetime.now(UTC)
+
+    def one(table: sa.Table, *where: Any) -> dict[str, Any]:
+        row = conn.execute(sa.select(table).where(table.c.tenant_id == tenant, *where)).first()
+        assert row is not None, table.name
+        return dict(row._mapping)
+
+    run = one(t.runs, t.runs.c.run_id == "seam-1")
+    note = one(t.notifications, t.notifications.c.run_id == "seam-1")
+    transition = one(t.transitions, t.transitions.c.run_id == "seam-1", t.transitions.c.version > 1)
+    inbound = one(t.inbound_events, t.inbound_events.c.event_id == "e1")
+
+    accounts.set_tenant_policy(conn, tenant, {"rules": [{"id": "r1", "on": ["completed"]}]})
+    conn.execute(
+        t.webhook_endpoints.insert().values(
+            id="ep_seam",
+            tenant_id=tenant,
+            url="https://hooks.example/seam",
+            description=None,
+            event_types=["run.completed"],
+            secrets=[{"sealed": "x", "created_at": now.isoformat(), "expires_at": None}],
+            status="enabled",
+            dead_streak=0,
+            rate_limit_per_s=None,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    conn.execute(
+        t.escalation_steps.insert().values(
+            id="esc_seam",
+            tenant_id=tenant,
+            notification_id=note["id"],
+            step_no=90,
+            channel="email",
+            after_s=60,
+            due_at=now - timedelta(minutes=1),
+            status="pending",
+            created_at=now,
+        )
+    )
+    conn.execute(
+        sa.update(t.runs)
+        .where(t.runs.c.tenant_id == tenant, t.runs.c.run_id == "seam-2")
+        .values(stall_clock_at=now - timedelta(hours=2), stall_due_at=now - timedelta(hours=1))
+    )
+    return World(tenant, creds.owner_id, now, run, note, transition, inbound)
+
+
+# --- one case per hot statement --------------------------------------------------------
+
+
+@dataclass
+class Case:
+    params: dict[str, Any] | list[dict[str, Any]]  # a list: run as executemany
+    written: sa.Select[Any] | None = None  # what it leaves behind, read after it ran
+
+
+def by(table: sa.Table, **key: Any) -> sa.Select[Any]:
+    return sa.select(table).where(*(table.c[k] == v for k, v in key.items()))
+
+
+def digest_item(w: World) -> dict[str, Any]:
+    return {
+        "id": "dgi_seam",
+        "tenant_id": w.tenant,
+        "recipient_user_id": w.owner,
+        "digest_key": "daily",
+        "window_start": w.now.replace(minute=0, second=0, microsecond=0),
+        "closes_at": w.now + timedelta(hours=1),
+        "max_items": 20,
+        "run_id": "seam-1",
+        "transition_version": 2,
+        "attention_type": "completed",
+        "urgency": "normal",
+        "rule_id": "r1",
+        "notification_id": None,
+        "digest_id": None,
+        "created_at": w.now,
+    }
+
+
+def moved(w: World) -> dict[str, Any]:
+    values = {name: w.run[name] for name in runs.MOVED}
+    values.update(
+        state="failed",
+        version=w.run["version"] + 1,
+        updated_at=w.now,
+        error={"code": "boom", "detail": [1, 2.5, None, True]},
+        stall_clock_at=None,
+    )
+    return {"k_tenant": w.tenant, "k_run": "seam-1", **values}
+
+
+CASES: dict[str, Callable[[World], Case]] = {
+    "accounts._ROLE": lambda w: Case({"tenant_id": w.tenant, "user_id": w.owner}),
+    "accounts._POLICY": lambda w: Case({"tenant_id": w.tenant}),
+    "db._BUMP_FEED": lambda w: Case({"tenant_id": w.tenant, "n": 3}, by(t.tenants, id=w.tenant)),
+    "db._INSERT_FEED": lambda w: Case(
+        {
+            "tenant_id": w.tenant,
+            "seq": 10**12,
+            "type": "run.updated",
+            "run_id": "seam-1",
+            "notification_id": None,
+            "user_id": None,
+            "data": {"state": "completed", "n": [1, {"x": None}]},
+            "created_at": w.now,
+        },
+        by(t.feed_events, tenant_id=w.tenant, seq=10**12),
+    ),
+    "digests._ADD_ITEM": lambda w: Case(digest_item(w), by(t.digest_items, id="dgi_seam")),
+    "endpoints._FOR_FANOUT": lambda w: Case({"tenant_id": w.tenant}),
+    "escalations.DUE": lambda w: Case({"now": w.now, "limit": 10}),
+    "notifications._INSERT_ONCE": lambda w: Case(
+        {**w.note, "id": "ntf_seam", "transition_version": 99, "inputs": {"a": [1, "b"]}},
+        by(t.notifications, id="ntf_seam"),
+    ),
+    "notifications._EXISTING": lambda w: Case({c: w.note[c] for c in notes._ONCE}),
+    "notifications._OPEN_FOR_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),
+    "notifications._COUNT_RECENT": lambda w: Case(
+        {
+            "tenant_id": w.tenant,
+            "user_id": w.note["recipient_user_id"],
+            "attention_type": w.note["attention_type"],
+            "since": w.note["created_at"] - timedelta(hours=1),
+            "up_to": 5,
+        }
+    ),
+    "outbox._ADD_DELIVERIES": lambda w: Case(
+        [
+            {
+                **outbox.delivery_row(w.tenant, w.note["id"], "email", "a@x.test", "queued", w.now),
+                "id": "dlv_seam1",
+            },
+            {
+                **outbox.delivery_row(w.tenant, None, "webhook", "ep_seam", "queued", w.now),
+                "id": "dlv_seam2",
+                "payload": {"event": "run.completed", "ok": True},
+            },
+        ],
+        sa.select(t.deliveries).where(t.deliveries.c.id.like("dlv_seam%")).order_by("id"),
+    ),
+    "runs._GET_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),
+    "runs._LOCK_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),
+    "runs._MOVE_RUN": lambda w: Case(moved(w), by(t.runs, tenant_id=w.tenant, run_id="seam-1")),
+    "runs._ADD_TRANSITION": lambda w: Case(
+        {**{c: w.transition[c] for c in runs.TRANSITION_COLUMNS}, "version": 77},
+        by(t.transitions, tenant_id=w.tenant, run_id="seam-1", version=77),
+    ),
+    "runs._FIND_INBOUND": lambda w: Case(
+        {c: w.inbound[c] for c in ("tenant_id", "source_id", "event_id")}
+    ),
+    "runs._INSERT_INBOUND": lambda w: Case(
+        {**{c: w.inbound[c] for c in runs.INBOUND_COLUMNS}, "event_id": "e-seam"},
+        by(t.inbound_events, tenant_id=w.tenant, event_id="e-seam"),
+    ),
+    "stalls.DUE": lambda w: Case({"now": w.now, "limit": 10}),
+}
+
+
+# --- running a statement both ways ------------------------------------------------------
+
+
+def typed(rows: list[dict[str, Any]]) -> list[list[tuple[str, type, Any, Any]]]:
+    """Rows as (key, type, value, UTC offset) — equal values of other types, or naive and
+    aware datetimes, do not compare equal."""
+    return [
+        [(k, type(v), v, v.utcoffset() if isinstance(v, datetime) else None) for k, v in r.items()]
+        for r in rows
+    ]
+
+
+@dataclass
+class Outcome:
+    returned: Any  # rows (SELECT, RETURNING) or the rowcount
+    written: list[dict[str, Any]] | None
+    sent: list[tuple[str, Any]]  # (SQL, driver parameters) as cursor listeners saw them
+
+
+def run_once(conn: Connection, stmt: fast.Statement, case: Case, seam: bool) -> Outcome:
+    sent: list[tuple[str, Any]] = []
+
+    def seen(c: Any, cursor: Any, sql: str, params: Any, context: Any, many: bool) -> None:
+        sent.append((sql, params))
+
+    built = stmt.statement(conn.dialect.name)
+    returns = bool(built.exported_columns)
+    savepoint = conn.begin_nested()
+    sa.event.listen(conn, "before_cursor_execute", seen)
+    try:
+        returned: Any
+        if isinstance(case.params, list):
+            if seam:
+                stmt.many(conn, case.params)
+            else:
+                conn.execute(built, case.params)
+            returned = None
+        elif seam:
+            returned = (
+                stmt.rows(conn, **case.params) if returns else stmt.execute(conn, **case.params)
+            )
+        else:
+            # SQLAlchemy keeps an INSERT's rowcount only when asked to
+            result = conn.execute(built, case.params, execution_options={"preserve_rowcount": True})
+            returned = [dict(r._mapping) for r in result] if returns else result.rowcount
+        sa.event.remove(conn, "before_cursor_execute", seen)
+        written = (
+            None if case.written is None else [dict(r._mapping) for r in conn.execute(case.written)]
+        )
+    finally:
+        if sa.event.contains(conn, "before_cursor_execute", seen):
+            sa.event.remove(conn, "before_cursor_execute", seen)
+        savepoint.rollback()
+    return Outcome(returned, written, sent)
+
+
+def anon(sql: str) -> str:
+    """A literal's bind (``state == "open"``) is named after an object id, new on every
+    compile: compare such names by their position only."""
+    return re.sub(r"\b\d+ (\w+)", r"anon \1", sql)
+
+
+def driver_value(value: Any) -> Any:
+    """psycopg's JSON wrappers have no equality of their own: compare what they wrap."""
+    if type(value).__module__.startswith("psycopg") and hasattr(value, "obj"):
+        return (type(value).__name__, value.obj)
+    return value
+
+
+def same_parameters(seam: Any, through_sa: Any, null_json: set[Any]) -> bool:
+    """Equal, but for the one documented difference: the seam sends ``None`` as SQL NULL
+    where ``conn.execute`` sends the JSON ``null`` (``null_json``: how it looks)."""
+    if isinstance(seam, Mapping):
+        if set(seam) != set(through_sa):
+            return False
+        pairs = [(seam[k], through_sa[k]) for k in seam]
+    else:
+        if len(seam) != len(through_sa):
+            return False
+        pairs = list(zip(seam, through_sa, strict=True))
+    return all(
+        driver_value(a) == driver_value(b) or (a is None and driver_value(b) in null_json)
+        for a, b in pairs
+    )
+
+
+@pytest.fixture
+def world(client: TestClient, core: Core, creds: TenantCreds) -> Iterator[tuple[Connection, World]]:
+    commit_runs(client, creds)
+    with core.db.engine.connect() as conn:
+        outer = conn.begin()
+        try:
+            yield conn, make_world(creds, conn)
+        finally:
+            outer.rollback()
+
+
+def test_every_hot_statement_has_a_case() -> None:
+    statements = hot_statements()
+    assert len(statements) >= 15  # the write path's statements are all found
+    assert set(statements) == set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_seam_and_conn_execute_agree(world: tuple[Connection, World], name: str) -> None:
+    conn, w = world
+    stmt = hot_statements()[name]
+    case = CASES[name](w)
+    seam = run_once(conn, stmt, case, seam=True)
+    through_sa = run_once(conn, stmt, case, seam=False)
+
+    # What each one returned and left behind: the same keys, values and types.
+    if isinstance(seam.returned, list):  # SELECT, RETURNING
+        assert typed(seam.returned) == typed(through_sa.returned), name
+        assert seam.returned, name  # not vacuous: every case finds or makes a row
+    elif seam.returned is not None:  # the rowcount
+        assert seam.returned == through_sa.returned == 1, name
+    if case.written is not None:
+        assert seam.written and typed(seam.written) == typed(through_sa.written), name
+
+    # What the driver was sent: the same SQL and parameters (one statement each; an
+    # executemany may be rewritten by SQLAlchemy into a multi-row INSERT).
+    assert len(seam.sent) == 1, seam.sent
+    if isinstance(case.params, list):
+        return
+    assert len(through_sa.sent) == 1, through_sa.sent
+    (seam_sql, seam_params), (sa_sql, sa_params) = seam.sent[0], through_sa.sent[0]
+    assert anon(seam_sql) == anon(sa_sql), name
+    json_null = {"null", ("Json", None), ("Jsonb", None)}
+    assert same_parameters(seam_params, sa_params, json_null), (seam_params, sa_params)
+
+
+def test_typed_values_come_back_as_conn_execute_gives_them(
+    world: tuple[Connection, World],
+) -> None:
+    """Spot checks of what the comparison above rests on: aware UTC datetimes, decoded
+    JSON, real booleans (SQLite stores 0/1)."""
+    conn, w = world
+    run = runs.get_run(conn, w.tenant, "seam-1")
+    assert run is not None
+    assert run.created_at.tzinfo is not None and run.created_at.utcoffset() == timedelta(0)
+    assert run.metadata == {"repo": "acme/web", "n": 3, "nested": {"ok": True}}
+    assert run.notify_on_complete is True
+    assert (
+        notes.count_recent(
+            conn,
+            w.tenant,
+            w.note["recipient_user_id"],
+            w.note["attention_type"],
+            w.note["created_at"] - timedelta(hours=1),
+            up_to=5,
+        )
+        == 1
+    )
+
+
+# --- the public API the seam reads ------------------------------------------------------
+
+
+def test_compiled_names_and_fixed_values(core: Core) -> None:
+    dialect = core.db.engine.dialect
+    stmt = sa.select(t.runs.c.run_id).where(
+        t.runs.c.tenant_id == sa.bindparam("tenant_id"), t.runs.c.state == "working"
+    )
+    compiled = stmt.compile(dialect=dialect)
+    assert isinstance(compiled.string, str)
+    names = list(compiled.positiontup) if compiled.positional else list(compiled.params)
+    assert len(names) == 2 and names[0] == "tenant_id"
+    fixed = names[1]
+    # params: every name in the SQL, with the statement's own values; binds: their types
+    assert dict(compiled.params) == {"tenant_id": None, fixed: "working"}
+    assert compiled.binds["tenant_id"].required
+    assert not compiled.binds[fixed].required
+    assert isinstance(compiled.binds[fixed].type, sa.String)
+    if compiled.positional:
+        assert compiled.string.count("?") == 2
+    else:
+        assert all(f"%({n})s" in compiled.string for n in names), compiled.string
+
+
+def test_processors_of_the_types_the_seam_meets(core: Core) -> None:
+    dialect = core.db.engine.dialect
+    sqlite = dialect.name == "sqlite"
+    aware = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+
+    def procs(type_: Any) -> tuple[Any, Any]:
+        impl = type_.dialect_impl(dialect)
+        return impl.bind_processor(dialect), impl.result_processor(dialect, None)
+
+    bind, result = procs(t.UTCDateTime())
+    assert bind(aware) == ("2024-05-06 07:08:09.123456" if sqlite else aware)
+    back = result("2024-05-06 07:08:09.123456" if sqlite else aware.replace(tzinfo=None))
+    assert back == aware and back.utcoffset() == timedelta(0)
+    with pytest.raises(ValueError, match="naive"):
+        bind(aware.replace(tzinfo=None))
+
+    doc = {"a": [1, None, True], "b": "é"}
+    bind, result = procs(t.JSON)
+    if sqlite:
+        assert isinstance(bind(doc), str) and result(bind(doc)) == doc
+    else:  # psycopg wraps on the way in and decodes on the way out itself
+        assert type(bind(doc)).__name__ in ("Json", "Jsonb") and bind(doc).obj == doc
+        assert result is None
+
+    bind, result = procs(sa.Boolean())
+    if sqlite:
+        assert result(1) is True and result(0) is False
+    else:
+        assert result is None
+
+    assert procs(sa.String())[1] is None  # plain columns cost nothing
+
+
+def test_exported_columns_name_the_row_keys() -> None:
+    select = sa.select(t.runs.c.run_id, t.runs.c.state, sa.func.count().label("n"))
+    assert list(select.exported_columns.keys()) == ["run_id", "state", "n"]
+    returning = t.runs.insert().returning(t.runs.c.version)
+    assert list(returning.exported_columns.keys()) == ["version"]
+    assert list(t.runs.insert().exported_columns.keys()) == []
+    col = select.exported_columns["state"]
+    assert isinstance(col.type, sa.String)
+
+
+def test_cursor_listeners_see_seam_statements(core: Core, creds: TenantCreds) -> None:
+    seen: list[tuple[str, Any, Any, bool]] = []
+
+    def before(conn: Any, cursor: Any, sql: str, params: Any, context: Any, many: bool) -> None:
+        seen.append((sql, params, context, many))
+
+    after: list[str] = []
+
+    def on_after(conn: Any, cursor: Any, sql: str, *rest: Any) -> None:
+        after.append(sql)
+
+    engine = core.db.engine
+    prepared = accounts._ROLE.prepared(engine.dialect)
+    with engine.connect() as conn:
+        assert not conn.dispatch.before_cursor_execute
+        assert not conn.dispatch.after_cursor_execute
+        sa.event.listen(engine, "before_cursor_execute", before)
+        sa.event.listen(engine, "after_cursor_execute", on_after)
+        try:
+            assert conn.dispatch.before_cursor_execute  # a connection made before, too
+            assert accounts.membership_role(conn, creds.tenant_id, creds.owner_id) == "owner"
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", before)
+            sa.event.remove(engine, "after_cursor_execute", on_after)
+        assert not conn.dispatch.before_cursor_execute
+        accounts.membership_role(conn, creds.tenant_id, creds.owner_id)
+    assert seen == [
+        (
+            prepared.sql,
+            prepared.params({"tenant_id": creds.tenant_id, "user_id": creds.owner_id}),
+            None,
+            False,
+        )
+    ]
+    assert after == [prepared.sql]
+
+
+def test_driver_errors_come_back_as_sqlalchemy_errors(core: Core, creds: TenantCreds) -> None:
+    row = {
+        "tenant_id": creds.tenant_id,
+        "seq": 1,
+        "type": "x",
+        "run_id": None,
+        "notification_id": None,
+        "user_id": None,
+        "data": {},
+        "created_at": datetime.now(UTC),
+    }
+    insert = fast.insert(t.feed_events)
+    with core.db.engine.connect() as conn:
+        outer = conn.begin()
+        insert.execute(conn, **row)
+        savepoint = conn.begin_nested()
+        with pytest.raises(sa.exc.IntegrityError):
+            insert.execute(conn, **row)
+        savepoint.rollback()
+        assert not conn.invalidated
+        outer.rollback()
+
+
+def test_a_statement_is_built_once_per_dialect() -> None:
+    built: list[str] = []
+
+    def build(dialect: str) -> fast.Built:
+        built.append(dialect)
+        return sa.select(t.runs.c.run_id)
+
+    stmt = fast.Statement.per_dialect(build)
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    for dialect in (sqlite.dialect(), postgresql.dialect(), sqlite.dialect()):
+        stmt.prepared(dialect)
+    assert built == ["sqlite", "postgresql"]
+    assert isinstance(stmt.statement("sqlite"), sa.Select)
+    with pytest.raises(TypeError):
+        fast.Statement()
 
 
 def test_sqlalchemy_is_within_the_bound_pyproject_declares() -> None:

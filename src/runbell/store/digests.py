@@ -28,7 +28,7 @@ def _insert(conn: Connection, table: sa.Table) -> Any:
 ITEM_COLUMNS = tuple(c.name for c in _I.columns)
 
 
-def _add_item_sql(dialect: str) -> sa.Executable:
+def _add_item_sql(dialect: str) -> fast.Built:
     ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_I)
     return (
         ins.values({c: sa.bindparam(c, type_=_I.c[c].type) for c in ITEM_COLUMNS})

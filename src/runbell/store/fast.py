@@ -3,15 +3,38 @@
 Building a SQLAlchemy Core statement, computing its cache key and setting up an execution
 context costs 100-700 µs a call on this kind of machine; the driver itself needs ~10 µs.
 For the few statements the write path runs for every signal (BENCHMARKS.md, "Where the
-time goes"), :class:`Statement` compiles the Core statement once per dialect and reuses
-SQLAlchemy's own bind and result processors, so values go in and come out exactly as
-through ``conn.execute`` (aware UTC datetimes, JSON) — only the per-call overhead is gone.
+time goes"), :class:`Statement` compiles the Core statement once per dialect and takes
+each value's bind and result processor from its type, so values go in and come out as
+through ``conn.execute`` (aware UTC datetimes, JSON, SQLite booleans) — only the per-call
+overhead is gone. One difference, kept on purpose: a ``None`` goes to the driver as SQL
+NULL without its type's processor (``conn.execute`` would write the JSON ``'null'`` into a
+JSON column); both read back as ``None``.
 
-It runs on the connection's current transaction (and savepoint), and fires the engine's
-``before_cursor_execute``/``after_cursor_execute`` events like any statement (with no
-execution context), so statement counters and tracing see it. A driver error comes back
-as SQLAlchemy's own ``DBAPIError`` subclass (``IntegrityError``, ``OperationalError``…),
-with the connection invalidated when the driver says it was lost, so callers and
+Only public SQLAlchemy API is used, listed here because an upgrade that changes any of it
+must fail ``tests/integration/test_fast_seam.py`` (pyproject bounds SQLAlchemy ``<2.2``):
+
+- ``ClauseElement.compile(dialect=…)`` and, of the result, ``string``, ``positional``,
+  ``positiontup``, ``params`` (every bind name in the SQL, with the values the statement
+  fixes itself, e.g. ``state == "open"``) and ``binds`` (name → ``BindParameter``:
+  ``type``, ``required``);
+- ``TypeEngine.dialect_impl(dialect)`` with ``bind_processor(dialect)`` and
+  ``result_processor(dialect, None)``;
+- ``exported_columns`` of the statement (a SELECT's columns, a DML statement's
+  RETURNING): the row keys, in the order the driver returns them. Every unnamed
+  expression is labelled (``count(*)`` would otherwise be keyed ``count`` here and
+  ``count_1`` by ``conn.execute``);
+- ``Connection.connection.dbapi_connection`` (the driver connection, in the current
+  transaction and savepoint), ``Dialect.loaded_dbapi``, ``Dialect.is_disconnect``,
+  ``DBAPIError.instance`` and ``Connection.invalidate``;
+- ``Connection.dispatch.before_cursor_execute`` / ``after_cursor_execute``: the
+  listeners of the connection and its engine (falsy when there are none).
+
+When there are cursor listeners (statement counters, tracing), they are called with what
+SQLAlchemy gives them — ``(conn, cursor, statement, parameters, context, executemany)``,
+with no execution context (and a ``retval=True`` listener's return value is not used) —
+so they see these statements as they see any. A driver error comes back as SQLAlchemy's
+own ``DBAPIError`` subclass (``IntegrityError``, ``OperationalError``…), with the
+connection invalidated when the driver says it was lost, so callers and
 :func:`runbell.store.db.unavailable_reason` treat it as they treat any other.
 """
 
@@ -23,110 +46,155 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
+#: What a :class:`Statement` builds: a SELECT, or DML with or without RETURNING.
+Built = sa.Select[Any] | sa.Insert | sa.Update | sa.Delete
 
-class _Compiled:
-    __slots__ = ("binds", "columns", "fixed", "names", "positional", "results", "sql")
+_Processor = Callable[[Any], Any]
 
-    def __init__(self, stmt: sa.Executable, dialect: Dialect) -> None:
-        compiled = stmt.compile(dialect=dialect)  # type: ignore[attr-defined]
+
+class Prepared:
+    """One statement compiled for one dialect: its SQL, how its parameters are sent and
+    how its rows are read."""
+
+    __slots__ = ("fixed", "keys", "names", "plan", "positional", "results", "sql")
+
+    def __init__(self, stmt: Built, dialect: Dialect) -> None:
+        compiled = stmt.compile(dialect=dialect)
         self.sql: str = compiled.string
         self.positional = bool(compiled.positional)
-        self.names: tuple[str, ...] = tuple(
-            compiled.positiontup if compiled.positional else compiled.binds
-        )
-        self.binds: dict[str, Callable[[Any], Any]] = dict(compiled._bind_processors)
-        # Values written into the statement itself (``state == "open"``).
+        # Every bind parameter by the name it has in the SQL, with its value when the
+        # statement fixes it (a literal such as ``state == "open"``).
+        embedded = compiled.params
+        names = compiled.positiontup if self.positional else embedded
+        assert names is not None
+        self.names: tuple[str, ...] = tuple(str(name) for name in names)
+        binds = compiled.binds
+        unknown = [name for name in self.names if name not in binds]
+        if unknown:  # an escaped name (odd characters): not something the seam sends
+            raise ValueError(f"bind parameters the seam cannot name: {unknown}")
         self.fixed: dict[str, Any] = {
-            name: bp.effective_value for name, bp in compiled.binds.items() if not bp.required
+            name: embedded[name] for name in self.names if not binds[name].required
         }
-        self.columns: tuple[str, ...] = tuple(c[0] for c in compiled._result_columns)
-        self.results: tuple[Callable[[Any], Any] | None, ...] = tuple(
-            c[3]._cached_result_processor(dialect, None) for c in compiled._result_columns
+        self.plan: tuple[tuple[str, _Processor | None], ...] = tuple(
+            (name, _bind_processor(binds[name].type, dialect)) for name in self.names
+        )
+        columns = stmt.exported_columns
+        keys = list(columns.keys())
+        if not all(isinstance(key, str) for key in keys):
+            raise ValueError(f"result columns without a name: {keys}")
+        self.keys: tuple[str, ...] = tuple(str(key) for key in keys)
+        self.results: tuple[tuple[str, _Processor], ...] = tuple(
+            (key, proc)
+            for key, proc in (
+                (key, col.type.dialect_impl(dialect).result_processor(dialect, None))
+                for key, col in zip(self.keys, columns, strict=True)
+            )
+            if proc is not None
         )
 
     def params(self, given: Mapping[str, Any]) -> Any:
-        binds = self.binds
+        """The driver's parameters (a list for a positional paramstyle, else a dict)."""
         values = {**self.fixed, **given} if self.fixed else given
         if self.positional:
             out = []
-            for name in self.names:
+            for name, proc in self.plan:
                 value = values[name]
-                proc = binds.get(name)
                 out.append(value if proc is None or value is None else proc(value))
             return out
         named = {}
-        for name in self.names:
+        for name, proc in self.plan:
             value = values[name]
-            proc = binds.get(name)
             named[name] = value if proc is None or value is None else proc(value)
         return named
 
     def row(self, raw: Sequence[Any]) -> dict[str, Any]:
-        return {
-            name: value if proc is None or value is None else proc(value)
-            for name, proc, value in zip(self.columns, self.results, raw, strict=False)
-        }
+        row = dict(zip(self.keys, raw, strict=False))
+        for key, proc in self.results:
+            value = row[key]
+            if value is not None:
+                row[key] = proc(value)
+        return row
+
+
+def _bind_processor(type_: Any, dialect: Dialect) -> _Processor | None:
+    found: _Processor | None = type_.dialect_impl(dialect).bind_processor(dialect)
+    return found
 
 
 class Statement:
     """A Core statement with ``sa.bindparam`` placeholders, compiled once per dialect."""
 
-    def __init__(self, build: Callable[[], sa.Executable] | None = None) -> None:
-        self._build = build
-        self._compiled: dict[str, _Compiled] = {}
+    __slots__ = ("_build", "_prepared")
+
+    def __init__(
+        self,
+        build: Callable[[], Built] | None = None,
+        *,
+        build_for: Callable[[str], Built] | None = None,
+    ) -> None:
+        """``build()`` makes the statement; or ``build_for(dialect_name)``, when its text
+        differs by dialect (:meth:`per_dialect`)."""
+        if (build is None) == (build_for is None):
+            raise TypeError("Statement needs one of build and build_for")
+        self._build: Callable[[str], Built] = (
+            build_for if build_for is not None else lambda _name: build()  # type: ignore[misc]
+        )
+        self._prepared: dict[str, Prepared] = {}
 
     @classmethod
-    def per_dialect(cls, build: Callable[[str], sa.Executable]) -> Statement:
+    def per_dialect(cls, build: Callable[[str], Built]) -> Statement:
         """A statement whose text differs by dialect (``build`` gets its name)."""
-        stmt = cls()
-        stmt._build_for = build  # type: ignore[attr-defined]
-        return stmt
+        return cls(build_for=build)
 
-    def _for(self, conn: Connection) -> _Compiled:
-        name = conn.dialect.name
-        found = self._compiled.get(name)
+    def statement(self, dialect: str) -> Built:
+        """The Core statement for a dialect name, as :meth:`prepared` compiles it."""
+        return self._build(dialect)
+
+    def prepared(self, dialect: Dialect) -> Prepared:
+        """Compiled for this dialect (once; later calls reuse it)."""
+        found = self._prepared.get(dialect.name)
         if found is None:
-            built = self._build() if self._build is not None else self._build_for(name)  # type: ignore[attr-defined]
-            found = self._compiled[name] = _Compiled(built, conn.dialect)
+            found = self._prepared[dialect.name] = Prepared(self._build(dialect.name), dialect)
         return found
 
     def _run(
         self, conn: Connection, params: Iterable[Mapping[str, Any]], many: bool
-    ) -> tuple[_Compiled, Any]:
-        c = self._for(conn)
+    ) -> tuple[Prepared, Any]:
+        p = self.prepared(conn.dialect)
         dbapi_conn = conn.connection.dbapi_connection
         assert dbapi_conn is not None
         cursor = dbapi_conn.cursor()
-        args = [c.params(p) for p in params]
-        sent = args if many else args[0]
+        args = [p.params(given) for given in params]
+        sql = p.sql
+        sent: Any = args if many else args[0]
         # Listeners (statement counters, tracing) see these statements as they see any.
-        observed = conn._has_events or conn.engine._has_events
-        if observed:
-            conn.dispatch.before_cursor_execute(conn, cursor, c.sql, sent, None, many)
+        dispatch = conn.dispatch
+        if dispatch.before_cursor_execute:
+            dispatch.before_cursor_execute(conn, cursor, sql, sent, None, many)
         try:
             if many:
-                cursor.executemany(c.sql, args)
+                cursor.executemany(sql, sent)
             else:
-                cursor.execute(c.sql, args[0])
+                cursor.execute(sql, sent)
         except conn.dialect.loaded_dbapi.Error as exc:
             cursor.close()
-            raise _wrapped(conn, c.sql, exc, dbapi_conn, cursor) from exc
-        if observed:
-            conn.dispatch.after_cursor_execute(conn, cursor, c.sql, sent, None, many)
-        return c, cursor
+            raise _wrapped(conn, sql, exc, dbapi_conn, cursor) from exc
+        if dispatch.after_cursor_execute:
+            dispatch.after_cursor_execute(conn, cursor, sql, sent, None, many)
+        return p, cursor
 
     def rows(self, conn: Connection, **params: Any) -> list[dict[str, Any]]:
-        c, cursor = self._run(conn, [params], many=False)
+        p, cursor = self._run(conn, [params], many=False)
         try:
-            return [c.row(r) for r in cursor.fetchall()]
+            return [p.row(r) for r in cursor.fetchall()]
         finally:
             cursor.close()
 
     def first(self, conn: Connection, **params: Any) -> dict[str, Any] | None:
-        c, cursor = self._run(conn, [params], many=False)
+        p, cursor = self._run(conn, [params], many=False)
         try:
             raw = cursor.fetchone()
-            return None if raw is None else c.row(raw)
+            return None if raw is None else p.row(raw)
         finally:
             cursor.close()
 

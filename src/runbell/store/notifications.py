@@ -22,7 +22,7 @@ NOTIFICATION_COLUMNS = tuple(c.name for c in t.notifications.columns)
 _ONCE = ["tenant_id", "recipient_user_id", "run_id", "transition_version", "attention_type"]
 
 
-def _insert_once_sql(dialect: str) -> sa.Executable:
+def _insert_once_sql(dialect: str) -> fast.Built:
     ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(t.notifications)
     return (
         ins.values(
@@ -213,7 +213,7 @@ def attempts_for(conn: Connection, delivery_id: str) -> list[dict[str, Any]]:
 
 
 _COUNT_RECENT = fast.Statement(
-    lambda: sa.select(sa.func.count()).select_from(
+    lambda: sa.select(sa.func.count().label("n")).select_from(
         sa.select(sa.literal(1))
         .where(
             t.notifications.c.tenant_id == sa.bindparam("tenant_id"),
@@ -249,7 +249,7 @@ def count_recent(
         up_to=up_to,
     )
     assert row is not None
-    return int(next(iter(row.values())))
+    return int(row["n"])
 
 
 def mark_seen(conn: Connection, tenant_id: str, notification_id: str, now: datetime) -> None:
