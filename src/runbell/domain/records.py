@@ -158,3 +158,21 @@ class InputRequest:
     answered_at: datetime | None = None
     decision: str | None = None
     value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundEvent:
+    """One runtime signal a source delivered, kept for dedupe: a retry of the same event
+    id is answered with what the first one got (``outcome``, its notifications)."""
+
+    tenant_id: str
+    source_id: str
+    event_id: str
+    run_id: str
+    claimed_state: str
+    sequence: int | None
+    outcome: str
+    reason: str | None
+    run_version: int | None
+    notification_ids: list[str] | None
+    received_at: datetime

@@ -31,6 +31,7 @@ from sqlalchemy.exc import IntegrityError
 from runbell import metrics
 from runbell.domain.errors import Conflict, ValidationFailed
 from runbell.domain.principal import Principal
+from runbell.domain.records import InboundEvent
 from runbell.domain.runs import RunState, judge
 from runbell.domain.signals import Signal
 from runbell.domain.text import REASON_MAX, public_text
@@ -216,30 +217,30 @@ def _lost_race(
 def _duplicate(
     conn: Connection,
     tenant_id: str,
-    seen: dict[str, Any],
+    seen: InboundEvent,
     run_id: str,
     written: dict[str, dict[str, Any]],
 ) -> SignalResult:
     metrics.DUPLICATES.labels("signal").inc()
-    if seen["run_id"] != run_id:
+    if seen.run_id != run_id:
         # Not a retry: the runtime reused an event id. Dropping it as a duplicate would
         # lose this run's signal silently.
         raise Conflict(
-            f"event_id {seen['event_id']!r} was already used by another run of this "
+            f"event_id {seen.event_id!r} was already used by another run of this "
             "source; event ids must be unique per source",
             field="event_id",
         )
-    run = runs.get_run(conn, tenant_id, seen["run_id"])
-    ids = list(seen.get("notification_ids") or [])
+    run = runs.get_run(conn, tenant_id, seen.run_id)
+    ids = list(seen.notification_ids or [])
     found = [written[i] for i in sorted(ids) if i in written]
     if len(found) < len(ids):
         found = notes.get_many(conn, tenant_id, ids)
     return SignalResult(
         outcome="duplicate",
-        reason=seen.get("reason"),
-        run=views.run_view(run) if run else {"run_id": seen["run_id"]},
+        reason=seen.reason,
+        run=views.run_view(run) if run else {"run_id": seen.run_id},
         notifications=[views.notification_view(n) for n in found],
-        original_outcome=seen["outcome"],
+        original_outcome=seen.outcome,
     )
 
 
@@ -266,19 +267,19 @@ def _accept_in_tx(
         # and, tried again alone, answers as a duplicate.
         runs.defer_inbound(
             tx,
-            {
-                "tenant_id": tenant_id,
-                "source_id": source.id,
-                "event_id": signal.event_id,
-                "run_id": run_id,
-                "claimed_state": signal.state,
-                "sequence": signal.sequence,
-                "outcome": outcome,
-                "reason": reason,
-                "run_version": run.version,
-                "notification_ids": ids,
-                "received_at": tx.now,
-            },
+            InboundEvent(
+                tenant_id=tenant_id,
+                source_id=source.id,
+                event_id=signal.event_id,
+                run_id=run_id,
+                claimed_state=signal.state,
+                sequence=signal.sequence,
+                outcome=outcome,
+                reason=reason,
+                run_version=run.version,
+                notification_ids=ids,
+                received_at=tx.now,
+            ),
         )
 
     sequence = signal.sequence

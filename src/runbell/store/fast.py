@@ -52,7 +52,7 @@ Built = sa.Select[Any] | sa.Insert | sa.Update | sa.Delete
 _Processor = Callable[[Any], Any]
 
 
-class Prepared:
+class Compiled:
     """One statement compiled for one dialect: its SQL, how its parameters are sent and
     how its rows are read."""
 
@@ -139,7 +139,7 @@ class Statement:
         self._build: Callable[[str], Built] = (
             build_for if build_for is not None else lambda _name: build()  # type: ignore[misc]
         )
-        self._prepared: dict[str, Prepared] = {}
+        self._prepared: dict[str, Compiled] = {}
 
     @classmethod
     def per_dialect(cls, build: Callable[[str], Built]) -> Statement:
@@ -150,16 +150,16 @@ class Statement:
         """The Core statement for a dialect name, as :meth:`prepared` compiles it."""
         return self._build(dialect)
 
-    def prepared(self, dialect: Dialect) -> Prepared:
+    def prepared(self, dialect: Dialect) -> Compiled:
         """Compiled for this dialect (once; later calls reuse it)."""
         found = self._prepared.get(dialect.name)
         if found is None:
-            found = self._prepared[dialect.name] = Prepared(self._build(dialect.name), dialect)
+            found = self._prepared[dialect.name] = Compiled(self._build(dialect.name), dialect)
         return found
 
     def _run(
         self, conn: Connection, params: Iterable[Mapping[str, Any]], many: bool
-    ) -> tuple[Prepared, Any]:
+    ) -> tuple[Compiled, Any]:
         p = self.prepared(conn.dialect)
         dbapi_conn = conn.connection.dbapi_connection
         assert dbapi_conn is not None

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run, RunChanges, Transition
+from runbell.domain.records import InboundEvent, Run, RunChanges, Transition
 from runbell.store import fast
 from runbell.store import tables as t
 from runbell.store.db import Tx
@@ -257,17 +257,18 @@ def list_runs(
 
 def find_inbound(
     conn: Connection, tenant_id: str, source_id: str, event_id: str
-) -> dict[str, Any] | None:
-    return _FIND_INBOUND.first(conn, tenant_id=tenant_id, source_id=source_id, event_id=event_id)
+) -> InboundEvent | None:
+    row = _FIND_INBOUND.first(conn, tenant_id=tenant_id, source_id=source_id, event_id=event_id)
+    return None if row is None else InboundEvent(**row)
 
 
-def defer_inbound(tx: Tx, values: dict[str, Any]) -> None:
+def defer_inbound(tx: Tx, event: InboundEvent) -> None:
     """:func:`insert_inbound` at the end of ``tx``; :func:`pending_inbound` finds it before
     then. A concurrent retry's row makes the commit fail on the primary key."""
-    tx.defer(_INSERT_INBOUND, {name: values.get(name) for name in INBOUND_COLUMNS})
+    tx.defer(_INSERT_INBOUND, asdict(event))
 
 
-def pending_inbound(tx: Tx, tenant_id: str, source_id: str, event_id: str) -> dict[str, Any] | None:
+def pending_inbound(tx: Tx, tenant_id: str, source_id: str, event_id: str) -> InboundEvent | None:
     """The dedupe row ``tx`` is about to write for this event, if any."""
     for row in tx.pending(_INSERT_INBOUND):
         if (row["tenant_id"], row["source_id"], row["event_id"]) == (
@@ -275,13 +276,13 @@ def pending_inbound(tx: Tx, tenant_id: str, source_id: str, event_id: str) -> di
             source_id,
             event_id,
         ):
-            return row
+            return InboundEvent(**row)
     return None
 
 
-def insert_inbound(conn: Connection, values: dict[str, Any]) -> None:
+def insert_inbound(conn: Connection, event: InboundEvent) -> None:
     """The dedupe row; its primary key is what makes a concurrent retry fail here."""
-    _INSERT_INBOUND.execute(conn, **{name: values.get(name) for name in INBOUND_COLUMNS})
+    _INSERT_INBOUND.execute(conn, **asdict(event))
 
 
 def get_transition(
