@@ -18,11 +18,11 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from runbell.domain.records import FeedEvent
 from runbell.flows.feed import event_view
 
 HANDOFF = "runbell.sse_handoff"  # scope key: where a response leaves itself to be streamed
@@ -42,7 +42,7 @@ class SseFraming:
 
     keep_alive = b": keep-alive\r\n\r\n"
 
-    def event(self, row: dict[str, Any], /) -> bytes:
+    def event(self, row: FeedEvent, /) -> bytes:
         """One feed event as one frame: ``id``, ``event``, one ``data`` line."""
         data = json.dumps(event_view(row), separators=(",", ":"))
         return f"id: {row['seq']}\r\nevent: {row['type']}\r\ndata: {data}\r\n\r\n".encode()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from runbell.domain.cancellation import CancelSummary
 
@@ -176,3 +176,17 @@ class InboundEvent:
     run_version: int | None
     notification_ids: list[str] | None
     received_at: datetime
+
+
+class FeedEvent(TypedDict):
+    """One event of a tenant's feed as stored. On the stream's hot path a row stays a
+    (typed) dict: no object is built per event. The queries that do not need who or what
+    it is about leave those keys out."""
+
+    seq: int
+    type: str
+    run_id: NotRequired[str | None]
+    notification_id: NotRequired[str | None]
+    user_id: NotRequired[str | None]  # a person's own event (only they may see it)
+    data: dict[str, Any]
+    created_at: datetime

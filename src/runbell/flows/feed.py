@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, TypedDict
 
 from runbell.domain.errors import Gone, ValidationFailed
 from runbell.domain.principal import Principal
+from runbell.domain.records import FeedEvent
 from runbell.flows import views
 from runbell.flows.context import Core
 from runbell.runtime.streams import Framing, Streams, Subscriber
@@ -36,13 +37,33 @@ SNAPSHOT_MAX = 200
 ACTIVE = ("queued", "working", "input_required", "stopping")  # the snapshot's runs
 
 
-def event_view(e: dict[str, Any]) -> dict[str, Any]:
+class EventView(TypedDict):
+    """A feed event as the API and the stream show it."""
+
+    id: str  # its cursor
+    type: str
+    run_id: str | None
+    notification_id: str | None
+    at: str | None
+    data: dict[str, Any]
+
+
+class FeedSnapshot(TypedDict):
+    """``GET /v1/events/snapshot``."""
+
+    head_cursor: str
+    runs: list[views.RunView]
+    notifications: list[views.NotificationView]
+    truncated: bool
+
+
+def event_view(e: FeedEvent) -> EventView:
     """A feed event as the API and the stream show it (its cursor is ``id``)."""
     return {
         "id": str(e["seq"]),
         "type": e["type"],
-        "run_id": e["run_id"],
-        "notification_id": e["notification_id"],
+        "run_id": e.get("run_id"),
+        "notification_id": e.get("notification_id"),
         "at": views.iso(e["created_at"]),
         "data": e["data"],
     }
@@ -112,7 +133,7 @@ def _expired(head: int, pruned: int) -> Gone:
     )
 
 
-def read(core: Core, who: Principal, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+def read(core: Core, who: Principal, after: int, limit: int) -> tuple[list[FeedEvent], int]:
     """Up to ``limit`` events ``who`` may see after ``after`` (as stored: ``seq``,
     ``type``, …; :func:`event_view` shows one), and the position to resume from.
 
@@ -134,7 +155,7 @@ def head_cursor(core: Core, who: Principal) -> int:
     return head
 
 
-def snapshot(core: Core, who: Principal) -> dict[str, Any]:
+def snapshot(core: Core, who: Principal) -> FeedSnapshot:
     """Current state to load instead of replaying: the head cursor, the active runs the
     caller may see and a person's open notifications (``truncated`` past 200 of either)."""
     with core.db.read() as conn:

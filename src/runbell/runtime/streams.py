@@ -28,11 +28,12 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
 from runbell.domain.principal import Principal
+from runbell.domain.records import FeedEvent
 from runbell.runtime.hub import Hub
 from runbell.store import feed
 from runbell.store.db import Database
@@ -53,7 +54,7 @@ class Framing(Protocol):
 
     keep_alive: bytes
 
-    def event(self, row: dict[str, Any], /) -> bytes:
+    def event(self, row: FeedEvent, /) -> bytes:
         """One feed event (a ``feed_events`` row) as its frame."""
         ...
 
@@ -247,7 +248,7 @@ class Tail:
 
     def _read(
         self, after: int | None, users: frozenset[str]
-    ) -> tuple[int, list[dict[str, Any]], dict[str, frozenset[str]]]:
+    ) -> tuple[int, list[FeedEvent], dict[str, frozenset[str]]]:
         self.streams.reads += 1
         with self.streams.db.read() as conn:
             return feed.read_tail(conn, self.tenant_id, after, PAGE, users)
@@ -255,7 +256,7 @@ class Tail:
     def _append(
         self,
         head: int,
-        rows: list[dict[str, Any]],
+        rows: list[FeedEvent],
         access: dict[str, frozenset[str]],
         users: frozenset[str],
     ) -> bool | None:
@@ -273,7 +274,7 @@ class Tail:
                 user_id=r["user_id"],
                 run_id=r["run_id"],
                 frame=render(r),
-                run_access=access.get(r["run_id"], frozenset()),
+                run_access=access.get(r["run_id"] or "", frozenset()),  # (no run: none)
             )
             for r in rows
         )
@@ -445,7 +446,7 @@ class Subscriber:
         self.position = moved_to
         return b"".join(parts)
 
-    def _read_page(self, after: int) -> tuple[list[dict[str, Any]], int]:
+    def _read_page(self, after: int) -> tuple[list[FeedEvent], int]:
         with self.streams.db.read() as conn:
             return feed.read(conn, self.who, after, PAGE)
 

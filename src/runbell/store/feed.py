@@ -8,12 +8,13 @@ events once and filters them per subscriber); a test holds the two equal.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from runbell.domain.principal import Principal
+from runbell.domain.records import FeedEvent
 from runbell.store import tables as t
 from runbell.store.runs import visible_run_ids
 
@@ -78,7 +79,7 @@ _HEAD = sa.select(t.tenants.c.feed_seq).where(t.tenants.c.id == sa.bindparam("te
 
 def read_tail(
     conn: Connection, tenant_id: str, after: int | None, limit: int, users: frozenset[str]
-) -> tuple[int, list[dict[str, Any]], dict[str, frozenset[str]]]:
+) -> tuple[int, list[FeedEvent], dict[str, frozenset[str]]]:
     """Every event of the tenant after ``after`` (whoever may see it), for the stream
     fan-out: ``(head, events, run_access)``. ``after=None`` reads the head only.
 
@@ -93,7 +94,7 @@ def read_tail(
         _TAIL.order_by(t.feed_events.c.seq).limit(limit),
         {"tenant_id": tenant_id, "after": after, "head": head},
     ).all()
-    events = [dict(r._mapping) for r in rows]
+    events = [cast(FeedEvent, dict(r._mapping)) for r in rows]  # the table's columns
     run_ids = {e["run_id"] for e in events if e["run_id"] is not None and e["user_id"] is None}
     access: dict[str, set[str]] = {}
     if users and run_ids:
@@ -109,9 +110,7 @@ def read_tail(
     return head, events, {k: frozenset(v) for k, v in access.items()}
 
 
-def read(
-    conn: Connection, who: Principal, after: int, limit: int
-) -> tuple[list[dict[str, Any]], int]:
+def read(conn: Connection, who: Principal, after: int, limit: int) -> tuple[list[FeedEvent], int]:
     """Visible events after ``after`` and the position to resume from.
 
     When the page is not full, the position moves on to the head as it was *before* the
@@ -131,23 +130,21 @@ def read(
         .order_by(fe.c.seq)
         .limit(limit)
     ).all()
-    events = [dict(r._mapping) for r in rows]
+    events = [cast(FeedEvent, dict(r._mapping)) for r in rows]  # the columns selected
     position = events[-1]["seq"] if events else after
     if len(events) < limit:
         position = max(position, int(head))
     return events, position
 
 
-def for_notification(
-    conn: Connection, tenant_id: str, notification_id: str
-) -> list[dict[str, Any]]:
+def for_notification(conn: Connection, tenant_id: str, notification_id: str) -> list[FeedEvent]:
     fe = t.feed_events
     rows = conn.execute(
         sa.select(fe.c.seq, fe.c.type, fe.c.data, fe.c.created_at)
         .where(fe.c.tenant_id == tenant_id, fe.c.notification_id == notification_id)
         .order_by(fe.c.seq)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [cast(FeedEvent, dict(r._mapping)) for r in rows]  # the columns selected
 
 
 def prune(conn: Connection, tenant_id: str, before: datetime) -> int:

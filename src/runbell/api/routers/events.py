@@ -22,6 +22,7 @@ from runbell.api.openapi import problems, rule, rules
 from runbell.api.sse import FRAMING, EventStreamResponse
 from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
+from runbell.domain.records import FeedEvent
 from runbell.flows import feed
 from runbell.flows.context import Core
 
@@ -38,7 +39,7 @@ CURSOR_RULE = rule(
 
 async def wait_for_events(
     core: Core, who: Principal, after: int, limit: int, wait: float
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[FeedEvent], int]:
     """Events after ``after`` and the resume position; if there are none, sleep until a
     commit wakes us or ``wait`` passes."""
     deadline = time.monotonic() + wait
