@@ -242,3 +242,25 @@ def test_generic_ids_and_texts_keep_the_api_limits() -> None:
     with pytest.raises(ValidationFailed) as err:
         map_generic({"run_id": "r", "state": "failed", "reason": "x" * 501}, "msg_1")
     assert err.value.extra["field"] == "reason"
+
+
+@pytest.mark.parametrize(
+    ("error", "field"),
+    [
+        ({"retryable": "no"}, "error.retryable"),  # bool("no") would have been True
+        ({"user_action_required": 1}, "error.user_action_required"),
+        ({"code": 7}, "error.code"),
+        ({"message": "x" * 2001}, "error.message"),
+        (["not", "an", "object"], "error"),
+    ],
+)
+def test_a_webhook_error_is_checked_as_the_api_checks_it(error: object, field: str) -> None:
+    with pytest.raises(ValidationFailed) as err:
+        map_generic({"run_id": "r", "state": "failed", "error": error}, "msg_1")
+    assert err.value.extra["field"] == field
+
+
+def test_a_webhook_error_keeps_the_keys_it_brings() -> None:
+    error = {"code": "E1", "retryable": True, "hint": "rebase first"}
+    (signal,) = map_generic({"run_id": "r", "state": "failed", "error": error}, "msg_1")
+    assert signal.error == error

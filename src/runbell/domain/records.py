@@ -16,6 +16,16 @@ from typing import Any, NotRequired, TypedDict
 from runbell.domain.cancellation import CancelSummary
 
 
+class ReportedError(TypedDict, total=False):
+    """A failed run's error as the runtime reported it (more keys may come along)."""
+
+    code: str | None
+    message: str | None
+    retryable: bool
+    user_action_required: bool
+    data_inconsistent: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     """One row of ``runs``: a run as Runbell last judged it. The JSON columns are the
@@ -40,7 +50,7 @@ class Run:
     progress: dict[str, Any] | None
     report: dict[str, Any] | None
     stop_reason: str | None
-    error: dict[str, Any] | None
+    error: ReportedError | None
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None
@@ -85,7 +95,7 @@ class RunChanges(TypedDict, total=False):
     progress: dict[str, Any] | None
     report: dict[str, Any] | None
     stop_reason: str | None
-    error: dict[str, Any] | None
+    error: ReportedError | None
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None

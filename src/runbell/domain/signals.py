@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runbell.domain.records import ReportedError
+
 
 @dataclass(frozen=True)
 class Signal:
@@ -16,6 +18,6 @@ class Signal:
     sequence: int | None = None
     at: datetime | None = None
     reason: str | None = None
-    error: dict[str, Any] | None = None
+    error: ReportedError | None = None
     effects_verified: bool | None = None
     report: dict[str, Any] | None = None

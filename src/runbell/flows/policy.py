@@ -11,7 +11,7 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy.engine import Connection
 
@@ -35,7 +35,16 @@ def policy_in(core: Core, tx: Tx, tenant_id: str) -> Policy:
     return policy
 
 
-def view(policy: Policy, own: dict[str, Any] | None) -> dict[str, Any]:
+class PolicyView(TypedDict):
+    """``GET /v1/policy``: the effective rules in order and the tenant's own document."""
+
+    quiet_hours_bypass: list[str]
+    stall_after_seconds: int
+    tenant_rules: dict[str, Any]  # the document as the tenant wrote it
+    effective: list[dict[str, Any]]  # each rule's fields (domain.policy.Rule)
+
+
+def view(policy: Policy, own: dict[str, Any] | None) -> PolicyView:
     return {
         "quiet_hours_bypass": sorted(policy.quiet_bypass),
         "stall_after_seconds": policy.stall_after_s,
@@ -44,14 +53,14 @@ def view(policy: Policy, own: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def get_policy(core: Core, tenant_id: str) -> dict[str, Any]:
+def get_policy(core: Core, tenant_id: str) -> PolicyView:
     """The effective rules in order (tenant rules first), and the tenant's own document."""
     with core.db.read() as conn:
         own = accounts.tenant_policy(conn, tenant_id)
         return view(core.policies.get(tenant_id, own), own)
 
 
-def set_policy(core: Core, tenant_id: str, doc: dict[str, Any]) -> dict[str, Any]:
+def set_policy(core: Core, tenant_id: str, doc: dict[str, Any]) -> PolicyView:
     """Replace the tenant's rules, validated whole before anything is stored."""
     policy = Policy.from_mapping(doc, base=Policy.default())  # raises before storing
     with core.db.transaction() as tx:

@@ -16,7 +16,7 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import structlog
 from sqlalchemy.exc import IntegrityError
@@ -260,9 +260,22 @@ def list_runs(
     }
 
 
+class ProgressAnswer(TypedDict):
+    """``POST /v1/runs/{id}/progress``: live only (``accepted: false`` once finished)."""
+
+    accepted: bool
+    decision: NotRequired[str]  # "live": a heartbeat never notifies anyone
+    reason: NotRequired[str]
+    run: views.RunView
+
+
+#: What progress counts: ``{"done": 2, "total": 5, "unit": "files"}``.
+Counts = dict[str, int | float | str]
+
+
 def record_progress(
-    core: Core, who: Principal, run_id: str, message: str | None, counts: dict[str, Any] | None
-) -> dict[str, Any]:
+    core: Core, who: Principal, run_id: str, message: str | None, counts: Counts | None
+) -> ProgressAnswer:
     """A heartbeat: updates last_progress_at and the live feed. Never a notification."""
     with core.db.transaction() as tx:
         run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)

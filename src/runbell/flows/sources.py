@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import httpx
 
@@ -37,7 +37,38 @@ from runbell.store.accounts import Source
 from runbell.store.db import Tx
 
 
-def source_view(src: Source) -> dict[str, Any]:
+class SourceView(TypedDict):
+    """A source as the API shows it: reader header values masked, secrets counted."""
+
+    id: str
+    name: str
+    kind: str
+    mapper: str | None
+    trust: str
+    reader: dict[str, Any] | None  # the state reader's config, credentials masked
+    secrets: int
+    webhook_url: str | None
+    signing_secret: NotRequired[str]  # shown once, when made
+
+
+class SourceList(TypedDict):
+    sources: list[SourceView]
+
+
+class ProviderResult(TypedDict):
+    run_id: str
+    event_id: str
+    outcome: str
+
+
+class ProviderAnswer(TypedDict):
+    """A provider webhook's answer: no reason texts (they can name the reader's URL)."""
+
+    accepted: int
+    results: list[ProviderResult]
+
+
+def source_view(src: Source) -> SourceView:
     """A source as the API shows it: reader header values masked, secrets counted."""
     reader = src.reader
     if reader:
@@ -128,7 +159,7 @@ def _creation(core: Core, tenant_id: str, body: Mapping[str, Any]) -> Act:
     if secret is None and kind == "webhook":
         secret = new_secret()
 
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+    def act(tx: Tx) -> tuple[int, SourceView]:
         source_id = accounts.create_source(
             tx.conn,
             tenant_id,
@@ -148,7 +179,7 @@ def _creation(core: Core, tenant_id: str, body: Mapping[str, Any]) -> Act:
     return act
 
 
-def list_sources(core: Core, tenant_id: str) -> dict[str, Any]:
+def list_sources(core: Core, tenant_id: str) -> SourceList:
     """The tenant's sources, as views."""
     with core.db.read() as conn:
         return {"sources": [source_view(s) for s in accounts.list_sources(conn, tenant_id)]}
@@ -167,7 +198,7 @@ def rotate_secret(
     if provided is not None:
         check_secret(provided)
 
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+    def act(tx: Tx) -> tuple[int, SourceView]:
         secret = provided if provided is not None else new_secret()
         src = accounts.get_source(tx.conn, tenant_id, source_id)
         if src.kind != "webhook":
@@ -188,7 +219,7 @@ def provider_webhook(
     body: bytes,
     headers: Mapping[str, str],
     address: str | None = None,
-) -> dict[str, Any]:
+) -> ProviderAnswer:
     """A Standard Webhooks-signed provider event: verified against the source's live
     secrets (401 otherwise; 429 past the failed-authentication burst of ``address`` or of
     the source, :mod:`runbell.flows.auth_failures`), mapped to signals, each accepted in
@@ -213,7 +244,7 @@ def provider_webhook(
     except (ValueError, RecursionError) as exc:  # RecursionError: absurd nesting
         raise ValidationFailed("body is not JSON", field="body") from exc
     mapped = MAPPERS[src.mapper or "generic"](payload, headers[HEADER_ID])
-    results = []
+    results: list[ProviderResult] = []
     for m in mapped:
         res = signals.accept_signal(
             core,

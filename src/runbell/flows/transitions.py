@@ -22,14 +22,13 @@ Invariants kept here (DESIGN §2):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import structlog
 
-from runbell.domain.records import Run, RunChanges
+from runbell.domain.records import ReportedError, Run, RunChanges
 from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
 from runbell.flows import cancel_outcome, completion, stalls, views
 from runbell.flows.attention import (
@@ -39,6 +38,7 @@ from runbell.flows.attention import (
     supersede_actionable,
 )
 from runbell.flows.context import Core
+from runbell.flows.operation_views import OperationsSummary
 from runbell.flows.policy import policy_in
 from runbell.store import amendments, runs
 from runbell.store import input_requests as requests
@@ -48,7 +48,28 @@ from runbell.store.db import PendingEvent, Tx
 log = structlog.get_logger(__name__)
 
 
-def error_facts(error: Mapping[str, Any] | None) -> dict[str, bool]:
+#: The ``run.transitioned`` payload: the run's thin view, where it came from, why, the
+#: notifications raised and, for a finished run, its operations ("from" is a keyword).
+TransitionEvent = TypedDict(
+    "TransitionEvent",
+    {
+        "run_id": str,
+        "state": str,
+        "version": int,
+        "kind": str | None,
+        "terminal": bool,
+        "stop_reason": str | None,
+        "report": dict[str, Any] | None,
+        "from": str,
+        "reason": str | None,
+        "notification_ids": list[str],
+        "operations": NotRequired[OperationsSummary],
+        "outcome": NotRequired[str | None],
+    },
+)
+
+
+def error_facts(error: ReportedError | None) -> dict[str, bool]:
     error = error or {}
     return {
         "error_retryable": bool(error.get("retryable")),
@@ -72,7 +93,7 @@ class TransitionRequest:
     source_id: str | None
     event_id: str | None
     reason: str | None
-    error: dict[str, Any] | None
+    error: ReportedError | None
     effects_verified: bool | None
     reported_at: datetime | None = None
     report: dict[str, Any] | None = None
@@ -93,7 +114,7 @@ class Moving:
     version: int
     note_reason: str | None  # the notification's reason (the ledger or a cancellation may say more)
     ids: list[str] = field(default_factory=list)  # notifications raised
-    event: dict[str, Any] = field(default_factory=dict)  # run.transitioned
+    event: TransitionEvent | None = None  # run.transitioned, once judged
     judged: completion.Judged | None = None
     open_notes: list[dict[str, Any]] = field(default_factory=list)
     superseded: set[str] = field(default_factory=set)
@@ -166,16 +187,23 @@ def transition_event(
     reason: str | None,
     ids: list[str],
     judged: completion.Judged | None,
-) -> dict[str, Any]:
+) -> TransitionEvent:
     """The ``run.transitioned`` payload (pure). ``ids`` is filled in as notifications are
     raised, before the event is written at commit."""
-    event = {**views.run_event(run), "from": before, "reason": reason, "notification_ids": ids}
+    event: TransitionEvent = {
+        **views.run_event(run),  # type: ignore[typeddict-item]  # (has neither optional key)
+        "from": before,
+        "reason": reason,
+        "notification_ids": ids,
+    }
     if judged is not None:
-        event.update(operations=judged.operations, outcome=judged.outcome)
+        event["operations"] = judged.operations
+        event["outcome"] = judged.outcome
     return event
 
 
 def announce(m: Moving) -> None:
+    assert m.event is not None  # judge_completion made it
     m.tx.emit(m.run.tenant_id, PendingEvent("run.transitioned", m.event, run_id=m.run.run_id))
 
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
 from runbell.domain.cancellation import CancelSummary
-from runbell.domain.records import InputRequest, Run
+from runbell.domain.records import InputRequest, ReportedError, Run
 from runbell.domain.runs import MCP_STATUS, RunState, is_terminal
 
 
@@ -54,7 +54,7 @@ class RunView(TypedDict):
     progress: dict[str, Any] | None
     report: dict[str, Any] | None
     stop_reason: str | None
-    error: dict[str, Any] | None
+    error: ReportedError | None
     created_at: str | None
     updated_at: str | None
     started_at: str | None

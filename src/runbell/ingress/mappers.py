@@ -20,9 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
+from runbell.domain import limits
 from runbell.domain.errors import ValidationFailed
+from runbell.domain.records import ReportedError
 from runbell.domain.runs import MAX_SEQUENCE, STATE_NAMES
 
 __all__ = [
@@ -70,7 +72,7 @@ class MappedSignal:
     sequence: int | None = None
     at: datetime | None = None
     reason: str | None = None
-    error: dict[str, Any] | None = None
+    error: ReportedError | None = None
     effects_verified: bool | None = None
 
 
@@ -100,9 +102,7 @@ def map_generic(payload: Any, webhook_id: str) -> list[MappedSignal]:
     sequence = _optional_sequence(body, "sequence")
     at = _optional_instant(body, "at")
     reason = _optional_str(body, "reason")
-    error = body.get("error")
-    if error is not None and not isinstance(error, dict):
-        raise ValidationFailed("error must be an object", field="error")
+    error = run_error(body.get("error"))
     return [
         MappedSignal(
             run_id=run_id,
@@ -253,3 +253,22 @@ def _webhook_id(webhook_id: str) -> str:
 
 def _short(value: str, limit: int = 64) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def run_error(value: object) -> ReportedError | None:
+    """A signal's ``error`` as the API's schema takes it: an object whose flags are
+    booleans and whose code and message are short strings (other keys ride along)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValidationFailed("error must be an object", field="error")
+    for name in ("retryable", "user_action_required", "data_inconsistent"):
+        if not isinstance(value.get(name, False), bool):
+            raise ValidationFailed(f"error.{name} must be true or false", field=f"error.{name}")
+    for name, limit in (("code", limits.ERROR_CODE), ("message", limits.ERROR_MESSAGE)):
+        text = value.get(name)
+        if text is not None and (not isinstance(text, str) or len(text) > limit):
+            raise ValidationFailed(
+                f"error.{name} is a string of at most {limit} characters", field=f"error.{name}"
+            )
+    return cast(ReportedError, value)  # checked above, key by key

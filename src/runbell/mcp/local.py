@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 
@@ -14,6 +14,7 @@ from runbell.api.routers.events import wait_for_events
 from runbell.api.schemas import InputRequestIn, RunPut, SignalIn
 from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
+from runbell.domain.records import ReportedError
 from runbell.flows import cancel_request, feed, overview, runs, signals
 from runbell.flows import input_requests as requests
 from runbell.flows.context import Core
@@ -60,7 +61,7 @@ class LocalBackend:
             event_id=parsed.event_id,
             state=parsed.state,
             reason=parsed.reason,
-            error=parsed.error.model_dump() if parsed.error else None,
+            error=cast(ReportedError, parsed.error.model_dump()) if parsed.error else None,
         )
         try:
             result = await signals.accept_signal_async(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Path, Query, Response
 from starlette.concurrency import run_in_threadpool
@@ -12,6 +12,7 @@ from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
 from runbell.domain.overview import GROUPS, STATES
+from runbell.domain.records import ReportedError
 from runbell.flows import overview, runs, signals
 from runbell.flows.signals import Signal
 
@@ -117,7 +118,7 @@ async def post_signal(
         sequence=body.sequence,
         at=body.at,
         reason=body.reason,
-        error=body.error.model_dump() if body.error else None,
+        error=cast(ReportedError, body.error.model_dump()) if body.error else None,  # validated
         effects_verified=body.effects_verified,
         report=body.report.model_dump(exclude_none=True) if body.report else None,
     )
