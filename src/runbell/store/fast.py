@@ -52,7 +52,7 @@ Built = sa.Select[Any] | sa.Insert | sa.Update | sa.Delete
 _Processor = Callable[[Any], Any]
 
 
-class Prepared:
+class Compiled:
     """One statement compiled for one dialect: its SQL, how its parameters are sent and
     how its rows are read."""
 
@@ -124,7 +124,7 @@ def _bind_processor(type_: Any, dialect: Dialect) -> _Processor | None:
 class Statement:
     """A Core statement with ``sa.bindparam`` placeholders, compiled once per dialect."""
 
-    __slots__ = ("_build", "_prepared")
+    __slots__ = ("_build", "_compiled")
 
     def __init__(
         self,
@@ -139,7 +139,7 @@ class Statement:
         self._build: Callable[[str], Built] = (
             build_for if build_for is not None else lambda _name: build()  # type: ignore[misc]
         )
-        self._prepared: dict[str, Prepared] = {}
+        self._compiled: dict[str, Compiled] = {}
 
     @classmethod
     def per_dialect(cls, build: Callable[[str], Built]) -> Statement:
@@ -147,20 +147,20 @@ class Statement:
         return cls(build_for=build)
 
     def statement(self, dialect: str) -> Built:
-        """The Core statement for a dialect name, as :meth:`prepared` compiles it."""
+        """The Core statement for a dialect name, as :meth:`compiled` compiles it."""
         return self._build(dialect)
 
-    def prepared(self, dialect: Dialect) -> Prepared:
+    def compiled(self, dialect: Dialect) -> Compiled:
         """Compiled for this dialect (once; later calls reuse it)."""
-        found = self._prepared.get(dialect.name)
+        found = self._compiled.get(dialect.name)
         if found is None:
-            found = self._prepared[dialect.name] = Prepared(self._build(dialect.name), dialect)
+            found = self._compiled[dialect.name] = Compiled(self._build(dialect.name), dialect)
         return found
 
     def _run(
         self, conn: Connection, params: Iterable[Mapping[str, Any]], many: bool
-    ) -> tuple[Prepared, Any]:
-        p = self.prepared(conn.dialect)
+    ) -> tuple[Compiled, Any]:
+        p = self.compiled(conn.dialect)
         dbapi_conn = conn.connection.dbapi_connection
         assert dbapi_conn is not None
         cursor = dbapi_conn.cursor()
