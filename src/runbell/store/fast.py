@@ -121,8 +121,15 @@ def _bind_processor(type_: Any, dialect: Dialect) -> _Processor | None:
     return found
 
 
+def _same_for_every_dialect(build: Callable[[], Built]) -> Callable[[str], Built]:
+    return lambda _dialect: build()
+
+
 class Statement:
-    """A Core statement with ``sa.bindparam`` placeholders, compiled once per dialect."""
+    """A Core statement with ``sa.bindparam`` placeholders, compiled once per dialect.
+
+    Its result columns are table columns or labelled (``sa.func.count().label("n")``), so
+    the seam keys rows as ``conn.execute`` does."""
 
     __slots__ = ("_build", "_compiled")
 
@@ -134,11 +141,11 @@ class Statement:
     ) -> None:
         """``build()`` makes the statement; or ``build_for(dialect_name)``, when its text
         differs by dialect (:meth:`per_dialect`)."""
-        if (build is None) == (build_for is None):
+        if build is not None and build_for is None:
+            build_for = _same_for_every_dialect(build)
+        elif build is not None or build_for is None:
             raise TypeError("Statement needs one of build and build_for")
-        self._build: Callable[[str], Built] = (
-            build_for if build_for is not None else lambda _name: build()  # type: ignore[misc]
-        )
+        self._build: Callable[[str], Built] = build_for
         self._compiled: dict[str, Compiled] = {}
 
     @classmethod
