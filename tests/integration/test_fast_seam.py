@@ -482,7 +482,7 @@ def test_cursor_listeners_see_seam_statements(core: Core, creds: TenantCreds) ->
         after.append(sql)
 
     engine = core.db.engine
-    prepared = accounts._ROLE.prepared(engine.dialect)
+    compiled = accounts._ROLE.compiled(engine.dialect)
     with engine.connect() as conn:
         assert not conn.dispatch.before_cursor_execute
         assert not conn.dispatch.after_cursor_execute
@@ -498,13 +498,13 @@ def test_cursor_listeners_see_seam_statements(core: Core, creds: TenantCreds) ->
         accounts.membership_role(conn, creds.tenant_id, creds.owner_id)
     assert seen == [
         (
-            prepared.sql,
-            prepared.params({"tenant_id": creds.tenant_id, "user_id": creds.owner_id}),
+            compiled.sql,
+            compiled.params({"tenant_id": creds.tenant_id, "user_id": creds.owner_id}),
             None,
             False,
         )
     ]
-    assert after == [prepared.sql]
+    assert after == [compiled.sql]
 
 
 def test_driver_errors_come_back_as_sqlalchemy_errors(core: Core, creds: TenantCreds) -> None:
@@ -541,7 +541,7 @@ def test_a_statement_is_built_once_per_dialect() -> None:
     from sqlalchemy.dialects import postgresql, sqlite
 
     for dialect in (sqlite.dialect(), postgresql.dialect(), sqlite.dialect()):
-        stmt.prepared(dialect)
+        stmt.compiled(dialect)
     assert built == ["sqlite", "postgresql"]
     assert isinstance(stmt.statement("sqlite"), sa.Select)
     with pytest.raises(TypeError):

@@ -78,9 +78,9 @@ def seeded(core: Core, creds: TenantCreds) -> dict[str, Any]:
 
 def plan(core: Core, stmt: fast.Statement, **params: Any) -> dict[str, Any]:
     with core.db.engine.connect() as conn:
-        prepared = stmt.prepared(conn.dialect)
+        compiled = stmt.compiled(conn.dialect)
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute("EXPLAIN (FORMAT JSON) " + prepared.sql, prepared.params(params))
+        cursor.execute("EXPLAIN (FORMAT JSON) " + compiled.sql, compiled.params(params))
         raw = cursor.fetchone()[0]
         cursor.close()
     found: dict[str, Any] = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]

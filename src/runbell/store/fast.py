@@ -121,10 +121,17 @@ def _bind_processor(type_: Any, dialect: Dialect) -> _Processor | None:
     return found
 
 
-class Statement:
-    """A Core statement with ``sa.bindparam`` placeholders, compiled once per dialect."""
+def _same_for_every_dialect(build: Callable[[], Built]) -> Callable[[str], Built]:
+    return lambda _dialect: build()
 
-    __slots__ = ("_build", "_prepared")
+
+class Statement:
+    """A Core statement with ``sa.bindparam`` placeholders, compiled once per dialect.
+
+    Its result columns are table columns or labelled (``sa.func.count().label("n")``), so
+    the seam keys rows as ``conn.execute`` does."""
+
+    __slots__ = ("_build", "_compiled")
 
     def __init__(
         self,
@@ -134,12 +141,12 @@ class Statement:
     ) -> None:
         """``build()`` makes the statement; or ``build_for(dialect_name)``, when its text
         differs by dialect (:meth:`per_dialect`)."""
-        if (build is None) == (build_for is None):
+        if build is not None and build_for is None:
+            build_for = _same_for_every_dialect(build)
+        elif build is not None or build_for is None:
             raise TypeError("Statement needs one of build and build_for")
-        self._build: Callable[[str], Built] = (
-            build_for if build_for is not None else lambda _name: build()  # type: ignore[misc]
-        )
-        self._prepared: dict[str, Compiled] = {}
+        self._build: Callable[[str], Built] = build_for
+        self._compiled: dict[str, Compiled] = {}
 
     @classmethod
     def per_dialect(cls, build: Callable[[str], Built]) -> Statement:
@@ -147,20 +154,20 @@ class Statement:
         return cls(build_for=build)
 
     def statement(self, dialect: str) -> Built:
-        """The Core statement for a dialect name, as :meth:`prepared` compiles it."""
+        """The Core statement for a dialect name, as :meth:`compiled` compiles it."""
         return self._build(dialect)
 
-    def prepared(self, dialect: Dialect) -> Compiled:
+    def compiled(self, dialect: Dialect) -> Compiled:
         """Compiled for this dialect (once; later calls reuse it)."""
-        found = self._prepared.get(dialect.name)
+        found = self._compiled.get(dialect.name)
         if found is None:
-            found = self._prepared[dialect.name] = Compiled(self._build(dialect.name), dialect)
+            found = self._compiled[dialect.name] = Compiled(self._build(dialect.name), dialect)
         return found
 
     def _run(
         self, conn: Connection, params: Iterable[Mapping[str, Any]], many: bool
     ) -> tuple[Compiled, Any]:
-        p = self.prepared(conn.dialect)
+        p = self.compiled(conn.dialect)
         dbapi_conn = conn.connection.dbapi_connection
         assert dbapi_conn is not None
         cursor = dbapi_conn.cursor()
