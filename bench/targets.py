@@ -138,9 +138,10 @@ def create_runs(core: Core, tenant: Tenant, run_ids: Sequence[str], batch: int =
     transaction: set-up must cost little next to what is measured."""
     from runbell.domain.principal import Principal
     from runbell.flows import runs
+    from runbell.flows.inputs import RunFields
 
     who = Principal(tenant_id=tenant.tenant_id, kind="key", role="runtime")
-    body = {"owner": tenant.owner_email, "state": "working", "title": "bench run"}
+    body: RunFields = {"owner": tenant.owner_email, "state": "working", "title": "bench run"}
     for start in range(0, len(run_ids), batch):
         with core.db.transaction() as tx:
             for run_id in run_ids[start : start + batch]:

@@ -32,7 +32,7 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from fastapi import APIRouter, FastAPI, Request
@@ -44,6 +44,7 @@ from runbell.domain.principal import Principal
 from runbell.flows import accounts, endpoints, inbox, operations, runs, signals
 from runbell.flows import input_requests as actions
 from runbell.flows.context import Core
+from runbell.flows.inputs import MoveBody
 from runbell.flows.signals import Signal
 from runbell.web.templating import render
 
@@ -316,9 +317,8 @@ def _review_seen(core: Core, owner: Principal) -> bool:
 
 
 async def _move(core: Core, who: Principal, op_id: str, state: str, **extra: Any) -> None:
-    await asyncio.to_thread(
-        operations.move, core, who, LEDGER_RUN_ID, op_id, {"state": state, **extra}
-    )
+    body = cast(MoveBody, {"state": state, **extra})  # epoch and evidence, as given
+    await asyncio.to_thread(operations.move, core, who, LEDGER_RUN_ID, op_id, body)
 
 
 def _state_of(core: Core, who: Principal, run_id: str) -> str | None:

@@ -821,9 +821,9 @@ def test_an_answer_on_one_run_never_answers_another_runs_request(
     assert owner is not None
     body = {"decision": "approve", "expected_run_version": 2, "expected_request_version": 1}
     with pytest.raises(NotFound):
-        answers.respond(core, owner, "req-1", body, "k-other", run_id="run-2")
+        answers.answer(core, owner, "req-1", body, "k-other", run_id="run-2")
     assert rows(core, t.responses, creds.tenant_id) == []
     assert get_request(client, creds.owner_token, "req-1")["input_request"]["state"] == "pending"
     # The same answer on the request's own run is the one that counts.
-    done = answers.respond(core, owner, "req-1", body, "k-own", run_id="run-1")
+    done = answers.answer(core, owner, "req-1", body, "k-own", run_id="run-1").content()
     assert done["input_request"]["state"] == "answered"

@@ -54,6 +54,7 @@ from runbell.flows.input_requests import (
     fingerprint,
     may_answer,
 )
+from runbell.flows.inputs import AnswerBody
 from runbell.ids import new_id
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
@@ -71,24 +72,11 @@ MAX_TEXT = 10_000
 NOT_AUTHORIZED = "only the run's owner or the people it names can answer this request"
 
 
-def respond(
-    core: Core,
-    who: Principal,
-    request_id: str,
-    body: dict[str, Any],
-    idempotency_key: str | None,
-    *,
-    run_id: str | None = None,
-) -> dict[str, Any]:
-    """Answer a request once: ``{response, input_request, run}`` (see :func:`answer`)."""
-    return answer(core, who, request_id, body, idempotency_key, run_id=run_id).content()
-
-
 def answer(
     core: Core,
     who: Principal,
     request_id: str,
-    body: dict[str, Any],
+    body: AnswerBody,
     idempotency_key: str | None,
     *,
     run_id: str | None = None,
@@ -353,7 +341,7 @@ def _check_decision(req: InputRequest, answer: AnswerFields) -> None:
         raise ValidationFailed("a text request needs a non-empty value", field="value")
 
 
-def _answer_fields(body: dict[str, Any]) -> AnswerFields:
+def _answer_fields(body: AnswerBody) -> AnswerFields:
     decision = body.get("decision")
     if decision not in ("approve", "reject", "answer"):
         raise ValidationFailed("decision must be approve, reject or answer", field="decision")
@@ -374,7 +362,7 @@ def _answer_fields(body: dict[str, Any]) -> AnswerFields:
     }
 
 
-def _version(body: dict[str, Any], name: str) -> int:
+def _version(body: AnswerBody, name: str) -> int:
     given = body.get(name)
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
         raise ValidationFailed(f"{name} must be a positive integer", field=name)

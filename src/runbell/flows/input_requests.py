@@ -44,6 +44,7 @@ from runbell.flows import transitions, views
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
+from runbell.flows.inputs import RequestBody
 from runbell.store import accounts, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
@@ -129,7 +130,7 @@ def open_request(
     core: Core,
     who: Principal,
     run_id: str,
-    body: dict[str, Any],
+    body: RequestBody,
     key: IdempotencyKey | None = None,
 ) -> Answer:
     """Open an input request: the run moves to ``input_required`` at a new version.
@@ -145,7 +146,7 @@ def open_request(
 
 
 def _opening(
-    core: Core, who: Principal, run_id: str, body: dict[str, Any]
+    core: Core, who: Principal, run_id: str, body: RequestBody
 ) -> Callable[[Tx], tuple[int, Opened]]:
     """Validate an open request's body now; the action to run in the transaction returns
     (201, the result) or (200, the request as it is) for a retry of the same id."""
@@ -282,7 +283,7 @@ def _opened(conn: Any, req: InputRequest, run: Run, ids: list[str], *, created: 
     }
 
 
-def _request_fields(body: dict[str, Any]) -> RequestFields:
+def _request_fields(body: RequestBody) -> RequestFields:
     """Validate an open request's body (also for callers that skip the API schema)."""
     request_id = body.get("input_request_id")
     if not isinstance(request_id, str) or not 1 <= len(request_id) <= 200:
@@ -296,7 +297,7 @@ def _request_fields(body: dict[str, Any]) -> RequestFields:
     details = body.get("details")
     if details is not None and not isinstance(details, dict):
         raise ValidationFailed("details must be an object", field="details")
-    options = [dict(o) for o in body.get("options") or []]
+    options: list[dict[str, Any]] = [dict(o) for o in body.get("options") or []]
     if kind == "choice":
         ids = [o.get("id") for o in options]
         if len(options) < 2:

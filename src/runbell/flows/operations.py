@@ -47,6 +47,7 @@ from runbell.domain.text import public_text
 from runbell.flows import completion, stalls, views
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
+from runbell.flows.inputs import DeclareBody, MoveBody
 from runbell.flows.operation_views import (
     ClaimAnswer,
     DeclaredAnswer,
@@ -272,7 +273,7 @@ def _declared(item: Any, where: str) -> Declared:
     )
 
 
-def declared_items(body: dict[str, Any]) -> tuple[list[Declared], int | None]:
+def declared_items(body: DeclareBody) -> tuple[list[Declared], int | None]:
     """``{"operations": [...], "epoch"?}`` or one operation object (with ``epoch``?)."""
     epoch = body.get("epoch")
     if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
@@ -301,7 +302,7 @@ def declare(
     core: Core,
     who: Principal,
     run_id: str,
-    body: dict[str, Any],
+    body: DeclareBody,
     key: IdempotencyKey | None = None,
 ) -> Answer:
     """Declare one or many intended effects (state ``planned``).
@@ -394,9 +395,7 @@ def _refuse_if_may_have_landed(tx: Tx, tenant_id: str, item: Declared) -> None:
 # --- moving ------------------------------------------------------------------------------
 
 
-def move(
-    core: Core, who: Principal, run_id: str, operation_id: str, body: dict[str, Any]
-) -> MovedAnswer:
+def move(core: Core, who: Principal, run_id: str, operation_id: str, body: MoveBody) -> MovedAnswer:
     """Move one operation to ``body["state"]`` with ``evidence`` (receipt id, lookup
     result, who or what checked). Repeating the move it already made is answered as it
     is (``changed: false``); any other illegal move is a 409 with the operation as it is.
@@ -433,7 +432,12 @@ def move(
                 current={"operation": operation_view(op)},
             )
         before = op.state
-        step = {"state": state, "from": before, "at": views.iso(tx.now), "epoch": epoch}
+        step: dict[str, Any] = {
+            "state": state,
+            "from": before,
+            "at": views.iso(tx.now),
+            "epoch": epoch,
+        }
         if evidence is not None:
             step["evidence"] = evidence
         moved = Moved(

@@ -16,7 +16,7 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, NotRequired, TypedDict, cast
+from typing import NotRequired, TypedDict, cast
 
 import structlog
 from sqlalchemy.exc import IntegrityError
@@ -31,6 +31,7 @@ from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
 from runbell.flows.context import Core
 from runbell.flows.input_requests import pending_view
+from runbell.flows.inputs import RunFields
 from runbell.flows.operation_views import OperationsSummary
 from runbell.store import accounts, mismatches, runs
 from runbell.store import notifications as notes
@@ -54,7 +55,7 @@ RUN_FIELDS = (
 )
 
 
-def put_run(core: Core, who: Principal, run_id: str, body: dict[str, Any]) -> tuple[Run, bool]:
+def put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[Run, bool]:
     """Create a run, or update its descriptive fields. State changes go through signals.
 
     Two creating PUTs may race (``FOR UPDATE`` locks nothing that does not exist yet):
@@ -66,10 +67,11 @@ def put_run(core: Core, who: Principal, run_id: str, body: dict[str, Any]) -> tu
         return _put_run(core, who, run_id, body)
 
 
-def _put_run(core: Core, who: Principal, run_id: str, body: dict[str, Any]) -> tuple[Run, bool]:
+def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[Run, bool]:
     with core.db.transaction() as tx:
         run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
-        owner_id = _member(tx, who.tenant_id, body["owner"], "owner") if body.get("owner") else None
+        owner = body.get("owner")
+        owner_id = _member(tx, who.tenant_id, owner, "owner") if owner else None
         access = {
             _member(tx, who.tenant_id, ref, "authority.users")
             for ref in (body.get("authority") or {}).get("users") or []
@@ -98,7 +100,7 @@ def _create_run(
     who: Principal,
     run_id: str,
     owner_id: str,
-    body: dict[str, Any],
+    body: RunFields,
     access: set[str],
 ) -> Run:
     state = body.get("state") or "queued"
@@ -147,7 +149,7 @@ def _update_run(
     who: Principal,
     run: Run,
     owner_id: str | None,
-    body: dict[str, Any],
+    body: RunFields,
     access: set[str],
 ) -> Run:
     if body.get("state") and body["state"] != run.state:
@@ -159,7 +161,7 @@ def _update_run(
     # Keys from RUN_FIELDS, all columns of runs (the API's RunPut checked their types).
     changes = cast(
         RunChanges,
-        {k: body[k] for k in RUN_FIELDS if k in body and body[k] != getattr(run, k)},
+        {k: v for k, v in body.items() if k in RUN_FIELDS and v != getattr(run, k)},
     )
     if "notify_on_complete" in changes:
         changes["notify_on_complete"] = bool(changes["notify_on_complete"])

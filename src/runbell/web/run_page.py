@@ -32,6 +32,7 @@ from runbell.domain.records import InputRequest, Run, Transition
 from runbell.flows import answers, inbox, pages, receipts, views
 from runbell.flows.context import Core
 from runbell.flows.inbox import NotificationDetail
+from runbell.flows.inputs import AnswerBody
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
 from runbell.web.ledger import ledger_view
@@ -445,7 +446,7 @@ def respond_form(run_id: str, request_id: str, signed: Checked, core: CoreDep) -
         return run_page(core, viewer(core, signed.session), run_id, RunPageState(**kw))
 
     decision = form.first("decision")
-    body: dict[str, Any] = {"decision": decision}
+    body: AnswerBody = {"decision": decision}
     try:
         body["expected_run_version"] = int(form.first("expected_run_version"))
         body["expected_request_version"] = int(form.first("expected_request_version"))
@@ -454,12 +455,12 @@ def respond_form(run_id: str, request_id: str, signed: Checked, core: CoreDep) -
             form_error="The form was incomplete. Reload the page and try again.", status=422
         )
     if decision == "answer":
-        body["value"] = form.first("value")
-        if not body["value"].strip():
+        body["value"] = value = form.first("value")
+        if not value.strip():
             return again(form_error="Choose an option or write an answer first.", status=422)
     key = form.first("idempotency_key")[:200] or secrets.token_urlsafe(24)
     try:
-        answers.respond(core, who, request_id, body, key, run_id=run_id)
+        answers.answer(core, who, request_id, body, key, run_id=run_id)
     except Conflict as exc:
         return again(conflict=refusal_text(viewer(core, signed.session), exc), status=409)
     except Forbidden as exc:

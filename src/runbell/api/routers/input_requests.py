@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Header, Path, Response
 
@@ -14,6 +14,7 @@ from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, InputRequestIn, ResponseIn
 from runbell.flows import answers
 from runbell.flows import input_requests as actions
+from runbell.flows.inputs import AnswerBody, RequestBody
 
 router = APIRouter(tags=["input requests"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
@@ -37,7 +38,7 @@ def open_request(
     run_id: RunId, body: InputRequestIn, who: Runtime, core: CoreDep, key: IdemKey
 ) -> Response:
     """Open an input request (run → input_required). 201; 200 when it is a retry."""
-    fields = body.model_dump(exclude_unset=False)
+    fields = cast(RequestBody, body.model_dump(exclude_unset=False))  # InputRequestIn's
     return answered(actions.open_request(core, who, run_id, fields, key))
 
 
@@ -73,4 +74,5 @@ def respond(
     ] = None,
 ) -> Response:
     """Answer once. 409 with ``current`` when the request or run moved on."""
-    return answered(answers.answer(core, who, request_id, body.model_dump(), idempotency_key))
+    answer = cast(AnswerBody, body.model_dump())  # ResponseIn's fields
+    return answered(answers.answer(core, who, request_id, answer, idempotency_key))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Path, Response
 
@@ -13,6 +13,7 @@ from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, ClaimIn, OperationMove, OperationsIn
 from runbell.flows import operations
+from runbell.flows.inputs import DeclareBody, MoveBody, OperationBody
 
 router = APIRouter(prefix="/v1/runs", tags=["operations"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
@@ -40,9 +41,10 @@ def declare(
     already declared with the same body; 409 for another body under a known id, for new
     work on a target an uncertain operation may already have changed, or a superseded
     worker's epoch."""
-    doc = body.model_dump(exclude_none=True)
+    doc = cast(DeclareBody, body.model_dump(exclude_none=True))  # OperationsIn's fields
     if body.operations is not None:
-        doc = {"operations": [op.model_dump() for op in body.operations], "epoch": body.epoch}
+        batch = [cast(OperationBody, op.model_dump()) for op in body.operations]
+        doc = {"operations": batch, "epoch": body.epoch}
     return answered(operations.declare(core, who, run_id, doc, key))
 
 
@@ -61,7 +63,8 @@ def move(
 ) -> Mapping[str, Any]:
     """Move an operation with evidence. 409 with the operation as it is for an illegal
     move, or for a superseded worker's epoch."""
-    return operations.move(core, who, run_id, operation_id, body.model_dump(exclude_none=True))
+    moved = cast(MoveBody, body.model_dump(exclude_none=True))  # OperationMove's fields
+    return operations.move(core, who, run_id, operation_id, moved)
 
 
 @router.post(

@@ -14,6 +14,7 @@ from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
 from runbell.domain.overview import GROUPS, STATES
 from runbell.domain.records import ReportedError
 from runbell.flows import overview, runs, signals
+from runbell.flows.inputs import RunFields
 from runbell.flows.signals import Signal
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
@@ -54,7 +55,8 @@ def put_run(
     run_id: RunId, body: RunPut, who: Runtime, core: CoreDep, response: Response
 ) -> Mapping[str, Any]:
     """Create a run (201) or update its descriptive fields (200)."""
-    _, created = runs.put_run(core, who, run_id, body.model_dump(exclude_unset=True, mode="json"))
+    fields = cast(RunFields, body.model_dump(exclude_unset=True, mode="json"))  # RunPut's
+    _, created = runs.put_run(core, who, run_id, fields)
     if created:
         response.status_code = 201
     return runs.get_run(core, who, run_id)

@@ -1,0 +1,82 @@
+"""The bodies flows take, typed: what a face hands a use case once it has parsed the
+request (the API's pydantic models, the MCP tools' checked arguments, the web's forms).
+
+Flows still check what a schema cannot (and what a caller that skips the API's schema
+may send wrong); these types say which keys there are and what each holds. ``details``,
+``metadata``, ``subject``, ``evidence`` and a reader's config are the caller's own JSON
+objects, kept as given.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, TypedDict
+
+
+class RunFields(TypedDict, total=False):
+    """``PUT /v1/runs/{id}``: only the fields given change (``owner`` by id or email)."""
+
+    owner: str | None
+    title: str | None
+    kind: str | None
+    subject: dict[str, Any] | None
+    objective: str | None
+    authority: dict[str, Any] | None
+    notify_on_complete: bool | None
+    metadata: dict[str, Any] | None
+    details: dict[str, Any] | None
+    state: str | None  # a new run starts queued or working
+    sequence: int | None
+    stall_after_seconds: int | None
+
+
+class AnswerBody(TypedDict, total=False):
+    """An answer to an input request, bound to the versions the person saw."""
+
+    decision: str  # approve | reject | answer
+    value: str | None
+    expected_run_version: int
+    expected_request_version: int
+
+
+class OptionBody(TypedDict):
+    id: str
+    label: str
+
+
+class RequestBody(TypedDict, total=False):
+    """``POST /v1/runs/{id}/input-requests``."""
+
+    input_request_id: str
+    kind: str  # approval | choice | text
+    summary: str
+    details: dict[str, Any] | None
+    options: list[OptionBody] | None
+    expires_at: datetime | str | None
+    blocks_work: bool
+
+
+class OperationBody(TypedDict, total=False):
+    """One operation a run declares: an intended effect on a target."""
+
+    operation_id: str
+    target: dict[str, Any]  # {type, id, version?}
+    intent: str
+    details: dict[str, Any] | None
+    idempotency_key: str | None
+
+
+class DeclareBody(OperationBody, total=False):
+    """``POST /v1/runs/{id}/operations``: ``operations`` (a batch) or one operation's
+    fields, and the declaring worker's ``epoch``."""
+
+    operations: list[OperationBody] | None
+    epoch: int | None
+
+
+class MoveBody(TypedDict, total=False):
+    """``PATCH /v1/runs/{id}/operations/{op}``."""
+
+    state: str
+    evidence: dict[str, Any] | None
+    epoch: int | None
