@@ -27,6 +27,7 @@ import structlog
 
 from runbell import metrics
 from runbell.channels.base import DeliveryError, PermanentDeliveryError, Sent
+from runbell.domain.channels import facts_of
 from runbell.domain.dispatch import Gate
 from runbell.domain.retry import RetryStrategy
 from runbell.flows.attention import close_notification
@@ -271,7 +272,7 @@ def _retry_or_dead(
                 last_error=f"notification {state}",
             )
             return
-    decision = RetryStrategy.for_channel(row["channel"]).decide(
+    decision = RetryStrategy(facts_of(row["channel"]).retry_schedule).decide(
         attempts=cur["attempt_count"],
         now=tx.now,
         rng=rng,
