@@ -60,17 +60,25 @@ def claim_batch(
     limit: int,
     now: datetime,
     opened: dict[str, str] | None = None,
+    only: str | None = None,
 ) -> ClaimBatch:
+    """Claim up to ``limit`` due deliveries (``only``: that one, when it is due and no
+    other worker holds it), with what sending them needs."""
     s = core.settings
     # Before the transaction: the lease runs from its clock reading, never from later.
     t0 = time.monotonic()
     with core.db.transaction(now=now) as tx:
         rows = outbox.claim(
-            tx.conn, now=tx.now, worker_id=worker_id, lease_s=s.worker_lease_s, limit=limit
+            tx.conn,
+            now=tx.now,
+            worker_id=worker_id,
+            lease_s=s.worker_lease_s,
+            limit=limit,
+            only=only,
         )
         if not rows:
             return ClaimBatch([])
-        hooks = {(r["tenant_id"], r["destination"]) for r in rows if _to_endpoint(r)}
+        hooks = {(r["tenant_id"], r["destination"]) for r in rows if _to_endpoint(r["channel"])}
         eps = endpoints.get_many(tx.conn, hooks)
         wants = [_limits(core, r, eps) for r in rows]
         horizon = rate_horizon(s.worker_lease_s, s.outbound_timeout_s)
@@ -97,7 +105,7 @@ def claim_batch(
         if row["id"] in back:
             continue
         prepared, error = None, None
-        if _to_endpoint(row):
+        if _to_endpoint(row["channel"]):
             ep = eps.get((row["tenant_id"], row["destination"]))
             try:
                 prepared = prepare_webhook(core, ep, row, now_claimed, opened)
@@ -109,9 +117,10 @@ def claim_batch(
     return ClaimBatch(claimed, next_due)
 
 
-def _to_endpoint(row: dict[str, Any]) -> bool:
-    """A row to a tenant's endpoint (a webhook): prepared here, from the batch's read."""
-    facts = FACTS.get(row["channel"])
+def _to_endpoint(channel: str) -> bool:
+    """A row on ``channel`` goes to a tenant's endpoint (a webhook): prepared here, from
+    the batch's read."""
+    facts = FACTS.get(channel)
     return facts is not None and facts.destination == "endpoint"
 
 

@@ -11,7 +11,8 @@ read, not taken from when the notification was created (DESIGN §2):
   only — never the run's title, reason or details.
 
 For a tenant webhook: the endpoint as it is now (enabled, its event-type filter, its live
-signing secrets).
+signing secrets). For a sign-in email: only whether its links are still alive (the person
+asked for it a moment ago; consent and quiet hours are for alerts).
 
 Which channel a row is on decides nothing here by name: its facts (``domain.channels``)
 say who it is for and where its destinations are kept, and its spec
@@ -28,7 +29,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.channels import registry
 from runbell.channels.base import Outbound
-from runbell.domain.channels import FACTS, consented_urgencies, facts_of
+from runbell.domain.channels import FACTS, SIGN_IN, consented_urgencies, facts_of
 from runbell.domain.dispatch import DispatchContext, Gate, gate
 from runbell.domain.escalation import RETRACTED
 from runbell.domain.principal import Principal
@@ -41,6 +42,7 @@ from runbell.flows.attention import (
 )
 from runbell.flows.context import Core
 from runbell.flows.policy import policy_for
+from runbell.flows.sessions import LINK_TTL, open_links
 from runbell.store import accounts, destinations, endpoints, runs
 from runbell.store import notifications as notes
 
@@ -67,6 +69,8 @@ def prepare(core: Core, row: dict[str, Any], now: datetime) -> Prepared:
             return prepare_webhook(core, eps.get((row["tenant_id"], row["destination"])), row, now)
         if row["event_type"] == RETRACTED:
             return _prepare_retraction(core, conn, row, now)
+        if row["event_type"] == SIGN_IN:
+            return _prepare_sign_in(core, row, now)
         return _prepare_person(core, conn, row, now)
 
 
@@ -235,6 +239,44 @@ def _prepare_retraction(
         Gate("send", "replaces a handled notification"),
         message,
         attention_type="retraction",
+        created_at=row["created_at"],
+    )
+
+
+def _prepare_sign_in(core: Core, row: dict[str, Any], now: datetime) -> Prepared:
+    """A person's sign-in links, to the address they typed (the row's destination): sent
+    at once, whatever their consent or quiet hours; cancelled once the links have
+    expired, and never retried past that."""
+    expires_at = row["created_at"] + LINK_TTL
+    if expires_at <= now:
+        return Prepared(
+            Gate("cancel", "the sign-in links have expired"),
+            attention_type="sign_in",
+            created_at=row["created_at"],
+        )
+    channel = row["channel"]
+    message = Outbound(
+        delivery_id=row["id"],
+        tenant_id=row["tenant_id"],
+        channel=channel,
+        destination=row["destination"],
+        identity=row["id"],
+        attempt_no=row["attempt_count"],
+        now=now,
+        urgency="normal",
+        title="Sign in to Runbell",
+        body="",
+        deep_link=f"{core.public_url}/login",
+        expires_at=expires_at,
+        event_type=SIGN_IN,
+        payload={"links": open_links(core, row["payload"])},
+        target=registry.spec(channel).target({"address": row["destination"]}, core.box.open),
+    )
+    return Prepared(
+        Gate("send", "a sign-in the person asked for"),
+        message,
+        attention_type="sign_in",
+        expires_at=expires_at,
         created_at=row["created_at"],
     )
 
