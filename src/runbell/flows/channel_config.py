@@ -1,8 +1,10 @@
 """What the channels are configured with: the server's VAPID key pair (made once, the
-private half sealed) and the SMTP relay from settings.
+private half sealed) and the SMTP relay from settings (``channels.email.smtp_config``).
 
 Kept here rather than in the worker's wiring because the faces need them too: browsers
-subscribe with the VAPID public key, and the sign-in page mails links through SMTP.
+subscribe with the VAPID public key, and the sign-in page offers email only with an SMTP
+relay set. The wiring hands the key pair to the channels it builds
+(``dispatch.wiring.setup_of``).
 
 Invariants kept here (DESIGN §2): secrets sealed at rest — the VAPID private key is
 stored only through the secret box, and a second process that races the first start uses

@@ -244,9 +244,9 @@ def _prepare_retraction(
 
 
 def _prepare_sign_in(core: Core, row: dict[str, Any], now: datetime) -> Prepared:
-    """A person's sign-in links, to the address they typed (the row's destination): sent
-    at once, whatever their consent or quiet hours; cancelled once the links have
-    expired, and never retried past that."""
+    """A person's sign-in links, to the member's address the request found (the row's
+    destination): sent at once, whatever their consent or quiet hours; cancelled once the
+    links have expired, and never retried past that."""
     expires_at = row["created_at"] + LINK_TTL
     if expires_at <= now:
         return Prepared(
