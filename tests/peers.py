@@ -5,7 +5,8 @@ test asserts what a receiver would notice:
 
 * :class:`WebhookReceiver` verifies each request with the reference ``standardwebhooks``
   library against every secret it knows (a tenant's receiver), and answers scripted
-  statuses;
+  statuses — or, scripted with :data:`DROP` / :data:`HANG`, reads the request and hangs
+  up without a word, or never answers;
 * :class:`ChatReceiver` is an Apprise ``json://`` endpoint;
 * :class:`SmtpPeer` is an aiosmtpd server that can be told to defer (451);
 * web push uses ``tests.channels.push_receiver.PushReceiver`` (RFC 8030 + VAPID + aes128gcm).
@@ -42,8 +43,15 @@ from runbell.channels.base import Channel
 from runbell.dispatch.wiring import build_channels
 from runbell.dispatch.worker import Worker
 from runbell.flows.context import Core
+from tests.timeouts import WAIT
 
 # --- plain HTTP peers ----------------------------------------------------------------
+
+#: Scripted answers that are not a status: read the whole request, then close the
+#: connection without answering (the sender cannot know whether it was acted on), or
+#: answer nothing until the peer stops (a read timeout).
+DROP = -1
+HANG = -2
 
 
 @dataclass
@@ -89,6 +97,11 @@ class _Handler(BaseHTTPRequestHandler):
         request.status = status
         with peer.lock:
             peer.requests.append(request)
+        if status in (DROP, HANG):
+            if status == HANG:
+                peer.released.wait(WAIT)  # until the peer stops, bounded
+            self.close_connection = True
+            return
         data = b"receiver says %d" % status
         self.send_response(status)
         for name, value in extra.items():
@@ -114,6 +127,7 @@ class HttpPeer:
         self.requests: list[HttpRequest] = []
         self.connections = 0
         self.lock = threading.Lock()
+        self.released = threading.Event()  # lets a HANG answer end at stop
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.peer = self
         self.port = int(self._server.server_address[1])
@@ -126,6 +140,7 @@ class HttpPeer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.released.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
@@ -134,7 +149,8 @@ class HttpPeer:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def respond_next(self, *statuses: int, headers: dict[str, str] | None = None) -> None:
-        """Answer the next requests with ``statuses`` (and ``headers``), in order."""
+        """Answer the next requests with ``statuses`` (and ``headers``), in order; a
+        status may be :data:`DROP` or :data:`HANG`."""
         with self.lock:
             self.script.extend((status, dict(headers or {})) for status in statuses)
 

@@ -231,6 +231,9 @@ def create_app(
     api.install(app, core, listen_host=listen_host)
     mcp = McpMount(core)  # /mcp: the MCP tools over streamable HTTP (runbell.mcp.http)
     app.router.routes.extend(mcp.routes())
+    # Whether deliveries queued by a request are sent by this process's own worker loop
+    # (the sign-in page sends its email itself otherwise: runbell.web.signin).
+    app.state.worker = worker
     for router in routers:
         app.include_router(router)
     web.install(app)

@@ -54,24 +54,35 @@ def _processors(json: bool, drop: Drop | None = None) -> list[structlog.types.Pr
     ]
 
 
+#: Libraries whose INFO and DEBUG lines carry secrets: request URLs (push endpoints,
+#: webhook and chat URLs are capabilities), SMTP conversations (aiosmtpd's ``mail.log``,
+#: the demo's sink, logs AUTH). httpx2/httpcore2/mcp: the mcp SDK's HTTP stack, used by
+#: the mcp_tasks reader. ``tests/channels/test_channel_contract.py`` sends through every
+#: channel with these levels and checks no secret reaches any log.
+QUIET_LIBRARIES = (
+    "alembic",
+    "urllib3",
+    "httpx",
+    "httpcore",
+    "httpx2",
+    "httpcore2",
+    "mcp",
+    "apprise",
+    "mail.log",
+)
+
+
+def quiet_libraries() -> None:
+    """Only warnings and errors from :data:`QUIET_LIBRARIES`, whatever the level."""
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def configure(*, json: bool = False, level: str = "INFO", drop: Drop | None = None) -> None:
     """Log to stderr at ``level``; ``drop`` leaves out lines a reader does not need (``runbell
     serve --demo`` drops the per-item INFO lines that would bury its first-start text)."""
     logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    # Their DEBUG lines carry request paths: push endpoints and chat URLs are capabilities.
-    # (httpx2/httpcore2/mcp: the mcp SDK's HTTP stack, used by the mcp_tasks reader.)
-    for noisy in (
-        "urllib3",
-        "httpx",
-        "httpcore",
-        "httpx2",
-        "httpcore2",
-        "mcp",
-        "apprise",
-        "mail.log",
-    ):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_libraries()
     structlog.configure(
         processors=_processors(json, drop),
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),

@@ -267,7 +267,9 @@ class DialGuard:
 
     ``refused`` collects the destinations the guard refused during the send (a plugin
     contacting a host we did not expect, which resolves into our network), so the caller
-    can report a refusal instead of the library's generic connection error.
+    can report a refusal instead of the library's generic connection error. ``opened``
+    counts the connections that were established: a connection error after one opened
+    may have come after the request was written (its outcome is unknown).
     """
 
     allow_hosts: frozenset[str]
@@ -275,6 +277,11 @@ class DialGuard:
     pins: dict[tuple[str, int], str] = field(default_factory=dict)
     refused: list[UnsafeDestination] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    opened: int = 0
+
+    def connected(self) -> None:
+        with self.lock:
+            self.opened += 1
 
     def pin(self, target: Target) -> None:
         with self.lock:
@@ -328,7 +335,10 @@ def _install_dial_hook() -> None:
             if guard is not None:
                 host, port = address
                 address = (guard.address_for(host, port), port)
-            return current(address, *args, **kwargs)
+            sock = current(address, *args, **kwargs)
+            if guard is not None:
+                guard.connected()
+            return sock
 
         create_connection.runbell_dial_guard = True  # type: ignore[attr-defined]
         urllib3.util.connection.create_connection = create_connection

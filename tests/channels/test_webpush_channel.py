@@ -27,13 +27,13 @@ from runbell.channels.base import (
 )
 from runbell.channels.webpush import (
     MAX_PAYLOAD_BYTES,
+    GuardedWebPush,
     VapidKeys,
     WebPushChannel,
     collapse_topic,
     encode_payload,
     push_payload,
 )
-from runbell.dispatch.wiring import GuardedWebPush
 from tests.channels.push_receiver import PushReceiver, flat_target, refused_endpoint
 from tests.channels.rebinding import Trap, TwoFacedDNS
 from tests.timeouts import WAIT

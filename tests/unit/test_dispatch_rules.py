@@ -118,7 +118,7 @@ def test_bad_quiet_windows_are_refused(raw: dict[str, object]) -> None:
 @given(st.integers(0, len(WEBHOOK_SCHEDULE) - 1), st.integers(0, 2**32))
 def test_retry_delays_stay_within_jitter(attempts: int, seed: int) -> None:
     """±20 % around the documented schedule, never earlier than now."""
-    decision = RetryStrategy.for_channel("webhook").decide(
+    decision = RetryStrategy(WEBHOOK_SCHEDULE).decide(
         attempts=attempts, now=NOW, rng=random.Random(seed)
     )
     assert decision.action == "retry" and decision.at is not None
@@ -129,7 +129,7 @@ def test_retry_delays_stay_within_jitter(attempts: int, seed: int) -> None:
 
 def test_retries_end_dead_and_never_past_expiry() -> None:
     """Exhausted → dead; a retry that would land after the notification expires → dead."""
-    strategy = RetryStrategy.for_channel("webhook")
+    strategy = RetryStrategy(WEBHOOK_SCHEDULE)
     rng = random.Random(0)
     assert strategy.decide(attempts=len(WEBHOOK_SCHEDULE), now=NOW, rng=rng).action == "dead"
     soon = strategy.decide(attempts=3, now=NOW, rng=rng, expires_at=NOW + timedelta(seconds=60))
@@ -138,7 +138,7 @@ def test_retries_end_dead_and_never_past_expiry() -> None:
 
 def test_retry_after_is_honoured_up_to_a_cap() -> None:
     """A receiver asking for 2 minutes waits 2 minutes; asking for a week waits the cap."""
-    strategy = RetryStrategy.for_channel("webhook")
+    strategy = RetryStrategy(WEBHOOK_SCHEDULE)
     d = strategy.decide(attempts=1, now=NOW, rng=random.Random(0), retry_after_s=120)
     assert d.at == NOW + timedelta(seconds=120)
     capped = strategy.decide(attempts=1, now=NOW, rng=random.Random(0), retry_after_s=7 * 86400)

@@ -46,6 +46,7 @@ from runbell.api.jsonschema import (
     timezones,
 )
 from runbell.domain import limits as L
+from runbell.domain.channels import ALL_URGENCIES, PERSON_CHANNELS, RECEIPT_CHANNELS
 
 RUN_ID_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._:@~-]{{0,{L.RUN_ID - 1}}}$"
 
@@ -391,19 +392,28 @@ class CancelIn(Strict):
     )
 
 
+# Channel names are spelled out for the OpenAPI document and mypy; checked against the
+# channel facts (runbell.domain.channels) so they cannot drift apart.
+ReceiptChannel = Literal["inbox", "email", "webpush", "chat"]
+PersonChannel = Literal["email", "webpush", "chat"]
+assert ReceiptChannel.__args__ == RECEIPT_CHANNELS  # type: ignore[attr-defined]
+assert PersonChannel.__args__ == PERSON_CHANNELS  # type: ignore[attr-defined]
+
+
 class ReceiptIn(Strict):
     kind: Literal["displayed", "opened", "dismissed", "clicked"]
-    channel: Literal["inbox", "email", "webpush", "chat"] | None = None
+    channel: ReceiptChannel | None = None
 
 
 # --- you: preferences and destinations ------------------------------------------------
 
 Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
+assert Urgency.__args__ == ALL_URGENCIES  # type: ignore[attr-defined]
 
 
 class PreferencesIn(Storable):
     model_config = ConfigDict(extra="forbid", json_schema_extra=timezones)
-    consent: dict[Literal["email", "webpush", "chat"], list[Urgency]] | None = Field(
+    consent: dict[PersonChannel, list[Urgency]] | None = Field(
         default=None, description="urgencies each channel may interrupt you for"
     )
     quiet_hours: list[dict[str, Any]] | None = Field(

@@ -36,19 +36,25 @@ from typing import Any
 import apprise
 
 from runbell.channels.base import (
+    ChannelSpec,
     DeliveryError,
     DeliveryUnknown,
     Outbound,
     PermanentDeliveryError,
     Sent,
+    Setup,
     TransientDeliveryError,
+    refuse_oversized,
 )
 from runbell.channels.chat_urls import check_target, load_plugin, redact
+from runbell.domain.channels import FACTS
 from runbell.domain.errors import UnsafeDestination, ValidationFailed
 from runbell.domain.ssrf import Resolver, Target
-from runbell.outbound import guarded_dials, make_resolver
+from runbell.outbound import DialGuard, guarded_dials, make_resolver
 
-__all__ = ["ChatChannel"]
+__all__ = ["SPEC", "ChatChannel"]
+
+FACTS_CHAT = FACTS["chat"]
 
 _HTTP_ERROR = re.compile(r"\berror=([1-5][0-9]{2})[0-9]*\b", re.ASCII)
 _CONNECTION_ERROR = "connection error"
@@ -71,8 +77,9 @@ def _harden(plugin: Any, timeout: float) -> None:
     plugin.socket_read_timeout = timeout * 2
 
 
-def _failure(result: apprise.AppriseResult, shown: str) -> DeliveryError:
-    """Turn a failed Apprise result into a typed error, from what its plugin logged."""
+def _failure(result: apprise.AppriseResult, shown: str, opened: int = 0) -> DeliveryError:
+    """Turn a failed Apprise result into a typed error, from what its plugin logged;
+    ``opened``: how many connections the send established."""
     services = result.results
     if not services:
         # Apprise refused the call before dispatching (e.g. an unusable message).
@@ -92,6 +99,10 @@ def _failure(result: apprise.AppriseResult, shown: str) -> DeliveryError:
             connection_failed = True
 
     if status_code is None:
+        if connection_failed and opened:
+            # The connection was up when it broke: the request may have been written and
+            # acted on (a retry goes out under the same identity).
+            return DeliveryUnknown(f"the connection to {shown} broke before an answer")
         reason = "could not connect to" if connection_failed else "Apprise reported a failure for"
         # Without a status we cannot tell a refused connection from anything else:
         # retrying is the safe reading.
@@ -159,19 +170,30 @@ class ChatChannel:
 
     def _notify(
         self, notifier: apprise.Apprise, checked: list[Target], **kwargs: Any
-    ) -> tuple[apprise.AppriseResult, list[UnsafeDestination]]:
+    ) -> tuple[apprise.AppriseResult, DialGuard]:
         """Apprise's call, with every connection its plugin opens dialling a checked
         address: the endpoints checked a moment ago at the address checked, anything else
         checked when it connects (``runbell.outbound.guarded_dials``)."""
         with guarded_dials(checked, allow_hosts=self._allow_hosts, resolve=self._resolve) as guard:
             result = notifier.notify(**kwargs)
-        return result, list(guard.refused)
+        return result, guard
+
+    @staticmethod
+    def _text(msg: Outbound) -> tuple[str, str]:
+        """The title and the text Apprise is handed: the body, then the deep link."""
+        return msg.title, f"{msg.body}\n{msg.deep_link}" if msg.body else msg.deep_link
+
+    def payload_size(self, msg: Outbound) -> int:
+        """The bytes of the title and the text, as handed to Apprise."""
+        title, body = self._text(msg)
+        return len(title.encode("utf-8")) + len(body.encode("utf-8"))
 
     async def send(self, msg: Outbound) -> Sent:
         url = msg.target.get("url")
         if not isinstance(url, str) or not url.strip():
             raise PermanentDeliveryError("chat destination has no Apprise URL", operator_alert=True)
         shown = redact(url)
+        refuse_oversized(FACTS_CHAT, self.payload_size(msg))
 
         try:
             plugin, checked = await asyncio.wait_for(
@@ -194,17 +216,17 @@ class ChatChannel:
 
         notifier = apprise.Apprise(asset=self._asset)
         notifier.add(plugin)
-        body = f"{msg.body}\n{msg.deep_link}" if msg.body else msg.deep_link
+        title, body = self._text(msg)
         try:
             # Apprise enforces the deadline itself (TIMEOUT status); the outer wait is a
             # guard against a call that never returns at all.
-            result, refused = await asyncio.wait_for(
+            result, guard = await asyncio.wait_for(
                 asyncio.to_thread(
                     self._notify,
                     notifier,
                     checked,
                     body=body,
-                    title=msg.title,
+                    title=title,
                     notify_type=apprise.NotifyType.INFO,
                     body_format=apprise.NotifyFormat.TEXT,
                     timeout=self._timeout,
@@ -217,12 +239,26 @@ class ChatChannel:
         try:
             if result.status == apprise.AppriseResultStatus.SUCCESS:
                 return Sent()
-            if refused:
+            if guard.refused:
+                refused = guard.refused[0]
                 raise PermanentDeliveryError(
-                    f"chat destination {shown} refused: {refused[0].detail}",
+                    f"chat destination {shown} refused: {refused.detail}",
                     operator_alert=True,
-                    rule=refused[0].extra.get("rule"),
+                    rule=refused.extra.get("rule"),
                 )
-            raise _failure(result, shown)
+            raise _failure(result, shown, guard.opened)
         finally:
             result.close()
+
+
+def _build(setup: Setup) -> ChatChannel:
+    s = setup.settings
+    return ChatChannel(allow_hosts=s.outbound_allow_hosts, timeout=s.outbound_timeout_s)
+
+
+SPEC = ChannelSpec(
+    facts=FACTS_CHAT,
+    build=_build,
+    # Sealed at rest (flows.preferences), opened only for the send.
+    target=lambda found, open_: {"url": open_(found["url_sealed"])},
+)

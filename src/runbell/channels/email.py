@@ -40,6 +40,15 @@ A disconnect after the ``DATA`` command but before the server's ``354`` also cou
 unknown: aiosmtplib sends the command and the body as one step, and "maybe delivered"
 is the safe side when the retry reuses the same ``Message-ID``.
 
+One email is not a notification: a person's sign-in links (``event_type`` =
+:data:`~runbell.domain.channels.SIGN_IN`, the links in ``msg.payload["links"]``), queued
+through the outbox by ``runbell.flows.sessions.request_sign_in`` like every other email.
+It is plain text, carries no ``List-Unsubscribe`` (nobody unsubscribes from a link they
+asked for), and says the same as it always did (:func:`sign_in_text`).
+
+The payload this channel measures (``payload_size``) is the text part as rendered; one
+over ``FACTS["email"].payload_limit_bytes`` is refused before connecting.
+
 Nothing here logs. Errors carry the SMTP code and a short excerpt of the server's reply
 with the configured password (and its base64 forms) removed; never the message body.
 """
@@ -49,186 +58,52 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import email.policy
-import hashlib
 import re
 import ssl
-from dataclasses import dataclass, field
-from datetime import UTC
 from email.message import EmailMessage
-from email.utils import format_datetime, parseaddr
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import aiosmtplib
-import jinja2
 
 from runbell.channels.base import (
+    ChannelSpec,
     DeliveryError,
     DeliveryUnknown,
     Outbound,
     PermanentDeliveryError,
     Sent,
+    Setup,
     TransientDeliveryError,
+    refuse_oversized,
 )
+from runbell.channels.email_message import (
+    SmtpConfig,
+    Templates,
+    build_message,
+    is_plain_address,
+    is_web_url,
+    message_id_for,
+    sign_in_text,
+    smtp_config,
+    text_part,
+)
+from runbell.domain.channels import FACTS
 
-__all__ = ["EXCERPT_CHARS", "EmailChannel", "SmtpConfig", "message_id_for"]
+__all__ = [
+    "EXCERPT_CHARS",
+    "SPEC",
+    "EmailChannel",
+    "SmtpConfig",
+    "message_id_for",
+    "sign_in_text",
+    "smtp_config",
+]
 
+FACTS_EMAIL: Final = FACTS["email"]
 EXCERPT_CHARS: Final = 500
-_SUBJECT_MAX_CHARS: Final = 200
-_DEFAULT_TITLE: Final = "Runbell notification"
 # RFC 5321 reply codes that say "this mailbox does not exist / is not here".
 _GONE_RCPT_CODES: Final = frozenset({550, 551, 553})
-# Characters kept verbatim in the Message-ID's left part: a safe subset of RFC 5322
-# ``atext``. Everything else (and ``=`` itself) is escaped as ``=XX`` so the mapping
-# from identity to Message-ID is deterministic and injective.
-_MSGID_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_+.")
 _ENHANCED_CODE: Final = re.compile(r"^\s*([245])\.(\d{1,3})\.(\d{1,3})(?!\d)")
-_LOCAL_PART: Final = re.compile(r"^[!#$%&'*+/=?^_`{|}~.A-Za-z0-9-]+$")
-_DOMAIN: Final = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")
-_URGENCY_WORDS: Final = {
-    "low": "low-priority",
-    "normal": "normal",
-    "time_sensitive": "time-sensitive",
-    "urgent": "urgent",
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class SmtpConfig:
-    """How to reach the SMTP relay and what every message says about its sender.
-
-    ``starttls`` upgrades a plain connection (submission, port 587); ``use_tls`` is
-    implicit TLS (port 465). With neither, the session stays plaintext even if the
-    server offers STARTTLS: opportunistic upgrades that may fail certificate checks
-    make delivery depend on what the relay happens to advertise. ``username`` and
-    ``password`` go together. ``message_id_domain`` defaults to the domain of
-    ``from_address``. ``unsubscribe_url`` is the email preferences page, shown in the
-    footer and sent as ``List-Unsubscribe``. Raises ``ValueError`` when inconsistent,
-    so a bad configuration fails at startup rather than on the first alert.
-
-    Example::
-
-        SmtpConfig(host="smtp.example.com", port=587, starttls=True,
-                   username="runbell", password=secret,
-                   from_address="Runbell <runbell@example.com>",
-                   unsubscribe_url=f"{public_url}/settings#email")
-    """
-
-    host: str
-    from_address: str
-    unsubscribe_url: str
-    port: int = 25
-    starttls: bool = False
-    use_tls: bool = False
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    timeout: float = 15.0
-    message_id_domain: str | None = None
-    validate_certs: bool = True
-    local_hostname: str | None = None  # EHLO name; default: this host's FQDN
-
-    def __post_init__(self) -> None:
-        if not self.host:
-            raise ValueError("SMTP host is empty")
-        if not 0 < self.port < 65536:
-            raise ValueError(f"SMTP port {self.port} is out of range")
-        if self.starttls and self.use_tls:
-            raise ValueError("starttls and use_tls are exclusive: pick one")
-        if (self.username is None) != (self.password is None):
-            raise ValueError("SMTP username and password must be set together")
-        if self.timeout <= 0:
-            raise ValueError("SMTP timeout must be positive")
-        domain = _domain_of(self.from_address)
-        if domain is None:
-            raise ValueError("from_address must contain an address like runbell@example.com")
-        msgid_domain = self.message_id_domain or domain
-        if not _DOMAIN.fullmatch(msgid_domain) or ".." in msgid_domain:
-            raise ValueError("message_id_domain is not a plain domain name")
-        object.__setattr__(self, "message_id_domain", msgid_domain)
-        if not _is_web_url(self.unsubscribe_url):
-            raise ValueError("unsubscribe_url must be an absolute http(s) URL")
-
-    @property
-    def envelope_sender(self) -> str:
-        """The bare address of ``from_address``, used as ``MAIL FROM``."""
-        return parseaddr(self.from_address)[1]
-
-
-def message_id_for(identity: str, domain: str) -> str:
-    """The ``Message-ID`` header value for a delivery identity: ``<identity@domain>``.
-
-    Identities made of letters, digits and ``-_+.`` appear verbatim; any other
-    character is escaped as ``=XX`` per UTF-8 byte, so the result is always a valid
-    msg-id and the same identity always gives the same id.
-    """
-    left = "".join(
-        ch if ch in _MSGID_SAFE else "".join(f"={b:02X}" for b in ch.encode()) for ch in identity
-    )
-    if not left or left.startswith(".") or left.endswith(".") or ".." in left:
-        left = left.replace(".", "=2E")
-    if not left:
-        left = "=00"  # an empty identity is a dispatcher bug; still emit a valid id
-    return f"<{left}@{domain}>"
-
-
-class _Templates:
-    """The two compiled templates; built once per channel, never per message."""
-
-    def __init__(self) -> None:
-        loader = jinja2.PackageLoader("runbell.channels", "templates")
-        common: dict[str, Any] = {
-            "loader": loader,
-            "undefined": jinja2.StrictUndefined,
-            "keep_trailing_newline": True,
-            "trim_blocks": True,
-            "lstrip_blocks": True,
-        }
-        text_env = jinja2.Environment(autoescape=False, **common)  # noqa: S701 - plain text part
-        self.text = text_env.get_template("email.txt.j2")
-        self.html = jinja2.Environment(autoescape=True, **common).get_template("email.html.j2")
-
-
-def _build_message(msg: Outbound, config: SmtpConfig, to: str, tpl: _Templates) -> EmailMessage:
-    """The complete ``EmailMessage`` for one try of one delivery.
-
-    Deterministic: the same ``msg`` always gives the same bytes (``Date`` comes from
-    ``msg.now``, ``Message-ID`` and the MIME boundary from ``msg.identity``), so a retry
-    is recognizably the same message and previews match what is sent.
-    """
-    title = " ".join(msg.title.split())[:_SUBJECT_MAX_CHARS] or _DEFAULT_TITLE
-    urgency_word = _URGENCY_WORDS.get(msg.urgency)
-    context = {
-        "title": title,
-        "body_lines": [line.strip() for line in msg.body.splitlines() if line.strip()],
-        "deep_link": msg.deep_link,
-        "unsubscribe_url": config.unsubscribe_url,
-        "urgency_word": urgency_word,
-    }
-    now = msg.now if msg.now.tzinfo is not None else msg.now.replace(tzinfo=UTC)
-    assert config.message_id_domain is not None  # resolved in SmtpConfig.__post_init__
-
-    em = EmailMessage(policy=email.policy.SMTP)
-    em["From"] = config.from_address
-    em["To"] = to
-    em["Subject"] = title
-    em["Date"] = format_datetime(now)
-    em["Message-ID"] = message_id_for(msg.identity, config.message_id_domain)
-    em["List-Unsubscribe"] = f"<{config.unsubscribe_url}>"
-    em["Auto-Submitted"] = "auto-generated"
-    # Outlook/Exchange ignore Auto-Submitted; this keeps their out-of-office replies away.
-    em["X-Auto-Response-Suppress"] = "All"
-    if msg.notification_id:
-        em["X-Runbell-Notification"] = msg.notification_id
-    # Quoted-printable keeps the message 7-bit clean, so no relay needs 8BITMIME.
-    em.set_content(tpl.text.render(context), subtype="plain", cte="quoted-printable")
-    em.add_alternative(tpl.html.render(context), subtype="html", cte="quoted-printable")
-    for part in em.iter_parts():
-        del part["MIME-Version"]  # the top level carries it; parts need not repeat it
-    # Quoted-printable bodies encode every "=", so this boundary can never occur in them.
-    digest = hashlib.sha256(msg.identity.encode()).hexdigest()[:32]
-    em.set_boundary(f"==runbell-{digest}==")
-    return em
 
 
 class EmailChannel:
@@ -243,19 +118,24 @@ class EmailChannel:
 
     def __init__(self, config: SmtpConfig) -> None:
         self.config = config
-        self._templates = _Templates()
+        self._templates = Templates()
 
     def render(self, msg: Outbound) -> EmailMessage:
         """The message :meth:`send` would send, for previews and tests."""
-        return _build_message(msg, self.config, self._recipient(msg), self._templates)
+        return build_message(msg, self.config, self._recipient(msg), self._templates)
+
+    def payload_size(self, msg: Outbound) -> int:
+        """The bytes of the text part as rendered (UTF-8, before transfer encoding)."""
+        return len(text_part(msg, self.config, self._templates).encode("utf-8"))
 
     async def send(self, msg: Outbound) -> Sent:
         to = self._recipient(msg)
-        if not _is_web_url(msg.deep_link):
+        if not is_web_url(msg.deep_link):
             raise PermanentDeliveryError(
                 "the deep link is not an absolute http(s) URL", operator_alert=True
             )
-        em = _build_message(msg, self.config, to, self._templates)
+        refuse_oversized(FACTS_EMAIL, self.payload_size(msg))
+        em = build_message(msg, self.config, to, self._templates)
         message_id = str(em["Message-ID"])
         raw = em.as_bytes()
 
@@ -306,7 +186,7 @@ class EmailChannel:
             raise PermanentDeliveryError(
                 'the email target has no "to" address', operator_alert=True
             )
-        if not _is_plain_address(to):
+        if not is_plain_address(to):
             # Not "gone": the stored address may be fine for a future SMTPUTF8 sender.
             raise PermanentDeliveryError("the recipient is not a plain ASCII email address")
         return to
@@ -414,28 +294,14 @@ def _is_addressing_failure(reply: str) -> bool:
     return match is None or match.group(2) == "1"
 
 
-def _is_plain_address(address: str) -> bool:
-    local, at, domain = address.rpartition("@")
-    return bool(
-        at
-        and _LOCAL_PART.fullmatch(local)
-        and _DOMAIN.fullmatch(domain)
-        and "." not in (local[0], local[-1])
-        and ".." not in address
-    )
+def _build(setup: Setup) -> EmailChannel | None:
+    config = smtp_config(setup.settings, setup.public_url)
+    return None if config is None else EmailChannel(config)
 
 
-def _domain_of(address: str) -> str | None:
-    addr = parseaddr(address)[1]
-    if not _is_plain_address(addr):
-        return None
-    return addr.rpartition("@")[2]
-
-
-def _is_web_url(url: str) -> bool:
-    parts = urlsplit(url)
-    return (
-        parts.scheme in ("http", "https")
-        and bool(parts.netloc)
-        and not any(ch.isspace() or ord(ch) < 32 for ch in url)
-    )
+SPEC = ChannelSpec(
+    facts=FACTS_EMAIL,
+    build=_build,
+    # The person's address as it is *now* (it may have changed since the row was queued).
+    target=lambda found, _open: {"to": found["address"]},
+)

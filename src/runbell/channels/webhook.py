@@ -36,17 +36,24 @@ from typing import Any, cast
 import httpx
 
 from runbell.channels.base import (
+    ChannelSpec,
     DeliveryUnknown,
     Outbound,
     PermanentDeliveryError,
     Sent,
+    Setup,
     TransientDeliveryError,
+    refuse_oversized,
 )
+from runbell.domain.channels import FACTS
 from runbell.domain.errors import UnsafeDestination
 from runbell.domain.retry import parse_retry_after
+from runbell.outbound import safe_async_client
 from runbell.signatures import HEADER_SIGNATURE, sign_headers
 
-__all__ = ["USER_AGENT", "ClientLanes", "WebhookChannel", "sign_all"]
+__all__ = ["SPEC", "USER_AGENT", "ClientLanes", "WebhookChannel", "sign_all"]
+
+FACTS_WEBHOOK = FACTS["webhook"]
 
 USER_AGENT = "Runbell-Webhooks/1"
 EXCERPT_CHARS = 500
@@ -118,11 +125,13 @@ class WebhookChannel:
     """
 
     name = "webhook"
-    # Never logged or echoed: the URL's path may hold a token, the secrets sign requests.
-    secret_fields = ("url", "secrets")
 
     def __init__(self, client: httpx.AsyncClient | ClientLanes) -> None:
         self._client = client
+
+    def payload_size(self, msg: Outbound) -> int:
+        """The bytes of the JSON body, exactly as signed and sent."""
+        return len(_body(msg))
 
     async def send(self, msg: Outbound) -> Sent:
         url, body, headers = _prepare(msg)
@@ -169,16 +178,8 @@ def _prepare(msg: Outbound) -> tuple[str, bytes, dict[str, str]]:
         raise PermanentDeliveryError(
             "the webhook target's secrets must be a list of strings", operator_alert=True
         )
-    if not isinstance(msg.payload, dict):
-        raise PermanentDeliveryError("the webhook delivery has no payload", operator_alert=True)
-    try:
-        # Compact and ASCII-only (non-ASCII is \u-escaped, so the bytes are also UTF-8);
-        # these exact bytes are both signed and sent.
-        body = json.dumps(msg.payload, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise PermanentDeliveryError(
-            f"the webhook payload is not JSON: {type(exc).__name__}", operator_alert=True
-        ) from exc
+    body = _body(msg)
+    refuse_oversized(FACTS_WEBHOOK, len(body))
     try:
         signed = sign_all(body, secrets, msg.identity, msg.now)
     except ValueError as exc:
@@ -187,6 +188,19 @@ def _prepare(msg: Outbound) -> tuple[str, bytes, dict[str, str]]:
         ) from exc
     headers = {"content-type": "application/json", "user-agent": USER_AGENT, **signed}
     return url, body, headers
+
+
+def _body(msg: Outbound) -> bytes:
+    """Compact and ASCII-only JSON (non-ASCII is \\u-escaped, so the bytes are also
+    UTF-8): these exact bytes are both signed and sent."""
+    if not isinstance(msg.payload, dict):
+        raise PermanentDeliveryError("the webhook delivery has no payload", operator_alert=True)
+    try:
+        return json.dumps(msg.payload, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise PermanentDeliveryError(
+            f"the webhook payload is not JSON: {type(exc).__name__}", operator_alert=True
+        ) from exc
 
 
 async def _read_excerpt(response: httpx.Response) -> str:
@@ -243,3 +257,37 @@ def _describe(exc: Exception, url: str) -> str:
     """The error's class and message, with the URL cut out should a library quote it."""
     text = str(exc).replace(url, "<url>")[:200]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# One connection per lane: see ClientLanes.
+_ONE_CONNECTION = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+
+
+def _build(setup: Setup) -> WebhookChannel:
+    """One single-connection keep-alive client per concurrent send (:class:`ClientLanes`),
+    each SSRF-guarded."""
+    s = setup.settings
+    return WebhookChannel(
+        ClientLanes(
+            [
+                safe_async_client(
+                    allow_hosts=s.outbound_allow_hosts,
+                    timeout=s.outbound_timeout_s,
+                    limits=_ONE_CONNECTION,
+                )
+                for _ in range(s.worker_concurrency)
+            ]
+        )
+    )
+
+
+SPEC = ChannelSpec(
+    facts=FACTS_WEBHOOK,
+    build=_build,
+    # ``found``: the endpoint with its live secrets (flows.delivery_prepare), opened here.
+    target=lambda found, open_: {
+        "url": found["url"],
+        "secrets": [open_(s["sealed"]) for s in found["secrets"]],
+        "rate_limit_per_s": found["rate_limit_per_s"],
+    },
+)

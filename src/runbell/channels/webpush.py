@@ -24,8 +24,8 @@ anything was sent transient; a timeout or reset after sending :class:`DeliveryUn
 The endpoint URL is a capability (whoever has it can push to that browser), so it never
 appears in errors, excerpts or logs; only its host does.
 
-The endpoint comes from a browser, so the wiring (``runbell.dispatch.wiring``) checks it
-with the SSRF guard before every send and passes the verdict as ``dial``: pywebpush then
+The endpoint comes from a browser, so :class:`GuardedWebPush` (what ``SPEC`` builds)
+checks it with the SSRF guard before every send and passes the verdict as ``dial``: pywebpush then
 gets a ``requests`` session whose :class:`~runbell.outbound.PinnedAdapter` dials the
 checked address (SNI, certificate check and ``Host`` on the name), so a DNS answer that
 changes after the check (rebinding) is never used.
@@ -40,38 +40,50 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 import urllib3.exceptions
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from py_vapid import Vapid, VapidException
 from pywebpush import WebPushException, webpush
 
 from runbell.channels.base import (
+    ChannelSpec,
     DeliveryError,
     DeliveryUnknown,
     Outbound,
     PermanentDeliveryError,
     Sent,
+    Setup,
     TransientDeliveryError,
+    refuse_oversized,
 )
+from runbell.channels.vapid import (
+    VapidKeys,
+    b64url,
+    b64url_decode,
+    load_private_key,
+    public_key_b64,
+)
+from runbell.domain.channels import FACTS
+from runbell.domain.errors import UnsafeDestination
 from runbell.domain.escalation import RETRACTED
 from runbell.domain.retry import parse_retry_after
-from runbell.domain.ssrf import Target
-from runbell.outbound import PinnedAdapter
+from runbell.domain.ssrf import Target, check_url
+from runbell.outbound import PinnedAdapter, make_resolver
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
+    "SPEC",
     "URGENCY_HEADER",
+    "GuardedWebPush",
     "VapidKeys",
     "WebPushChannel",
     "collapse_topic",
@@ -80,9 +92,10 @@ __all__ = [
     "ttl_seconds",
 ]
 
+FACTS_WEBPUSH = FACTS["webpush"]
 # Push services must accept 4096 bytes of ciphertext; aes128gcm adds an 86-byte header
 # and a 17-byte tag+delimiter, and pywebpush does not pad. 3 KB leaves room to spare.
-MAX_PAYLOAD_BYTES = 3072
+MAX_PAYLOAD_BYTES = FACTS_WEBPUSH.payload_limit_bytes
 MIN_TTL_S = 60
 EXCERPT_CHARS = 500
 
@@ -95,61 +108,6 @@ URGENCY_HEADER: dict[str, str] = {
 _INTERRUPTING = frozenset({"time_sensitive", "urgent"})
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _b64url_decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-@dataclass(frozen=True)
-class VapidKeys:
-    """The server's VAPID key pair (P-256).
-
-    ``public_key`` is the base64url uncompressed point that browsers need as
-    ``applicationServerKey`` when subscribing; a subscription is bound to it, so replacing
-    the pair orphans every subscription (push services then answer 403).
-    """
-
-    private_pem: str = field(repr=False)  # never in a repr, so never in a log line
-    public_key: str
-
-    @classmethod
-    def generate(cls) -> VapidKeys:
-        """A new pair; the wiring seals and stores it on first start."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        pem = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ).decode("ascii")
-        return cls(private_pem=pem, public_key=_public_key_b64(key))
-
-    @classmethod
-    def from_pem(cls, pem: str) -> VapidKeys:
-        """Load a stored private key; the public half is derived, so the two cannot drift."""
-        return cls(private_pem=pem, public_key=_public_key_b64(_load_private_key(pem)))
-
-
-def _load_private_key(pem: str) -> ec.EllipticCurvePrivateKey:
-    try:
-        key = serialization.load_pem_private_key(pem.encode("ascii"), password=None)
-    except (ValueError, TypeError, UnicodeEncodeError):
-        # The library's message is generic; never echo the input (it is a private key).
-        raise ValueError("VAPID private key is not an unencrypted PEM key") from None
-    if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
-        raise ValueError("VAPID private key must be an EC P-256 key")
-    return key
-
-
-def _public_key_b64(key: ec.EllipticCurvePrivateKey) -> str:
-    point = key.public_key().public_bytes(
-        serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
-    )
-    return _b64url(point)
-
-
 def collapse_topic(key: str) -> str:
     """The ``Topic`` header (and notification ``tag``) for a collapse key.
 
@@ -160,7 +118,7 @@ def collapse_topic(key: str) -> str:
     >>> len(collapse_topic("run_01JD"))
     32
     """
-    return _b64url(hashlib.sha256(key.encode("utf-8")).digest()[:24])
+    return b64url(hashlib.sha256(key.encode("utf-8")).digest()[:24])
 
 
 def _topic_source(msg: Outbound) -> str:
@@ -253,9 +211,9 @@ class WebPushChannel:
             raise ValueError("timeout must be positive")
         if default_ttl_s < MIN_TTL_S:
             raise ValueError(f"default_ttl_s must be at least {MIN_TTL_S}")
-        self._vapid = Vapid(private_key=_load_private_key(keys.private_pem))
+        self._vapid = Vapid(private_key=load_private_key(keys.private_pem))
         self.public_key = keys.public_key
-        if _public_key_b64(self._vapid.private_key) != keys.public_key:
+        if public_key_b64(self._vapid.private_key) != keys.public_key:
             raise ValueError("VAPID public key does not match the private key")
         try:
             # py-vapid validates ``sub`` only when signing; sign once to fail early.
@@ -268,6 +226,10 @@ class WebPushChannel:
         self.timeout = timeout
         self.default_ttl_s = default_ttl_s
 
+    def payload_size(self, msg: Outbound) -> int:
+        """The bytes of the pointer as encoded, before encryption."""
+        return len(encode_payload(push_payload(msg)).encode("utf-8"))
+
     async def send(self, msg: Outbound, *, dial: Target | None = None) -> Sent:
         """Push ``msg``; with ``dial`` (the SSRF guard's verdict on the endpoint), the
         connection goes to ``dial``'s checked address and nowhere else."""
@@ -278,11 +240,7 @@ class WebPushChannel:
                 f"unknown urgency {msg.urgency!r} for web push", operator_alert=True
             )
         data = encode_payload(push_payload(msg))
-        size = len(data.encode("utf-8"))
-        if size > MAX_PAYLOAD_BYTES:
-            raise PermanentDeliveryError(
-                f"push payload is {size} bytes, more than {MAX_PAYLOAD_BYTES}"
-            )
+        refuse_oversized(FACTS_WEBPUSH, len(data.encode("utf-8")))
         headers = {"Urgency": urgency, "Topic": collapse_topic(_topic_source(msg))}
         ttl = ttl_seconds(msg, self.default_ttl_s)
         return await asyncio.to_thread(self._send_sync, target, data, headers, ttl, msg, dial)
@@ -357,8 +315,8 @@ def _parse_target(raw: dict[str, Any]) -> _Target:
     if parts.scheme not in ("https", "http") or not host or parts.username is not None:
         raise PermanentDeliveryError("web push endpoint is not an http(s) URL")
     try:
-        p256dh = _b64url_decode(raw["p256dh"])
-        auth = _b64url_decode(raw["auth"])
+        p256dh = b64url_decode(raw["p256dh"])
+        auth = b64url_decode(raw["auth"])
     except (binascii.Error, ValueError):
         raise PermanentDeliveryError(f"subscription keys for {host} are not base64url") from None
     if len(p256dh) != 65 or p256dh[0] != 4 or len(auth) != 16:
@@ -443,3 +401,54 @@ def _transport_error(exc: requests.RequestException, target: _Target) -> Deliver
     ):
         return PermanentDeliveryError(f"web push request to {target.host} is invalid", **info)
     return DeliveryUnknown(f"web push to {target.host} failed", **info)
+
+
+class GuardedWebPush:
+    """Web push with the SSRF guard in front: a subscription endpoint comes from a
+    browser, so it is checked before every send like any user-supplied URL, and the push
+    dials the checked address (no second lookup for DNS rebinding to answer)."""
+
+    name = "webpush"
+
+    def __init__(self, inner: WebPushChannel, allow_hosts: frozenset[str]) -> None:
+        self.inner = inner
+        self.allow_hosts = allow_hosts
+        self.resolve = make_resolver()
+
+    def payload_size(self, msg: Outbound) -> int:
+        return self.inner.payload_size(msg)
+
+    async def send(self, msg: Outbound) -> Sent:
+        try:
+            checked = await asyncio.to_thread(
+                check_url,
+                msg.target["endpoint"],
+                allow_hosts=self.allow_hosts,
+                resolve=self.resolve,
+            )
+        except UnsafeDestination as exc:
+            raise PermanentDeliveryError(exc.detail, operator_alert=True) from None
+        except OSError as exc:
+            raise TransientDeliveryError(
+                f"push service name did not resolve: {type(exc).__name__}"
+            ) from None
+        return await self.inner.send(msg, dial=checked)
+
+
+def _build(setup: Setup) -> GuardedWebPush:
+    s = setup.settings
+    return GuardedWebPush(
+        WebPushChannel(setup.vapid_keys(), s.vapid_subject, timeout=s.outbound_timeout_s),
+        s.outbound_allow_hosts,
+    )
+
+
+SPEC = ChannelSpec(
+    facts=FACTS_WEBPUSH,
+    build=_build,
+    target=lambda found, _open: {
+        "endpoint": found["endpoint"],
+        "p256dh": found["p256dh"],
+        "auth": found["auth"],
+    },
+)

@@ -175,7 +175,7 @@ def user_login_link(tenant: str, email: str | None = None) -> None:
         common.fail(exc)
     finally:
         db.dispose()
-    # The same link as runbell.web.routes.sign_in_url builds.
+    # The same link as runbell.flows.sessions.sign_in_url builds.
     out.print(f"{base}/auth/{token}", markup=False, highlight=False)
     err.print("One use, valid for 15 minutes. Anyone holding it can sign in as this member.")
 

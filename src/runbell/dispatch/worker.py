@@ -41,6 +41,7 @@ from runbell.channels.base import (
     Sent,
     TransientDeliveryError,
 )
+from runbell.dispatch.wiring import build_channels
 from runbell.domain.dispatch import Gate
 from runbell.flows.context import Core
 from runbell.flows.delivery_claim import ClaimBatch, Claimed, claim_batch, renew_lease
@@ -164,13 +165,30 @@ class Worker:
         await self._record_after_send([d for d in sent if d is not None])
         return len(got.claimed)
 
-    def _claim(self, limit: int) -> ClaimBatch:
+    async def send_now(self, delivery_id: str) -> bool:
+        """Carry one queued delivery to its next state now, through the same steps as
+        every other (claim, prepare, send, record), building its channel if this worker
+        has none for it: for a process without a worker loop that has just queued
+        something a person is waiting for (the sign-in email of ``runbell api``). False
+        when it was not due, or another worker claimed it first (it sends it then)."""
+        got = await asyncio.to_thread(self._claim, 1, delivery_id)
+        if not got.claimed:
+            return False
+        missing = {c.row["channel"] for c in got.claimed} - set(self.channels)
+        if missing:
+            self.channels.update(await asyncio.to_thread(build_channels, self.core, only=missing))
+        sent = await asyncio.gather(*(self._carry(c) for c in got.claimed))
+        await self._record_after_send([d for d in sent if d is not None])
+        return True
+
+    def _claim(self, limit: int, only: str | None = None) -> ClaimBatch:
         return claim_batch(
             self.core,
             worker_id=self.worker_id,
             limit=limit,
             now=self.clock(),
             opened=self._opened,
+            only=only,
         )
 
     async def _deliver(self, c: Claimed) -> None:

@@ -13,17 +13,25 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from runbell.domain.channels import (
+    ALL_URGENCIES,
+    DEFAULT_CONSENT,
+    PERSON_CHANNELS,
+    TENANT_CHANNELS,
+    consented_urgencies,
+)
 from runbell.domain.quiet_hours import QuietWindow, quiet_until
 
-PERSON_CHANNELS = frozenset({"email", "webpush", "chat"})
-ALL_URGENCIES = ("low", "normal", "time_sensitive", "urgent")
-# Consent a channel has until the person says otherwise (their subscription or the
-# address the admin registered is the first act of consent; low-urgency mail is opt-in).
-DEFAULT_CONSENT: dict[str, tuple[str, ...]] = {
-    "email": ("normal", "time_sensitive", "urgent"),
-    "webpush": ("normal", "time_sensitive", "urgent"),
-    "chat": ("normal", "time_sensitive", "urgent"),
-}
+# The channel facts this module decides by (``runbell.domain.channels``), for callers
+# that read them from here.
+__all__ = [
+    "ALL_URGENCIES",
+    "DEFAULT_CONSENT",
+    "PERSON_CHANNELS",
+    "DispatchContext",
+    "Gate",
+    "gate",
+]
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ class Gate:
 
 
 def gate(ctx: DispatchContext, now: datetime) -> Gate:
-    if ctx.channel == "webhook":
+    if ctx.channel in TENANT_CHANNELS:
         if not ctx.endpoint_enabled:
             return Gate("cancel", "endpoint disabled")
         if not ctx.endpoint_wants_event:
@@ -83,7 +91,7 @@ def gate(ctx: DispatchContext, now: datetime) -> Gate:
     consented = (
         ctx.consented_urgencies
         if ctx.consented_urgencies is not None
-        else DEFAULT_CONSENT.get(ctx.channel, ())
+        else consented_urgencies(None, ctx.channel)
     )
     if ctx.urgency not in consented:
         return Gate("skip", f"no consent for {ctx.channel} at {ctx.urgency} urgency")

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from runbell.domain.channels import PERSON_CHANNELS
 from runbell.domain.errors import ValidationFailed
 
 # The event type of the neutral push that replaces a handled notification's push.
 RETRACTED = "notification.retracted"
-ESCALATION_CHANNELS: tuple[str, ...] = ("email", "webpush", "chat")
+# A ladder reaches further to the same person: any channel that reaches a person.
+ESCALATION_CHANNELS: tuple[str, ...] = PERSON_CHANNELS
 MAX_STEPS = 5
 MAX_AFTER_S = 7 * 86_400
 

@@ -1,14 +1,16 @@
 """When to try a delivery again — a pure decision, ``now`` and randomness passed in.
 
 Each channel has a schedule of delays (DESIGN §6 for tenant webhooks: 0 s, 5 s, 5 min,
-30 min, 2 h, 5 h, 10 h, 10 h; shorter for push, email and chat, whose value decays fast).
+30 min, 2 h, 5 h, 10 h, 10 h; shorter for push, email and chat, whose value decays fast);
+the schedules are here, and each channel's facts name its own
+(``runbell.domain.channels``, ``retry_schedule``).
 A delay gets ±20 % jitter so that a recovering receiver is not hit by a synchronized
 herd; a ``Retry-After`` from the receiver is honoured up to a cap; no retry is ever
 scheduled past the notification's expiry; an exhausted schedule means ``dead``.
 
 Example::
 
-    strategy = RetryStrategy.for_channel("webhook")
+    strategy = RetryStrategy(WEBHOOK_SCHEDULE)
     d = strategy.decide(attempts=1, now=now, rng=random.Random(1))
     assert d.action == "retry" and d.at > now
 """
@@ -25,13 +27,6 @@ PUSH_SCHEDULE: tuple[float, ...] = (0, 10, 60, 300, 900)
 EMAIL_SCHEDULE: tuple[float, ...] = (0, 30, 120, 600, 1800, 3600)
 CHAT_SCHEDULE: tuple[float, ...] = (0, 10, 60, 300, 900)
 
-SCHEDULES: dict[str, tuple[float, ...]] = {
-    "webhook": WEBHOOK_SCHEDULE,
-    "webpush": PUSH_SCHEDULE,
-    "email": EMAIL_SCHEDULE,
-    "chat": CHAT_SCHEDULE,
-}
-
 
 @dataclass(frozen=True)
 class RetryDecision:
@@ -47,10 +42,6 @@ class RetryStrategy:
     schedule: tuple[float, ...]
     jitter: float = 0.2
     retry_after_cap_s: float = 3600.0
-
-    @classmethod
-    def for_channel(cls, channel: str) -> RetryStrategy:
-        return cls(SCHEDULES.get(channel, PUSH_SCHEDULE))
 
     @property
     def max_attempts(self) -> int:

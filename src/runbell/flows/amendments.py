@@ -43,6 +43,7 @@ from typing import Any, TypedDict, cast
 
 import structlog
 
+from runbell.domain.channels import offered
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run, RunChanges
@@ -208,7 +209,7 @@ def _propose_in(
         reason=summary[:200],
         owner_present=core.presence.is_present(tenant_id, run.owner_user_id, conn),
         request=RequestLink(amendment_id, None, blocks_work=False),
-        email=bool(core.settings.smtp_host),
+        channels=offered(core.settings),
     )
     tx.emit(
         tenant_id,

@@ -11,6 +11,7 @@ written here too, as ``escalation_steps`` rows (fired by ``flows.escalation``), 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,7 +20,7 @@ import structlog
 
 from runbell import metrics
 from runbell.domain import digests as digest_rules
-from runbell.domain.dispatch import DEFAULT_CONSENT
+from runbell.domain.channels import INBOX, PERSON_CHANNELS, consented_urgencies
 from runbell.domain.escalation import held_back, schedule
 from runbell.domain.policy import Decision, Facts, Policy
 from runbell.domain.records import Run
@@ -112,7 +113,7 @@ def close_notification(tx: Tx, note: dict[str, Any], state: str, reason: str) ->
     escalations.cancel_pending(tx.conn, note["tenant_id"], note["id"], tx.now, f"{state}: {reason}")
     closed = {**note, "state": state, "closed_at": tx.now, "closed_reason": reason}
     if state in RETRACT_ON:
-        shown = escalations.delivered_push(tx.conn, note["tenant_id"], note["id"])
+        shown = escalations.delivered_collapsing(tx.conn, note["tenant_id"], note["id"])
         if escalations.add_retractions(tx.conn, closed, shown, tx.now):
             tx.wake_outbox = True
     tx.emit(
@@ -161,13 +162,14 @@ def raise_attention(
     reason: str | None,
     owner_present: bool,
     request: RequestLink | None = None,
-    email: bool = True,
+    channels: Collection[str] = PERSON_CHANNELS,
 ) -> Raised:
     """The policy decides what ``attention`` on ``run`` at ``version`` calls for; when
     it notifies, the one notification (invariant 1), its outbox rows, its digest item or
-    escalation ladder and its feed event, all in ``tx`` (invariant 12). ``email``:
-    whether this server sends email at all (SMTP configured); without it no email row is
-    queued — the worker would only mark it skipped, two writes for nothing."""
+    escalation ladder and its feed event, all in ``tx`` (invariant 12). ``channels``:
+    the person channels this server sends on (``domain.channels.offered``: email only
+    with SMTP configured); no row is queued for another — the worker would only mark it
+    skipped, two writes for nothing."""
     facts = policy_facts(facts, request)
     decision = decide(tx, policy, run, attention, facts, owner_present)
     if not decision.notifies:
@@ -184,8 +186,8 @@ def raise_attention(
         tx.after_commit.append(lambda: metrics.DUPLICATES.labels("notification").inc())
         return Raised(decision, note_id, False)
     tx.after_commit.append(lambda: metrics.NOTIFICATIONS.labels(attention, decision.kind).inc())
-    queue_deliveries(tx, values, decision, email)
-    follow_up(tx, values, decision, email)
+    queue_deliveries(tx, values, decision, channels)
+    follow_up(tx, values, decision, channels)
     announce_created(tx, values)
     return Raised(decision, note_id, True, note=values)
 
@@ -282,10 +284,12 @@ def notification_row(
     }
 
 
-def queue_deliveries(tx: Tx, note: dict[str, Any], decision: Decision, email: bool) -> None:
+def queue_deliveries(
+    tx: Tx, note: dict[str, Any], decision: Decision, channels: Collection[str]
+) -> None:
     """The outbox rows: the inbox always; the person's channels when the policy pushes."""
     tenant_id, note_id, recipient = note["tenant_id"], note["id"], note["recipient_user_id"]
-    rows = [outbox.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
+    rows = [outbox.delivery_row(tenant_id, note_id, INBOX, recipient, "accepted", tx.now)]
     if decision.kind == "push":
         rows += _push_deliveries(
             tx,
@@ -293,7 +297,7 @@ def queue_deliveries(tx: Tx, note: dict[str, Any], decision: Decision, email: bo
             recipient,
             note_id,
             decision.urgency or "low",
-            email=email,
+            channels=channels,
             held=held_back(decision.escalation),
         )
     for row in rows:
@@ -301,7 +305,7 @@ def queue_deliveries(tx: Tx, note: dict[str, Any], decision: Decision, email: bo
     outbox.add_deliveries(tx.conn, rows)
 
 
-def follow_up(tx: Tx, note: dict[str, Any], decision: Decision, email: bool) -> None:
+def follow_up(tx: Tx, note: dict[str, Any], decision: Decision, channels: Collection[str]) -> None:
     """What comes later, scheduled now in this transaction so a crash cannot lose it: a
     digest decision's item, an escalation ladder's steps."""
     if decision.kind == "digest":
@@ -310,7 +314,7 @@ def follow_up(tx: Tx, note: dict[str, Any], decision: Decision, email: bool) -> 
         ladder = [
             (no, step.channel, step.after_s, due)
             for no, step, due in schedule(decision.escalation, tx.now)
-            if step.channel != "email" or email
+            if step.channel in channels
         ]
         escalations.add_steps(tx.conn, note, ladder)
 
@@ -401,47 +405,34 @@ def _push_deliveries(
     note_id: str,
     urgency: str,
     *,
-    email: bool,
+    channels: Collection[str],
     held: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """Outbox rows for every channel the recipient consented to at this urgency, but
-    those ``held`` back for a later escalation step.
+    """Outbox rows for every person channel of ``channels`` the recipient consented to at
+    this urgency, one per destination they have on it, but those ``held`` back for a later
+    escalation step.
 
     Consent, access and quiet hours are checked again at dispatch (they may change
     meanwhile); this only decides which rows exist, so a crash after commit loses none.
     """
     consent = _cached(tx, ("consent", tenant_id, user_id), destinations.consent_of)
-
-    def wants(channel: str) -> bool:
-        return channel not in held and urgency in consented_urgencies(consent, channel)
-
     rows = []
-    if email and wants("email"):
-        address = _cached(
-            tx, ("email", tenant_id, user_id), lambda c, _t, u: destinations.email_of(c, u)
+    for channel in PERSON_CHANNELS:
+        if (
+            channel not in channels
+            or channel in held
+            or urgency not in consented_urgencies(consent, channel)
+        ):
+            continue
+        found = _cached(
+            tx,
+            (channel, tenant_id, user_id),
+            lambda c, t, u, ch=channel: destinations.destination_ids(c, ch, t, u),
         )
-        if address is not None:
-            rows.append(outbox.delivery_row(tenant_id, note_id, "email", address, "queued", tx.now))
-    if wants("webpush"):
         rows += [
-            outbox.delivery_row(tenant_id, note_id, "webpush", s, "queued", tx.now)
-            for s in _cached(
-                tx, ("webpush", tenant_id, user_id), destinations.push_subscription_ids
-            )
-        ]
-    if wants("chat"):
-        rows += [
-            outbox.delivery_row(tenant_id, note_id, "chat", d, "queued", tx.now)
-            for d in _cached(tx, ("chat", tenant_id, user_id), destinations.chat_destination_ids)
+            outbox.delivery_row(tenant_id, note_id, channel, dest, "queued", tx.now)
+            for dest in found
         ]
     if rows:
         tx.wake_outbox = True
     return rows
-
-
-def consented_urgencies(consent: dict[str, Any], channel: str) -> tuple[str, ...]:
-    """The urgencies a person accepts on ``channel``: what they said, else the default."""
-    given = (consent or {}).get(channel)
-    if isinstance(given, dict) and isinstance(given.get("urgencies"), list):
-        return tuple(given["urgencies"])
-    return DEFAULT_CONSENT.get(channel, ())

@@ -1,8 +1,10 @@
 """What the channels are configured with: the server's VAPID key pair (made once, the
-private half sealed) and the SMTP relay from settings.
+private half sealed) and the SMTP relay from settings (``channels.email.smtp_config``).
 
 Kept here rather than in the worker's wiring because the faces need them too: browsers
-subscribe with the VAPID public key, and the sign-in page mails links through SMTP.
+subscribe with the VAPID public key, and the sign-in page offers email only with an SMTP
+relay set. The wiring hands the key pair to the channels it builds
+(``dispatch.wiring.setup_of``).
 
 Invariants kept here (DESIGN §2): secrets sealed at rest — the VAPID private key is
 stored only through the secret box, and a second process that races the first start uses
@@ -16,6 +18,7 @@ import contextlib
 import sqlalchemy as sa
 
 from runbell.channels.email import SmtpConfig
+from runbell.channels.email import smtp_config as config_from_settings
 from runbell.channels.webpush import VapidKeys
 from runbell.flows.context import Core
 from runbell.store import kv
@@ -47,18 +50,4 @@ def vapid_keys(core: Core) -> VapidKeys:
 
 def smtp_config(core: Core) -> SmtpConfig | None:
     """The SMTP relay email goes through, or None when none is set (email is then off)."""
-    s = core.settings
-    if not s.smtp_host:
-        return None
-    return SmtpConfig(
-        host=s.smtp_host,
-        port=s.smtp_port,
-        starttls=s.smtp_starttls,
-        use_tls=s.smtp_tls,
-        username=s.smtp_username,
-        password=s.smtp_password,
-        from_address=s.smtp_from,
-        unsubscribe_url=f"{core.public_url}/settings#email",
-        validate_certs=s.smtp_validate_certs,
-        timeout=s.outbound_timeout_s,
-    )
+    return config_from_settings(core.settings, core.public_url)

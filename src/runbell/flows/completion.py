@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import structlog
 
+from runbell.domain.channels import offered
 from runbell.domain.operations import (
     IN_FLIGHT,
     Completion,
@@ -149,7 +150,7 @@ def review(core: Core, tx: Tx, run: Run) -> Run:
         facts={"effects_verified": verified},
         reason=reason,
         owner_present=core.presence.is_present(tenant_id, run.owner_user_id, tx.conn),
-        email=bool(core.settings.smtp_host),
+        channels=offered(core.settings),
     )
     if raised.note is not None:
         tx.written[raised.note["id"]] = raised.note

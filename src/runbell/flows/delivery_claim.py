@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runbell.domain.channels import FACTS
 from runbell.domain.rate import Limit, schedule
 from runbell.flows.context import Core
 from runbell.flows.delivery_prepare import Prepared, prepare_webhook
@@ -59,17 +60,25 @@ def claim_batch(
     limit: int,
     now: datetime,
     opened: dict[str, str] | None = None,
+    only: str | None = None,
 ) -> ClaimBatch:
+    """Claim up to ``limit`` due deliveries (``only``: that one, when it is due and no
+    other worker holds it), with what sending them needs."""
     s = core.settings
     # Before the transaction: the lease runs from its clock reading, never from later.
     t0 = time.monotonic()
     with core.db.transaction(now=now) as tx:
         rows = outbox.claim(
-            tx.conn, now=tx.now, worker_id=worker_id, lease_s=s.worker_lease_s, limit=limit
+            tx.conn,
+            now=tx.now,
+            worker_id=worker_id,
+            lease_s=s.worker_lease_s,
+            limit=limit,
+            only=only,
         )
         if not rows:
             return ClaimBatch([])
-        hooks = {(r["tenant_id"], r["destination"]) for r in rows if r["channel"] == "webhook"}
+        hooks = {(r["tenant_id"], r["destination"]) for r in rows if _to_endpoint(r["channel"])}
         eps = endpoints.get_many(tx.conn, hooks)
         wants = [_limits(core, r, eps) for r in rows]
         horizon = rate_horizon(s.worker_lease_s, s.outbound_timeout_s)
@@ -96,7 +105,7 @@ def claim_batch(
         if row["id"] in back:
             continue
         prepared, error = None, None
-        if row["channel"] == "webhook":
+        if _to_endpoint(row["channel"]):
             ep = eps.get((row["tenant_id"], row["destination"]))
             try:
                 prepared = prepare_webhook(core, ep, row, now_claimed, opened)
@@ -108,18 +117,29 @@ def claim_batch(
     return ClaimBatch(claimed, next_due)
 
 
+def _to_endpoint(channel: str) -> bool:
+    """A row on ``channel`` goes to a tenant's endpoint (a webhook): prepared here, from
+    the batch's read."""
+    facts = FACTS.get(channel)
+    return facts is not None and facts.destination == "endpoint"
+
+
 def _limits(core: Core, row: dict[str, Any], eps: dict[tuple[str, str], Any]) -> list[Limit]:
-    """The outbound limits a webhook row counts against: its tenant's, and its
-    endpoint's own when it sets one (a webhook is an amplifier a compromised account could
-    aim at a third party)."""
-    if row["channel"] != "webhook":
-        return []
-    rate = core.settings.webhook_rate_per_s
-    found = [Limit(f"tenant:{row['tenant_id']}", rate, max(1.0, rate))]
-    ep = eps.get((row["tenant_id"], row["destination"]))
-    own = ep["rate_limit_per_s"] if ep else None
-    if own:
-        found.append(Limit(f"endpoint:{row['destination']}", own, max(1.0, own)))
+    """The outbound limits a row counts against, by its channel's ``rate_limit_scope``:
+    for a webhook its tenant's, and its endpoint's own when it sets one (a webhook is an
+    amplifier a compromised account could aim at a third party). Person channels have
+    none."""
+    facts = FACTS.get(row["channel"])
+    scope = facts.rate_limit_scope if facts is not None else ()
+    found = []
+    if "tenant" in scope:
+        rate = core.settings.webhook_rate_per_s
+        found.append(Limit(f"tenant:{row['tenant_id']}", rate, max(1.0, rate)))
+    if "endpoint" in scope:
+        ep = eps.get((row["tenant_id"], row["destination"]))
+        own = ep["rate_limit_per_s"] if ep else None
+        if own:
+            found.append(Limit(f"endpoint:{row['destination']}", own, max(1.0, own)))
     return found
 
 

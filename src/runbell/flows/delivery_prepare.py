@@ -11,7 +11,12 @@ read, not taken from when the notification was created (DESIGN §2):
   only — never the run's title, reason or details.
 
 For a tenant webhook: the endpoint as it is now (enabled, its event-type filter, its live
-signing secrets).
+signing secrets). For a sign-in email: only whether its links are still alive (the person
+asked for it a moment ago; consent and quiet hours are for alerts).
+
+Which channel a row is on decides nothing here by name: its facts (``domain.channels``)
+say who it is for and where its destinations are kept, and its spec
+(``channels.registry``) turns the destination found now into the target it sends to.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from runbell.channels import registry
 from runbell.channels.base import Outbound
+from runbell.domain.channels import FACTS, SIGN_IN, consented_urgencies, facts_of
 from runbell.domain.dispatch import DispatchContext, Gate, gate
 from runbell.domain.escalation import RETRACTED
 from runbell.domain.principal import Principal
@@ -32,10 +39,10 @@ from runbell.flows.attention import (
     NEUTRAL_SUMMARY,
     RETRACTED_BODY,
     RETRACTED_TITLE,
-    consented_urgencies,
 )
 from runbell.flows.context import Core
 from runbell.flows.policy import policy_for
+from runbell.flows.sessions import LINK_TTL, open_links
 from runbell.store import accounts, destinations, endpoints, runs
 from runbell.store import notifications as notes
 
@@ -54,10 +61,16 @@ class Prepared:
 
 def prepare(core: Core, row: dict[str, Any], now: datetime) -> Prepared:
     """Check a claimed delivery row against the state of things at ``now``."""
+    if row["channel"] not in FACTS:  # written by a newer version, or by hand
+        return Prepared(Gate("skip", f"channel {row['channel']} not known"))
     with core.db.read() as conn:
-        if row["channel"] == "webhook":
+        if facts_of(row["channel"]).audience == "tenant":
             eps = endpoints.get_many(conn, {(row["tenant_id"], row["destination"])})
             return prepare_webhook(core, eps.get((row["tenant_id"], row["destination"])), row, now)
+        if row["event_type"] == RETRACTED:
+            return _prepare_retraction(core, conn, row, now)
+        if row["event_type"] == SIGN_IN:
+            return _prepare_sign_in(core, row, now)
         return _prepare_person(core, conn, row, now)
 
 
@@ -72,8 +85,9 @@ def prepare_webhook(
     (``None``: deleted). ``opened`` caches unsealed secrets across calls (the worker's)."""
     if ep is None:
         return Prepared(Gate("cancel", "endpoint deleted"))
+    channel = row["channel"]
     ctx = DispatchContext(
-        channel="webhook",
+        channel=channel,
         urgency="normal",
         endpoint_enabled=ep["status"] == "enabled",
         endpoint_wants_event=not ep["event_types"] or row["event_type"] in ep["event_types"],
@@ -81,12 +95,13 @@ def prepare_webhook(
     decided = gate(ctx, now)
     if decided.action != "send":
         return Prepared(decided, created_at=row["created_at"])
-    secrets = [_open(core, s["sealed"], opened) for s in ep["secrets"] if endpoints.live(s, now)]
+    live = {**ep, "secrets": [s for s in ep["secrets"] if endpoints.live(s, now)]}
+    target = registry.spec(channel).target(live, lambda sealed: _open(core, sealed, opened))
     base = core.public_url
     msg = Outbound(
         delivery_id=row["id"],
         tenant_id=row["tenant_id"],
-        channel="webhook",
+        channel=channel,
         destination=ep["id"],
         identity=row["id"],
         attempt_no=row["attempt_count"],
@@ -98,11 +113,7 @@ def prepare_webhook(
         run_id=row["run_id"],
         event_type=row["event_type"],
         payload=row["payload"],
-        target={
-            "url": ep["url"],
-            "secrets": secrets,
-            "rate_limit_per_s": ep["rate_limit_per_s"],
-        },
+        target=target,
     )
     return Prepared(decided, msg, created_at=row["created_at"])
 
@@ -120,8 +131,6 @@ def _open(core: Core, sealed: str, opened: dict[str, str] | None) -> str:
 
 def _prepare_person(core: Core, conn: Connection, row: dict[str, Any], now: datetime) -> Prepared:
     tenant_id = row["tenant_id"]
-    if row["event_type"] == RETRACTED:
-        return _prepare_retraction(core, conn, row, now)
     n = notes.find(conn, tenant_id, row["notification_id"])
     if n is None:
         return Prepared(Gate("cancel", "notification is gone"))
@@ -197,19 +206,21 @@ def _prepare_person(core: Core, conn: Connection, row: dict[str, Any], now: date
 def _prepare_retraction(
     core: Core, conn: Connection, row: dict[str, Any], now: datetime
 ) -> Prepared:
-    """The neutral push that replaces a handled notification on a device that showed it
-    (same collapse key, so the same Topic and ``tag``). Consent and quiet hours do not
-    apply: it replaces what is on screen, silently, and says nothing but "handled"."""
-    sub = destinations.push_subscription(conn, row["tenant_id"], row["destination"])
-    if sub is None:
+    """The neutral message that replaces a handled notification on a device that showed it
+    (same collapse key: for web push the same Topic and ``tag``). Consent and quiet hours
+    do not apply: it replaces what is on screen, silently, and says nothing but
+    "handled"."""
+    channel = row["channel"]
+    found = destinations.find(conn, channel, row["tenant_id"], None, row["destination"])
+    if found is None:
         return Prepared(Gate("cancel", "destination removed"))
-    if accounts.membership_role(conn, row["tenant_id"], sub["user_id"]) is None:
+    if accounts.membership_role(conn, row["tenant_id"], found["user_id"]) is None:
         return Prepared(Gate("cancel", "recipient lost access"))
     note_id = (row["payload"] or {}).get("notification_id")
     message = Outbound(
         delivery_id=row["id"],
         tenant_id=row["tenant_id"],
-        channel="webpush",
+        channel=channel,
         destination=row["destination"],
         identity=row["id"],
         attempt_no=row["attempt_count"],
@@ -222,7 +233,7 @@ def _prepare_retraction(
         run_id=row["run_id"],
         collapse_key=f"{row['tenant_id']}:{row['run_id']}",
         event_type=RETRACTED,
-        target={"endpoint": sub["endpoint"], "p256dh": sub["p256dh"], "auth": sub["auth"]},
+        target=registry.spec(channel).target(found, core.box.open),
     )
     return Prepared(
         Gate("send", "replaces a handled notification"),
@@ -232,22 +243,51 @@ def _prepare_retraction(
     )
 
 
+def _prepare_sign_in(core: Core, row: dict[str, Any], now: datetime) -> Prepared:
+    """A person's sign-in links, to the member's address the request found (the row's
+    destination): sent at once, whatever their consent or quiet hours; cancelled once the
+    links have expired, and never retried past that."""
+    expires_at = row["created_at"] + LINK_TTL
+    if expires_at <= now:
+        return Prepared(
+            Gate("cancel", "the sign-in links have expired"),
+            attention_type="sign_in",
+            created_at=row["created_at"],
+        )
+    channel = row["channel"]
+    message = Outbound(
+        delivery_id=row["id"],
+        tenant_id=row["tenant_id"],
+        channel=channel,
+        destination=row["destination"],
+        identity=row["id"],
+        attempt_no=row["attempt_count"],
+        now=now,
+        urgency="normal",
+        title="Sign in to Runbell",
+        body="",
+        deep_link=f"{core.public_url}/login",
+        expires_at=expires_at,
+        event_type=SIGN_IN,
+        payload={"links": open_links(core, row["payload"])},
+        target=registry.spec(channel).target({"address": row["destination"]}, core.box.open),
+    )
+    return Prepared(
+        Gate("send", "a sign-in the person asked for"),
+        message,
+        attention_type="sign_in",
+        expires_at=expires_at,
+        created_at=row["created_at"],
+    )
+
+
 def _destination(
     core: Core, conn: Connection, row: dict[str, Any], user_id: str
 ) -> tuple[dict[str, Any], bool]:
-    """Where the person is reachable *now* (an address may have changed)."""
+    """Where the person is reachable *now* (an address may have changed), as the target
+    the row's channel sends to; False when the destination is gone."""
     channel = row["channel"]
-    if channel == "email":
-        email = destinations.email_of(conn, user_id)
-        return {"to": email}, email is not None
-    if channel == "webpush":
-        sub = destinations.push_subscription(conn, row["tenant_id"], row["destination"])
-        if sub is None:
-            return {}, False
-        return {"endpoint": sub["endpoint"], "p256dh": sub["p256dh"], "auth": sub["auth"]}, True
-    if channel == "chat":
-        dest = destinations.chat_destination(conn, row["tenant_id"], row["destination"])
-        if dest is None:
-            return {}, False
-        return {"url": core.box.open(dest["url_sealed"])}, True
-    return {}, False
+    found = destinations.find(conn, channel, row["tenant_id"], user_id, row["destination"])
+    if found is None:
+        return {}, False
+    return registry.spec(channel).target(found, core.box.open), True

@@ -27,6 +27,7 @@ import structlog
 
 from runbell import metrics
 from runbell.channels.base import DeliveryError, PermanentDeliveryError, Sent
+from runbell.domain.channels import facts_of
 from runbell.domain.dispatch import Gate
 from runbell.domain.retry import RetryStrategy
 from runbell.flows.attention import close_notification
@@ -219,12 +220,10 @@ def _accepted(tx: Tx, rows: list[dict[str, Any]]) -> None:
     for row in rows:
         if row["notification_id"]:
             notes.mark_delivered(tx.conn, row["tenant_id"], row["notification_id"], tx.now)
-        if row["channel"] == "webhook":
+        if facts_of(row["channel"]).destination == "endpoint":
             hooks.add((row["tenant_id"], row["destination"]))
-        if row["channel"] == "webpush":
-            destinations.update_push_subscription(
-                tx.conn, row["destination"], last_success_at=tx.now
-            )
+        else:
+            destinations.mark_reached(tx.conn, row["channel"], row["destination"], tx.now)
     endpoints.reset_dead_streak(tx.conn, hooks, tx.now)
 
 
@@ -237,13 +236,14 @@ def _failed(tx: Tx, row: dict[str, Any], err: PermanentDeliveryError) -> None:
         next_attempt_at=None,
         last_error=err.detail[:500],
     )
-    if err.gone and row["channel"] == "webpush":
-        # The browser unsubscribed (404/410): forget it, and its other queued sends.
-        destinations.forget_push_subscription(tx.conn, row["destination"])
+    gone_means = facts_of(row["channel"]).gone_means if err.gone else "record"
+    if gone_means == "forget":
+        # E.g. the browser unsubscribed (404/410): forget it, and its other queued sends.
+        destinations.forget(tx.conn, row["channel"], row["destination"])
         outbox.cancel_pending_to(
-            tx.conn, "webpush", row["destination"], tx.now, "subscription gone"
+            tx.conn, row["channel"], row["destination"], tx.now, "destination gone"
         )
-    if err.gone and row["channel"] == "webhook":
+    if gone_means == "disable":
         _disable_endpoint(tx, row, f"endpoint answered {err.status_code or 'gone'}")
     if err.operator_alert:
         _operator_event(tx, row, "delivery.misconfigured", err.detail)
@@ -271,7 +271,7 @@ def _retry_or_dead(
                 last_error=f"notification {state}",
             )
             return
-    decision = RetryStrategy.for_channel(row["channel"]).decide(
+    decision = RetryStrategy(facts_of(row["channel"]).retry_schedule).decide(
         attempts=cur["attempt_count"],
         now=tx.now,
         rng=rng,
@@ -299,7 +299,7 @@ def _retry_or_dead(
         last_error=f"{detail} — {decision.reason}"[:500],
     )
     metrics.DEAD_LETTERS.labels(row["channel"]).inc()
-    if row["channel"] == "webhook":
+    if facts_of(row["channel"]).destination == "endpoint":
         ep = endpoints.get(tx.conn, row["tenant_id"], row["destination"], for_update=True)
         streak = ep["dead_streak"] + 1
         endpoints.update(tx.conn, row["tenant_id"], ep["id"], tx.now, dead_streak=streak)

@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection
 
 from runbell import metrics
 from runbell.domain import digests as rules
+from runbell.domain.channels import INBOX, offered
 from runbell.domain.principal import Principal
 from runbell.flows.attention import _push_deliveries, notification_event
 from runbell.flows.context import Core
@@ -139,9 +140,9 @@ def _flush(core: Core, tx: Tx, group: dict[str, Any], *, closed: bool) -> str | 
     }
     if not notes.insert_once(tx.conn, values)[1]:
         raise _Lost(key)  # a digest of another window took this ordinal: next tick
-    rows = [outbox.delivery_row(tenant_id, note_id, "inbox", recipient, "accepted", tx.now)]
+    rows = [outbox.delivery_row(tenant_id, note_id, INBOX, recipient, "accepted", tx.now)]
     rows += _push_deliveries(
-        tx, tenant_id, recipient, note_id, urgency, email=bool(core.settings.smtp_host)
+        tx, tenant_id, recipient, note_id, urgency, channels=offered(core.settings)
     )
     for row in rows:
         row.update(run_id=values["run_id"], urgency=urgency)

@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 
 from runbell import metrics
+from runbell.domain.channels import offered
 from runbell.flows import views
 from runbell.flows.attention import notification_event
 from runbell.flows.context import Core
@@ -104,16 +105,11 @@ def _fire(core: Core, tx: Tx, step: dict[str, Any], note: dict[str, Any]) -> int
 
 
 def _destinations(core: Core, tx: Tx, tenant_id: str, user_id: str, channel: str) -> list[str]:
-    if channel == "email":
-        if not core.settings.smtp_host:
-            return []
-        address = destinations.email_of(tx.conn, user_id)
-        return [] if address is None else [address]
-    if channel == "webpush":
-        return destinations.push_subscription_ids(tx.conn, tenant_id, user_id)
-    if channel == "chat":
-        return destinations.chat_destination_ids(tx.conn, tenant_id, user_id)
-    return []
+    """Where the step's channel reaches the person now; none when this server does not
+    send on it (email without SMTP)."""
+    if channel not in offered(core.settings):
+        return []
+    return destinations.destination_ids(tx.conn, channel, tenant_id, user_id)
 
 
 def step_view(step: dict[str, Any]) -> dict[str, Any]:

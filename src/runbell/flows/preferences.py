@@ -23,12 +23,11 @@ from typing import Any
 from runbell import metrics
 from runbell.channels.chat_urls import check_destination as check_chat
 from runbell.channels.chat_urls import redact
-from runbell.domain.dispatch import ALL_URGENCIES
+from runbell.domain.channels import PERSON_CHANNELS, consented_urgencies, facts_of
 from runbell.domain.errors import Conflict, NotFound
 from runbell.domain.principal import Principal
 from runbell.domain.quiet_hours import QuietWindow, zone
 from runbell.domain.ssrf import check_url
-from runbell.flows.attention import consented_urgencies
 from runbell.flows.channel_config import vapid_keys
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
@@ -38,7 +37,7 @@ from runbell.outbound import make_resolver
 from runbell.store import destinations, engagement
 from runbell.store.db import Tx
 
-CHANNELS = ("email", "webpush", "chat")
+CHANNELS = PERSON_CHANNELS  # every channel that reaches a person has a consent
 
 
 def preferences_of(core: Core, who: Principal) -> dict[str, Any]:
@@ -96,10 +95,12 @@ def save_preferences(
     record = dict(current["consent_record"])
     with core.db.transaction() as tx:
         for channel, urgencies in (consent or {}).items():
+            facts = facts_of(channel)
+            assert facts.consent_key is not None  # the faces accept person channels only
             before = set(current["consent"][channel])
-            after = {u for u in urgencies if u in ALL_URGENCIES}
-            record[channel] = {
-                "urgencies": sorted(after, key=ALL_URGENCIES.index),
+            after = {u for u in urgencies if u in facts.urgencies}
+            record[facts.consent_key] = {
+                "urgencies": sorted(after, key=facts.urgencies.index),
                 "given_at": tx.now.isoformat(),
                 "how": "user",
             }

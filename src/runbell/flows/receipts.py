@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from runbell import metrics
+from runbell.domain.channels import RECEIPT_CHANNELS
 from runbell.domain.errors import Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.flows import views
@@ -23,7 +24,7 @@ from runbell.store import notifications as notes
 from runbell.store.db import Tx
 
 RECEIPT_KINDS = ("displayed", "opened", "dismissed", "clicked")
-RECEIPT_CHANNELS = ("inbox", "email", "webpush", "chat")
+__all__ = ["RECEIPT_CHANNELS", "RECEIPT_KINDS", "check_receipt", "receipt_in", "record_receipt"]
 
 
 def record_receipt(

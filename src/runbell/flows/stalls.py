@@ -36,6 +36,7 @@ from typing import Any
 
 import structlog
 
+from runbell.domain.channels import offered
 from runbell.domain.records import Run, RunChanges
 from runbell.flows import views
 from runbell.flows.attention import close_notification, raise_attention, supersede_actionable
@@ -201,7 +202,7 @@ def _record_stall(core: Core, tx: Tx, run: Run, after_s: int) -> None:
         facts={},
         reason=reason,
         owner_present=core.presence.is_present(tenant_id, run.owner_user_id, tx.conn),
-        email=bool(core.settings.smtp_host),
+        channels=offered(core.settings),
     )
     if raised.notification_id:
         ids.append(raised.notification_id)

@@ -28,6 +28,7 @@ from typing import Any, NotRequired, TypedDict
 
 import structlog
 
+from runbell.domain.channels import offered
 from runbell.domain.records import ReportedError, Run, RunChanges
 from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
 from runbell.flows import cancel_outcome, completion, stalls, views
@@ -256,7 +257,7 @@ def notify(m: Moving) -> None:
         reason=m.note_reason,
         owner_present=core.presence.is_present(tenant_id, m.run.owner_user_id, m.tx.conn),
         request=m.move.request,
-        email=bool(core.settings.smtp_host),
+        channels=offered(core.settings),
     )
     m.decision = raised.decision.as_dict()
     if raised.notification_id:

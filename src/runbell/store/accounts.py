@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
 from runbell.domain import limits
+from runbell.domain.channels import FACTS
 from runbell.domain.errors import NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.ids import new_id, new_token, token_hash
@@ -136,9 +137,6 @@ def normalize_email(email: str) -> str:
     return email
 
 
-DEFAULT_CONSENT_URGENCIES = ["normal", "time_sensitive", "urgent"]
-
-
 def add_member(conn: Connection, tenant_id: str, user_id: str, role: str, now: datetime) -> None:
     if role not in ROLES_MEMBER:
         raise ValidationFailed(f"role must be one of {', '.join(ROLES_MEMBER)}", field="role")
@@ -165,19 +163,22 @@ def add_member(conn: Connection, tenant_id: str, user_id: str, role: str, now: d
         )
     ).first()
     if not has_prefs:
-        # Email to the address the admin registered is on for pushes of normal urgency and
-        # up; the user can withdraw it. Recorded with how and when it was given.
+        # The channels that reach the address the admin registered (email) are on at
+        # their default urgencies; the user can withdraw them. Recorded with how and when
+        # the consent was given.
         conn.execute(
             t.preferences.insert().values(
                 tenant_id=tenant_id,
                 user_id=user_id,
                 updated_at=now,
                 consent={
-                    "email": {
-                        "urgencies": DEFAULT_CONSENT_URGENCIES,
+                    f.consent_key: {
+                        "urgencies": list(f.default_consent),
                         "given_at": now.isoformat(),
                         "how": "default_on_invite",
                     }
+                    for f in FACTS.values()
+                    if f.destination == "address" and f.consent_key is not None
                 },
             )
         )

@@ -1,14 +1,64 @@
 """Where a person can be reached: preferences (consent, quiet hours, timezone), email,
-web push subscriptions and chat destinations (their own and the tenant's shared rooms)."""
+web push subscriptions and chat destinations (their own and the tenant's shared rooms).
+
+A person channel's facts (``runbell.domain.channels``) say which kind of destination it
+sends to; :func:`destination_ids`, :func:`find`, :func:`mark_reached` and :func:`forget`
+read by that kind, so no caller names a channel to find where a person is.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from runbell.domain.channels import DestinationKind, facts_of
 from runbell.store import tables as t
+
+
+def destination_ids(conn: Connection, channel: str, tenant_id: str, user_id: str) -> list[str]:
+    """Every destination a person channel reaches this person at, now (the outbox rows'
+    ``destination``): their address, their browsers, their and their tenant's chat
+    destinations."""
+    return _IDS[facts_of(channel).destination](conn, tenant_id, user_id)
+
+
+def find(
+    conn: Connection, channel: str, tenant_id: str, user_id: str | None, destination: str
+) -> dict[str, Any] | None:
+    """One destination of a person channel as stored now (None: it is gone). An address
+    is the person's address as it is now (``user_id``'s), whatever the row was queued
+    with; the other kinds are found by ``destination`` alone."""
+    return _FIND[facts_of(channel).destination](conn, tenant_id, user_id, destination)
+
+
+def mark_reached(conn: Connection, channel: str, destination: str, now: datetime) -> None:
+    """Remember that a send to ``destination`` was accepted, where its kind keeps that
+    (a browser's last success, shown on the settings page)."""
+    if facts_of(channel).destination == "push_subscription":
+        update_push_subscription(conn, destination, last_success_at=now)
+
+
+def forget(conn: Connection, channel: str, destination: str) -> None:
+    """Drop a destination whose service said it is gone for good (a browser that
+    unsubscribed); kinds a person manages themselves are kept."""
+    if facts_of(channel).destination == "push_subscription":
+        forget_push_subscription(conn, destination)
+
+
+def _address_ids(conn: Connection, _tenant_id: str, user_id: str) -> list[str]:
+    address = email_of(conn, user_id)
+    return [] if address is None else [address]
+
+
+def _address(
+    conn: Connection, _tenant_id: str, user_id: str | None, _destination: str
+) -> dict[str, Any] | None:
+    address = None if user_id is None else email_of(conn, user_id)
+    return None if address is None else {"address": address}
 
 
 def consent_of(conn: Connection, tenant_id: str, user_id: str) -> dict[str, Any]:
@@ -169,3 +219,21 @@ def delete_chat_destination(
     if owner is not None:
         cond.append(c.c.user_id == owner)
     return bool(conn.execute(sa.delete(c).where(*cond)).rowcount)
+
+
+_IDS: dict[DestinationKind, Callable[[Connection, str, str], list[str]]] = {
+    "address": _address_ids,
+    "push_subscription": push_subscription_ids,
+    "chat_destination": chat_destination_ids,
+}
+_FIND: dict[
+    DestinationKind, Callable[[Connection, str, str | None, str], dict[str, Any] | None]
+] = {
+    "address": _address,
+    "push_subscription": lambda conn, tenant_id, _user, dest: push_subscription(
+        conn, tenant_id, dest
+    ),
+    "chat_destination": lambda conn, tenant_id, _user, dest: chat_destination(
+        conn, tenant_id, dest
+    ),
+}

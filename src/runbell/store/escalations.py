@@ -1,10 +1,11 @@
-"""Escalation steps (one row per rung of a notification's ladder) and the web push
-retractions sent when a notification is handled.
+"""Escalation steps (one row per rung of a notification's ladder) and the retractions
+sent when a notification is handled.
 
 The sweep reads pending steps by ``ix_escalation_steps_due`` (status, due time): its cost
-follows what is due, not history. A retraction is a ``webpush`` delivery row with no
-notification id (the notification's own row to that subscription exists already) and
-event type :data:`RETRACTED`, made once per notification and subscription by the
+follows what is due, not history. A retraction is a delivery row on a channel whose
+messages collapse (``domain.channels.COLLAPSING``: web push) with no notification id
+(the notification's own row to that destination exists already) and event type
+:data:`RETRACTED`, made once per notification and destination by the
 ``uq_delivery_event_once`` constraint.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from runbell.domain.channels import COLLAPSING
 from runbell.domain.escalation import RETRACTED
 from runbell.ids import new_id
 from runbell.store import fast, outbox
@@ -126,20 +128,22 @@ def destinations_used(
     }
 
 
-def delivered_push(conn: Connection, tenant_id: str, notification_id: str) -> list[str]:
-    """Subscriptions the notification's web push reached (accepted by the push service)."""
+def delivered_collapsing(
+    conn: Connection, tenant_id: str, notification_id: str
+) -> list[tuple[str, str]]:
+    """(channel, destination) of every send of the notification that a device may still
+    show and a newer message can replace (channels with ``collapse``: web push), accepted
+    by its service."""
     d = t.deliveries
-    return [
-        str(r)
-        for r in conn.execute(
-            sa.select(d.c.destination).where(
-                d.c.tenant_id == tenant_id,
-                d.c.notification_id == notification_id,
-                d.c.channel == "webpush",
-                d.c.status == "accepted",
-            )
-        ).scalars()
-    ]
+    rows = conn.execute(
+        sa.select(d.c.channel, d.c.destination).where(
+            d.c.tenant_id == tenant_id,
+            d.c.notification_id == notification_id,
+            d.c.channel.in_(COLLAPSING),
+            d.c.status == "accepted",
+        )
+    ).all()
+    return [(str(r.channel), str(r.destination)) for r in rows]
 
 
 def retraction_key(notification_id: str) -> str:
@@ -147,14 +151,14 @@ def retraction_key(notification_id: str) -> str:
 
 
 def add_retractions(
-    conn: Connection, note: dict[str, Any], subscription_ids: list[str], now: datetime
+    conn: Connection, note: dict[str, Any], shown: list[tuple[str, str]], now: datetime
 ) -> int:
-    """One neutral replacement push per subscription that showed ``note``."""
-    if not subscription_ids:
+    """One neutral replacement per (channel, destination) that showed ``note``."""
+    if not shown:
         return 0
     rows = []
-    for sub_id in subscription_ids:
-        row = outbox.delivery_row(note["tenant_id"], None, "webpush", sub_id, "queued", now)
+    for channel, destination in shown:
+        row = outbox.delivery_row(note["tenant_id"], None, channel, destination, "queued", now)
         row.update(
             run_id=note["run_id"],
             urgency="normal",
@@ -173,7 +177,7 @@ def retractions_for(conn: Connection, tenant_id: str, notification_id: str) -> l
         sa.select(d)
         .where(
             d.c.tenant_id == tenant_id,
-            d.c.channel == "webpush",
+            d.c.channel.in_(COLLAPSING),
             d.c.event_key == retraction_key(notification_id),
         )
         .order_by(d.c.id)

@@ -125,15 +125,24 @@ def scrub_payloads(conn: Connection, tenant_id: str, notification_id: str) -> No
 
 
 def claim(
-    conn: Connection, *, now: datetime, worker_id: str, lease_s: float, limit: int
+    conn: Connection,
+    *,
+    now: datetime,
+    worker_id: str,
+    lease_s: float,
+    limit: int,
+    only: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Claim up to ``limit`` due deliveries, in one statement; each row also carries the
-    status it had (``was_status``), so one given back unsent keeps it (:func:`release`)."""
+    """Claim up to ``limit`` due deliveries (``only``: that one, if it is due), in one
+    statement; each row also carries the status it had (``was_status``), so one given
+    back unsent keeps it (:func:`release`)."""
     d = t.deliveries
     due = sa.or_(
         sa.and_(d.c.status.in_(DUE), d.c.next_attempt_at <= now),
         sa.and_(d.c.status == "sending", d.c.lease_until < now),
     )
+    if only is not None:
+        due = sa.and_(d.c.id == only, due)
     candidates = (
         sa.select(d.c.id, d.c.status.label("was_status"))
         .where(due)

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from runbell.api.deps import CoreDep
 from runbell.api.schemas import ChatIn, PreferencesIn
+from runbell.domain.channels import ALL_URGENCIES, PERSON_CHANNELS
 from runbell.domain.errors import Forbidden, RunbellError, ValidationFailed
 from runbell.flows import dry_run, policy, preferences
 from runbell.flows.context import Core
@@ -32,8 +33,10 @@ from runbell.web.forms import Checked, Session
 from runbell.web.templating import render
 from runbell.web.viewer import Viewer, viewer
 
-URGENCIES = ("low", "normal", "time_sensitive", "urgent")
+URGENCIES = ALL_URGENCIES
+# The settings page's labels, in the order the channels are declared.
 CHANNELS = (("email", "Email"), ("webpush", "Browser notifications"), ("chat", "Chat"))
+assert tuple(c for c, _ in CHANNELS) == PERSON_CHANNELS
 COMMON_ZONES = (
     "UTC",
     "Europe/London",

@@ -9,8 +9,11 @@
 The login form has its own CSRF cookie (there is no session yet). Where the browser was
 going when it was sent here is kept in a cookie for ``/auth`` (a link printed by
 ``runbell user login-link`` names no ``next``). The answer to ``POST /login`` is the same
-whether or not the address belongs to anyone. A link that names nothing counts as a failed
-authentication (:mod:`runbell.flows.auth_failures`): past the burst, 429 with Retry-After.
+whether or not the address belongs to anyone: a member's links are queued as an email in
+the outbox (:func:`runbell.flows.sessions.request_sign_in`) and sent by the worker — by
+this process right after the answer when it runs no worker of its own. A link that
+names nothing counts as a failed authentication (:mod:`runbell.flows.auth_failures`): past
+the burst, 429 with Retry-After.
 """
 
 from __future__ import annotations
@@ -23,13 +26,13 @@ from fastapi import APIRouter, BackgroundTasks, Request
 from fastapi.responses import RedirectResponse, Response
 
 from runbell.api.deps import SESSION_COOKIE, CoreDep
+from runbell.dispatch.worker import Worker
 from runbell.domain.errors import TooManyAttempts
 from runbell.flows import auth_failures, sessions
 from runbell.flows.channel_config import smtp_config
 from runbell.flows.context import Core
 from runbell.web import wording
 from runbell.web.forms import Checked, CsrfRefused, FormBody, safe_next
-from runbell.web.mail import send_sign_in
 from runbell.web.templating import render
 from runbell.web.viewer import message
 
@@ -130,8 +133,7 @@ def login_submit(
     expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
     if not expected or not secrets.compare_digest(form.first("csrf_token"), expected):
         raise CsrfRefused()
-    config = smtp_config(core)
-    if config is None:
+    if smtp_config(core) is None:
         return _login_form(
             core,
             request,
@@ -142,12 +144,12 @@ def login_submit(
             ),
         )
     address = form.first("email").strip()[:320]
-    links = [
-        (tenant_name, sign_in_url(core, token, target))
-        for tenant_name, token in sessions.links_for_email(core.db, address)
-    ]
-    if links:
-        background.add_task(send_sign_in, config, address, links)
+    queued = sessions.request_sign_in(core, address, target)
+    if queued is not None and getattr(request.app.state, "worker", None) is None:
+        # No delivery worker in this process (`runbell api`, an embedder): send this one
+        # through the worker's own steps now, after the answer. A worker elsewhere that
+        # claims it first sends it instead; never both.
+        background.add_task(Worker(core, {}).send_now, queued)
     # The same answer whether or not the address belongs to anyone.
     paragraphs = [
         "If that address belongs to a member, a sign-in link is on its way. "
@@ -159,11 +161,6 @@ def login_submit(
         paragraphs.append("This is the demo: the mail lands in the demo mailbox, not a real one.")
         link = (mailbox, "Open the demo mailbox")
     return message("Check your email", paragraphs, link=link)
-
-
-def sign_in_url(core: Core, token: str, next_path: str = "/") -> str:
-    url = f"{core.settings.public_url.rstrip('/')}/auth/{token}"
-    return url if next_path == "/" else f"{url}?next={quote(next_path, safe='/')}"
 
 
 @router.get("/auth/{token}")
