@@ -200,3 +200,80 @@ class FeedEvent(TypedDict):
     user_id: NotRequired[str | None]  # a person's own event (only they may see it)
     data: dict[str, Any]
     created_at: datetime
+
+
+class Notification(TypedDict):
+    """One row of ``notifications``: the durable attention record of one recipient for
+    one transition. On the hot write path (a signal raises it and its deliveries in one
+    transaction) a row stays a typed dict: no object is built per notification."""
+
+    id: str
+    tenant_id: str
+    recipient_user_id: str
+    run_id: str  # a digest's synthetic id for a digest
+    transition_version: int
+    attention_type: str
+    urgency: str
+    decision: str
+    rule_id: str
+    inputs: dict[str, Any]  # the facts the policy decided on
+    summary: str
+    subject_version: str | None
+    input_request_id: str | None
+    reason: str | None
+    expires_at: datetime | None
+    state: str
+    closed_at: datetime | None
+    closed_reason: str | None
+    created_at: datetime
+    first_delivered_at: datetime | None
+    first_seen_at: datetime | None
+
+
+class Delivery(TypedDict):
+    """One row of ``deliveries``, the outbox: one message to one destination over one
+    channel (a notification's, or a tenant webhook's event). A typed dict, as the
+    notification it carries."""
+
+    id: str
+    tenant_id: str
+    notification_id: str | None
+    channel: str
+    destination: str
+    status: str
+    run_id: str | None
+    event_type: str | None
+    event_key: str | None
+    payload: dict[str, Any] | None
+    urgency: str | None
+    attempt_count: int
+    next_attempt_at: datetime | None
+    lease_until: datetime | None
+    claimed_by: str | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class DeliveryAttempts(Delivery):
+    """A delivery with its attempts (each attempt's columns), for a notification's trail."""
+
+    attempts: list[dict[str, Any]]
+
+
+class Endpoint(TypedDict):
+    """One row of ``webhook_endpoints``: a tenant's webhook receiver. ``secrets`` are
+    sealed, each with its dates; never shown."""
+
+    id: str
+    tenant_id: str
+    url: str
+    description: str | None
+    event_types: list[str]
+    secrets: list[dict[str, Any]]
+    status: str
+    disabled_reason: str | None
+    dead_streak: int
+    rate_limit_per_s: float | None
+    created_at: datetime
+    updated_at: datetime

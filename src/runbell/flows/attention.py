@@ -23,7 +23,7 @@ from runbell.domain import digests as digest_rules
 from runbell.domain.channels import INBOX, PERSON_CHANNELS, consented_urgencies
 from runbell.domain.escalation import held_back, schedule
 from runbell.domain.policy import Decision, Facts, Policy
-from runbell.domain.records import Run
+from runbell.domain.records import Notification, Run
 from runbell.ids import new_id
 from runbell.store import accounts, destinations, digests, escalations, outbox
 from runbell.store import notifications as notes
@@ -84,10 +84,10 @@ class Raised:
     decision: Decision
     notification_id: str | None
     created: bool
-    note: dict[str, Any] | None = None  # the notification as written, when created here
+    note: Notification | None = None  # the notification as written, when created here
 
 
-def notification_event(note: dict[str, Any]) -> dict[str, Any]:
+def notification_event(note: Notification) -> dict[str, Any]:
     """The feed/webhook view of a notification: ids and labels, nothing sensitive."""
     return {
         "notification_id": note["id"],
@@ -101,7 +101,7 @@ def notification_event(note: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def close_notification(tx: Tx, note: dict[str, Any], state: str, reason: str) -> bool:
+def close_notification(tx: Tx, note: Notification, state: str, reason: str) -> bool:
     """Close an open notification, cancel its queued deliveries, and tell the feed.
 
     The one way notifications close, so every close leaves the same trace: its pending
@@ -111,7 +111,7 @@ def close_notification(tx: Tx, note: dict[str, Any], state: str, reason: str) ->
     if not notes.close(tx.conn, note["tenant_id"], note["id"], state, reason, tx.now):
         return False
     escalations.cancel_pending(tx.conn, note["tenant_id"], note["id"], tx.now, f"{state}: {reason}")
-    closed = {**note, "state": state, "closed_at": tx.now, "closed_reason": reason}
+    closed: Notification = {**note, "state": state, "closed_at": tx.now, "closed_reason": reason}
     if state in RETRACT_ON:
         shown = escalations.delivered_collapsing(tx.conn, note["tenant_id"], note["id"])
         if escalations.add_retractions(tx.conn, closed, shown, tx.now):
@@ -135,7 +135,7 @@ def supersede_actionable(
     tenant_id: str,
     run_id: str,
     version: int,
-    open_notes: list[dict[str, Any]] | None = None,
+    open_notes: list[Notification] | None = None,
 ) -> list[str]:
     """Close the run's open actionable notifications from older versions as superseded.
 
@@ -250,7 +250,7 @@ def notification_row(
     reason: str | None,
     request: RequestLink | None,
     now: datetime,
-) -> dict[str, Any]:
+) -> Notification:
     """The notification as it is inserted (pure but for its new id). Its summary is the
     neutral text of its type (invariant 11); it expires with the request it points at,
     else after the policy's expiry."""
@@ -280,12 +280,16 @@ def notification_row(
         "reason": (reason or "")[:500] or None,
         "expires_at": expires_at,
         "state": "open",
+        "closed_at": None,
+        "closed_reason": None,
         "created_at": now,
+        "first_delivered_at": None,
+        "first_seen_at": None,
     }
 
 
 def queue_deliveries(
-    tx: Tx, note: dict[str, Any], decision: Decision, channels: Collection[str]
+    tx: Tx, note: Notification, decision: Decision, channels: Collection[str]
 ) -> None:
     """The outbox rows: the inbox always; the person's channels when the policy pushes."""
     tenant_id, note_id, recipient = note["tenant_id"], note["id"], note["recipient_user_id"]
@@ -305,7 +309,7 @@ def queue_deliveries(
     outbox.add_deliveries(tx.conn, rows)
 
 
-def follow_up(tx: Tx, note: dict[str, Any], decision: Decision, channels: Collection[str]) -> None:
+def follow_up(tx: Tx, note: Notification, decision: Decision, channels: Collection[str]) -> None:
     """What comes later, scheduled now in this transaction so a crash cannot lose it: a
     digest decision's item, an escalation ladder's steps."""
     if decision.kind == "digest":
@@ -319,7 +323,7 @@ def follow_up(tx: Tx, note: dict[str, Any], decision: Decision, channels: Collec
         escalations.add_steps(tx.conn, note, ladder)
 
 
-def announce_created(tx: Tx, note: dict[str, Any]) -> None:
+def announce_created(tx: Tx, note: Notification) -> None:
     tx.emit(
         note["tenant_id"],
         PendingEvent(
@@ -340,7 +344,7 @@ def announce_created(tx: Tx, note: dict[str, Any]) -> None:
     )
 
 
-def _collect(tx: Tx, decision: Decision, note: dict[str, Any]) -> None:
+def _collect(tx: Tx, decision: Decision, note: Notification) -> None:
     """A digest decision: the item waits for its recipient's digest of its key, written
     in this transaction (its own notification stays in the inbox, never pushed; the
     digest that lists it is what goes out on the channels — ``flows.digests``)."""

@@ -35,6 +35,7 @@ from runbell import metrics
 from runbell.domain import digests as rules
 from runbell.domain.channels import INBOX, offered
 from runbell.domain.principal import Principal
+from runbell.domain.records import Notification
 from runbell.flows.attention import _push_deliveries, notification_event
 from runbell.flows.context import Core
 from runbell.flows.views import iso
@@ -111,7 +112,7 @@ def _flush(core: Core, tx: Tx, group: dict[str, Any], *, closed: bool) -> str | 
         raise _Lost(key)
     types = [i["attention_type"] for i in items]
     urgency = rules.highest([i["urgency"] for i in items])
-    values = {
+    values: Notification = {
         "id": note_id,
         "tenant_id": tenant_id,
         "recipient_user_id": recipient,
@@ -136,7 +137,11 @@ def _flush(core: Core, tx: Tx, group: dict[str, Any], *, closed: bool) -> str | 
         "reason": None,
         "expires_at": None,
         "state": "open",
+        "closed_at": None,
+        "closed_reason": None,
         "created_at": tx.now,
+        "first_delivered_at": None,
+        "first_seen_at": None,
     }
     if not notes.insert_once(tx.conn, values)[1]:
         raise _Lost(key)  # a digest of another window took this ordinal: next tick
@@ -162,7 +167,7 @@ def _flush(core: Core, tx: Tx, group: dict[str, Any], *, closed: bool) -> str | 
     return note_id
 
 
-def is_digest(note: dict[str, Any]) -> bool:
+def is_digest(note: Notification) -> bool:
     return bool(note["attention_type"] == "digest")
 
 
@@ -192,7 +197,7 @@ class DigestView(TypedDict):
     items: list[DigestItem]
 
 
-def digest_view(conn: Connection, viewer: Principal, note: dict[str, Any]) -> DigestView:
+def digest_view(conn: Connection, viewer: Principal, note: Notification) -> DigestView:
     """The digest a notification sent: its window and its items, each a link to its run.
 
     ``viewer``: whose access decides which runs are named (the recipient's, for a trail).
@@ -232,7 +237,7 @@ def digest_view(conn: Connection, viewer: Principal, note: dict[str, Any]) -> Di
     }
 
 
-def recipient(note: dict[str, Any], role: str) -> Principal:
+def recipient(note: Notification, role: str) -> Principal:
     """The recipient as a principal (a trail judges by the recipient's access)."""
     return Principal(
         tenant_id=note["tenant_id"], kind="user", role=role, user_id=note["recipient_user_id"]

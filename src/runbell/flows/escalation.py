@@ -26,6 +26,7 @@ import structlog
 
 from runbell import metrics
 from runbell.domain.channels import offered
+from runbell.domain.records import Notification
 from runbell.flows import views
 from runbell.flows.attention import notification_event
 from runbell.flows.context import Core
@@ -57,7 +58,7 @@ def sweep(core: Core, now: datetime, limit: int = 500) -> int:
     return fired
 
 
-def _fire(core: Core, tx: Tx, step: dict[str, Any], note: dict[str, Any]) -> int:
+def _fire(core: Core, tx: Tx, step: dict[str, Any], note: Notification) -> int:
     tenant_id, user_id, channel = note["tenant_id"], note["recipient_user_id"], step["channel"]
     targets = _destinations(core, tx, tenant_id, user_id, channel)
     used = escalations.destinations_used(tx.conn, tenant_id, note["id"], channel)

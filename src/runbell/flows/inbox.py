@@ -14,14 +14,14 @@ Invariants kept here (DESIGN §2):
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from sqlalchemy.engine import Connection
 
 from runbell import metrics
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
-from runbell.domain.records import InputRequest, Run
+from runbell.domain.records import InputRequest, Notification, Run
 from runbell.flows import digests, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
@@ -33,7 +33,7 @@ from runbell.store import notifications as notes
 from runbell.store.db import Tx
 
 
-def own_note(conn: Connection, who: Principal, notification_id: str) -> dict[str, Any]:
+def own_note(conn: Connection, who: Principal, notification_id: str) -> Notification:
     note = notes.get(conn, who.tenant_id, notification_id)
     if who.is_user and note["recipient_user_id"] != who.user_id:
         raise NotFound(f"no notification {notification_id!r}")
@@ -122,7 +122,7 @@ def get_notification(
 
 def actionable(
     core: Core,
-    note: dict[str, Any],
+    note: Notification,
     run: Run | None,
     request: InputRequest | None,
     recipient_sees_run: bool,
@@ -135,7 +135,7 @@ def actionable(
     return ok, why
 
 
-def recipient_sees_run(conn: Connection, note: dict[str, Any]) -> bool:
+def recipient_sees_run(conn: Connection, note: Notification) -> bool:
     """The recipient's access now, as the dispatcher checks it: a current member who
     may see the run (whoever is asking)."""
     tenant_id, user_id = note["tenant_id"], note["recipient_user_id"]

@@ -38,7 +38,7 @@ import structlog
 from runbell import metrics
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import InputRequest, Run
+from runbell.domain.records import InputRequest, Notification, Run
 from runbell.domain.runs import RunState, is_terminal
 from runbell.flows import transitions, views
 from runbell.flows.attention import RequestLink, close_notification
@@ -376,10 +376,11 @@ def pending_view(
     return views.input_request_view(pending[-1], include_details=include_details)
 
 
-def get_for_notification(conn: Any, note: dict[str, Any]) -> InputRequest | None:
-    if not note.get("input_request_id"):
+def get_for_notification(conn: Any, note: Notification) -> InputRequest | None:
+    request_id = note["input_request_id"]
+    if not request_id:
         return None
-    return requests.get(conn, note["tenant_id"], note["input_request_id"])
+    return requests.get(conn, note["tenant_id"], request_id)
 
 
 def may_answer(conn: Any, who: Principal, run: Run) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import structlog
 
+from runbell.domain.records import Notification
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
 from runbell.store import accounts, sessions
@@ -32,7 +33,7 @@ def revoke_member(core: Core, tenant_id: str, user_id: str) -> int:
         withdrawn = 0
         for note in notes.open_for_recipient(tx.conn, tenant_id, user_id):
             notes.redact(tx.conn, tenant_id, note["id"])
-            redacted = {**note, "summary": notes.WITHDRAWN_SUMMARY, "reason": None}
+            redacted: Notification = {**note, "summary": notes.WITHDRAWN_SUMMARY, "reason": None}
             withdrawn += close_notification(tx, redacted, "revoked", "recipient lost access")
     log.info("member.revoked", tenant_id=tenant_id, user_id=user_id, withdrawn=withdrawn)
     return withdrawn

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runbell.domain.principal import Principal
-from runbell.domain.records import InputRequest, Run
+from runbell.domain.records import DeliveryAttempts, InputRequest, Notification, Run
 from runbell.flows import views
 from runbell.flows.context import Core
 from runbell.flows.input_requests import get_for_notification, may_answer
@@ -38,6 +38,12 @@ CLOSED_STATES = ("acknowledged", "resolved", "expired", "superseded", "revoked")
 INBOX_OPEN_LIMIT = 200
 INBOX_CLOSED_LIMIT = 20
 RUN_NOTES_LIMIT = 50
+
+
+class NotificationDeliveries(Notification):
+    """A person's notification about the run, with its deliveries and their attempts."""
+
+    deliveries: list[DeliveryAttempts]
 
 
 def viewer(core: Core, who: Principal) -> dict[str, str]:
@@ -95,7 +101,7 @@ def inbox_page(core: Core, who: Principal, now: datetime) -> dict[str, Any]:
 
 
 def _standing(
-    note: dict[str, Any],
+    note: Notification,
     run: Run | None,
     visible: bool,
     now: datetime,
@@ -137,11 +143,12 @@ def run_page(
         transitions = runs.list_transitions(conn, who.tenant_id, run_id)
         waiting = requests.pending_for_run(conn, who.tenant_id, run_id)
         may = may_answer(conn, who, run)
-        mine = notes.for_recipient_on_run(
-            conn, who.tenant_id, who.user_id, run_id, limit=RUN_NOTES_LIMIT
-        )
-        for note in mine:
-            note["deliveries"] = notes.deliveries_for(conn, who.tenant_id, note["id"])
+        mine: list[NotificationDeliveries] = [
+            {**note, "deliveries": notes.deliveries_for(conn, who.tenant_id, note["id"])}
+            for note in notes.for_recipient_on_run(
+                conn, who.tenant_id, who.user_id, run_id, limit=RUN_NOTES_LIMIT
+            )
+        ]
         owner = destinations.email_of(conn, run.owner_user_id)
         proposed = amendments.for_run(conn, who.tenant_id, run_id)
         asked_by = run.cancel_requested_by

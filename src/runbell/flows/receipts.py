@@ -9,12 +9,11 @@ device may report one (another's notification answers 404).
 
 from __future__ import annotations
 
-from typing import Any
-
 from runbell import metrics
 from runbell.domain.channels import RECEIPT_CHANNELS
 from runbell.domain.errors import Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
+from runbell.domain.records import Notification
 from runbell.flows import views
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
@@ -81,7 +80,7 @@ def receipt_in(
     return views.receipt_view(values)
 
 
-def _count(tx: Tx, note: dict[str, Any], kind: str, channel: str | None) -> None:
+def _count(tx: Tx, note: Notification, kind: str, channel: str | None) -> None:
     """The receipt's metrics, after commit: a ``displayed`` one is a delivery the device
     confirmed; ``opened``/``clicked`` an open, and a stale open when the notification had
     closed already. A receipt without a channel (the web deep link records one) is not

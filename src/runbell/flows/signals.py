@@ -31,7 +31,7 @@ from sqlalchemy.exc import IntegrityError
 from runbell import metrics
 from runbell.domain.errors import Conflict, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import InboundEvent
+from runbell.domain.records import InboundEvent, Notification
 from runbell.domain.runs import RunState, judge
 from runbell.domain.signals import Signal
 from runbell.domain.text import REASON_MAX, public_text
@@ -219,7 +219,7 @@ def _duplicate(
     tenant_id: str,
     seen: InboundEvent,
     run_id: str,
-    written: dict[str, dict[str, Any]],
+    written: dict[str, Notification],
 ) -> SignalResult:
     metrics.DUPLICATES.labels("signal").inc()
     if seen.run_id != run_id:
@@ -339,7 +339,7 @@ def _accept_in_tx(
     )
 
 
-def _written(tx: Tx, tenant_id: str, ids: list[str]) -> list[dict[str, Any]]:
+def _written(tx: Tx, tenant_id: str, ids: list[str]) -> list[Notification]:
     """The notifications ``ids`` as this transaction wrote them (read only if it did not)."""
     if all(i in tx.written for i in ids):
         return [tx.written[i] for i in sorted(ids)]

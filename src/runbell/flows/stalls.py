@@ -32,12 +32,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 import structlog
 
 from runbell.domain.channels import offered
-from runbell.domain.records import Run, RunChanges
+from runbell.domain.records import Notification, Run, RunChanges
 from runbell.flows import views
 from runbell.flows.attention import close_notification, raise_attention, supersede_actionable
 from runbell.flows.context import Core
@@ -69,7 +68,7 @@ def end_episode(
     before: Run,
     run: Run,
     cause: str,
-    open_notes: list[dict[str, Any]] | None = None,
+    open_notes: list[Notification] | None = None,
 ) -> bool:
     """If ``before`` (the run as it was) was stalled: the run showed a sign of life, so the
     stall is over. Close its stalled notifications as resolved and emit ``run.recovered``.

@@ -15,7 +15,7 @@ from typing import Any, NotRequired, TypedDict
 from sqlalchemy.engine import Connection
 
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run, Transition
+from runbell.domain.records import DeliveryAttempts, Run, Transition
 from runbell.flows import digests, views
 from runbell.flows.context import Core
 from runbell.flows.digests import DigestView
@@ -196,7 +196,7 @@ def _transition_view(transition: Transition) -> TransitionView:
     )
 
 
-def _delivery_trail(d: dict[str, Any]) -> DeliveryTrail:
+def _delivery_trail(d: DeliveryAttempts) -> DeliveryTrail:
     return {
         "id": d["id"],
         "channel": d["channel"],

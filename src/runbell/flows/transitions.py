@@ -29,7 +29,7 @@ from typing import Any, NotRequired, TypedDict
 import structlog
 
 from runbell.domain.channels import offered
-from runbell.domain.records import ReportedError, Run, RunChanges
+from runbell.domain.records import Notification, ReportedError, Run, RunChanges
 from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
 from runbell.flows import cancel_outcome, completion, stalls, views
 from runbell.flows.attention import (
@@ -117,7 +117,7 @@ class Moving:
     ids: list[str] = field(default_factory=list)  # notifications raised
     event: TransitionEvent | None = None  # run.transitioned, once judged
     judged: completion.Judged | None = None
-    open_notes: list[dict[str, Any]] = field(default_factory=list)
+    open_notes: list[Notification] = field(default_factory=list)
     superseded: set[str] = field(default_factory=set)
     facts: dict[str, Any] = field(default_factory=dict)
     decision: dict[str, Any] | None = None

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
 from runbell.domain.cancellation import CancelSummary
-from runbell.domain.records import InputRequest, ReportedError, Run
+from runbell.domain.records import InputRequest, Notification, ReportedError, Run
 from runbell.domain.runs import MCP_STATUS, RunState, is_terminal
 
 
@@ -256,7 +256,7 @@ def run_event(run: Run) -> RunEvent:
     }
 
 
-def notification_view(note: dict[str, Any]) -> NotificationView:
+def notification_view(note: Notification) -> NotificationView:
     return {
         "id": note["id"],
         "run_id": note["run_id"],
@@ -336,17 +336,18 @@ def request_blocked(req: InputRequest, now: datetime) -> str | None:
     return None
 
 
-def _standing(note: dict[str, Any], now: datetime) -> tuple[bool, str] | None:
+def _standing(note: Notification, now: datetime) -> tuple[bool, str] | None:
     """A closed or expired notification's reason it can no longer be acted on."""
     if note["state"] != "open":
         return False, note["state"]
-    if note.get("expires_at") is not None and note["expires_at"] <= now:
+    expires_at = note["expires_at"]
+    if expires_at is not None and expires_at <= now:
         return False, "expired"
     return None
 
 
 def actionable(
-    note: dict[str, Any],
+    note: Notification,
     run: Run | None,
     now: datetime,
     request: InputRequest | None = None,

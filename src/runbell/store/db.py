@@ -31,6 +31,7 @@ import structlog
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from runbell.domain.records import Notification
 from runbell.store import fast
 from runbell.store import tables as t
 from runbell.store.availability import RETRY_AFTER_S, Availability, unavailable_reason
@@ -135,7 +136,7 @@ class Tx:
     # transaction changes belong here.
     cache: dict[Any, Any] = field(default_factory=dict)
     # Notifications written in this transaction, by id, as written (answers need no re-read).
-    written: dict[str, dict[str, Any]] = field(default_factory=dict)
+    written: dict[str, Notification] = field(default_factory=dict)
     # Rows nothing reads back inside the transaction (history, dedupe records), written
     # with one multi-row statement each just before the feed: see :meth:`defer`.
     deferred: dict[Statement, list[dict[str, Any]]] = field(default_factory=dict)

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.channels import COLLAPSING
 from runbell.domain.escalation import RETRACTED
+from runbell.domain.records import Notification
 from runbell.ids import new_id
 from runbell.store import fast, outbox
 from runbell.store import tables as t
@@ -27,7 +28,7 @@ _S = t.escalation_steps
 
 
 def add_steps(
-    conn: Connection, note: dict[str, Any], steps: list[tuple[int, str, int, datetime]]
+    conn: Connection, note: Notification, steps: list[tuple[int, str, int, datetime]]
 ) -> None:
     """The ladder's rows, ``steps`` = (step number, channel, after_s, due time)."""
     if not steps:
@@ -151,7 +152,7 @@ def retraction_key(notification_id: str) -> str:
 
 
 def add_retractions(
-    conn: Connection, note: dict[str, Any], shown: list[tuple[str, str]], now: datetime
+    conn: Connection, note: Notification, shown: list[tuple[str, str]], now: datetime
 ) -> int:
     """One neutral replacement per (channel, destination) that showed ``note``."""
     if not shown:

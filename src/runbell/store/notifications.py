@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
 from runbell.domain.errors import NotFound
+from runbell.domain.records import DeliveryAttempts, Notification
 from runbell.store import fast, outbox
 from runbell.store import tables as t
 
@@ -41,21 +42,21 @@ _EXISTING = fast.Statement(
 )
 
 
-def insert_once(conn: Connection, values: dict[str, Any]) -> tuple[str, bool]:
+def insert_once(conn: Connection, values: Notification) -> tuple[str, bool]:
     """Insert a notification unless its (tenant, recipient, run, version, type) exists.
 
     Returns (id, created). The unique constraint, not this code, is what guarantees one.
     """
-    row = {name: values.get(name) for name in NOTIFICATION_COLUMNS}
+    row: dict[str, Any] = {**values}
     # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
-    if _INSERT_ONCE.first(conn, **row) is not None:
+    if _INSERT_ONCE.first(conn, **{name: row.get(name) for name in NOTIFICATION_COLUMNS}):
         return values["id"], True
-    existing = _EXISTING.first(conn, **{c: values[c] for c in _ONCE})
+    existing = _EXISTING.first(conn, **{c: row[c] for c in _ONCE})
     assert existing is not None
     return str(existing["id"]), False
 
 
-def get(conn: Connection, tenant_id: str, notification_id: str) -> dict[str, Any]:
+def get(conn: Connection, tenant_id: str, notification_id: str) -> Notification:
     row = conn.execute(
         sa.select(t.notifications).where(
             t.notifications.c.tenant_id == tenant_id, t.notifications.c.id == notification_id
@@ -63,17 +64,17 @@ def get(conn: Connection, tenant_id: str, notification_id: str) -> dict[str, Any
     ).first()
     if row is None:
         raise NotFound(f"no notification {notification_id!r}")
-    return dict(row._mapping)
+    return _row(row._mapping)
 
 
-def find(conn: Connection, tenant_id: str, notification_id: str) -> dict[str, Any] | None:
+def find(conn: Connection, tenant_id: str, notification_id: str) -> Notification | None:
     """The notification, or None when it is gone (the worker settles instead of failing)."""
     row = conn.execute(
         sa.select(t.notifications).where(
             t.notifications.c.tenant_id == tenant_id, t.notifications.c.id == notification_id
         )
     ).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else _row(row._mapping)
 
 
 def state_of(conn: Connection, tenant_id: str, notification_id: str) -> str | None:
@@ -86,7 +87,7 @@ def state_of(conn: Connection, tenant_id: str, notification_id: str) -> str | No
     return None if found is None else str(found)
 
 
-def get_many(conn: Connection, tenant_id: str, ids: list[str]) -> list[dict[str, Any]]:
+def get_many(conn: Connection, tenant_id: str, ids: list[str]) -> list[Notification]:
     if not ids:
         return []
     rows = conn.execute(
@@ -94,7 +95,7 @@ def get_many(conn: Connection, tenant_id: str, ids: list[str]) -> list[dict[str,
         .where(t.notifications.c.tenant_id == tenant_id, t.notifications.c.id.in_(ids))
         .order_by(t.notifications.c.id)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [_row(r._mapping) for r in rows]
 
 
 def list_for_recipient(
@@ -105,7 +106,7 @@ def list_for_recipient(
     states: list[str] | None,
     before: str | None,
     limit: int,
-) -> list[dict[str, Any]]:
+) -> list[Notification]:
     q = sa.select(t.notifications).where(
         t.notifications.c.tenant_id == tenant_id, t.notifications.c.recipient_user_id == user_id
     )
@@ -114,12 +115,12 @@ def list_for_recipient(
     if before:
         q = q.where(t.notifications.c.id < before)
     rows = conn.execute(q.order_by(t.notifications.c.id.desc()).limit(limit)).all()
-    return [dict(r._mapping) for r in rows]
+    return [_row(r._mapping) for r in rows]
 
 
 def for_recipient_on_run(
     conn: Connection, tenant_id: str, user_id: str | None, run_id: str, *, limit: int
-) -> list[dict[str, Any]]:
+) -> list[Notification]:
     """One person's notifications about one run, in every state, newest first."""
     n = t.notifications
     rows = conn.execute(
@@ -128,7 +129,7 @@ def for_recipient_on_run(
         .order_by(n.c.id.desc())
         .limit(limit)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [_row(r._mapping) for r in rows]
 
 
 _OPEN_FOR_RUN = fast.Statement(
@@ -144,8 +145,8 @@ _OPEN_FOR_RUN = fast.Statement(
 )
 
 
-def open_for_run(conn: Connection, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
-    return _OPEN_FOR_RUN.rows(conn, tenant_id=tenant_id, run_id=run_id)
+def open_for_run(conn: Connection, tenant_id: str, run_id: str) -> list[Notification]:
+    return cast(list[Notification], _OPEN_FOR_RUN.rows(conn, tenant_id=tenant_id, run_id=run_id))
 
 
 def close(
@@ -172,7 +173,9 @@ def close(
     return True
 
 
-def deliveries_for(conn: Connection, tenant_id: str, notification_id: str) -> list[dict[str, Any]]:
+def deliveries_for(
+    conn: Connection, tenant_id: str, notification_id: str
+) -> list[DeliveryAttempts]:
     """The notification's own deliveries, and the tenant-webhook messages that announced
     it (``notification.created`` / ``.closed``), each with its attempts."""
     dl = t.deliveries
@@ -188,7 +191,7 @@ def deliveries_for(conn: Connection, tenant_id: str, notification_id: str) -> li
         )
         .order_by(dl.c.id)
     ).all()
-    out = [dict(r._mapping) for r in rows]
+    out = [cast(DeliveryAttempts, {**r._mapping, "attempts": []}) for r in rows]
     if out:
         attempts = conn.execute(
             sa.select(t.delivery_attempts)
@@ -280,7 +283,7 @@ def mark_delivered(conn: Connection, tenant_id: str, notification_id: str, now: 
 WITHDRAWN_SUMMARY = "Notification withdrawn"
 
 
-def open_for_recipient(conn: Connection, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+def open_for_recipient(conn: Connection, tenant_id: str, user_id: str) -> list[Notification]:
     rows = conn.execute(
         sa.select(t.notifications)
         .where(
@@ -290,7 +293,7 @@ def open_for_recipient(conn: Connection, tenant_id: str, user_id: str) -> list[d
         )
         .order_by(t.notifications.c.id)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [_row(r._mapping) for r in rows]
 
 
 def redact(conn: Connection, tenant_id: str, notification_id: str) -> None:
@@ -303,7 +306,7 @@ def redact(conn: Connection, tenant_id: str, notification_id: str) -> None:
     outbox.scrub_payloads(conn, tenant_id, notification_id)
 
 
-def due_for_expiry(conn: Connection, now: datetime, limit: int) -> list[dict[str, Any]]:
+def due_for_expiry(conn: Connection, now: datetime, limit: int) -> list[Notification]:
     n = t.notifications
     rows = conn.execute(
         sa.select(n)
@@ -311,4 +314,8 @@ def due_for_expiry(conn: Connection, now: datetime, limit: int) -> list[dict[str
         .order_by(n.c.expires_at)
         .limit(limit)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [_row(r._mapping) for r in rows]
+
+
+def _row(mapping: RowMapping) -> Notification:
+    return cast(Notification, dict(mapping))  # every column of notifications
