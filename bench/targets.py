@@ -209,11 +209,13 @@ def queue_webhook_messages(
                     tenant.tenant_id, None, "webhook", endpoint_id, "queued", tx.now
                 )
                 row.update(
-                    id=new_id("dlv"),
-                    run_id=run_id,
-                    event_type=event_type,
-                    event_key=key,
-                    payload={"type": event_type, "timestamp": iso(tx.now), "data": data},
+                    {
+                        "id": new_id("dlv"),
+                        "run_id": run_id,
+                        "event_type": event_type,
+                        "event_key": key,
+                        "payload": {"type": event_type, "timestamp": iso(tx.now), "data": data},
+                    }
                 )
                 row["status"] = status
                 rows.append(row)

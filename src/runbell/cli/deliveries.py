@@ -12,6 +12,7 @@ from runbell.domain.errors import RunbellError
 
 TYPE_CHECKING = False  # not typing's, see runbell.cli.common
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
 group = Group("deliveries", "The outbox: dead letters and replay.")
@@ -92,12 +93,13 @@ def deliveries_list(
         # For grep, cut and awk: nothing cut to a width, one line per delivery.
         sys.stdout.write("\t".join(DELIVERY_COLUMNS) + "\n")
         for d in rows:
-            sys.stdout.write("\t".join(_cell(d[c]) for c in DELIVERY_COLUMNS) + "\n")
+            shown: Mapping[str, Any] = d
+            sys.stdout.write("\t".join(_cell(shown[c]) for c in DELIVERY_COLUMNS) + "\n")
         return
     out.print(_table(rows, out.width), markup=False, highlight=False)
 
 
-def _table(rows: list[dict[str, Any]], width: int) -> str:
+def _table(rows: Sequence[Mapping[str, Any]], width: int) -> str:
     """The columns an operator acts on, in ``width`` columns: whole ids (they are copied
     into ``deliveries replay``), channel, status, attempts, and the last error cut to what
     is left; the event or notification too when the terminal is wide enough."""

@@ -43,6 +43,7 @@ from runbell.channels.base import (
 )
 from runbell.dispatch.wiring import build_channels
 from runbell.domain.dispatch import Gate
+from runbell.domain.records import Delivery
 from runbell.flows.context import Core
 from runbell.flows.delivery_claim import ClaimBatch, Claimed, claim_batch, renew_lease
 from runbell.flows.delivery_prepare import Prepared, prepare
@@ -52,7 +53,7 @@ from runbell.ids import new_id
 log = structlog.get_logger(__name__)
 
 
-Done = tuple[dict[str, Any], Prepared, Result]
+Done = tuple[Delivery, Prepared, Result]
 
 
 class Recorder:
@@ -283,7 +284,7 @@ class Worker:
     def _renew_lease(self, delivery_id: str) -> bool:
         return renew_lease(self.core, delivery_id, worker_id=self.worker_id, now=self.clock())
 
-    async def _record_internal_failure(self, row: dict[str, Any], exc: Exception) -> None:
+    async def _record_internal_failure(self, row: Delivery, exc: Exception) -> None:
         error = TransientDeliveryError(f"internal error before sending: {type(exc).__name__}")
         done = (
             row,
@@ -317,10 +318,10 @@ class Worker:
 
     # --- the steps, in their own modules --------------------------------------------
 
-    def _prepare(self, row: dict[str, Any]) -> Prepared:
+    def _prepare(self, row: Delivery) -> Prepared:
         return prepare(self.core, row, self.clock())
 
-    def _settle_gate(self, row: dict[str, Any], decided: Gate) -> None:
+    def _settle_gate(self, row: Delivery, decided: Gate) -> None:
         settle_gate(self.core, row, decided, worker_id=self.worker_id, clock=self.clock)
 
     def _record(self, done: list[Done]) -> None:

@@ -248,11 +248,18 @@ class Delivery(TypedDict):
     urgency: str | None
     attempt_count: int
     next_attempt_at: datetime | None
-    lease_until: datetime | None
-    claimed_by: str | None
+    lease_until: NotRequired[datetime | None]  # a new row has no claim yet
+    claimed_by: NotRequired[str | None]
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+
+
+class ClaimedDelivery(Delivery):
+    """A delivery a worker just claimed, with the status it had (one given back unsent
+    keeps it)."""
+
+    was_status: str
 
 
 class DeliveryAttempts(Delivery):

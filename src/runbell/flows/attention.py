@@ -23,7 +23,7 @@ from runbell.domain import digests as digest_rules
 from runbell.domain.channels import INBOX, PERSON_CHANNELS, consented_urgencies
 from runbell.domain.escalation import held_back, schedule
 from runbell.domain.policy import Decision, Facts, Policy
-from runbell.domain.records import Notification, Run
+from runbell.domain.records import Delivery, Notification, Run
 from runbell.ids import new_id
 from runbell.store import accounts, destinations, digests, escalations, outbox
 from runbell.store import notifications as notes
@@ -305,7 +305,7 @@ def queue_deliveries(
             held=held_back(decision.escalation),
         )
     for row in rows:
-        row.update(run_id=note["run_id"], urgency=note["urgency"])
+        row.update({"run_id": note["run_id"], "urgency": note["urgency"]})
     outbox.add_deliveries(tx.conn, rows)
 
 
@@ -411,7 +411,7 @@ def _push_deliveries(
     *,
     channels: Collection[str],
     held: frozenset[str] = frozenset(),
-) -> list[dict[str, Any]]:
+) -> list[Delivery]:
     """Outbox rows for every person channel of ``channels`` the recipient consented to at
     this urgency, one per destination they have on it, but those ``held`` back for a later
     escalation step.

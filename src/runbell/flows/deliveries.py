@@ -16,8 +16,9 @@ these.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
+from runbell.domain.records import Delivery
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.views import iso
@@ -28,11 +29,43 @@ from runbell.store.db import Tx
 STATUSES = outbox.STATUSES  # every delivery status, in lifecycle order
 
 
-def delivery_view(
-    d: dict[str, Any], attempts: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
+class DeliveryView(TypedDict):
+    """A delivery as the API shows it; with its attempts, one entry per try."""
+
+    id: str
+    channel: str
+    destination: str
+    status: str
+    notification_id: str | None
+    run_id: str | None
+    event_type: str | None
+    attempt_count: int
+    next_attempt_at: str | None
+    last_error: str | None
+    created_at: str | None
+    updated_at: str | None
+    attempts: NotRequired[list[dict[str, Any]]]  # each attempt's columns, times as text
+
+
+class DeliveryPage(TypedDict):
+    deliveries: list[DeliveryView]
+    next_cursor: str | None
+
+
+class OperatorEvent(TypedDict):
+    id: str
+    kind: str
+    detail: str
+    at: str | None
+
+
+class OperatorEvents(TypedDict):
+    events: list[OperatorEvent]
+
+
+def delivery_view(d: Delivery, attempts: list[dict[str, Any]] | None = None) -> DeliveryView:
     """A delivery as the API shows it; with ``attempts``, one entry per try."""
-    out = {
+    out: DeliveryView = {
         "id": d["id"],
         "channel": d["channel"],
         "destination": d["destination"],
@@ -67,7 +100,7 @@ def list_deliveries(
     endpoint_id: str | None = None,
     cursor: str | None = None,
     limit: int = 100,
-) -> dict[str, Any]:
+) -> DeliveryPage:
     """Deliveries newest first, as views; ``next_cursor`` (or None) pages on."""
     with core.db.read() as conn:
         rows = outbox.list_for_tenant(
@@ -86,7 +119,7 @@ def list_deliveries(
     }
 
 
-def get_delivery(core: Core, tenant_id: str, delivery_id: str) -> dict[str, Any]:
+def get_delivery(core: Core, tenant_id: str, delivery_id: str) -> DeliveryView:
     """One delivery with its attempts (404 for another tenant's)."""
     with core.db.read() as conn:
         d = outbox.get(conn, tenant_id, delivery_id)
@@ -100,7 +133,7 @@ def replay(
     """Queue a finished delivery again under the same identity (200, the delivery);
     409 when it is not finished."""
 
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+    def act(tx: Tx) -> tuple[int, DeliveryView]:
         d = outbox.replay(tx.conn, tenant_id, delivery_id, tx.now)
         tx.wake_outbox = True
         return 200, delivery_view(d)
@@ -108,7 +141,7 @@ def replay(
     return act_once(core.db, core.box, key, lambda: act)
 
 
-def operator_events(core: Core, tenant_id: str, limit: int = 100) -> dict[str, Any]:
+def operator_events(core: Core, tenant_id: str, limit: int = 100) -> OperatorEvents:
     """Problems an operator must fix, newest first: disabled endpoints, misconfigured
     destinations (push 403, SMTP auth, refused URLs)."""
     with core.db.read() as conn:

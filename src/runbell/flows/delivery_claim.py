@@ -26,6 +26,7 @@ from typing import Any
 
 from runbell.domain.channels import FACTS
 from runbell.domain.rate import Limit, schedule
+from runbell.domain.records import Delivery
 from runbell.flows.context import Core
 from runbell.flows.delivery_prepare import Prepared, prepare_webhook
 from runbell.store import endpoints, outbox, rate_limits
@@ -37,7 +38,7 @@ class Claimed:
     the monotonic time until which the claim's lease still covers a send, and the
     monotonic time its rate limits let it go (0: at once)."""
 
-    row: dict[str, Any]
+    row: Delivery
     prepared: Prepared | None
     fresh_until: float
     send_at: float = 0.0
@@ -124,7 +125,7 @@ def _to_endpoint(channel: str) -> bool:
     return facts is not None and facts.destination == "endpoint"
 
 
-def _limits(core: Core, row: dict[str, Any], eps: dict[tuple[str, str], Any]) -> list[Limit]:
+def _limits(core: Core, row: Delivery, eps: dict[tuple[str, str], Any]) -> list[Limit]:
     """The outbound limits a row counts against, by its channel's ``rate_limit_scope``:
     for a webhook its tenant's, and its endpoint's own when it sets one (a webhook is an
     amplifier a compromised account could aim at a third party). Person channels have

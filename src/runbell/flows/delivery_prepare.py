@@ -34,6 +34,7 @@ from runbell.domain.dispatch import DispatchContext, Gate, gate
 from runbell.domain.escalation import RETRACTED
 from runbell.domain.principal import Principal
 from runbell.domain.quiet_hours import QuietWindow
+from runbell.domain.records import Delivery, Endpoint
 from runbell.flows.attention import (
     NEUTRAL_BODY,
     NEUTRAL_SUMMARY,
@@ -59,7 +60,7 @@ class Prepared:
     created_at: datetime | None = None
 
 
-def prepare(core: Core, row: dict[str, Any], now: datetime) -> Prepared:
+def prepare(core: Core, row: Delivery, now: datetime) -> Prepared:
     """Check a claimed delivery row against the state of things at ``now``."""
     if row["channel"] not in FACTS:  # written by a newer version, or by hand
         return Prepared(Gate("skip", f"channel {row['channel']} not known"))
@@ -76,8 +77,8 @@ def prepare(core: Core, row: dict[str, Any], now: datetime) -> Prepared:
 
 def prepare_webhook(
     core: Core,
-    ep: dict[str, Any] | None,
-    row: dict[str, Any],
+    ep: Endpoint | None,
+    row: Delivery,
     now: datetime,
     opened: dict[str, str] | None = None,
 ) -> Prepared:
@@ -129,9 +130,10 @@ def _open(core: Core, sealed: str, opened: dict[str, str] | None) -> str:
     return plain
 
 
-def _prepare_person(core: Core, conn: Connection, row: dict[str, Any], now: datetime) -> Prepared:
-    tenant_id = row["tenant_id"]
-    n = notes.find(conn, tenant_id, row["notification_id"])
+def _prepare_person(core: Core, conn: Connection, row: Delivery, now: datetime) -> Prepared:
+    tenant_id, notification_id = row["tenant_id"], row["notification_id"]
+    assert notification_id is not None  # a person channel's delivery carries its notification
+    n = notes.find(conn, tenant_id, notification_id)
     if n is None:
         return Prepared(Gate("cancel", "notification is gone"))
     user_id = n["recipient_user_id"]
@@ -203,9 +205,7 @@ def _prepare_person(core: Core, conn: Connection, row: dict[str, Any], now: date
     return prepared
 
 
-def _prepare_retraction(
-    core: Core, conn: Connection, row: dict[str, Any], now: datetime
-) -> Prepared:
+def _prepare_retraction(core: Core, conn: Connection, row: Delivery, now: datetime) -> Prepared:
     """The neutral message that replaces a handled notification on a device that showed it
     (same collapse key: for web push the same Topic and ``tag``). Consent and quiet hours
     do not apply: it replaces what is on screen, silently, and says nothing but
@@ -243,7 +243,7 @@ def _prepare_retraction(
     )
 
 
-def _prepare_sign_in(core: Core, row: dict[str, Any], now: datetime) -> Prepared:
+def _prepare_sign_in(core: Core, row: Delivery, now: datetime) -> Prepared:
     """A person's sign-in links, to the member's address the request found (the row's
     destination): sent at once, whatever their consent or quiet hours; cancelled once the
     links have expired, and never retried past that."""
@@ -282,7 +282,7 @@ def _prepare_sign_in(core: Core, row: dict[str, Any], now: datetime) -> Prepared
 
 
 def _destination(
-    core: Core, conn: Connection, row: dict[str, Any], user_id: str
+    core: Core, conn: Connection, row: Delivery, user_id: str
 ) -> tuple[dict[str, Any], bool]:
     """Where the person is reachable *now* (an address may have changed), as the target
     the row's channel sends to; False when the destination is gone."""

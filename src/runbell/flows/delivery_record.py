@@ -29,6 +29,7 @@ from runbell import metrics
 from runbell.channels.base import DeliveryError, PermanentDeliveryError, Sent
 from runbell.domain.channels import facts_of
 from runbell.domain.dispatch import Gate
+from runbell.domain.records import Delivery
 from runbell.domain.retry import RetryStrategy
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
@@ -54,7 +55,7 @@ class Result:
 
 def settle_gate(
     core: Core,
-    row: dict[str, Any],
+    row: Delivery,
     decided: Gate,
     *,
     worker_id: str,
@@ -88,9 +89,10 @@ def settle_gate(
     )
 
 
-def _withdraw(tx: Tx, row: dict[str, Any], decided: Gate) -> None:
+def _withdraw(tx: Tx, row: Delivery, decided: Gate) -> None:
     """The recipient may no longer see this: close it, and scrub stored previews."""
-    n = notes.find(tx.conn, row["tenant_id"], row["notification_id"])
+    notification_id = row["notification_id"]
+    n = None if notification_id is None else notes.find(tx.conn, row["tenant_id"], notification_id)
     if n is None:
         return
     if decided.close_as:
@@ -104,7 +106,7 @@ def _withdraw(tx: Tx, row: dict[str, Any], decided: Gate) -> None:
 
 def record_attempt(
     core: Core,
-    row: dict[str, Any],
+    row: Delivery,
     prepared: Prepared,
     result: Result,
     *,
@@ -118,7 +120,7 @@ def record_attempt(
 
 def record_attempts(
     core: Core,
-    done: Sequence[tuple[dict[str, Any], Prepared, Result]],
+    done: Sequence[tuple[Delivery, Prepared, Result]],
     *,
     worker_id: str,
     rng: random.Random,
@@ -135,7 +137,7 @@ def record_attempts(
             tx.conn, [(row["id"], row["notification_id"]) for row, _, _ in done]
         )
         attempts: list[dict[str, Any]] = []
-        ours: list[tuple[dict[str, Any], dict[str, Any], Prepared, Result]] = []
+        ours: list[tuple[Delivery, Delivery, Prepared, Result]] = []
         for row, prepared, result in done:
             cur = current.get(row["id"])
             if cur is None:
@@ -159,9 +161,7 @@ def record_attempts(
         _observe(row, prepared, result, tx.now)
 
 
-def _attempt(
-    cur: dict[str, Any], row: dict[str, Any], result: Result, now: datetime
-) -> dict[str, Any]:
+def _attempt(cur: Delivery, row: Delivery, result: Result, now: datetime) -> dict[str, Any]:
     err, sent = result.error, result.sent
     return {
         "tenant_id": cur["tenant_id"],
@@ -179,7 +179,7 @@ def _attempt(
     }
 
 
-def _observe(row: dict[str, Any], prepared: Prepared, result: Result, now: datetime) -> None:
+def _observe(row: Delivery, prepared: Prepared, result: Result, now: datetime) -> None:
     channel = row["channel"]
     labels = (prepared.attention_type, channel)
     metrics.ATTEMPTS.labels(*labels, result.outcome).inc()
@@ -205,7 +205,7 @@ def _observe(row: dict[str, Any], prepared: Prepared, result: Result, now: datet
     )
 
 
-def _accepted(tx: Tx, rows: list[dict[str, Any]]) -> None:
+def _accepted(tx: Tx, rows: list[Delivery]) -> None:
     if not rows:
         return
     outbox.settle_many(
@@ -227,7 +227,7 @@ def _accepted(tx: Tx, rows: list[dict[str, Any]]) -> None:
     endpoints.reset_dead_streak(tx.conn, hooks, tx.now)
 
 
-def _failed(tx: Tx, row: dict[str, Any], err: PermanentDeliveryError) -> None:
+def _failed(tx: Tx, row: Delivery, err: PermanentDeliveryError) -> None:
     outbox.settle(
         tx.conn,
         row["id"],
@@ -252,8 +252,8 @@ def _failed(tx: Tx, row: dict[str, Any], err: PermanentDeliveryError) -> None:
 def _retry_or_dead(
     core: Core,
     tx: Tx,
-    row: dict[str, Any],
-    cur: dict[str, Any],
+    row: Delivery,
+    cur: Delivery,
     prepared: Prepared,
     result: Result,
     rng: random.Random,
@@ -307,7 +307,7 @@ def _retry_or_dead(
             _disable_endpoint(tx, row, f"{streak} deliveries in a row ended dead")
 
 
-def _disable_endpoint(tx: Tx, row: dict[str, Any], reason: str) -> None:
+def _disable_endpoint(tx: Tx, row: Delivery, reason: str) -> None:
     ep = endpoints.get(tx.conn, row["tenant_id"], row["destination"], for_update=True)
     if ep["status"] != "enabled":
         return  # several in-flight messages saw the same 410: disable (and alert) once
@@ -329,7 +329,7 @@ def _disable_endpoint(tx: Tx, row: dict[str, Any], reason: str) -> None:
     log.warning("webhook_endpoint.disabled", endpoint_id=row["destination"], reason=reason)
 
 
-def _operator_event(tx: Tx, row: dict[str, Any], kind: str, detail: str) -> None:
+def _operator_event(tx: Tx, row: Delivery, kind: str, detail: str) -> None:
     operator_events.add(
         tx.conn,
         row["tenant_id"],

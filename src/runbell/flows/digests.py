@@ -150,7 +150,7 @@ def _flush(core: Core, tx: Tx, group: dict[str, Any], *, closed: bool) -> str | 
         tx, tenant_id, recipient, note_id, urgency, channels=offered(core.settings)
     )
     for row in rows:
-        row.update(run_id=values["run_id"], urgency=urgency)
+        row.update({"run_id": values["run_id"], "urgency": urgency})
     outbox.add_deliveries(tx.conn, rows)
     tx.emit(
         tenant_id,

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from runbell.domain.errors import ValidationFailed
+from runbell.domain.records import Endpoint
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.sources import check_destination
@@ -33,7 +34,47 @@ from runbell.store.endpoints import WEBHOOK_EVENT_TYPES
 EVENT_TYPES = WEBHOOK_EVENT_TYPES  # what an endpoint can subscribe to ([] = all)
 
 
-def endpoint_view(ep: dict[str, Any], now: datetime) -> dict[str, Any]:
+class SecretDates(TypedDict):
+    created_at: str | None
+    expires_at: str | None
+
+
+class EndpointView(TypedDict):
+    """An endpoint as the API shows it: its live secrets' dates, never the secrets."""
+
+    id: str
+    url: str
+    description: str | None
+    event_types: list[str]
+    status: str
+    disabled_reason: str | None
+    dead_streak: int
+    rate_limit_per_s: float | None
+    secrets: list[SecretDates]
+    created_at: str | None
+    updated_at: str | None
+    secret: NotRequired[str]  # shown once: when made or rotated
+
+
+class EndpointList(TypedDict):
+    endpoints: list[EndpointView]
+
+
+class Requeued(TypedDict):
+    requeued: int
+
+
+class EndpointChanges(TypedDict, total=False):
+    """``PATCH /v1/webhook-endpoints/{id}``: the fields given change."""
+
+    url: str
+    description: str | None
+    event_types: list[str]
+    status: str  # enabled | disabled
+    rate_limit_per_s: float | None
+
+
+def endpoint_view(ep: Endpoint, now: datetime) -> EndpointView:
     """An endpoint as the API shows it: its live secrets' dates, never the secrets."""
     return {
         "id": ep["id"],
@@ -70,7 +111,7 @@ def create_endpoint(
         check_destination(core, url, "url")
         secret = new_secret()
 
-        def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+        def act(tx: Tx) -> tuple[int, EndpointView]:
             endpoint_id = endpoints.create(
                 tx.conn,
                 tenant_id,
@@ -82,35 +123,35 @@ def create_endpoint(
                 rate_limit_per_s=rate_limit_per_s,
             )
             ep = endpoints.get(tx.conn, tenant_id, endpoint_id)
-            return 201, {**endpoint_view(ep, tx.now), "secret": secret}
+            return 201, EndpointView(**endpoint_view(ep, tx.now), secret=secret)
 
         return act
 
     return act_once(core.db, core.box, key, prepare)
 
 
-def list_endpoints(core: Core, tenant_id: str) -> dict[str, Any]:
+def list_endpoints(core: Core, tenant_id: str) -> EndpointList:
     now = core.db.clock()
     with core.db.read() as conn:
         return {"endpoints": [endpoint_view(e, now) for e in endpoints.list_all(conn, tenant_id)]}
 
 
-def get_endpoint(core: Core, tenant_id: str, endpoint_id: str) -> dict[str, Any]:
+def get_endpoint(core: Core, tenant_id: str, endpoint_id: str) -> EndpointView:
     with core.db.read() as conn:
         return endpoint_view(endpoints.get(conn, tenant_id, endpoint_id), core.db.clock())
 
 
 def update_endpoint(
-    core: Core, tenant_id: str, endpoint_id: str, values: Mapping[str, Any]
-) -> dict[str, Any]:
+    core: Core, tenant_id: str, endpoint_id: str, changes: EndpointChanges
+) -> EndpointView:
     """Change the fields given (url, description, event_types, status); re-enabling
     resets the dead streak. 422 for a null url, event_types or status."""
-    values = dict(values)
+    values: dict[str, object] = {**changes}
     for name in ("url", "event_types", "status"):
         if name in values and values[name] is None:
             raise ValidationFailed(f"{name} cannot be null", field=name)
-    if "url" in values:
-        check_destination(core, values["url"], "url")
+    if "url" in changes:
+        check_destination(core, changes["url"], "url")
     if values.get("status") == "enabled":
         values.update(dead_streak=0, disabled_reason=None)
     elif values.get("status") == "disabled":
@@ -133,11 +174,11 @@ def rotate_secret(
     """A new secret (200, shown once); messages are signed with it and with the previous
     ones until they expire, ``overlap_s`` from now."""
 
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+    def act(tx: Tx) -> tuple[int, EndpointView]:
         secret = new_secret()
         endpoints.rotate(tx.conn, tenant_id, endpoint_id, tx.now, core.box.seal(secret), overlap_s)
         ep = endpoints.get(tx.conn, tenant_id, endpoint_id)
-        return 200, {**endpoint_view(ep, tx.now), "secret": secret}
+        return 200, EndpointView(**endpoint_view(ep, tx.now), secret=secret)
 
     return act_once(core.db, core.box, key, lambda: act)
 
@@ -156,7 +197,7 @@ def recover(
         if value is not None and value.tzinfo is None:
             raise ValidationFailed(f"{name} needs a timezone offset", field=name)
 
-    def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+    def act(tx: Tx) -> tuple[int, Requeued]:
         endpoints.get(tx.conn, tenant_id, endpoint_id)
         n = outbox.requeue_for_endpoint(
             tx.conn, tenant_id, endpoint_id, tx.now, since=since, until=until

@@ -68,7 +68,7 @@ def _fire(core: Core, tx: Tx, step: dict[str, Any], note: Notification) -> int:
         if dest not in used
     ]
     for row in rows:
-        row.update(run_id=note["run_id"], urgency=note["urgency"])
+        row.update({"run_id": note["run_id"], "urgency": note["urgency"]})
     outbox.add_deliveries(tx.conn, rows)
     if rows:
         tx.wake_outbox = True

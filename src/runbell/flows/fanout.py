@@ -100,16 +100,24 @@ def make_hook(public_url: Callable[[], str]) -> Callable[[Tx], None]:
                         )
                         if ep["status"] != "enabled":
                             row.update(
-                                status="cancelled",
-                                next_attempt_at=None,
-                                last_error="endpoint disabled",
+                                {
+                                    "status": "cancelled",
+                                    "next_attempt_at": None,
+                                    "last_error": "endpoint disabled",
+                                }
                             )
                         row.update(
-                            id=new_id("dlv"),
-                            run_id=ev.run_id,
-                            event_type=event_type,
-                            event_key=key,
-                            payload={"type": event_type, "timestamp": iso(tx.now), "data": data},
+                            {
+                                "id": new_id("dlv"),
+                                "run_id": ev.run_id,
+                                "event_type": event_type,
+                                "event_key": key,
+                                "payload": {
+                                    "type": event_type,
+                                    "timestamp": iso(tx.now),
+                                    "data": data,
+                                },
+                            }
                         )
                         rows.append(row)
         if rows:

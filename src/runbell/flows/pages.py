@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runbell.domain.principal import Principal
-from runbell.domain.records import DeliveryAttempts, InputRequest, Notification, Run
+from runbell.domain.records import DeliveryAttempts, Endpoint, InputRequest, Notification, Run
 from runbell.flows import views
 from runbell.flows.context import Core
 from runbell.flows.input_requests import get_for_notification, may_answer
@@ -214,7 +214,7 @@ def _ledger_texts(ledger: list[OperationView]) -> list[Any]:
     return out
 
 
-def _endpoint_label(endpoint: dict[str, Any]) -> str:
+def _endpoint_label(endpoint: Endpoint) -> str:
     """What a person can tell one webhook endpoint from another by: its description, else
     its host."""
     description = str(endpoint.get("description") or "").strip()

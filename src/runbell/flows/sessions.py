@@ -111,9 +111,11 @@ def request_sign_in(core: Core, address: str, next_path: str = "/") -> str | Non
             return None
         row = outbox.delivery_row(tenant_id, None, SIGN_IN_CHANNEL, destination, "queued", tx.now)
         row.update(
-            event_type=SIGN_IN,
-            urgency="normal",
-            payload={"sealed": core.box.seal(json.dumps({"links": links}))},
+            {
+                "event_type": SIGN_IN,
+                "urgency": "normal",
+                "payload": {"sealed": core.box.seal(json.dumps({"links": links}))},
+            }
         )
         outbox.add_deliveries(tx.conn, [row])
         tx.wake_outbox = True

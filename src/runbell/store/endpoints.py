@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
 from runbell.domain.errors import NotFound
+from runbell.domain.records import Endpoint
 from runbell.ids import new_id
 from runbell.store import fast
 from runbell.store import tables as t
@@ -69,7 +71,7 @@ def create(
 
 def get(
     conn: Connection, tenant_id: str, endpoint_id: str, *, for_update: bool = False
-) -> dict[str, Any]:
+) -> Endpoint:
     q = sa.select(t.webhook_endpoints).where(
         t.webhook_endpoints.c.tenant_id == tenant_id, t.webhook_endpoints.c.id == endpoint_id
     )
@@ -78,16 +80,16 @@ def get(
     row = conn.execute(q).first()
     if row is None:
         raise NotFound(f"no webhook endpoint {endpoint_id!r}")
-    return dict(row._mapping)
+    return _row(row._mapping)
 
 
-def get_many(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+def get_many(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], Endpoint]:
     """Endpoints by ``(tenant_id, endpoint_id)``, in one read (a claimed batch's)."""
     if not keys:
         return {}
     ep = t.webhook_endpoints
     rows = conn.execute(sa.select(ep).where(ep.c.id.in_(sorted({k[1] for k in keys})))).all()
-    return {(r.tenant_id, r.id): dict(r._mapping) for r in rows if (r.tenant_id, r.id) in keys}
+    return {(r.tenant_id, r.id): _row(r._mapping) for r in rows if (r.tenant_id, r.id) in keys}
 
 
 def reset_dead_streak(conn: Connection, keys: set[tuple[str, str]], now: datetime) -> None:
@@ -102,20 +104,20 @@ def reset_dead_streak(conn: Connection, keys: set[tuple[str, str]], now: datetim
         )
 
 
-def list_all(conn: Connection, tenant_id: str) -> list[dict[str, Any]]:
+def list_all(conn: Connection, tenant_id: str) -> list[Endpoint]:
     rows = conn.execute(
         sa.select(t.webhook_endpoints)
         .where(t.webhook_endpoints.c.tenant_id == tenant_id)
         .order_by(t.webhook_endpoints.c.id)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [_row(r._mapping) for r in rows]
 
 
-def with_url_suffix(conn: Connection, suffix: str) -> list[dict[str, Any]]:
+def with_url_suffix(conn: Connection, suffix: str) -> list[Endpoint]:
     """Endpoints of every tenant whose URL ends with ``suffix`` (the demo's own sink)."""
     # Compared here, not with LIKE: SQLite's LIKE ignores case.
     rows = conn.execute(sa.select(t.webhook_endpoints).order_by(t.webhook_endpoints.c.id)).all()
-    return [dict(r._mapping) for r in rows if r.url.endswith(suffix)]
+    return [_row(r._mapping) for r in rows if r.url.endswith(suffix)]
 
 
 def update(
@@ -169,5 +171,9 @@ def for_fanout(conn: Connection, tenant_id: str) -> list[dict[str, Any]]:
     return _FOR_FANOUT.rows(conn, tenant_id=tenant_id)
 
 
-def wants(endpoint: dict[str, Any], event_type: str) -> bool:
+def wants(endpoint: Mapping[str, Any], event_type: str) -> bool:
     return not endpoint["event_types"] or event_type in endpoint["event_types"]
+
+
+def _row(mapping: RowMapping) -> Endpoint:
+    return cast(Endpoint, dict(mapping))  # every column of webhook_endpoints

@@ -161,11 +161,13 @@ def add_retractions(
     for channel, destination in shown:
         row = outbox.delivery_row(note["tenant_id"], None, channel, destination, "queued", now)
         row.update(
-            run_id=note["run_id"],
-            urgency="normal",
-            event_type=RETRACTED,
-            event_key=retraction_key(note["id"]),
-            payload={"notification_id": note["id"], "closed_as": note["state"]},
+            {
+                "run_id": note["run_id"],
+                "urgency": "normal",
+                "event_type": RETRACTED,
+                "event_key": retraction_key(note["id"]),
+                "payload": {"notification_id": note["id"], "closed_as": note["state"]},
+            }
         )
         rows.append(row)
     outbox.add_deliveries(conn, rows)

@@ -10,12 +10,13 @@ out under the same identity (its id).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import Conflict, NotFound
+from runbell.domain.records import ClaimedDelivery, Delivery
 from runbell.ids import new_id
 from runbell.store import fast
 from runbell.store import tables as t
@@ -58,7 +59,7 @@ DELIVERY_COLUMNS = (
 _ADD_DELIVERIES = fast.insert(t.deliveries, DELIVERY_COLUMNS)
 
 
-def add_deliveries(conn: Connection, rows: list[dict[str, Any]]) -> None:
+def add_deliveries(conn: Connection, rows: list[Delivery]) -> None:
     """Outbox rows, in one statement; every row names every column (:func:`delivery_row`)."""
     _ADD_DELIVERIES.many(conn, rows)
 
@@ -70,7 +71,7 @@ def delivery_row(
     destination: str,
     status: str,
     now: datetime,
-) -> dict[str, Any]:
+) -> Delivery:
     return {
         "id": new_id("dlv"),
         "tenant_id": tenant_id,
@@ -132,7 +133,7 @@ def claim(
     lease_s: float,
     limit: int,
     only: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[ClaimedDelivery]:
     """Claim up to ``limit`` due deliveries (``only``: that one, if it is due), in one
     statement; each row also carries the status it had (``was_status``), so one given
     back unsent keeps it (:func:`release`)."""
@@ -161,14 +162,14 @@ def claim(
         rows = conn.execute(
             claimed.where(d.c.id == picked.c.id).returning(*d.c, picked.c.was_status)
         ).all()
-        return [dict(r._mapping) for r in rows]
+        return [cast(ClaimedDelivery, dict(r._mapping)) for r in rows]  # the columns, was_status
     # SQLite: RETURNING sees only the updated table, so the old statuses are read first
     # (the write lock BEGIN IMMEDIATE took keeps them as read).
     was = {r.id: r.was_status for r in conn.execute(candidates)}
     if not was:
         return []
     rows = conn.execute(claimed.where(d.c.id.in_(list(was))).returning(*d.c)).all()
-    return [{**r._mapping, "was_status": was[r.id]} for r in rows]
+    return [cast(ClaimedDelivery, {**r._mapping, "was_status": was[r.id]}) for r in rows]
 
 
 def renew_lease(
@@ -185,9 +186,7 @@ def renew_lease(
     )
 
 
-def lock_claimed_many(
-    conn: Connection, pairs: list[tuple[str, str | None]]
-) -> dict[str, dict[str, Any]]:
+def lock_claimed_many(conn: Connection, pairs: list[tuple[str, str | None]]) -> dict[str, Delivery]:
     """Lock a batch of deliveries to settle them, in one statement per table: their
     notifications first (in id order), then the deliveries (in id order) — the order
     :func:`lock_claimed` and every ack use, so batches and acks never deadlock."""
@@ -206,12 +205,12 @@ def lock_claimed_many(
                 .with_for_update()
             )
         q = q.with_for_update()
-    return {r.id: dict(r._mapping) for r in conn.execute(q)}
+    return {r.id: cast(Delivery, dict(r._mapping)) for r in conn.execute(q)}
 
 
 def lock_claimed(
     conn: Connection, delivery_id: str, notification_id: str | None = None
-) -> dict[str, Any] | None:
+) -> Delivery | None:
     """Lock a delivery to settle it — its notification first, when it has one.
 
     Every path that touches both takes the notification before its deliveries (an ack
@@ -228,7 +227,7 @@ def lock_claimed(
             )
         q = q.with_for_update()
     row = conn.execute(q).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else cast(Delivery, dict(row._mapping))
 
 
 def settle(conn: Connection, delivery_id: str, now: datetime, **values: Any) -> None:
@@ -250,7 +249,7 @@ def settle_many(conn: Connection, delivery_ids: list[str], now: datetime, **valu
         )
 
 
-def release(conn: Connection, held: list[tuple[dict[str, Any], datetime]], now: datetime) -> None:
+def release(conn: Connection, held: list[tuple[ClaimedDelivery, datetime]], now: datetime) -> None:
     """Give claimed deliveries back unsent, each due again at its own time (a rate limit
     has no room for it yet): not an attempt, so the claim's count is taken back, and the
     row keeps the status it had — an orphan of a dead worker (``sending``) becomes
@@ -308,7 +307,7 @@ def add_attempts(conn: Connection, attempts: list[dict[str, Any]]) -> None:
         conn.execute(t.delivery_attempts.insert(), [{"id": new_id("att"), **a} for a in attempts])
 
 
-def get(conn: Connection, tenant_id: str, delivery_id: str) -> dict[str, Any]:
+def get(conn: Connection, tenant_id: str, delivery_id: str) -> Delivery:
     row = conn.execute(
         sa.select(t.deliveries).where(
             t.deliveries.c.tenant_id == tenant_id, t.deliveries.c.id == delivery_id
@@ -316,7 +315,7 @@ def get(conn: Connection, tenant_id: str, delivery_id: str) -> dict[str, Any]:
     ).first()
     if row is None:
         raise NotFound(f"no delivery {delivery_id!r}")
-    return dict(row._mapping)
+    return cast(Delivery, dict(row._mapping))
 
 
 def list_for_tenant(
@@ -328,7 +327,7 @@ def list_for_tenant(
     endpoint_id: str | None,
     before: str | None,
     limit: int,
-) -> list[dict[str, Any]]:
+) -> list[Delivery]:
     d = t.deliveries
     q = sa.select(d).where(d.c.tenant_id == tenant_id)
     if statuses:
@@ -339,10 +338,11 @@ def list_for_tenant(
         q = q.where(d.c.channel == "webhook", d.c.destination == endpoint_id)
     if before:
         q = q.where(d.c.id < before)
-    return [dict(r._mapping) for r in conn.execute(q.order_by(d.c.id.desc()).limit(limit))]
+    found = conn.execute(q.order_by(d.c.id.desc()).limit(limit))
+    return [cast(Delivery, dict(r._mapping)) for r in found]
 
 
-def replay(conn: Connection, tenant_id: str, delivery_id: str, now: datetime) -> dict[str, Any]:
+def replay(conn: Connection, tenant_id: str, delivery_id: str, now: datetime) -> Delivery:
     """Queue a finished delivery again, under the same identity. The dispatch-time checks
     still apply: replaying an acknowledged person's alert sends nothing."""
     d = t.deliveries

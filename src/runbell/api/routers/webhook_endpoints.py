@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Query, Response
 from pydantic import BeforeValidator, ConfigDict, Field, StrictInt
@@ -17,6 +17,7 @@ from runbell.api.responses import answered
 from runbell.api.schemas import Storable
 from runbell.domain import limits as L
 from runbell.flows import endpoints
+from runbell.flows.endpoints import EndpointChanges
 
 router = APIRouter(prefix="/v1/webhook-endpoints", tags=["webhooks"])
 EventType = Literal[
@@ -120,9 +121,8 @@ def get_endpoint(endpoint_id: str, who: Admin, core: CoreDep) -> Mapping[str, An
 )
 def patch(endpoint_id: str, body: EndpointPatch, who: Admin, core: CoreDep) -> Mapping[str, Any]:
     """Change the URL or filter, or enable/disable. Re-enabling resets the dead streak."""
-    return endpoints.update_endpoint(
-        core, who.tenant_id, endpoint_id, body.model_dump(exclude_unset=True)
-    )
+    changes = cast(EndpointChanges, body.model_dump(exclude_unset=True))  # EndpointPatch's
+    return endpoints.update_endpoint(core, who.tenant_id, endpoint_id, changes)
 
 
 @router.post(
