@@ -209,7 +209,7 @@ def list_runs(
     states: list[str] | None,
     after: str | None,
     limit: int,
-) -> runs.RunPage | GroupedRuns:
+) -> runs.RunsById | GroupedRuns:
     """``GET /v1/runs``: ``state`` and ``group`` as given (repeatable, comma lists; an
     unknown value is 422 naming the field). Without ``group``, the runs by id, paged by
     run id (``runs.list_runs``); with it, :func:`list_grouped`."""

@@ -19,20 +19,28 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 from runbell.domain.principal import Principal
-from runbell.domain.records import DeliveryAttempts, Endpoint, InputRequest, Notification, Run
+from runbell.domain.records import (
+    DeliveryAttempts,
+    Endpoint,
+    InputRequest,
+    Notification,
+    Run,
+    Transition,
+)
 from runbell.flows import views
 from runbell.flows.context import Core
 from runbell.flows.input_requests import get_for_notification, may_answer
 from runbell.flows.operation_views import OperationView, operation_view
-from runbell.flows.runs import get_run
+from runbell.flows.runs import RunSnapshot, get_run
 from runbell.flows.trail import members
 from runbell.store import amendments, destinations, endpoints, feed, operations, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
+from runbell.store.amendments import Amendment
 
 CLOSED_STATES = ("acknowledged", "resolved", "expired", "superseded", "revoked")
 INBOX_OPEN_LIMIT = 200
@@ -40,10 +48,44 @@ INBOX_CLOSED_LIMIT = 20
 RUN_NOTES_LIMIT = 50
 
 
+class Standing(Notification):
+    """An inbox row: the notification and whether its action can still run, and why."""
+
+    actionable: bool
+    actionable_reason: str
+
+
+class InboxPage(TypedDict):
+    head_cursor: int
+    open: list[Standing]
+    closed: list[Standing]
+    titles: dict[str, str | None]  # run id -> title (its id when untitled), None: unseen
+
+
 class NotificationDeliveries(Notification):
     """A person's notification about the run, with its deliveries and their attempts."""
 
     deliveries: list[DeliveryAttempts]
+
+
+class RunPageShown(TypedDict):
+    """A run as its page shows it (see :func:`run_page`)."""
+
+    head_cursor: int
+    snapshot: RunSnapshot
+    run: Run  # the stored row: times as datetimes
+    owner_email: str
+    cancel_requested_by_email: str | None
+    pending_amendments: list[Amendment]
+    transitions: list[Transition]
+    pending_request: InputRequest | None
+    may_answer: bool
+    my_notifications: list[NotificationDeliveries]
+    answered_request: InputRequest | None
+    operations: list[OperationView]
+    people: dict[str, str]  # user id -> email (members only)
+    asked: dict[str, str]  # input request id -> its summary
+    endpoints: dict[str, str]  # webhook endpoint id -> its label
 
 
 def viewer(core: Core, who: Principal) -> dict[str, str]:
@@ -56,7 +98,7 @@ def viewer(core: Core, who: Principal) -> dict[str, str]:
     return {"email": str(email), "timezone": timezone}
 
 
-def inbox_page(core: Core, who: Principal, now: datetime) -> dict[str, Any]:
+def inbox_page(core: Core, who: Principal, now: datetime) -> InboxPage:
     """The person's inbox as of ``now``.
 
     ``{head_cursor, open, closed, titles}``: ``open`` (up to 200) and ``closed`` (the 20
@@ -106,7 +148,7 @@ def _standing(
     visible: bool,
     now: datetime,
     request: InputRequest | None = None,
-) -> dict[str, Any]:
+) -> Standing:
     ok, reason = (False, "access lost")
     if note["attention_type"] == "digest":
         ok, reason = views.actionable(note, None, now)  # no run of its own: informational
@@ -117,7 +159,7 @@ def _standing(
 
 def run_page(
     core: Core, who: Principal, run_id: str, answered_request: str | None = None
-) -> dict[str, Any]:
+) -> RunPageShown:
     """A run as its page shows it; :class:`~runbell.domain.errors.NotFound` when ``who``
     may not see it.
 
@@ -217,8 +259,8 @@ def _ledger_texts(ledger: list[OperationView]) -> list[Any]:
 def _endpoint_label(endpoint: Endpoint) -> str:
     """What a person can tell one webhook endpoint from another by: its description, else
     its host."""
-    description = str(endpoint.get("description") or "").strip()
-    return description or (urlsplit(str(endpoint.get("url") or "")).hostname or "a webhook")
+    description = (endpoint["description"] or "").strip()
+    return description or (urlsplit(endpoint["url"]).hostname or "a webhook")
 
 
 def unseen_notifications(core: Core, who: Principal, run_id: str) -> list[str]:

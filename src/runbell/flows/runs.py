@@ -224,7 +224,7 @@ class RunSnapshot(views.RunView):
     previous_worker_may_still_act: bool
 
 
-class RunPage(TypedDict):
+class RunsById(TypedDict):
     runs: list[views.RunView]
     next_cursor: str | None
 
@@ -252,7 +252,7 @@ def get_run(core: Core, who: Principal, run_id: str) -> RunSnapshot:
 
 def list_runs(
     core: Core, who: Principal, *, states: list[str] | None, after: str | None, limit: int
-) -> RunPage:
+) -> RunsById:
     with core.db.read() as conn:
         rows = runs.list_runs(conn, who, states=states, after=after, limit=limit + 1)
     page = rows[:limit]

@@ -17,6 +17,7 @@ from fastapi.responses import RedirectResponse, Response
 from runbell.api.deps import CoreDep
 from runbell.domain.errors import NotFound
 from runbell.flows import inbox, pages, views
+from runbell.flows.pages import Standing
 from runbell.web import wording
 from runbell.web.forms import Checked, Session, safe_next
 from runbell.web.templating import render
@@ -27,7 +28,7 @@ router = APIRouter(include_in_schema=False)
 CANNOT_SEE = "A run you cannot see"
 
 
-def _item(v: Viewer, note: dict[str, Any]) -> dict[str, Any]:
+def _item(v: Viewer, note: Standing) -> dict[str, Any]:
     expires = note.get("expires_at")
     return {
         "id": note["id"],

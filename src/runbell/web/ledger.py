@@ -5,10 +5,12 @@ uncertain and how it was settled after a lookup (issue 16)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from runbell.flows import views
+from runbell.flows.operation_views import OperationView
 from runbell.web import wording
 from runbell.web.viewer import Viewer
 
@@ -49,7 +51,7 @@ DOUBTED = ("uncertain", "unresolved", "conflict", "absent", "failed")
 
 
 def _history_view(
-    v: Viewer, op: dict[str, Any], people: dict[str, str]
+    v: Viewer, op: OperationView, people: dict[str, str]
 ) -> list[dict[str, Any]] | None:
     """The operation's steps (state, when, evidence) when one of them was a doubt, so the
     run page keeps showing what was uncertain and how it was settled; None otherwise."""
@@ -79,7 +81,7 @@ def _history_view(
     return out
 
 
-def _settled_note(ops: list[dict[str, Any]]) -> str | None:
+def _settled_note(ops: Sequence[OperationView]) -> str | None:
     """One sentence for the operations that were in doubt and are settled now."""
     settled = [
         op
@@ -99,8 +101,8 @@ def _settled_note(ops: list[dict[str, Any]]) -> str | None:
 
 
 def ledger_view(
-    snapshot: dict[str, Any],
-    ops: list[dict[str, Any]],
+    snapshot: Mapping[str, Any],
+    ops: Sequence[OperationView],
     v: Viewer | None = None,
     people: dict[str, str] | None = None,
 ) -> dict[str, Any]:

@@ -28,11 +28,13 @@ from fastapi.responses import RedirectResponse, Response
 from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import InputRequest, Run, Transition
+from runbell.domain.records import DeliveryAttempts, InputRequest, Run, Transition
 from runbell.flows import answers, inbox, pages, receipts, views
 from runbell.flows.context import Core
 from runbell.flows.inbox import NotificationDetail
 from runbell.flows.inputs import AnswerBody
+from runbell.flows.pages import RunPageShown
+from runbell.flows.runs import RunSnapshot
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
 from runbell.web.ledger import ledger_view
@@ -62,8 +64,8 @@ class RunPageState:
 def cancel_view(
     v: Viewer,
     run: Run,
-    snapshot: dict[str, Any],
-    shown: dict[str, Any],
+    snapshot: RunSnapshot,
+    shown: RunPageShown,
     state: RunPageState,
 ) -> dict[str, Any]:
     """The Cancellation block: the request (who, when, why), the outcome once cancelled,
@@ -79,14 +81,14 @@ def cancel_view(
         )
         if requested.get("by") == v.who.user_id:
             by = "you"
-    outcome = snapshot.get("cancellation") or {}
+    outcome = snapshot["cancellation"]
     return {
         "requested": bool(requested),
         "by": by,
         "at": v.time(run.cancel_requested_at),
-        "reason": (requested or {}).get("reason"),
+        "reason": requested["reason"] if requested else None,
         "stopping": run.state == "stopping",
-        "summary": outcome.get("text") if run.state == "cancelled" else None,
+        "summary": outcome["text"] if outcome and run.state == "cancelled" else None,
         "allowed": shown["may_answer"] and not snapshot["terminal"] and not requested,
         "error": state.cancel_error,
     }
@@ -282,7 +284,7 @@ def _last_change(transitions: list[Transition]) -> str:
 
 
 def _deliveries_view(
-    v: Viewer, deliveries: list[dict[str, Any]], endpoints: dict[str, str]
+    v: Viewer, deliveries: list[DeliveryAttempts], endpoints: dict[str, str]
 ) -> list[dict[str, Any]]:
     """A notification's deliveries, each row telling itself apart from the others: a
     tenant webhook carries one message when the notification was made and one when it

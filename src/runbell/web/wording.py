@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -284,7 +285,7 @@ def evidence_rows(evidence: Any, people: dict[str, str]) -> list[tuple[str, str]
 _USER = re.compile(r"\busr_[0-9a-z]{10,40}\b")
 
 
-def operation_line(intent: str, target: dict[str, Any]) -> tuple[str, str | None]:
+def operation_line(intent: str, target: Mapping[str, Any]) -> tuple[str, str | None]:
     """(what the operation does, on what): ``mark paid`` · ``invoice INV-1004``; a
     function the SDK's ``requires_approval`` ran (target ``function __main__.push``) is
     ``Call push()``, without the module path."""
