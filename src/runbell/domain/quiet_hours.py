@@ -21,6 +21,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runbell.domain.errors import ValidationFailed
+from runbell.domain.records import QuietHours
 
 #: ``H:MM`` or ``HH:MM``, 0:00 to 23:59 (the API's schema states the same pattern).
 _HHMM = re.compile(r"([01]?[0-9]|2[0-3]):([0-5][0-9])")
@@ -70,14 +71,20 @@ class QuietWindow:
             return cls(start, end, frozenset(d for d in parsed if d is not None))
         return cls(start, end)
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> QuietHours:
+        out: QuietHours = {
             "start": self.start.strftime("%H:%M"),
             "end": self.end.strftime("%H:%M"),
         }
         if self.days is not None:
             out["days"] = sorted(self.days)
         return out
+
+
+def quiet_windows(raw: Sequence[Mapping[str, Any]] | None) -> list[QuietWindow] | None:
+    """The windows a person sent (``{start, end, days?}`` each), checked; None: unchanged.
+    ``ValidationFailed`` names the first that is wrong."""
+    return None if raw is None else [QuietWindow.parse(w) for w in raw]
 
 
 def zone(name: str) -> ZoneInfo:

@@ -284,3 +284,61 @@ class Endpoint(TypedDict):
     rate_limit_per_s: float | None
     created_at: datetime
     updated_at: datetime
+
+
+class QuietHours(TypedDict):
+    """One quiet window: ``HH:MM`` to ``HH:MM`` in the person's timezone, on ``days``
+    (ISO weekdays, 1 = Monday) or every day."""
+
+    start: str
+    end: str
+    days: NotRequired[list[int]]
+
+
+class Preferences(TypedDict):
+    """One row of ``preferences``: what may interrupt a person, and when."""
+
+    tenant_id: str
+    user_id: str
+    consent: dict[str, Any]  # per channel: the urgencies and how and when consent was given
+    quiet_hours: list[QuietHours] | None
+    timezone: str
+    locale: str
+    updated_at: datetime
+
+
+class PushSubscription(TypedDict):
+    """One browser's web push subscription (the subscription is the consent)."""
+
+    id: str
+    tenant_id: str
+    user_id: str
+    endpoint: str
+    p256dh: str
+    auth: str
+    user_agent: str | None
+    created_at: datetime
+    last_success_at: datetime | None
+
+
+class ChatDestination(TypedDict):
+    """A person's chat destination, or a tenant-wide room (``user_id`` None); the Apprise
+    URL is sealed, ``url_hint`` is what may be shown."""
+
+    id: str
+    tenant_id: str
+    user_id: str | None
+    url_sealed: str
+    url_hint: str
+    label: str | None
+    created_at: datetime
+
+
+class Address(TypedDict):
+    """A person's email address as it is now (the destination of an email delivery)."""
+
+    address: str
+
+
+#: A person channel's destination as stored now (``store.destinations.find``).
+Destination = Address | PushSubscription | ChatDestination

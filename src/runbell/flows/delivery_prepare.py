@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -34,7 +33,7 @@ from runbell.domain.dispatch import DispatchContext, Gate, gate
 from runbell.domain.escalation import RETRACTED
 from runbell.domain.principal import Principal
 from runbell.domain.quiet_hours import QuietWindow
-from runbell.domain.records import Delivery, Endpoint
+from runbell.domain.records import Delivery, Destination, Endpoint
 from runbell.flows.attention import (
     NEUTRAL_BODY,
     NEUTRAL_SUMMARY,
@@ -150,7 +149,8 @@ def _prepare_person(core: Core, conn: Connection, row: Delivery, now: datetime) 
     )
     prefs = destinations.preferences(conn, tenant_id, user_id)
     consent = (prefs["consent"] if prefs else None) or {}
-    target, exists = _destination(core, conn, row, user_id)
+    found = _destination(conn, row, user_id)
+    exists = found is not None
     ctx = DispatchContext(
         channel=row["channel"],
         urgency=n["urgency"],
@@ -200,7 +200,7 @@ def _prepare_person(core: Core, conn: Connection, row: Delivery, now: datetime) 
         run_id=n["run_id"],
         collapse_key=f"{tenant_id}:{n['run_id']}",
         expires_at=n["expires_at"],
-        target=target,
+        target={} if found is None else registry.spec(row["channel"]).target(found, core.box.open),
     )
     return prepared
 
@@ -214,7 +214,11 @@ def _prepare_retraction(core: Core, conn: Connection, row: Delivery, now: dateti
     found = destinations.find(conn, channel, row["tenant_id"], None, row["destination"])
     if found is None:
         return Prepared(Gate("cancel", "destination removed"))
-    if accounts.membership_role(conn, row["tenant_id"], found["user_id"]) is None:
+    owner = dict(found).get("user_id")  # a shared room is nobody's; an address has none
+    if (
+        not isinstance(owner, str)
+        or accounts.membership_role(conn, row["tenant_id"], owner) is None
+    ):
         return Prepared(Gate("cancel", "recipient lost access"))
     note_id = (row["payload"] or {}).get("notification_id")
     message = Outbound(
@@ -281,13 +285,7 @@ def _prepare_sign_in(core: Core, row: Delivery, now: datetime) -> Prepared:
     )
 
 
-def _destination(
-    core: Core, conn: Connection, row: Delivery, user_id: str
-) -> tuple[dict[str, Any], bool]:
-    """Where the person is reachable *now* (an address may have changed), as the target
-    the row's channel sends to; False when the destination is gone."""
-    channel = row["channel"]
-    found = destinations.find(conn, channel, row["tenant_id"], user_id, row["destination"])
-    if found is None:
-        return {}, False
-    return registry.spec(channel).target(found, core.box.open), True
+def _destination(conn: Connection, row: Delivery, user_id: str) -> Destination | None:
+    """Where the person is reachable *now* (an address may have changed); None when the
+    destination is gone."""
+    return destinations.find(conn, row["channel"], row["tenant_id"], user_id, row["destination"])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from runbell import metrics
 from runbell.channels.chat_urls import check_destination as check_chat
@@ -27,6 +27,7 @@ from runbell.domain.channels import PERSON_CHANNELS, consented_urgencies, facts_
 from runbell.domain.errors import Conflict, NotFound
 from runbell.domain.principal import Principal
 from runbell.domain.quiet_hours import QuietWindow, zone
+from runbell.domain.records import ChatDestination, PushSubscription, QuietHours
 from runbell.domain.ssrf import check_url
 from runbell.flows.channel_config import vapid_keys
 from runbell.flows.context import Core
@@ -40,25 +41,61 @@ from runbell.store.db import Tx
 CHANNELS = PERSON_CHANNELS  # every channel that reaches a person has a consent
 
 
-def preferences_of(core: Core, who: Principal) -> dict[str, Any]:
+class PreferencesView(TypedDict):
+    """``GET /v1/me/preferences``: the urgencies each channel may interrupt with, the
+    consent record behind them, quiet hours, timezone and locale."""
+
+    user_id: str
+    email: str | None
+    consent: dict[str, list[str]]
+    consent_record: dict[str, Any]
+    quiet_hours: list[QuietHours]
+    timezone: str
+    locale: str
+
+
+class Me(TypedDict):
+    user_id: str | None
+    tenant_id: str
+    role: str
+    email: str | None
+
+
+class SubscriptionView(TypedDict):
+    id: str
+    endpoint_host: str
+    user_agent: str | None
+    created_at: str | None
+    last_success_at: str | None
+
+
+class ChatView(TypedDict):
+    id: str
+    url: str  # the URL with its secrets cut out
+    label: str | None
+    shared: bool
+    created_at: str | None
+
+
+def preferences_of(core: Core, who: Principal) -> PreferencesView:
     """A person's preferences as ``GET /v1/me/preferences`` shows them."""
     assert who.user_id is not None
     with core.db.read() as conn:
-        row = destinations.preferences(conn, who.tenant_id, who.user_id) or {}
+        row = destinations.preferences(conn, who.tenant_id, who.user_id)
         email = destinations.email_of(conn, who.user_id)
-    consent = row.get("consent") or {}
+    consent = (row["consent"] if row else None) or {}
     return {
         "user_id": who.user_id,
         "email": email,
         "consent": {c: list(consented_urgencies(consent, c)) for c in CHANNELS},
         "consent_record": consent,
-        "quiet_hours": row.get("quiet_hours") or [],
-        "timezone": row.get("timezone") or "UTC",
-        "locale": row.get("locale") or "en",
+        "quiet_hours": (row["quiet_hours"] if row else None) or [],
+        "timezone": (row["timezone"] if row else None) or "UTC",
+        "locale": (row["locale"] if row else None) or "en",
     }
 
 
-def me(core: Core, who: Principal) -> dict[str, Any]:
+def me(core: Core, who: Principal) -> Me:
     """Who the caller is: user id, tenant, role and email."""
     return {
         "user_id": who.user_id,
@@ -79,10 +116,10 @@ def save_preferences(
     who: Principal,
     *,
     consent: dict[str, list[str]] | None = None,
-    quiet_hours: list[dict[str, Any]] | None = None,
+    quiet_hours: Sequence[QuietWindow] | None = None,
     timezone: str | None = None,
     locale: str | None = None,
-) -> dict[str, Any]:
+) -> PreferencesView:
     """Change what may interrupt the person; a None field stays as it is.
 
     Raises ``ValidationFailed`` before anything is written. Each channel named in
@@ -90,7 +127,7 @@ def save_preferences(
     assert who.user_id is not None
     if timezone is not None:
         zone(timezone)
-    windows = [QuietWindow.parse(w).as_dict() for w in quiet_hours or []]
+    windows = [w.as_dict() for w in quiet_hours or []]
     current = preferences_of(core, who)
     record = dict(current["consent_record"])
     with core.db.transaction() as tx:
@@ -139,15 +176,15 @@ def vapid_public_key(core: Core) -> str:
     return vapid_keys(core).public_key
 
 
-def subscription_view(row: dict[str, Any]) -> dict[str, Any]:
+def subscription_view(row: PushSubscription) -> SubscriptionView:
     endpoint = row["endpoint"]
     host = endpoint.split("/")[2] if endpoint.count("/") >= 2 else "?"
     return {
         "id": row["id"],
         "endpoint_host": host,
-        "user_agent": row.get("user_agent"),
-        "created_at": iso(row.get("created_at")),
-        "last_success_at": iso(row.get("last_success_at")),
+        "user_agent": row["user_agent"],
+        "created_at": iso(row["created_at"]),
+        "last_success_at": iso(row["last_success_at"]),
     }
 
 
@@ -179,7 +216,9 @@ def subscribe(
 
 def _subscribe_in(
     tx: Tx, who: Principal, endpoint: str, p256dh: str, auth: str, user_agent: str | None
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, SubscriptionView]:
+    user_id = who.user_id
+    assert user_id is not None  # a person's own browser
     found = destinations.push_subscription_by_endpoint(tx.conn, who.tenant_id, endpoint)
     if (
         found
@@ -201,12 +240,13 @@ def _subscribe_in(
             {
                 "id": sub_id,
                 "tenant_id": who.tenant_id,
-                "user_id": who.user_id,
+                "user_id": user_id,
                 "endpoint": endpoint,
                 "p256dh": p256dh,
                 "auth": auth,
                 "user_agent": user_agent,
                 "created_at": tx.now,
+                "last_success_at": None,
             },
         )
     row = destinations.push_subscription(tx.conn, who.tenant_id, sub_id)
@@ -214,7 +254,7 @@ def _subscribe_in(
     return status, subscription_view(row)
 
 
-def subscriptions(core: Core, who: Principal) -> list[dict[str, Any]]:
+def subscriptions(core: Core, who: Principal) -> list[PushSubscription]:
     """The person's registered browsers, as stored (the settings page shows them)."""
     assert who.user_id is not None
     with core.db.read() as conn:
@@ -239,13 +279,13 @@ def require_unsubscribe(core: Core, who: Principal, subscription_id: str) -> Non
 # --- chat destinations ---------------------------------------------------------------
 
 
-def chat_view(row: dict[str, Any]) -> dict[str, Any]:
+def chat_view(row: ChatDestination) -> ChatView:
     return {
         "id": row["id"],
         "url": row["url_hint"],
-        "label": row.get("label"),
-        "shared": row.get("user_id") is None,
-        "created_at": iso(row.get("created_at")),
+        "label": row["label"],
+        "shared": row["user_id"] is None,
+        "created_at": iso(row["created_at"]),
     }
 
 
@@ -267,7 +307,7 @@ def add_chat_destination(
         with contextlib.suppress(OSError):
             check_chat(url, allow_hosts=core.settings.outbound_allow_hosts)
 
-        def act(tx: Tx) -> tuple[int, dict[str, Any]]:
+        def act(tx: Tx) -> tuple[int, ChatView]:
             dest_id = new_id("chat")
             destinations.insert_chat_destination(
                 tx.conn,
@@ -290,7 +330,7 @@ def add_chat_destination(
     return act_once(core.db, core.box, key, prepare)
 
 
-def chat_destinations(core: Core, who: Principal) -> list[dict[str, Any]]:
+def chat_destinations(core: Core, who: Principal) -> list[ChatView]:
     """The person's own chat destinations and the tenant's shared rooms, as views."""
     assert who.user_id is not None
     with core.db.read() as conn:

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from runbell.domain.channels import DestinationKind, facts_of
+from runbell.domain.records import (
+    Address,
+    ChatDestination,
+    Destination,
+    Preferences,
+    PushSubscription,
+)
 from runbell.store import tables as t
 
 
@@ -28,7 +35,7 @@ def destination_ids(conn: Connection, channel: str, tenant_id: str, user_id: str
 
 def find(
     conn: Connection, channel: str, tenant_id: str, user_id: str | None, destination: str
-) -> dict[str, Any] | None:
+) -> Destination | None:
     """One destination of a person channel as stored now (None: it is gone). An address
     is the person's address as it is now (``user_id``'s), whatever the row was queued
     with; the other kinds are found by ``destination`` alone."""
@@ -56,7 +63,7 @@ def _address_ids(conn: Connection, _tenant_id: str, user_id: str) -> list[str]:
 
 def _address(
     conn: Connection, _tenant_id: str, user_id: str | None, _destination: str
-) -> dict[str, Any] | None:
+) -> Address | None:
     address = None if user_id is None else email_of(conn, user_id)
     return None if address is None else {"address": address}
 
@@ -113,13 +120,13 @@ def chat_destination_ids(conn: Connection, tenant_id: str, user_id: str) -> list
 # --- preferences ---------------------------------------------------------------------
 
 
-def preferences(conn: Connection, tenant_id: str, user_id: str) -> dict[str, Any] | None:
+def preferences(conn: Connection, tenant_id: str, user_id: str) -> Preferences | None:
     row = conn.execute(
         sa.select(t.preferences).where(
             t.preferences.c.tenant_id == tenant_id, t.preferences.c.user_id == user_id
         )
     ).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else cast(Preferences, dict(row._mapping))
 
 
 def save_preferences(
@@ -139,31 +146,31 @@ def save_preferences(
 # --- web push subscriptions ----------------------------------------------------------
 
 
-def push_subscription(conn: Connection, tenant_id: str, sub_id: str) -> dict[str, Any] | None:
+def push_subscription(conn: Connection, tenant_id: str, sub_id: str) -> PushSubscription | None:
     p = t.push_subscriptions
     row = conn.execute(sa.select(p).where(p.c.tenant_id == tenant_id, p.c.id == sub_id)).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else cast(PushSubscription, dict(row._mapping))
 
 
 def push_subscription_by_endpoint(
     conn: Connection, tenant_id: str, endpoint: str
-) -> dict[str, Any] | None:
+) -> PushSubscription | None:
     p = t.push_subscriptions
     row = conn.execute(
         sa.select(p).where(p.c.tenant_id == tenant_id, p.c.endpoint == endpoint)
     ).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else cast(PushSubscription, dict(row._mapping))
 
 
-def push_subscriptions_of(conn: Connection, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+def push_subscriptions_of(conn: Connection, tenant_id: str, user_id: str) -> list[PushSubscription]:
     p = t.push_subscriptions
     rows = conn.execute(
         sa.select(p).where(p.c.tenant_id == tenant_id, p.c.user_id == user_id).order_by(p.c.id)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [cast(PushSubscription, dict(r._mapping)) for r in rows]
 
 
-def insert_push_subscription(conn: Connection, values: dict[str, Any]) -> None:
+def insert_push_subscription(conn: Connection, values: PushSubscription) -> None:
     conn.execute(t.push_subscriptions.insert().values(**values))
 
 
@@ -189,13 +196,13 @@ def forget_push_subscription(conn: Connection, sub_id: str) -> None:
 # --- chat destinations ---------------------------------------------------------------
 
 
-def chat_destination(conn: Connection, tenant_id: str, dest_id: str) -> dict[str, Any] | None:
+def chat_destination(conn: Connection, tenant_id: str, dest_id: str) -> ChatDestination | None:
     c = t.chat_destinations
     row = conn.execute(sa.select(c).where(c.c.tenant_id == tenant_id, c.c.id == dest_id)).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else cast(ChatDestination, dict(row._mapping))
 
 
-def chat_destinations_of(conn: Connection, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+def chat_destinations_of(conn: Connection, tenant_id: str, user_id: str) -> list[ChatDestination]:
     """The person's own chat destinations and the tenant's shared rooms."""
     c = t.chat_destinations
     rows = conn.execute(
@@ -203,10 +210,10 @@ def chat_destinations_of(conn: Connection, tenant_id: str, user_id: str) -> list
         .where(c.c.tenant_id == tenant_id, sa.or_(c.c.user_id == user_id, c.c.user_id.is_(None)))
         .order_by(c.c.id)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [cast(ChatDestination, dict(r._mapping)) for r in rows]
 
 
-def insert_chat_destination(conn: Connection, values: dict[str, Any]) -> None:
+def insert_chat_destination(conn: Connection, values: ChatDestination) -> None:
     conn.execute(t.chat_destinations.insert().values(**values))
 
 
@@ -226,9 +233,7 @@ _IDS: dict[DestinationKind, Callable[[Connection, str, str], list[str]]] = {
     "push_subscription": push_subscription_ids,
     "chat_destination": chat_destination_ids,
 }
-_FIND: dict[
-    DestinationKind, Callable[[Connection, str, str | None, str], dict[str, Any] | None]
-] = {
+_FIND: dict[DestinationKind, Callable[[Connection, str, str | None, str], Destination | None]] = {
     "address": _address,
     "push_subscription": lambda conn, tenant_id, _user, dest: push_subscription(
         conn, tenant_id, dest

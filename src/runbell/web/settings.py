@@ -26,6 +26,7 @@ from runbell.api.deps import CoreDep
 from runbell.api.schemas import ChatIn, PreferencesIn
 from runbell.domain.channels import ALL_URGENCIES, PERSON_CHANNELS
 from runbell.domain.errors import Forbidden, RunbellError, ValidationFailed
+from runbell.domain.quiet_hours import quiet_windows
 from runbell.flows import dry_run, policy, preferences
 from runbell.flows.context import Core
 from runbell.web import wording
@@ -153,7 +154,7 @@ def settings_save(signed: Checked, core: CoreDep) -> Response:
             core,
             v.who,
             consent=preferences.consent_of(body.consent),
-            quiet_hours=body.quiet_hours,
+            quiet_hours=quiet_windows(body.quiet_hours),
             timezone=body.timezone,
         )
     except (ValidationFailed, ValidationError) as exc:

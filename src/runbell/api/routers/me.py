@@ -13,6 +13,7 @@ from runbell.api.openapi import SSRF_RULE, problems, rule, rules
 from runbell.api.responses import answered
 from runbell.api.schemas import ChatIn, PreferencesIn, PushSubscriptionIn
 from runbell.domain.errors import NotFound
+from runbell.domain.quiet_hours import quiet_windows
 from runbell.flows import preferences
 
 router = APIRouter(tags=["me"])
@@ -48,7 +49,7 @@ def put_preferences(body: PreferencesIn, who: User, core: CoreDep) -> Mapping[st
         core,
         who,
         consent=preferences.consent_of(body.consent),
-        quiet_hours=body.quiet_hours,
+        quiet_hours=quiet_windows(body.quiet_hours),
         timezone=body.timezone,
         locale=body.locale,
     )
