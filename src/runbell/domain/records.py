@@ -263,9 +263,9 @@ class ClaimedDelivery(Delivery):
 
 
 class DeliveryAttempts(Delivery):
-    """A delivery with its attempts (each attempt's columns), for a notification's trail."""
+    """A delivery with its attempts, for a notification's trail."""
 
-    attempts: list[dict[str, Any]]
+    attempts: list[Attempt]
 
 
 class Endpoint(TypedDict):
@@ -342,3 +342,75 @@ class Address(TypedDict):
 
 #: A person channel's destination as stored now (``store.destinations.find``).
 Destination = Address | PushSubscription | ChatDestination
+
+
+class Attempt(TypedDict):
+    """One try of one delivery: when, how it went, what the peer answered."""
+
+    tenant_id: str
+    delivery_id: str
+    attempt_no: int
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str
+    status_code: int | None
+    provider_message_id: str | None
+    duration_ms: int | None
+    error: str | None
+    response_excerpt: str | None
+    id: NotRequired[str]  # set by the store
+
+
+class EscalationStep(TypedDict):
+    """One step of a notification's escalation ladder: a channel, when it is due, what
+    became of it."""
+
+    id: str
+    tenant_id: str
+    notification_id: str
+    step_no: int
+    channel: str
+    after_s: int
+    due_at: datetime
+    status: str
+    deliveries: int | None
+    reason: str | None
+    created_at: datetime
+    settled_at: datetime | None
+
+
+class DigestGroup(TypedDict):
+    """The unclaimed items of one recipient's digest window, counted."""
+
+    tenant_id: str
+    recipient_user_id: str
+    digest_key: str
+    window_start: datetime
+    items: int
+    closes_at: datetime
+    max_items: int
+
+
+class Receipt(TypedDict):
+    """A channel's word that a notification was displayed, opened, dismissed or clicked
+    (telemetry, never a decision)."""
+
+    id: str
+    tenant_id: str
+    notification_id: str
+    user_id: str | None
+    kind: str
+    channel: str | None
+    at: datetime
+
+
+class IdempotencyRecord(TypedDict):
+    """A key's stored answer: the request it was for and the sealed response."""
+
+    tenant_id: str
+    principal: str
+    key: str
+    request_hash: str
+    status_code: int
+    response: dict[str, Any]  # {"sealed": …} once answered
+    created_at: datetime

@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
-from runbell.domain.records import Delivery
+from runbell.domain.records import Attempt, Delivery
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.views import iso
@@ -63,7 +63,7 @@ class OperatorEvents(TypedDict):
     events: list[OperatorEvent]
 
 
-def delivery_view(d: Delivery, attempts: list[dict[str, Any]] | None = None) -> DeliveryView:
+def delivery_view(d: Delivery, attempts: list[Attempt] | None = None) -> DeliveryView:
     """A delivery as the API shows it; with ``attempts``, one entry per try."""
     out: DeliveryView = {
         "id": d["id"],

@@ -29,7 +29,7 @@ from runbell import metrics
 from runbell.channels.base import DeliveryError, PermanentDeliveryError, Sent
 from runbell.domain.channels import facts_of
 from runbell.domain.dispatch import Gate
-from runbell.domain.records import Delivery
+from runbell.domain.records import Attempt, Delivery
 from runbell.domain.retry import RetryStrategy
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
@@ -136,7 +136,7 @@ def record_attempts(
         current = outbox.lock_claimed_many(
             tx.conn, [(row["id"], row["notification_id"]) for row, _, _ in done]
         )
-        attempts: list[dict[str, Any]] = []
+        attempts: list[Attempt] = []
         ours: list[tuple[Delivery, Delivery, Prepared, Result]] = []
         for row, prepared, result in done:
             cur = current.get(row["id"])
@@ -161,7 +161,7 @@ def record_attempts(
         _observe(row, prepared, result, tx.now)
 
 
-def _attempt(cur: Delivery, row: Delivery, result: Result, now: datetime) -> dict[str, Any]:
+def _attempt(cur: Delivery, row: Delivery, result: Result, now: datetime) -> Attempt:
     err, sent = result.error, result.sent
     return {
         "tenant_id": cur["tenant_id"],
@@ -170,7 +170,7 @@ def _attempt(cur: Delivery, row: Delivery, result: Result, now: datetime) -> dic
         "started_at": result.started_at or now,
         "finished_at": now,
         "outcome": result.outcome,
-        "status_code": sent.status_code if sent else err and err.status_code,
+        "status_code": sent.status_code if sent else (None if err is None else err.status_code),
         "provider_message_id": sent.provider_message_id if sent else None,
         "duration_ms": result.duration_ms,
         "error": None if err is None else err.detail[:500],

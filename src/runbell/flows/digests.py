@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import structlog
 from sqlalchemy.engine import Connection
@@ -35,7 +35,7 @@ from runbell import metrics
 from runbell.domain import digests as rules
 from runbell.domain.channels import INBOX, offered
 from runbell.domain.principal import Principal
-from runbell.domain.records import Notification
+from runbell.domain.records import DigestGroup, Notification
 from runbell.flows.attention import _push_deliveries, notification_event
 from runbell.flows.context import Core
 from runbell.flows.views import iso
@@ -75,7 +75,7 @@ def flush_due(core: Core, now: datetime, limit: int = 100) -> int:
 MAX_PARTS_PER_SWEEP = 20
 
 
-def _flush(core: Core, tx: Tx, group: dict[str, Any], *, closed: bool) -> str | None:
+def _flush(core: Core, tx: Tx, group: DigestGroup, *, closed: bool) -> str | None:
     items = digests.unclaimed(tx.conn, group, int(group["max_items"]), lock=True)
     if not items or (not closed and len(items) < int(group["max_items"])):
         # Nothing left (another flusher claimed it), or an open window not yet full.

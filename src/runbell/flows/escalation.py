@@ -20,13 +20,13 @@ notification).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TypedDict
 
 import structlog
 
 from runbell import metrics
 from runbell.domain.channels import offered
-from runbell.domain.records import Notification
+from runbell.domain.records import EscalationStep, Notification
 from runbell.flows import views
 from runbell.flows.attention import notification_event
 from runbell.flows.context import Core
@@ -58,7 +58,7 @@ def sweep(core: Core, now: datetime, limit: int = 500) -> int:
     return fired
 
 
-def _fire(core: Core, tx: Tx, step: dict[str, Any], note: Notification) -> int:
+def _fire(core: Core, tx: Tx, step: EscalationStep, note: Notification) -> int:
     tenant_id, user_id, channel = note["tenant_id"], note["recipient_user_id"], step["channel"]
     targets = _destinations(core, tx, tenant_id, user_id, channel)
     used = escalations.destinations_used(tx.conn, tenant_id, note["id"], channel)
@@ -113,7 +113,20 @@ def _destinations(core: Core, tx: Tx, tenant_id: str, user_id: str, channel: str
     return destinations.destination_ids(tx.conn, channel, tenant_id, user_id)
 
 
-def step_view(step: dict[str, Any]) -> dict[str, Any]:
+class StepView(TypedDict):
+    """One escalation step as the trail shows it."""
+
+    step_no: int
+    channel: str
+    after_s: int
+    due_at: str | None
+    status: str
+    deliveries: int | None
+    reason: str | None
+    settled_at: str | None
+
+
+def step_view(step: EscalationStep) -> StepView:
     return {
         "step_no": step["step_no"],
         "channel": step["channel"],

@@ -46,6 +46,7 @@ from sqlalchemy.exc import IntegrityError
 from runbell import metrics
 from runbell.crypto import SecretBox
 from runbell.domain.errors import ValidationFailed
+from runbell.domain.records import IdempotencyRecord
 from runbell.flows.views import json_body
 from runbell.store import idempotency as records
 from runbell.store.db import Database, Tx
@@ -124,7 +125,7 @@ def claim(tx: Tx, box: SecretBox, key: IdempotencyKey) -> Answer | None:
     return answer
 
 
-def _replay(box: SecretBox, key: IdempotencyKey, found: dict[str, Any]) -> Answer:
+def _replay(box: SecretBox, key: IdempotencyKey, found: IdempotencyRecord) -> Answer:
     if found["request_hash"] != key.digest:
         raise ValidationFailed(
             f"this {HEADER} was already used with a different request; use a new key for "

@@ -13,7 +13,7 @@ from runbell import metrics
 from runbell.domain.channels import RECEIPT_CHANNELS
 from runbell.domain.errors import Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import Notification
+from runbell.domain.records import Notification, Receipt
 from runbell.flows import views
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
@@ -64,7 +64,7 @@ def receipt_in(
     note = notes.get(tx.conn, who.tenant_id, notification_id)
     if note["recipient_user_id"] != who.user_id:
         raise NotFound(f"no notification {notification_id!r}")
-    values = {
+    values: Receipt = {
         "id": new_id("rct"),
         "tenant_id": who.tenant_id,
         "notification_id": notification_id,

@@ -19,7 +19,7 @@ from runbell.domain.records import DeliveryAttempts, Run, Transition
 from runbell.flows import digests, views
 from runbell.flows.context import Core
 from runbell.flows.digests import DigestView
-from runbell.flows.escalation import step_view
+from runbell.flows.escalation import StepView, step_view
 from runbell.flows.inbox import actionable, recipient_sees_run
 from runbell.flows.input_requests import get_for_notification
 from runbell.store import accounts, destinations, escalations, feed, runs
@@ -107,7 +107,7 @@ class Trail(views.NotificationView):
     deliveries: list[DeliveryTrail]
     lifecycle: list[LifecycleEvent]
     receipts: list[ReceiptTrail]
-    escalation: list[dict[str, Any]]
+    escalation: list[StepView]
     retractions: list[Retraction]
 
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
 from runbell.domain.cancellation import CancelSummary
-from runbell.domain.records import InputRequest, Notification, ReportedError, Run
+from runbell.domain.records import InputRequest, Notification, Receipt, ReportedError, Run
 from runbell.domain.runs import MCP_STATUS, RunState, is_terminal
 
 
@@ -310,12 +310,12 @@ def input_request_view(req: InputRequest, *, include_details: bool = False) -> I
     return out
 
 
-def receipt_view(receipt: dict[str, Any]) -> ReceiptView:
+def receipt_view(receipt: Receipt) -> ReceiptView:
     return {
         "id": receipt["id"],
         "notification_id": receipt["notification_id"],
         "kind": receipt["kind"],
-        "channel": receipt.get("channel"),
+        "channel": receipt["channel"],
         "at": iso(receipt["at"]),
     }
 

@@ -8,12 +8,13 @@ NULL) in the transaction that inserts it; a flusher that loses either race rolls
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from runbell.domain.records import DigestGroup
 from runbell.store import fast
 from runbell.store import tables as t
 
@@ -46,7 +47,7 @@ def add_item(conn: Connection, row: dict[str, Any]) -> bool:
     return _ADD_ITEM.first(conn, **{c: row.get(c) for c in ITEM_COLUMNS}) is not None
 
 
-def due_groups(conn: Connection, now: datetime, limit: int) -> list[dict[str, Any]]:
+def due_groups(conn: Connection, now: datetime, limit: int) -> list[DigestGroup]:
     """Unclaimed items' groups whose window has closed or that reached their maximum size.
 
     Reads only unclaimed items (``ix_digest_items_due``), however many were ever sent."""
@@ -67,11 +68,11 @@ def due_groups(conn: Connection, now: datetime, limit: int) -> list[dict[str, An
         .order_by(sa.func.min(_I.c.closes_at))
         .limit(limit)
     )
-    return [dict(r._mapping) for r in rows]
+    return [cast(DigestGroup, dict(r._mapping)) for r in rows]  # the columns selected
 
 
 def unclaimed(
-    conn: Connection, group: dict[str, Any], limit: int, *, lock: bool = False
+    conn: Connection, group: DigestGroup, limit: int, *, lock: bool = False
 ) -> list[dict[str, Any]]:
     """The group's unclaimed items, oldest first, up to ``limit``."""
     stmt = (
@@ -91,7 +92,7 @@ def unclaimed(
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
-def parts_sent(conn: Connection, group: dict[str, Any]) -> int:
+def parts_sent(conn: Connection, group: DigestGroup) -> int:
     """How many digests this window has sent already (a full one sends early)."""
     return int(
         conn.execute(

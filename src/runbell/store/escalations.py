@@ -12,14 +12,14 @@ messages collapse (``domain.channels.COLLAPSING``: web push) with no notificatio
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from runbell.domain.channels import COLLAPSING
 from runbell.domain.escalation import RETRACTED
-from runbell.domain.records import Notification
+from runbell.domain.records import EscalationStep, Notification
 from runbell.ids import new_id
 from runbell.store import fast, outbox
 from runbell.store import tables as t
@@ -86,9 +86,9 @@ def due(conn: Connection, now: datetime, limit: int) -> list[str]:
     return [str(r["id"]) for r in DUE.rows(conn, now=now, limit=limit)]
 
 
-def lock(conn: Connection, step_id: str) -> dict[str, Any] | None:
+def lock(conn: Connection, step_id: str) -> EscalationStep | None:
     row = conn.execute(sa.select(_S).where(_S.c.id == step_id).with_for_update()).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else cast(EscalationStep, dict(row._mapping))
 
 
 def settle(
@@ -103,13 +103,13 @@ def settle(
 
 def for_notification(
     conn: Connection, tenant_id: str, notification_id: str
-) -> list[dict[str, Any]]:
+) -> list[EscalationStep]:
     rows = conn.execute(
         sa.select(_S)
         .where(_S.c.tenant_id == tenant_id, _S.c.notification_id == notification_id)
         .order_by(_S.c.step_no)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [cast(EscalationStep, dict(r._mapping)) for r in rows]
 
 
 def destinations_used(

@@ -9,22 +9,23 @@ then fail, which the caller turns into a replay.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from runbell.domain.records import IdempotencyRecord
 from runbell.store import tables as t
 
 k = t.idempotency_keys
 CLAIMED = 0  # status_code of a record whose transaction has not finished
 
 
-def get(conn: Connection, tenant_id: str, principal: str, key: str) -> dict[str, Any] | None:
+def get(conn: Connection, tenant_id: str, principal: str, key: str) -> IdempotencyRecord | None:
     row = conn.execute(
         sa.select(k).where(k.c.tenant_id == tenant_id, k.c.principal == principal, k.c.key == key)
     ).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else cast(IdempotencyRecord, dict(row._mapping))
 
 
 def claim(

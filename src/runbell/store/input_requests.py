@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
-from runbell.domain.records import InputRequest
+from runbell.domain.records import InputRequest, Receipt
 from runbell.store import tables as t
 
 ir = t.input_requests
@@ -112,15 +112,15 @@ def insert_response(conn: Connection, values: dict[str, Any]) -> None:
 # --- receipts (channel telemetry, never a decision) ----------------------------------
 
 
-def add_receipt(conn: Connection, values: dict[str, Any]) -> None:
+def add_receipt(conn: Connection, values: Receipt) -> None:
     conn.execute(t.receipts.insert().values(**values))
 
 
-def receipts_for(conn: Connection, tenant_id: str, notification_id: str) -> list[dict[str, Any]]:
+def receipts_for(conn: Connection, tenant_id: str, notification_id: str) -> list[Receipt]:
     rc = t.receipts
     rows = conn.execute(
         sa.select(rc)
         .where(rc.c.tenant_id == tenant_id, rc.c.notification_id == notification_id)
         .order_by(rc.c.at, rc.c.id)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [cast(Receipt, dict(r._mapping)) for r in rows]

@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, RowMapping
 
 from runbell.domain.errors import NotFound
-from runbell.domain.records import DeliveryAttempts, Notification
+from runbell.domain.records import Attempt, DeliveryAttempts, Notification
 from runbell.store import fast, outbox
 from runbell.store import tables as t
 
@@ -198,21 +198,21 @@ def deliveries_for(
             .where(t.delivery_attempts.c.delivery_id.in_([d["id"] for d in out]))
             .order_by(t.delivery_attempts.c.delivery_id, t.delivery_attempts.c.attempt_no)
         ).all()
-        by: dict[str, list[dict[str, Any]]] = {}
+        by: dict[str, list[Attempt]] = {}
         for a in attempts:
-            by.setdefault(a.delivery_id, []).append(dict(a._mapping))
+            by.setdefault(a.delivery_id, []).append(cast(Attempt, dict(a._mapping)))
         for d in out:
             d["attempts"] = by.get(d["id"], [])
     return out
 
 
-def attempts_for(conn: Connection, delivery_id: str) -> list[dict[str, Any]]:
+def attempts_for(conn: Connection, delivery_id: str) -> list[Attempt]:
     rows = conn.execute(
         sa.select(t.delivery_attempts)
         .where(t.delivery_attempts.c.delivery_id == delivery_id)
         .order_by(t.delivery_attempts.c.attempt_no, t.delivery_attempts.c.started_at)
     ).all()
-    return [dict(r._mapping) for r in rows]
+    return [cast(Attempt, dict(r._mapping)) for r in rows]
 
 
 _COUNT_RECENT = fast.Statement(

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from runbell.domain.errors import Conflict, NotFound
-from runbell.domain.records import ClaimedDelivery, Delivery
+from runbell.domain.records import Attempt, ClaimedDelivery, Delivery
 from runbell.ids import new_id
 from runbell.store import fast
 from runbell.store import tables as t
@@ -300,7 +300,7 @@ def cancel_pending_to(
     )
 
 
-def add_attempts(conn: Connection, attempts: list[dict[str, Any]]) -> None:
+def add_attempts(conn: Connection, attempts: list[Attempt]) -> None:
     """Many attempt rows in one statement; each dict holds ``tenant_id``, ``delivery_id``,
     ``attempt_no`` and the attempt's columns."""
     if attempts:
