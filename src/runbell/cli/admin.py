@@ -59,10 +59,14 @@ def tenant_policy(file: Path, tenant: str) -> None:
 
     The rules are put before the defaults (docs/policy.md)."""
     import tomllib
+    from typing import cast
 
     import yaml
 
     from runbell.flows import accounts, policy
+
+    if TYPE_CHECKING:
+        from runbell.domain.policy import TenantPolicy
 
     text = file.read_text()
     try:
@@ -72,7 +76,8 @@ def tenant_policy(file: Path, tenant: str) -> None:
     core = common.core()
     try:
         tenant_id = accounts.resolve_tenant(core.db, tenant)
-        effective = policy.set_policy(core, tenant_id, doc or {})["effective"]
+        # The file's document, checked whole by the flow as PUT /v1/policy is.
+        effective = policy.set_policy(core, tenant_id, cast("TenantPolicy", doc or {}))["effective"]
     except RunbellError as exc:
         common.fail(exc)
     out.print(f"policy set: {len(effective)} rules, first: {effective[0]['id']}")
@@ -224,12 +229,16 @@ def source_create(
 
     A webhook source prints its signing secret once (unless the provider made it)."""
     import json
+    from typing import cast
 
     from pydantic import ValidationError
 
     from runbell.api.schemas import SourceCreate
     from runbell.flows import accounts
     from runbell.flows.sources import create_source
+
+    if TYPE_CHECKING:
+        from runbell.flows.inputs import SourceBody
 
     try:
         reader_config = json.loads(reader) if reader else None
@@ -248,7 +257,8 @@ def source_create(
             }
         )
         tenant_id = accounts.resolve_tenant(core.db, tenant)
-        res = create_source(core, tenant_id, body.model_dump()).content()
+        fields = cast("SourceBody", body.model_dump())  # SourceCreate's fields
+        res = create_source(core, tenant_id, fields).content()
     except ValidationError as exc:
         # Field and message only: pydantic's own text echoes the input (keys, secrets).
         for problem in exc.errors(include_input=False, include_url=False):

@@ -18,10 +18,10 @@ group = Group("retention", "How long a tenant's history is kept (per table, in d
 TENANT = Option("--tenant", "the tenant's id or name", metavar="TENANT")
 
 
-def _changes(pairs: list[str]) -> dict[str, object]:
+def _changes(pairs: list[str]) -> dict[str, int | None]:
     """``["notifications=90", "feed_events=default"]`` → ``{"notifications": 90,
     "feed_events": None}``; anything else is a ValidationFailed naming the argument."""
-    change: dict[str, object] = {}
+    change: dict[str, int | None] = {}
     for pair in pairs:
         table, sep, value = pair.partition("=")
         value = value.strip()

@@ -21,7 +21,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypedDict, cast
 
 from runbell.domain import digests, limits
 from runbell.domain.errors import ValidationFailed
@@ -57,6 +57,30 @@ class Facts:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+class TenantPolicy(TypedDict, total=False):
+    """A tenant's policy document (``PUT /v1/policy``, ``runbell tenant policy``),
+    checked whole by ``runbell.domain.policy.Policy.from_mapping``."""
+
+    rules: list[dict[str, Any]]
+    rule: list[dict[str, Any]]  # TOML's [[rule]] tables
+    replace_defaults: bool
+    quiet_hours_bypass: list[str]
+    stall_after_seconds: int | None
+
+
+class TransitionFacts(TypedDict, total=False):
+    """The facts a transition brings to :class:`Facts` (the rest the attention flow adds:
+    the attention, the run's duration, the owner's presence, recent completions)."""
+
+    effects_verified: bool | None
+    error_retryable: bool
+    error_user_action: bool
+    data_inconsistent: bool
+    cancelled_by_owner: bool
+    blocks_work: bool
+    has_expiry: bool
 
 
 FACT_NAMES: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Facts))

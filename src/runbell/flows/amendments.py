@@ -65,6 +65,7 @@ from runbell.flows.input_requests import (
     current_of,
     fingerprint,
 )
+from runbell.flows.inputs import ProposalBody
 from runbell.flows.policy import policy_in
 from runbell.ids import new_id
 from runbell.store import amendments as store
@@ -107,7 +108,7 @@ def propose(
     core: Core,
     who: Principal,
     run_id: str,
-    body: dict[str, Any],
+    body: ProposalBody,
     key: IdempotencyKey | None = None,
 ) -> Answer:
     """Propose a change: 201 ``{amendment, input_request, run, notifications}``."""
@@ -119,7 +120,7 @@ def propose(
     return act_once(core.db, core.box, key, prepare)
 
 
-def _fields(body: dict[str, Any]) -> tuple[str, dict[str, str]]:
+def _fields(body: ProposalBody) -> tuple[str, dict[str, str]]:
     text = body.get("text")
     if not isinstance(text, str) or not text.strip() or len(text) > TEXT_MAX:
         raise ValidationFailed(f"text is 1 to {TEXT_MAX} characters", field="text")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
@@ -22,7 +22,7 @@ from runbell import metrics
 from runbell.domain import digests as digest_rules
 from runbell.domain.channels import INBOX, PERSON_CHANNELS, consented_urgencies
 from runbell.domain.escalation import held_back, schedule
-from runbell.domain.policy import Decision, Facts, Policy
+from runbell.domain.policy import Decision, Facts, Policy, TransitionFacts
 from runbell.domain.records import Delivery, Notification, Run
 from runbell.ids import new_id
 from runbell.store import accounts, destinations, digests, escalations, outbox
@@ -87,7 +87,20 @@ class Raised:
     note: Notification | None = None  # the notification as written, when created here
 
 
-def notification_event(note: Notification) -> dict[str, Any]:
+class NotificationEvent(TypedDict):
+    """The feed/webhook view of a notification: ids and labels, nothing sensitive."""
+
+    notification_id: str
+    run_id: str
+    attention_type: str
+    urgency: str
+    decision: str
+    state: str
+    transition_version: int
+    summary: str
+
+
+def notification_event(note: Notification) -> NotificationEvent:
     """The feed/webhook view of a notification: ids and labels, nothing sensitive."""
     return {
         "notification_id": note["id"],
@@ -158,7 +171,7 @@ def raise_attention(
     *,
     attention: str,
     version: int,
-    facts: dict[str, Any],
+    facts: TransitionFacts,
     reason: str | None,
     owner_present: bool,
     request: RequestLink | None = None,
@@ -192,7 +205,7 @@ def raise_attention(
     return Raised(decision, note_id, True, note=values)
 
 
-def policy_facts(facts: dict[str, Any], request: RequestLink | None) -> dict[str, Any]:
+def policy_facts(facts: TransitionFacts, request: RequestLink | None) -> TransitionFacts:
     """The transition's facts, and the request's when it links one (pure): DESIGN §7
     calls an alert time-sensitive when it blocks work and expires."""
     if request is None:
@@ -209,7 +222,7 @@ def decide(
     policy: Policy,
     run: Run,
     attention: str,
-    facts: dict[str, Any],
+    facts: TransitionFacts,
     owner_present: bool,
 ) -> Decision:
     """Ask the policy, with what it may need of the run and the owner's recent alerts."""

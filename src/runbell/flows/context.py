@@ -23,7 +23,7 @@ from typing import Any
 
 from runbell.config import Settings
 from runbell.crypto import SecretBox
-from runbell.domain.policy import Policy
+from runbell.domain.policy import Policy, TenantPolicy
 from runbell.flows.fanout import make_hook
 from runbell.ingress import reader_kinds
 from runbell.ingress.readers import StateReader
@@ -43,7 +43,7 @@ class PolicyCache:
     def __init__(self) -> None:
         self._parsed: dict[tuple[str, str], Policy] = {}
 
-    def get(self, tenant_id: str, doc: dict[str, Any] | None) -> Policy:
+    def get(self, tenant_id: str, doc: TenantPolicy | None) -> Policy:
         if not doc:
             return Policy.default()
         key = (tenant_id, hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest())

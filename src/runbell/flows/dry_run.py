@@ -14,7 +14,7 @@ from typing import Any
 
 from runbell.domain.dry_run import LIMITS, Recorded, replay
 from runbell.domain.errors import ValidationFailed
-from runbell.domain.policy import Policy
+from runbell.domain.policy import Policy, TenantPolicy
 from runbell.flows.context import Core
 from runbell.flows.views import iso
 from runbell.store import history
@@ -28,7 +28,7 @@ BATCH = 500
 def dry_run(
     core: Core,
     tenant_id: str,
-    doc: dict[str, Any],
+    doc: TenantPolicy,
     *,
     since: datetime | None = None,
     until: datetime | None = None,

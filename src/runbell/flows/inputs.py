@@ -80,3 +80,21 @@ class MoveBody(TypedDict, total=False):
     state: str
     evidence: dict[str, Any] | None
     epoch: int | None
+
+
+class ProposalBody(TypedDict, total=False):
+    """``POST /v1/runs/{id}/amendments``: why, and the fields to change."""
+
+    text: str
+    changes: dict[str, str]  # objective | title -> the new text
+
+
+class SourceBody(TypedDict, total=False):
+    """``POST /v1/sources``."""
+
+    name: str
+    kind: str  # api | webhook
+    mapper: str | None  # generic | openai, for a webhook source
+    trust: str  # authoritative | advisory
+    reader: dict[str, Any] | None  # the state reader's config (runbell.ingress.readers)
+    signing_secret: str | None  # the provider's own, when it made one

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 
 from sqlalchemy.engine import Connection
 
-from runbell.domain.policy import Policy
+from runbell.domain.policy import Policy, TenantPolicy
 from runbell.flows.context import Core
 from runbell.store import accounts, stalls
 from runbell.store.db import Tx
@@ -40,11 +40,11 @@ class PolicyView(TypedDict):
 
     quiet_hours_bypass: list[str]
     stall_after_seconds: int
-    tenant_rules: dict[str, Any]  # the document as the tenant wrote it
+    tenant_rules: TenantPolicy  # the document as the tenant wrote it
     effective: list[dict[str, Any]]  # each rule's fields (domain.policy.Rule)
 
 
-def view(policy: Policy, own: dict[str, Any] | None) -> PolicyView:
+def view(policy: Policy, own: TenantPolicy | None) -> PolicyView:
     return {
         "quiet_hours_bypass": sorted(policy.quiet_bypass),
         "stall_after_seconds": policy.stall_after_s,
@@ -60,7 +60,7 @@ def get_policy(core: Core, tenant_id: str) -> PolicyView:
         return view(core.policies.get(tenant_id, own), own)
 
 
-def set_policy(core: Core, tenant_id: str, doc: dict[str, Any]) -> PolicyView:
+def set_policy(core: Core, tenant_id: str, doc: TenantPolicy) -> PolicyView:
     """Replace the tenant's rules, validated whole before anything is stored."""
     policy = Policy.from_mapping(doc, base=Policy.default())  # raises before storing
     with core.db.transaction() as tx:

@@ -163,7 +163,7 @@ def periods(core: Core, tenant_id: str) -> dict[str, tuple[int | float, str]]:
     return out
 
 
-def set_override(core: Core, tenant_id: str, change: Mapping[str, object]) -> dict[str, int]:
+def set_override(core: Core, tenant_id: str, change: Mapping[str, int | None]) -> dict[str, int]:
     """Apply ``{table: days}`` (``None`` clears one) to the tenant's override, checked
     (422 ``ValidationFailed`` naming the table); returns the stored override."""
     with core.db.transaction() as tx:

@@ -28,6 +28,7 @@ from runbell.domain.errors import NotFound, Unauthorized, UnsafeDestination, Val
 from runbell.flows import auth_failures, signals
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
+from runbell.flows.inputs import SourceBody
 from runbell.flows.signals import Signal
 from runbell.ingress import reader_kinds
 from runbell.ingress.mappers import MAPPERS
@@ -111,7 +112,7 @@ def check_destination(core: Core, url: str, field: str | None = None) -> None:
 
 
 def create_source(
-    core: Core, tenant_id: str, body: Mapping[str, Any], key: IdempotencyKey | None = None
+    core: Core, tenant_id: str, body: SourceBody, key: IdempotencyKey | None = None
 ) -> Answer:
     """Register a source (201); a webhook source's answer carries its signing secret, once.
 
@@ -121,7 +122,7 @@ def create_source(
     return act_once(core.db, core.box, key, lambda: _creation(core, tenant_id, body))
 
 
-def _creation(core: Core, tenant_id: str, body: Mapping[str, Any]) -> Act:
+def _creation(core: Core, tenant_id: str, body: SourceBody) -> Act:
     kind, mapper, trust = body["kind"], body.get("mapper"), body["trust"]
     if kind == "webhook" and mapper is None:
         raise ValidationFailed("a webhook source needs a mapper: generic or openai", field="mapper")
@@ -130,8 +131,9 @@ def _creation(core: Core, tenant_id: str, body: Mapping[str, Any]) -> Act:
             "an advisory source needs a state reader to confirm signals", field="reader"
         )
     reader = None
-    if body.get("reader") is not None:
-        reader = dict(body["reader"])
+    given = body.get("reader")
+    if given is not None:
+        reader = dict(given)
         url_field = _URL_FIELD.get(str(reader.get("type")), "type")
         # Build it once now: a config that cannot work is refused here, naming the field,
         # instead of failing every later signal of this source.

@@ -29,6 +29,7 @@ from typing import Any, NotRequired, TypedDict
 import structlog
 
 from runbell.domain.channels import offered
+from runbell.domain.policy import TransitionFacts
 from runbell.domain.records import Notification, ReportedError, Run, RunChanges
 from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
 from runbell.flows import cancel_outcome, completion, stalls, views
@@ -70,7 +71,7 @@ TransitionEvent = TypedDict(
 )
 
 
-def error_facts(error: ReportedError | None) -> dict[str, bool]:
+def error_facts(error: ReportedError | None) -> TransitionFacts:
     error = error or {}
     return {
         "error_retryable": bool(error.get("retryable")),
@@ -119,7 +120,7 @@ class Moving:
     judged: completion.Judged | None = None
     open_notes: list[Notification] = field(default_factory=list)
     superseded: set[str] = field(default_factory=set)
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: TransitionFacts = field(default_factory=lambda: TransitionFacts())
     decision: dict[str, Any] | None = None
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from runbell.domain import limits
 from runbell.domain.channels import FACTS
 from runbell.domain.errors import NotFound, ValidationFailed
+from runbell.domain.policy import TenantPolicy
 from runbell.domain.principal import Principal
 from runbell.ids import new_id, new_token, token_hash
 from runbell.store import fast
@@ -411,11 +412,11 @@ _POLICY = fast.Statement(
 )
 
 
-def tenant_policy(conn: Connection, tenant_id: str) -> dict[str, Any] | None:
+def tenant_policy(conn: Connection, tenant_id: str) -> TenantPolicy | None:
     """The tenant's own policy document (None: the defaults alone)."""
     row = _POLICY.first(conn, tenant_id=tenant_id)
     return (row["policy"] if row else None) or None
 
 
-def set_tenant_policy(conn: Connection, tenant_id: str, doc: dict[str, Any]) -> None:
+def set_tenant_policy(conn: Connection, tenant_id: str, doc: TenantPolicy) -> None:
     conn.execute(sa.update(t.tenants).where(t.tenants.c.id == tenant_id).values(policy=doc))

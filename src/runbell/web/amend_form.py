@@ -14,6 +14,7 @@ from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.flows import amendments, idempotency
 from runbell.flows.idempotency import IdempotencyKey
+from runbell.flows.inputs import ProposalBody
 from runbell.web import wording
 from runbell.web.forms import Checked
 from runbell.web.run_page import RunPageState, run_page
@@ -25,7 +26,7 @@ router = APIRouter(include_in_schema=False)
 @router.post("/runs/{run_id}/amendments")
 def propose_form(run_id: str, signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
-    body: dict[str, object] = {"text": signed.form.first("text")}
+    body: ProposalBody = {"text": signed.form.first("text")}
     objective = signed.form.first("objective").strip()
     if objective:
         body["changes"] = {"objective": objective}

@@ -16,7 +16,7 @@ shown again as it was sent, with why.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
@@ -26,6 +26,7 @@ from runbell.api.deps import CoreDep
 from runbell.api.schemas import ChatIn, PreferencesIn
 from runbell.domain.channels import ALL_URGENCIES, PERSON_CHANNELS
 from runbell.domain.errors import Forbidden, RunbellError, ValidationFailed
+from runbell.domain.policy import TenantPolicy
 from runbell.domain.quiet_hours import quiet_windows
 from runbell.flows import dry_run, policy, preferences
 from runbell.flows.context import Core
@@ -216,7 +217,7 @@ def _own_policy(core: Core, v: Viewer) -> str:
     return json.dumps(own, indent=2, sort_keys=True)
 
 
-def _policy_doc(text: str) -> dict[str, Any]:
+def _policy_doc(text: str) -> TenantPolicy:
     """The editor's text as a ``PUT /v1/policy`` document (JSON), validated like the API."""
     try:
         raw = json.loads(text or "{}")
@@ -227,7 +228,8 @@ def _policy_doc(text: str) -> dict[str, Any]:
             "the policy must be a JSON object with rules, replace_defaults and quiet_hours_bypass",
             field="policy",
         )
-    return raw  # the rules themselves are checked by the flow, as PUT /v1/policy does
+    # Its keys checked above; the rules themselves by the flow, as PUT /v1/policy does.
+    return cast(TenantPolicy, raw)
 
 
 @router.post("/settings/policy/preview")

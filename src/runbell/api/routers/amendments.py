@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 from fastapi import APIRouter, Path, Response
 from pydantic import Field
@@ -15,6 +15,7 @@ from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, Strict
 from runbell.domain import limits as L
 from runbell.flows import amendments
+from runbell.flows.inputs import ProposalBody
 
 router = APIRouter(tags=["runs"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
@@ -56,5 +57,5 @@ def propose_amendment(
     ``POST /v1/input-requests/{id}/responses`` and ``expected_run_version`` =
     ``input_request.run_version``. Nothing changes until the owner approves; the run is
     not blocked meanwhile. People only (an API key gets 403)."""
-    fields = body.model_dump(exclude_none=True)
+    fields = cast(ProposalBody, body.model_dump(exclude_none=True))  # AmendmentIn's
     return answered(amendments.propose(core, who, run_id, fields, key))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Query
 from pydantic import ConfigDict, Field, RootModel, StrictBool
@@ -19,6 +19,7 @@ from runbell.domain import limits as L
 from runbell.domain import policy as policy_rules
 from runbell.domain import retention as retention_rules
 from runbell.domain.errors import ValidationFailed
+from runbell.domain.policy import TenantPolicy
 from runbell.flows import dry_run, policy, retention
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
@@ -129,7 +130,7 @@ def get_policy(who: Admin, core: CoreDep) -> Mapping[str, Any]:
 @router.put("", responses=problems(401, 403, 413, 422, 503), openapi_extra=POLICY_RULES)
 def put_policy(body: PolicyDoc, who: Admin, core: CoreDep) -> Mapping[str, Any]:
     """Replace the tenant's rules; they are validated whole before anything is stored."""
-    return policy.set_policy(core, who.tenant_id, body.model_dump())
+    return policy.set_policy(core, who.tenant_id, cast(TenantPolicy, body.model_dump()))
 
 
 @router.post(
@@ -169,7 +170,7 @@ def dry_run_policy(
     return dry_run.dry_run(
         core,
         who.tenant_id,
-        body.model_dump(),
+        cast(TenantPolicy, body.model_dump()),
         since=_instant(since, "since"),
         until=_instant(until, "until"),
         limit=limit,

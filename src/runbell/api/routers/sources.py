@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -14,6 +14,7 @@ from runbell.api.openapi import SSRF_RULE, problems, rule, rules
 from runbell.api.responses import answered
 from runbell.api.schemas import SigningSecretIn, SourceCreate
 from runbell.flows import sources
+from runbell.flows.inputs import SourceBody
 
 router = APIRouter(prefix="/v1/sources", tags=["sources"])
 
@@ -35,7 +36,8 @@ router = APIRouter(prefix="/v1/sources", tags=["sources"])
 )
 def post_source(body: SourceCreate, who: Admin, core: CoreDep, key: IdemKey) -> Response:
     """Register a source. A webhook source answers with its signing secret, once."""
-    return answered(sources.create_source(core, who.tenant_id, body.model_dump(), key))
+    fields = cast(SourceBody, body.model_dump())  # SourceCreate's fields
+    return answered(sources.create_source(core, who.tenant_id, fields, key))
 
 
 @router.get("", responses=problems(401, 403, 503))
