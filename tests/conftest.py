@@ -5,6 +5,7 @@ reachable; in CI (CI=true) it fails instead, so it can never be skipped silently
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -28,6 +29,7 @@ from runbell.flows.context import Core
 from runbell.store.db import make_engine
 from runbell.store.migrate import upgrade
 from runbell.testing import Clock, TenantCreds, make_tenant
+from tests import sdk as sdk_variants
 from tests.pgdatabases import TestDatabases
 from tests.timeouts import WAIT, scaled
 
@@ -143,6 +145,13 @@ def db_url(
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
+
+
+@pytest.fixture(params=sdk_variants.VARIANTS)
+def sdk(request: pytest.FixtureRequest) -> sdk_variants.Connect:
+    """Makes an SDK client: the sync one, then (a second run of the test) the async one
+    behind the same surface (tests/sdk.py). ``with sdk(url, key, owner, …) as client:``."""
+    return functools.partial(sdk_variants.connected, request.param)
 
 
 def make_settings(tmp_path: Path, url: str, **overrides: Any) -> Settings:

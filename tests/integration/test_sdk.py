@@ -38,13 +38,23 @@ from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user
 from tests.conftest import LiveServer, bearer
+from tests.sdk import Connect
 from tests.timeouts import WAIT
 
 FAST = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.2)
 
 
 @pytest.fixture
-def rb(live: LiveServer, creds: TenantCreds) -> Iterator[Client]:
+def rb(live: LiveServer, creds: TenantCreds, sdk: Connect) -> Iterator[Client]:
+    """The sync client, then the async one through the same surface (tests/sdk.py)."""
+    with sdk(live.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT) as client:
+        yield client
+
+
+@pytest.fixture
+def sync_rb(live: LiveServer, creds: TenantCreds) -> Iterator[Client]:
+    """The sync client alone, for what has no async form with the same call (a decorator
+    of plain functions: the async one wraps coroutine functions, tested below)."""
     with Client(live.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT) as client:
         yield client
 
@@ -220,26 +230,27 @@ def test_run_signal_progress_and_problem_errors(rb: Client, creds: TenantCreds) 
 
 
 def test_the_default_owner_applies_to_new_runs_only(
-    rb: Client, live: LiveServer, core: Core, creds: TenantCreds, tmp_path: Any
+    rb: Client, live: LiveServer, core: Core, creds: TenantCreds, tmp_path: Any, sdk: Connect
 ) -> None:
     bob_id, _ = add_user(core, creds.tenant_id, "bob@acme.test")
     assert rb.put_run("own-1", title="Mine").owner == creds.owner_id
-    with Client(live.url, creds.runtime_key, "bob@acme.test", retry=FAST, timeout=WAIT) as bobs:
+    with sdk(live.url, creds.runtime_key, "bob@acme.test", retry=FAST, timeout=WAIT) as bobs:
         assert bobs.put_run("own-1", title="Renamed").owner == creds.owner_id
         assert bobs.put_run("own-2").owner == bob_id
         assert bobs.put_run("own-1", owner="bob@acme.test").owner == bob_id
-    unowned = Client(live.url, creds.runtime_key, environ={}, config_path=tmp_path / "none.toml")
-    with unowned, pytest.raises(ValidationFailed) as refused:
+    nobody = tmp_path / "none.toml"
+    with (
+        sdk(live.url, creds.runtime_key, environ={}, config_path=nobody) as unowned,
+        pytest.raises(ValidationFailed) as refused,
+    ):
         unowned.put_run("own-3")
     assert refused.value.field == "owner"
 
 
 def test_connection_dropped_mid_request_is_retried_once_with_the_same_event_id(
-    live: LiveServer, creds: TenantCreds, core: Core, proxy: DroppingProxy
+    live: LiveServer, creds: TenantCreds, core: Core, proxy: DroppingProxy, sdk: Connect
 ) -> None:
-    with Client(
-        proxy.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT
-    ) as client:
+    with sdk(proxy.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT) as client:
         client.put_run("drop-1", state="working")
         before = len(transitions(core, creds.tenant_id, "drop-1"))
         proxy.drop_next = True
@@ -253,18 +264,18 @@ def test_connection_dropped_mid_request_is_retried_once_with_the_same_event_id(
     assert after[-1]["to_state"] == "completed"
 
 
-def test_a_server_that_never_answers_is_connection_failed() -> None:
+def test_a_server_that_never_answers_is_connection_failed(sdk: Connect) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens once closed
     with (
-        Client(f"http://127.0.0.1:{port}", "rbk_x", retry=FAST) as client,
+        sdk(f"http://127.0.0.1:{port}", "rbk_x", retry=FAST) as client,
         pytest.raises(ConnectionFailed, match="cannot reach Runbell"),
     ):
         client.get_run("x")
 
 
-def test_503_is_retried_honouring_retry_after() -> None:
+def test_503_is_retried_honouring_retry_after(sdk: Connect) -> None:
     calls: list[float] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -277,7 +288,7 @@ def test_503_is_retried_honouring_retry_after() -> None:
             )
         return httpx.Response(200, json={"run_id": "r", "state": "working", "version": 1})
 
-    with Client(
+    with sdk(
         "http://runbell.invalid", "rbk_x", transport=httpx.MockTransport(handler), retry=FAST
     ) as client:
         assert client.get_run("r").state == "working"
@@ -403,8 +414,9 @@ def test_run_block_on_an_exception_reports_failed_and_reraises(rb: Client) -> No
 
 
 def test_requires_approval_runs_only_when_approved_and_records_the_call(
-    rb: Client, live: LiveServer, creds: TenantCreds
+    sync_rb: Client, live: LiveServer, creds: TenantCreds
 ) -> None:
+    rb = sync_rb
     calls: list[str] = []
 
     @rb.requires_approval(summary="Push the branch?", timeout=WAIT)
@@ -432,7 +444,9 @@ def test_requires_approval_runs_only_when_approved_and_records_the_call(
     assert rb.get_run("approve-1").outcome == "verified"
 
 
-def test_requires_approval_needs_a_run(rb: Client) -> None:
+def test_requires_approval_needs_a_run(sync_rb: Client) -> None:
+    rb = sync_rb
+
     @rb.requires_approval()
     def act() -> None:
         raise AssertionError("must not run")
@@ -442,6 +456,34 @@ def test_requires_approval_needs_a_run(rb: Client) -> None:
 
 
 # --- the async client ------------------------------------------------------------------
+
+
+async def test_async_requires_approval_wraps_a_coroutine_function(
+    live: LiveServer, creds: TenantCreds
+) -> None:
+    """The async client's decorator, for what the sync test above does with a plain
+    function: it runs only when approved, inside a run block, and records the call."""
+    calls: list[str] = []
+    async with AsyncClient(
+        live.url, creds.runtime_key, creds.owner_email, retry=FAST, timeout=WAIT
+    ) as rb:
+
+        @rb.requires_approval(summary="Deploy?", timeout=WAIT)
+        async def deploy(env: str) -> str:
+            calls.append(env)
+            return f"deployed {env}"
+
+        async with rb.run("async-approve", title="Release"):
+            helper = answer_when_pending(live.url, creds.owner_token, "async-approve", "approve")
+            assert await deploy("prod") == "deployed prod"
+            await asyncio.to_thread(helper.join)
+            helper = answer_when_pending(live.url, creds.owner_token, "async-approve", "reject")
+            with pytest.raises(NotApproved):
+                await deploy("dev")
+            await asyncio.to_thread(helper.join)
+        ops = await rb.operations("async-approve")
+    assert calls == ["prod"]
+    assert [(o.intent, o.state) for o in ops] == [("deploy", "confirmed")]
 
 
 async def test_async_ask_round_trip_timeout_and_block(live: LiveServer, creds: TenantCreds) -> None:

@@ -9,9 +9,11 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from runbell.client import Client, ConnectionFailed, NotFound, RetryPolicy, Unavailable
+from runbell.client import ConnectionFailed, NotFound, RetryPolicy, Unavailable
 from runbell.client._core import retry_after
+from tests.sdk import Connect
 
+INVALID = "http://rb.invalid"  # never dialled: the mock transport answers
 QUICK = RetryPolicy(attempts=3, base_delay=0.001, max_delay=0.01)
 
 
@@ -35,7 +37,7 @@ def test_retry_after_is_honoured_and_capped() -> None:
     assert retry_after(httpx.Headers({})) is None
 
 
-def test_connection_errors_retry_with_the_same_event_id_then_fail() -> None:
+def test_connection_errors_retry_with_the_same_event_id_then_fail(sdk: Connect) -> None:
     bodies: list[dict[str, object]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -43,7 +45,7 @@ def test_connection_errors_retry_with_the_same_event_id_then_fail() -> None:
         raise httpx.ConnectError("refused", request=request)
 
     with (
-        Client(
+        sdk(
             "http://rb.invalid", "rbk_x", transport=httpx.MockTransport(handler), retry=QUICK
         ) as rb,
         pytest.raises(ConnectionFailed, match=r"cannot reach Runbell at http://rb\.invalid"),
@@ -53,7 +55,7 @@ def test_connection_errors_retry_with_the_same_event_id_then_fail() -> None:
     assert len({b["event_id"] for b in bodies}) == 1
 
 
-def test_429_and_503_are_retried_and_then_raised_with_the_problem() -> None:
+def test_429_and_503_are_retried_and_then_raised_with_the_problem(sdk: Connect) -> None:
     seen: list[str | None] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -65,7 +67,7 @@ def test_429_and_503_are_retried_and_then_raised_with_the_problem() -> None:
         )
 
     with (
-        Client(
+        sdk(
             "http://rb.invalid", "rbk_x", transport=httpx.MockTransport(handler), retry=QUICK
         ) as rb,
         pytest.raises(Unavailable) as exc,
@@ -75,7 +77,7 @@ def test_429_and_503_are_retried_and_then_raised_with_the_problem() -> None:
     assert len(seen) == 3 and seen[0] and len(set(seen)) == 1  # one Idempotency-Key
 
 
-def test_other_errors_are_not_retried() -> None:
+def test_other_errors_are_not_retried(sdk: Connect) -> None:
     calls = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -85,7 +87,7 @@ def test_other_errors_are_not_retried() -> None:
         )
 
     with (
-        Client(
+        sdk(
             "http://rb.invalid", "rbk_x", transport=httpx.MockTransport(handler), retry=QUICK
         ) as rb,
         pytest.raises(NotFound, match="no run 'r'"),
