@@ -39,6 +39,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 from starlette.routing import NoMatchFound
 
+from runbell.api.responses import answer_json
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
 from runbell.flows import accounts, endpoints, inbox, operations, runs, signals
@@ -228,7 +229,7 @@ async def ledger_agent(core: Core, tenant_id: str, owner_id: str, stop: asyncio.
         claimed = await asyncio.to_thread(
             operations.claim, core, who, LEDGER_RUN_ID, "demo-worker-1"
         )
-        epoch = claimed.content()["epoch"]
+        epoch = answer_json(claimed)["epoch"]
         await asyncio.to_thread(
             operations.declare,
             core,

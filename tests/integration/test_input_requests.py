@@ -4,6 +4,7 @@ real threads against a real server."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -825,5 +826,5 @@ def test_an_answer_on_one_run_never_answers_another_runs_request(
     assert rows(core, t.responses, creds.tenant_id) == []
     assert get_request(client, creds.owner_token, "req-1")["input_request"]["state"] == "pending"
     # The same answer on the request's own run is the one that counts.
-    done = answers.answer(core, owner, "req-1", body, "k-own", run_id="run-1").content()
+    done = json.loads(answers.answer(core, owner, "req-1", body, "k-own", run_id="run-1").body)
     assert done["input_request"]["state"] == "answered"

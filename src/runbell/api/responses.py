@@ -7,6 +7,7 @@ their own framing.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response
@@ -33,3 +34,11 @@ def answered(answer: Answer) -> Response:
     return Response(
         answer.body, status_code=answer.status, media_type="application/json", headers=headers
     )
+
+
+def answer_json(answer: Answer) -> dict[str, Any]:
+    """An answer's body as an object, for a face that passes it on parsed (MCP tools, the
+    CLI, the demo): every answer of an Idempotency-Key-aware action is a JSON object."""
+    doc = json.loads(answer.body)
+    assert isinstance(doc, dict)
+    return doc

@@ -233,6 +233,7 @@ def source_create(
 
     from pydantic import ValidationError
 
+    from runbell.api.responses import answer_json
     from runbell.api.schemas import SourceCreate
     from runbell.flows import accounts
     from runbell.flows.sources import create_source
@@ -258,7 +259,7 @@ def source_create(
         )
         tenant_id = accounts.resolve_tenant(core.db, tenant)
         fields = cast("SourceBody", body.model_dump())  # SourceCreate's fields
-        res = create_source(core, tenant_id, fields).content()
+        res = answer_json(create_source(core, tenant_id, fields))
     except ValidationError as exc:
         # Field and message only: pydantic's own text echoes the input (keys, secrets).
         for problem in exc.errors(include_input=False, include_url=False):

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from runbell.domain.policy import FACT_NAMES, Facts, Policy
 
@@ -47,6 +47,28 @@ class Recorded:
     decision: Mapping[str, Any] | None
 
 
+class SideCounts(TypedDict):
+    attention_type: str
+    decision: str
+    urgency: str
+    current: int
+    candidate: int
+
+
+class ReplayCounts(TypedDict):
+    """A replay's counts: how many transitions, how many changed, per axis and per
+    (attention type, decision, urgency), and the changes themselves."""
+
+    replayed: int
+    skipped_without_attention: int
+    changed: int
+    by_decision: dict[str, dict[str, int]]
+    by_attention_type: dict[str, dict[str, int]]
+    by_urgency: dict[str, dict[str, int]]
+    counts: list[SideCounts]
+    changes: list[dict[str, Any]]
+
+
 @dataclass
 class ReplayReport:
     replayed: int = 0
@@ -65,7 +87,7 @@ class ReplayReport:
             row["candidate"] += candidate
         return dict(sorted(out.items()))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ReplayCounts:
         return {
             "replayed": self.replayed,
             "skipped_without_attention": self.skipped,

@@ -16,6 +16,21 @@ from typing import Any, NotRequired, TypedDict
 from runbell.domain.cancellation import CancelSummary
 
 
+class ReportLink(TypedDict):
+    label: str
+    url: str
+
+
+class RunReport(TypedDict, total=False):
+    """What the runtime said about the outcome: public (tenant webhooks carry it)."""
+
+    iterations: int | None
+    spend: dict[str, Any] | None  # {amount, currency}
+    summary: str | None
+    trace_id: str | None
+    links: list[ReportLink] | None
+
+
 class ReportedError(TypedDict, total=False):
     """A failed run's error as the runtime reported it (more keys may come along)."""
 
@@ -48,7 +63,7 @@ class Run:
     metadata: dict[str, Any] | None
     details: dict[str, Any] | None
     progress: dict[str, Any] | None
-    report: dict[str, Any] | None
+    report: RunReport | None
     stop_reason: str | None
     error: ReportedError | None
     created_at: datetime
@@ -93,7 +108,7 @@ class RunChanges(TypedDict, total=False):
     metadata: dict[str, Any] | None
     details: dict[str, Any] | None
     progress: dict[str, Any] | None
-    report: dict[str, Any] | None
+    report: RunReport | None
     stop_reason: str | None
     error: ReportedError | None
     created_at: datetime

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from runbell.domain.records import ReportedError
+from runbell.domain.records import ReportedError, RunReport
 
 
 @dataclass(frozen=True)
@@ -20,4 +19,4 @@ class Signal:
     reason: str | None = None
     error: ReportedError | None = None
     effects_verified: bool | None = None
-    report: dict[str, Any] | None = None
+    report: RunReport | None = None

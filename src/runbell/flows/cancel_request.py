@@ -29,7 +29,7 @@ Invariants kept here (DESIGN §2):
 
 Example::
 
-    request_cancel(core, person, "fix-42", "wrong branch", key).content()
+    request_cancel(core, person, "fix-42", "wrong branch", key)
     # {"outcome": "requested", "run": {..., "state": "stopping",
     #  "cancel_requested": {"at": "…", "by": "usr_…", "by_kind": "user",
     #                       "reason": "wrong branch"}}}

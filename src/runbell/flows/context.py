@@ -31,9 +31,11 @@ from runbell.runtime.hub import Hub
 from runbell.runtime.leader import leading
 from runbell.runtime.presence import Presence
 from runbell.runtime.writer import GroupCommitter
+from runbell.store.accounts import Source
 from runbell.store.db import Database
 
-ReaderFactory = Callable[[dict[str, Any]], StateReader]
+#: A source (with a reader config) → its state reader (tests inject their own).
+ReaderFactory = Callable[[Source], StateReader]
 
 
 class PolicyCache:
@@ -111,9 +113,11 @@ class Core:
         """The base of every link Runbell hands out, without a trailing slash."""
         return self.settings.public_url.rstrip("/")
 
-    def _http_reader(self, config: dict[str, Any]) -> StateReader:
-        """A registered reader config, its sealed secrets opened, on an SSRF-safe client
-        (``mcp_tasks`` guards its own connections with the same allow-list)."""
+    def _http_reader(self, source: Source) -> StateReader:
+        """A source's registered reader config, its sealed secrets opened, on an SSRF-safe
+        client (``mcp_tasks`` guards its own connections with the same allow-list)."""
+        config = source.reader
+        assert config is not None  # flows.reconcile.reader_for asks only for a reader's source
         from runbell.outbound import safe_client
 
         opened = reader_kinds.opened(config, self.box.open)

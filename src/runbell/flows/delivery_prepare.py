@@ -273,7 +273,7 @@ def _prepare_sign_in(core: Core, row: Delivery, now: datetime) -> Prepared:
         deep_link=f"{core.public_url}/login",
         expires_at=expires_at,
         event_type=SIGN_IN,
-        payload={"links": open_links(core, row["payload"])},
+        payload={"links": open_links(core, row)},
         target=registry.spec(channel).target({"address": row["destination"]}, core.box.open),
     )
     return Prepared(

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from typing import Any
 
-from runbell.domain.dry_run import LIMITS, Recorded, replay
+from runbell.domain.dry_run import LIMITS, Recorded, ReplayCounts, replay
 from runbell.domain.errors import ValidationFailed
 from runbell.domain.policy import Policy, TenantPolicy
 from runbell.flows.context import Core
@@ -25,6 +24,19 @@ MAX_TRANSITIONS = 10_000
 BATCH = 500
 
 
+class DryRun(ReplayCounts):
+    """``POST /v1/policy/dry-run``: the window replayed and what the candidate changes."""
+
+    since: str | None
+    until: str | None
+    read: int
+    cap: int
+    capped: bool
+    capped_note: str | None
+    current_is: str
+    limits: str  # what a replay cannot know
+
+
 def dry_run(
     core: Core,
     tenant_id: str,
@@ -33,7 +45,7 @@ def dry_run(
     since: datetime | None = None,
     until: datetime | None = None,
     limit: int = MAX_TRANSITIONS,
-) -> dict[str, Any]:
+) -> DryRun:
     """Replay ``[since, until)`` (default: the last 7 days) through the candidate ``doc``
     (the ``PUT /v1/policy`` document; validated the same way, 422 when bad)."""
     candidate = Policy.from_mapping(doc, base=Policy.default())

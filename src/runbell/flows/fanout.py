@@ -14,7 +14,7 @@ report texts, links — never details or errors).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from runbell.domain.operations import NO_OPERATIONS
 from runbell.flows.views import iso
@@ -28,9 +28,16 @@ from runbell.store.endpoints import WEBHOOK_EVENT_TYPES
 FORWARDED = frozenset(WEBHOOK_EVENT_TYPES) - {"run.finished"}
 
 
-def messages(
-    tenant_id: str, ev: PendingEvent, public_url: str
-) -> list[tuple[str, str, dict[str, Any]]]:
+class Message(NamedTuple):
+    """One webhook message a feed event makes: its type, its dedupe key, and its data
+    (the event's JSON payload as the feed carries it, with the tenant's id)."""
+
+    event_type: str
+    key: str
+    data: dict[str, Any]
+
+
+def messages(tenant_id: str, ev: PendingEvent, public_url: str) -> list[Message]:
     """(event type, event key, data) for each webhook message one feed event makes.
 
     Every message's data names its ``tenant_id``: an integrator who points several
@@ -49,11 +56,11 @@ def messages(
         # Several requests can end at one run version (expiry does not bump it).
         which = data.get("mismatch_id") or data.get("input_request_id") or ""
         key = f"{ev.type}:{ev.run_id}:{data.get('version')}:{which}"
-    out = [(ev.type, key, data)]
+    out = [Message(ev.type, key, data)]
     if ev.type == "run.transitioned" and data.get("terminal"):
         report = data.get("report") or {}
         out.append(
-            (
+            Message(
                 "run.finished",
                 f"run.finished:{ev.run_id}:{data.get('version')}",
                 {

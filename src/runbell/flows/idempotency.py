@@ -75,12 +75,6 @@ class Answer:
     body: bytes
     replayed: bool = False
 
-    def content(self) -> dict[str, Any]:
-        """The body as an object (every answer stored here is a JSON object)."""
-        doc = json.loads(self.body)
-        assert isinstance(doc, dict)
-        return doc
-
 
 def check_key(value: str | None) -> str | None:
     """The header's value, or None when absent; 422 naming the header when unusable."""
@@ -133,7 +127,7 @@ def _replay(box: SecretBox, key: IdempotencyKey, found: IdempotencyRecord) -> An
             field=HEADER,
         )
     log.info("idempotency.replayed", status=found["status_code"])
-    return Answer(found["status_code"], _opened(box, found["response"]), replayed=True)
+    return Answer(found["status_code"], _opened(box, found), replayed=True)
 
 
 def settle(tx: Tx, box: SecretBox, key: IdempotencyKey, status: int, content: Any) -> Answer:
@@ -174,7 +168,8 @@ def once(
         return attempt()
 
 
-def _opened(box: SecretBox, response: dict[str, Any]) -> bytes:
+def _opened(box: SecretBox, found: IdempotencyRecord) -> bytes:
+    response = found["response"]
     if set(response) == {"sealed"}:
         return box.open(response["sealed"]).encode()
     # An answer stored before answers were sealed: the body object itself, stored with its

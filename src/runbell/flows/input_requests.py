@@ -18,7 +18,7 @@ Example (what the API routers and the web app call)::
 
     opened = open_request(core, runtime, "fix-42", {
         "input_request_id": "push-1", "kind": "approval", "summary": "Push to main?",
-        "expires_at": "2026-11-29T13:00:00Z"}).content()
+        "expires_at": "2026-11-29T13:00:00Z"})
     respond(core, person, "push-1",
             {"decision": "approve", "expected_run_version": opened["run"]["version"],
              "expected_request_version": 1},

@@ -13,7 +13,7 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
@@ -41,7 +41,7 @@ def reader_for(core: Core, source: Source) -> StateReader | None:
         return core.reader_overrides[source.id]
     if not source.reader:
         return None
-    return core.reader_factory(source.reader)
+    return core.reader_factory(source)
 
 
 def observe(core: Core, source: Source, run_id: str) -> tuple[Observed | None, str | None]:
@@ -63,7 +63,14 @@ def observe(core: Core, source: Source, run_id: str) -> tuple[Observed | None, s
         return None, exc.detail
 
 
-def _observed(observed: Observed | None) -> dict[str, Any] | None:
+class ObservedView(TypedDict):
+    """What a state reader saw of the run: its state, and its sequence when it has one."""
+
+    state: str
+    sequence: int | None
+
+
+def _observed(observed: Observed | None) -> ObservedView | None:
     return None if observed is None else {"state": observed.state, "sequence": observed.sequence}
 
 

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from runbell.domain.channels import SIGN_IN
 from runbell.domain.principal import LinkRefused, WebSession
+from runbell.domain.records import Delivery
 from runbell.flows.context import Core
 from runbell.store import destinations, outbox
 from runbell.store import sessions as store
@@ -123,9 +124,9 @@ def request_sign_in(core: Core, address: str, next_path: str = "/") -> str | Non
     return delivery_id
 
 
-def open_links(core: Core, payload: dict[str, object] | None) -> list[list[str]]:
+def open_links(core: Core, row: Delivery) -> list[list[str]]:
     """A sign-in delivery's links, unsealed for its send: ``[[workspace, url], ...]``."""
-    sealed = (payload or {}).get("sealed")
+    sealed = (row["payload"] or {}).get("sealed")
     if not isinstance(sealed, str):
         return []
     links: list[list[str]] = json.loads(core.box.open(sealed))["links"]

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import structlog
 from anyio.to_thread import run_sync as to_thread
@@ -31,7 +31,7 @@ from sqlalchemy.exc import IntegrityError
 from runbell import metrics
 from runbell.domain.errors import Conflict, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import InboundEvent, Notification
+from runbell.domain.records import InboundEvent, Notification, RunReport
 from runbell.domain.runs import RunState, judge
 from runbell.domain.signals import Signal
 from runbell.domain.text import REASON_MAX, public_text
@@ -92,20 +92,22 @@ class SignalResult:
         return out
 
 
-def public_report(report: dict[str, Any] | None) -> dict[str, Any] | None:
+def public_report(report: RunReport | None) -> RunReport | None:
     """A signal's ``report`` with its free text made safe: it is public like ``reason``."""
     if not report:
         return report
-    out = dict(report)
-    for name, limit in (("summary", SUMMARY_MAX), ("trace_id", TRACE_ID_MAX)):
-        if isinstance(out.get(name), str):
-            out[name] = public_text(out[name], limit)
-    if isinstance(out.get("links"), list):
+    out = RunReport(**report)
+    summary, trace_id = out.get("summary"), out.get("trace_id")
+    if isinstance(summary, str):
+        out["summary"] = public_text(summary, SUMMARY_MAX)
+    if isinstance(trace_id, str):
+        out["trace_id"] = public_text(trace_id, TRACE_ID_MAX)
+    links = out.get("links")
+    if isinstance(links, list):
         out["links"] = [
             {**link, "label": public_text(link.get("label"), LINK_LABEL_MAX) or "link"}
+            for link in links
             if isinstance(link, dict)
-            else link
-            for link in out["links"]
         ]
     return out
 

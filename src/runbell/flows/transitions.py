@@ -30,7 +30,7 @@ import structlog
 
 from runbell.domain.channels import offered
 from runbell.domain.policy import TransitionFacts
-from runbell.domain.records import Notification, ReportedError, Run, RunChanges
+from runbell.domain.records import Notification, ReportedError, Run, RunChanges, RunReport
 from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
 from runbell.flows import cancel_outcome, completion, stalls, views
 from runbell.flows.attention import (
@@ -61,7 +61,7 @@ TransitionEvent = TypedDict(
         "kind": str | None,
         "terminal": bool,
         "stop_reason": str | None,
-        "report": dict[str, Any] | None,
+        "report": RunReport | None,
         "from": str,
         "reason": str | None,
         "notification_ids": list[str],
@@ -98,7 +98,7 @@ class TransitionRequest:
     error: ReportedError | None
     effects_verified: bool | None
     reported_at: datetime | None = None
-    report: dict[str, Any] | None = None
+    report: RunReport | None = None
     kind: str = "state"
     request: RequestLink | None = None
 

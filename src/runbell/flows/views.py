@@ -18,7 +18,14 @@ from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
 from runbell.domain.cancellation import CancelSummary
-from runbell.domain.records import InputRequest, Notification, Receipt, ReportedError, Run
+from runbell.domain.records import (
+    InputRequest,
+    Notification,
+    Receipt,
+    ReportedError,
+    Run,
+    RunReport,
+)
 from runbell.domain.runs import MCP_STATUS, RunState, is_terminal
 
 
@@ -52,7 +59,7 @@ class RunView(TypedDict):
     notify_on_complete: bool
     metadata: dict[str, Any]
     progress: dict[str, Any] | None
-    report: dict[str, Any] | None
+    report: RunReport | None
     stop_reason: str | None
     error: ReportedError | None
     created_at: str | None
@@ -92,7 +99,7 @@ class RunEvent(TypedDict):
     kind: str | None
     terminal: bool
     stop_reason: str | None
-    report: dict[str, Any] | None
+    report: RunReport | None
 
 
 class NotificationView(TypedDict):

@@ -10,6 +10,7 @@ from typing import Any, TypeVar, cast
 import anyio.to_thread
 
 from runbell.api.deps import require_runtime
+from runbell.api.responses import answer_json
 from runbell.api.routers.events import wait_for_events
 from runbell.api.schemas import InputRequestIn, RunPut, SignalIn
 from runbell.domain.errors import Gone, RunbellError
@@ -75,7 +76,7 @@ class LocalBackend:
         self._runtime()
         fields = _validated(InputRequestIn, body).model_dump(exclude_unset=False)
         answer = await self._call(requests.open_request, self.core, self.who, run_id, fields)
-        return answer.content()
+        return answer_json(answer)
 
     async def get_input_request(self, request_id: str) -> Mapping[str, Any]:
         found = await self._call(requests.get_request, self.core, self.who, request_id)
@@ -88,7 +89,7 @@ class LocalBackend:
         answer = await self._call(
             cancel_request.request_cancel, self.core, self.who, run_id, reason or None
         )
-        return answer.content()
+        return answer_json(answer)
 
     async def attention(self, limit: int) -> Mapping[str, Any]:
         return await self._call(

@@ -16,6 +16,7 @@ shown again as it was sent, with why.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, cast
 
 from fastapi import APIRouter
@@ -79,7 +80,7 @@ def settings_page(
     draft: dict[str, Any] | None = None,
     status: int = 200,
     policy_draft: str | None = None,
-    preview: dict[str, Any] | None = None,
+    preview: Mapping[str, Any] | None = None,
     policy_error: str | None = None,
 ) -> Response:
     prefs = preferences.preferences_of(core, v.who)

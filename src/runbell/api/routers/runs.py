@@ -12,7 +12,7 @@ from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
 from runbell.domain.overview import GROUPS, STATES
-from runbell.domain.records import ReportedError
+from runbell.domain.records import ReportedError, RunReport
 from runbell.flows import overview, runs, signals
 from runbell.flows.inputs import RunFields
 from runbell.flows.signals import Signal
@@ -122,7 +122,7 @@ async def post_signal(
         reason=body.reason,
         error=cast(ReportedError, body.error.model_dump()) if body.error else None,  # validated
         effects_verified=body.effects_verified,
-        report=body.report.model_dump(exclude_none=True) if body.report else None,
+        report=cast(RunReport, body.report.model_dump(exclude_none=True)) if body.report else None,
     )
     result = await signals.accept_signal_async(core, who.tenant_id, source, run_id, signal)
     return result.as_dict()
