@@ -1,7 +1,7 @@
 """The pure steps of a transition (``flows.transitions.apply``) and of raising attention
 (``flows.attention.raise_attention``), one decision each. The steps that write are
-covered through the flows by tests/integration (signals, input requests, cancellation,
-stalls, escalation, digests), on both databases."""
+tested one by one on both databases in tests/integration/test_transition_writes.py, and
+through the flows by the rest of tests/integration."""
 
 from __future__ import annotations
 
