@@ -56,7 +56,8 @@ class Facts:
     recent_completions: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Flat and scalar: no deep copy (dataclasses.asdict's cost a signal paid twice).
+        return {name: getattr(self, name) for name in _FACT_FIELDS}
 
 
 class TenantPolicy(TypedDict, total=False):
@@ -83,6 +84,7 @@ class TransitionFacts(TypedDict, total=False):
     has_expiry: bool
 
 
+_FACT_FIELDS = tuple(f.name for f in dataclasses.fields(Facts))
 FACT_NAMES: frozenset[str] = frozenset(f.name for f in dataclasses.fields(Facts))
 _OPS = {"gte", "lte", "gt", "lt", "in"}
 
@@ -104,7 +106,14 @@ class Decision:
         return self.kind in NOTIFYING
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # What dataclasses.asdict gives, without deep-copying the facts (all scalars).
+        out = {name: getattr(self, name) for name in _DECISION_FIELDS}
+        out["inputs"] = dict(self.inputs)
+        out["escalation"] = tuple(dataclasses.asdict(step) for step in self.escalation)
+        return out
+
+
+_DECISION_FIELDS = tuple(f.name for f in dataclasses.fields(Decision))
 
 
 @dataclass(frozen=True)

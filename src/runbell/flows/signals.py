@@ -279,7 +279,7 @@ def _accept_in_tx(
                 outcome=outcome,
                 reason=reason,
                 run_version=run.version,
-                notification_ids=ids,
+                notification_ids=list(ids),
                 received_at=tx.now,
             ),
         )

@@ -265,7 +265,7 @@ def find_inbound(
 def defer_inbound(tx: Tx, event: InboundEvent) -> None:
     """:func:`insert_inbound` at the end of ``tx``; :func:`pending_inbound` finds it before
     then. A concurrent retry's row makes the commit fail on the primary key."""
-    tx.defer(_INSERT_INBOUND, asdict(event))
+    tx.defer(_INSERT_INBOUND, {name: getattr(event, name) for name in INBOUND_COLUMNS})
 
 
 def pending_inbound(tx: Tx, tenant_id: str, source_id: str, event_id: str) -> InboundEvent | None:
@@ -282,7 +282,7 @@ def pending_inbound(tx: Tx, tenant_id: str, source_id: str, event_id: str) -> In
 
 def insert_inbound(conn: Connection, event: InboundEvent) -> None:
     """The dedupe row; its primary key is what makes a concurrent retry fail here."""
-    _INSERT_INBOUND.execute(conn, **asdict(event))
+    _INSERT_INBOUND.execute(conn, **{name: getattr(event, name) for name in INBOUND_COLUMNS})
 
 
 def get_transition(
