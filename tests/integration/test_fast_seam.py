@@ -484,6 +484,7 @@ def test_cursor_listeners_see_seam_statements(core: Core, creds: TenantCreds) ->
     engine = core.db.engine
     compiled = accounts._ROLE.compiled(engine.dialect)
     with engine.connect() as conn:
+        conn.begin()  # begun already: the listeners see the seam's statement, not a BEGIN
         assert not conn.dispatch.before_cursor_execute
         assert not conn.dispatch.after_cursor_execute
         sa.event.listen(engine, "before_cursor_execute", before)
@@ -558,3 +559,14 @@ def test_sqlalchemy_is_within_the_bound_pyproject_declares() -> None:
     [req] = [Requirement(d) for d in doc["project"]["dependencies"] if d.startswith("sqlalchemy")]
     assert req.specifier.contains(sa.__version__), (req, sa.__version__)
     assert any(s.operator == "<" for s in req.specifier), "SQLAlchemy needs an upper bound"
+
+
+def test_a_seam_statement_with_no_transaction_begins_one_as_conn_execute_does(
+    core: Core, creds: TenantCreds
+) -> None:
+    """Else, on SQLite, a read's first statement ran before its BEGIN, in a snapshot of
+    its own (test_read_snapshot)."""
+    with core.db.engine.connect() as conn:
+        assert conn.get_transaction() is None
+        assert accounts.membership_role(conn, creds.tenant_id, creds.owner_id) == "owner"
+        assert conn.in_transaction()

@@ -23,7 +23,9 @@ must fail ``tests/integration/test_fast_seam.py`` (pyproject bounds SQLAlchemy `
   RETURNING): the row keys, in the order the driver returns them. Every unnamed
   expression is labelled (``count(*)`` would otherwise be keyed ``count`` here and
   ``count_1`` by ``conn.execute``);
-- ``Connection.connection.dbapi_connection`` (the driver connection, in the current
+- ``Connection.get_transaction()`` and ``Connection.begin()`` (a statement with no
+  transaction begins one, as ``conn.execute`` would),
+  ``Connection.connection.dbapi_connection`` (the driver connection, in the current
   transaction and savepoint), ``Dialect.loaded_dbapi``, ``Dialect.is_disconnect``,
   ``DBAPIError.instance`` and ``Connection.invalidate``;
 - ``Connection.dispatch.before_cursor_execute`` / ``after_cursor_execute``: the
@@ -168,6 +170,10 @@ class Statement:
         self, conn: Connection, params: Iterable[Mapping[str, Any]], many: bool
     ) -> tuple[Compiled, Any]:
         p = self.compiled(conn.dialect)
+        if conn.get_transaction() is None:
+            # Begin as conn.execute would (autobegin). Without it a read's first statement
+            # ran before the read's BEGIN on SQLite, in a snapshot of its own.
+            conn.begin()
         dbapi_conn = conn.connection.dbapi_connection
         assert dbapi_conn is not None
         cursor = dbapi_conn.cursor()
