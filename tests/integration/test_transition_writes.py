@@ -16,23 +16,12 @@ from runbell.flows import transitions as steps
 from runbell.flows.attention import raise_attention
 from runbell.flows.context import Core
 from runbell.flows.policy import policy_in
-from runbell.flows.transitions import Moving, TransitionRequest
+from runbell.flows.transitions import Moving
 from runbell.store import runs as run_store
 from runbell.store import tables as t
 from runbell.store.db import Tx
 from runbell.testing import TenantCreds
-
-
-def move(state: str, **fields: Any) -> TransitionRequest:
-    values: dict[str, Any] = {
-        "sequence": None,
-        "source_id": None,
-        "event_id": None,
-        "reason": None,
-        "error": None,
-        "effects_verified": None,
-    }
-    return TransitionRequest(state=state, **{**values, **fields})
+from tests.unit.test_transition_steps import move
 
 
 def working_run(core: Core, creds: TenantCreds, run_id: str) -> Run:
