@@ -18,6 +18,25 @@ class Principal:
     key_id: str | None = None
     source_id: str | None = None
     user_id: str | None = None
+    # What kind of client speaks for a person: "app" for the web app's signed-in pages
+    # (and the SDK when it says it is a person's client); None for anything else. Only an
+    # app counts as watching (runtime.presence).
+    client: str | None = None
+
+    @property
+    def credential_id(self) -> str | None:
+        """The id of the credential that made this call (an API key's id), never a secret."""
+        return self.key_id
+
+    def actor(self) -> dict[str, str]:
+        """Who or what caused a change, as the trace records it: the credential's kind and
+        id, the person. Never a secret."""
+        out = {"kind": self.kind}
+        if self.credential_id is not None:
+            out["credential_id"] = self.credential_id
+        if self.user_id is not None:
+            out["user_id"] = self.user_id
+        return out
 
     @property
     def is_user(self) -> bool:
