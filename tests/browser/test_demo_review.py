@@ -87,6 +87,9 @@ def test_the_review_waits_for_the_person_and_keeps_its_history(
     expect(uncertain).to_contain_text("no reply within 30 s")
     expect(uncertain).to_contain_text("seconds after you open this review")
     expect(page.locator("#operations-outcome")).to_contain_text("looked up by the runtime")
+    # The badge is the ledger's (issue 18 item 7), and the review is a decision.
+    expect(page.locator("#run-state")).to_have_text("Outcome unknown")
+    expect(page.locator("#review-intro")).to_be_visible()
     screenshot(page, "demo-review-waiting")
     page.evaluate("window.__sameDocument = true")
 
@@ -94,6 +97,8 @@ def test_the_review_waits_for_the_person_and_keeps_its_history(
     expect(page.locator("#operations-counts")).to_have_text("5 confirmed", timeout=WAIT_MS)
     expect(page.locator("#operations-outcome")).to_contain_text("Verified")
     expect(page.locator("#ops-uncertain")).to_have_count(0)
+    expect(page.locator("#run-state")).to_have_text("Completed")
+    expect(page.locator("#no-decision")).to_be_visible()  # the review closed with the ledger
     # What changed is the review, not the state: the notice says so.
     notice = page.locator("#run-changed")
     expect(notice).to_contain_text("its operations were reviewed (5 confirmed)")

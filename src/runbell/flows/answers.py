@@ -42,7 +42,7 @@ from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFaile
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import RunState
-from runbell.flows import amendments, idempotency, transitions, views
+from runbell.flows import amendments, idempotency, review_answer, transitions, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey
@@ -130,6 +130,11 @@ def _respond_in_tx(core: Core, tx: Tx, asked: Asked) -> Answer | Conflict:
         # the run's state (flows.amendments says which).
         who, answer = asked.who, asked.answer
         return amendments.answer_in_tx(core, tx, who, run, req, answer, asked.key, asked.digest)
+    if req.purpose == "review":
+        # A finished run's review: binds to the run version it was opened at, never
+        # moves the run (flows.review).
+        who, answer = asked.who, asked.answer
+        return review_answer.answer_in_tx(core, tx, who, run, req, answer, asked.key, asked.digest)
     ik = _authorized_key(tx, asked, run)
     replay = idempotency.stored(tx.conn, core.box, ik)  # under the run's lock: see below
     if replay is not None:

@@ -37,6 +37,7 @@ from runbell.domain.operations import (
 )
 from runbell.domain.records import Run
 from runbell.domain.runs import RunState
+from runbell.flows import review as review_request
 from runbell.flows.attention import close_notification, raise_attention
 from runbell.flows.context import Core
 from runbell.flows.operation_views import OperationsSummary
@@ -141,11 +142,17 @@ def review(core: Core, tx: Tx, run: Run) -> Run:
             close_notification(tx, note, "resolved", f"every operation settled: {done.text}")
         else:
             close_notification(tx, note, "superseded", f"review updated at version {version}")
+    if verified:
+        review_request.close_reviews(tx, run, "every operation settled")
+        link = None
+    else:  # the decision the person faces changed with the ledger: a new review
+        link = review_request.open_review(tx, run, counts, version)
     raised = raise_attention(
         tx,
         policy_in(core, tx, tenant_id),
         run,
         attention="completed" if verified else "needs_review",
+        request=link,
         version=version,
         facts={"effects_verified": verified},
         reason=reason,

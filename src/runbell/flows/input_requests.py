@@ -411,6 +411,8 @@ def request_actionable(req: InputRequest, run: Run, now: datetime) -> tuple[bool
     blocked = views.request_blocked(req, now)
     if blocked is not None:
         return False, blocked
+    if req.purpose == "review":  # a finished run's review: open until decided or replaced
+        return True, "awaiting the review decision"
     if req.purpose == "amendment":  # put to the owner; the run need not wait
         if is_terminal(run.state):
             return False, f"run is now {run.state}"

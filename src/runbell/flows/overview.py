@@ -50,6 +50,7 @@ class OverviewRun(views.RunView):
 
     group: str
     counts_text: str
+    badge: views.BadgeView
     operations: NotRequired[OperationsSummary]  # when it has a ledger
     pending_input_request: NotRequired[PendingRequest]  # a "needs you" row
 
@@ -80,7 +81,13 @@ def _row(group: str, row: OverviewRow, ops: dict[str, int] | None) -> OverviewRu
         counted = normalized(ops)
         summary = OperationsSummary(counts=counted, text=ledger_text(counted))
     # (A RunView has neither optional key; mypy's extra check cannot know that.)
-    out: OverviewRun = {**run, "group": group, "counts_text": counts_text(run, summary)}  # type: ignore[typeddict-item]
+    badge = views.badge_view(run["state"], run["outcome"], ops)
+    out: OverviewRun = {
+        **run,  # type: ignore[typeddict-item]
+        "group": group,
+        "counts_text": counts_text(run, summary),
+        "badge": badge,
+    }
     if summary is not None:
         out["operations"] = summary
     if row.request_id is not None:

@@ -31,7 +31,7 @@ from runbell.domain.records import (
     Run,
     Transition,
 )
-from runbell.flows import views
+from runbell.flows import review, views
 from runbell.flows.context import Core
 from runbell.flows.input_requests import get_for_notification, may_answer
 from runbell.flows.operation_views import OperationView, operation_view
@@ -82,6 +82,7 @@ class RunPageShown(TypedDict):
     may_answer: bool
     my_notifications: list[NotificationDeliveries]
     answered_request: InputRequest | None
+    decided_review: InputRequest | None  # the last review decision, once one was made
     operations: list[OperationView]
     people: dict[str, str]  # user id -> email (members only)
     asked: dict[str, str]  # input request id -> its summary
@@ -183,7 +184,11 @@ def run_page(
         head, _ = feed.bounds(conn, who.tenant_id)
         run = runs.require_run(conn, who.tenant_id, run_id)
         transitions = runs.list_transitions(conn, who.tenant_id, run_id)
+        # The runtime's own question first; else a finished run's open review.
         waiting = requests.pending_for_run(conn, who.tenant_id, run_id)
+        if not waiting and (open_review := review.pending(conn, run)) is not None:
+            waiting = [open_review]
+        decided = review.last_decided(conn, run) if run.state == "completed" else None
         may = may_answer(conn, who, run)
         mine: list[NotificationDeliveries] = [
             {**note, "deliveries": notes.deliveries_for(conn, who.tenant_id, note["id"])}
@@ -235,6 +240,7 @@ def run_page(
         "may_answer": may,
         "my_notifications": mine,
         "answered_request": answered,
+        "decided_review": decided,
         "operations": ledger,
         "people": people,
         "asked": asked,

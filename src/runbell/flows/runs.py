@@ -26,7 +26,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import amendment_views, operations, stalls, views
+from runbell.flows import amendment_views, operations, review, stalls, views
 from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
 from runbell.flows.context import Core
@@ -222,6 +222,8 @@ class RunSnapshot(views.RunView):
     pending_amendments: list[AmendmentView]
     operations: OperationsSummary
     previous_worker_may_still_act: bool
+    badge: views.BadgeView  # what the run's state and ledger say at a glance
+    pending_review: views.InputRequestView | None  # a finished run's review (flows.review)
 
 
 class RunsById(TypedDict):
@@ -234,6 +236,8 @@ def get_run(core: Core, who: Principal, run_id: str) -> RunSnapshot:
         run = runs.get_run(conn, who.tenant_id, run_id)
         if run is None or not runs.can_see_run(conn, who, run_id):
             raise NotFound(f"no run {run_id!r}")
+        ledger = operations.snapshot(conn, run)
+        waiting = review.pending(conn, run)
         return {
             **views.run_view(run, include_details=True),
             "pending_input_request": pending_view(
@@ -246,7 +250,9 @@ def get_run(core: Core, who: Principal, run_id: str) -> RunSnapshot:
             ],
             "open_mismatches": mismatches.count_open(conn, who.tenant_id, run_id),
             "pending_amendments": amendment_views.pending_views(conn, who.tenant_id, run_id),
-            **operations.snapshot(conn, run),  # {counts, text}, fencing (issue 10)
+            **ledger,  # {counts, text}, fencing (issue 10)
+            "badge": views.badge_view(run.state, run.outcome, ledger["operations"]["counts"]),
+            "pending_review": None if waiting is None else views.input_request_view(waiting),
         }
 
 

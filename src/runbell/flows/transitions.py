@@ -32,7 +32,7 @@ from runbell.domain.channels import offered
 from runbell.domain.policy import TransitionFacts
 from runbell.domain.records import Notification, ReportedError, Run, RunChanges, RunReport
 from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
-from runbell.flows import cancel_outcome, completion, stalls, views
+from runbell.flows import cancel_outcome, completion, review, stalls, views
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
@@ -248,6 +248,11 @@ def notify(m: Moving) -> None:
     if attention is None:
         return
     tenant_id, core = m.run.tenant_id, m.core
+    request = m.move.request
+    if attention is AttentionType.NEEDS_REVIEW and request is None and m.judged is not None:
+        # The person now has a decision to make: it comes as a request (flows.review).
+        counts = m.judged.operations["counts"]
+        request = review.open_review(m.tx, m.run, counts, m.version)
     raised = raise_attention(
         m.tx,
         policy_in(core, m.tx, tenant_id),
@@ -257,7 +262,7 @@ def notify(m: Moving) -> None:
         facts=m.facts,
         reason=m.note_reason,
         owner_present=core.presence.is_present(tenant_id, m.run.owner_user_id, m.tx.conn),
-        request=m.move.request,
+        request=request,
         channels=offered(core.settings),
     )
     m.decision = raised.decision.as_dict()

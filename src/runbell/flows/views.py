@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
+from runbell.domain.badges import badge
 from runbell.domain.cancellation import CancelSummary
 from runbell.domain.records import (
     InputRequest,
@@ -75,6 +76,19 @@ class RunView(TypedDict):
     outcome: str | None
     worker: WorkerView | None
     details: NotRequired[dict[str, Any] | None]  # only for a caller who asked and may see
+
+
+class BadgeView(TypedDict):
+    """A run's status badge (``domain.badges``): from its state and its ledger."""
+
+    key: str
+    label: str
+    because: str | None
+
+
+def badge_view(state: str, outcome: str | None, counts: Mapping[str, int] | None) -> BadgeView:
+    shown = badge(state, outcome, counts)
+    return {"key": shown.key, "label": shown.label, "because": shown.because}
 
 
 class RunRef(TypedDict):
@@ -377,6 +391,13 @@ def actionable(
         if is_terminal(run.state):
             return False, f"run is now {run.state}"
         return True, "awaiting your decision"
+    if note["attention_type"] == "needs_review" and request is not None:
+        # A completion that needs review carries the owner's decision (flows.review).
+        if request_blocked(request, now) is not None:
+            return False, str(request_blocked(request, now))
+        if note["state"] not in ("open", "acknowledged"):
+            return False, note["state"]
+        return True, "awaiting your review decision"
     if note["attention_type"] == "input_required" and request is not None:
         blocked = request_blocked(request, now)
         if blocked is not None:

@@ -36,6 +36,7 @@ WEBHOOK_EVENT_TYPES = (
     "amendment.rejected",
     "operation.updated",
     "run.reviewed",
+    "run.review_decided",
 )
 
 

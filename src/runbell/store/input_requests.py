@@ -72,6 +72,24 @@ def pending_for_run(
     return [_with_answer(conn, r._mapping) for r in conn.execute(q).all()]
 
 
+def last_answered(
+    conn: Connection, tenant_id: str, run_id: str, purpose: str
+) -> InputRequest | None:
+    """The run's most recently answered request of ``purpose``, with its answer."""
+    row = conn.execute(
+        sa.select(ir)
+        .where(
+            ir.c.tenant_id == tenant_id,
+            ir.c.run_id == run_id,
+            ir.c.state == "answered",
+            ir.c.purpose == purpose,
+        )
+        .order_by(ir.c.closed_at.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else _with_answer(conn, row._mapping)
+
+
 def insert(conn: Connection, values: dict[str, Any]) -> None:
     conn.execute(ir.insert().values(**values))
 

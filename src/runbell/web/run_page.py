@@ -145,11 +145,20 @@ def _request_view(v: Viewer, req: InputRequest) -> dict[str, Any]:
         ],
         "version": req.version,
         "state": req.state,
+        "purpose": req.purpose,
         "expires": v.time(expires) if expires else None,
         "expires_iso": views.iso(expires),
         "expires_in": wording.relative(expires, v.now) if expires else None,
         "expired": bool(expires and expires <= v.now),
     }
+
+
+def _decided_view(v: Viewer, req: InputRequest | None) -> dict[str, Any] | None:
+    """The last review decision: who chose what, when."""
+    if req is None:
+        return None
+    by = "you" if req.answered_by_id == v.who.user_id else req.answered_by_email
+    return {"by": by, "label": _option_label(req, req.value), "at": v.time(req.answered_at)}
 
 
 def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Response:
@@ -191,6 +200,9 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
             "stalled": v.time(run.stalled_at) if run.stalled_at else None,
         },
         request=request_view,
+        badge=snapshot["badge"],
+        badge_settled=snapshot["badge"]["key"].startswith("state-"),
+        review_decided=_decided_view(v, shown["decided_review"]),
         ledger=ledger_view(snapshot, shown["operations"], v, shown["people"]),
         may_answer=shown["may_answer"],
         cancel=cancel_view(v, run, snapshot, shown, state),

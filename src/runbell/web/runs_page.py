@@ -75,6 +75,7 @@ def _row(v: Viewer, run: OverviewRun) -> dict[str, Any]:
         "run_id": run["run_id"],
         "title": run.get("title") or run["run_id"],
         "state": run["state"],
+        "badge": run["badge"],
         "counts": run.get("counts_text") or "",
         "age": _age(v, run),
         "request": request["summary"] if request else None,

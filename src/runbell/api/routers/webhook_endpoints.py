@@ -41,6 +41,7 @@ EventType = Literal[
     "amendment.rejected",
     "operation.updated",
     "run.reviewed",
+    "run.review_decided",
 ]
 assert set(EventType.__args__) == set(endpoints.EVENT_TYPES)  # type: ignore[attr-defined]
 
