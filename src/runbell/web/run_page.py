@@ -109,6 +109,27 @@ def _safe_link(url: Any) -> str | None:
     return url if urlsplit(url).scheme in ("http", "https") else None
 
 
+def job_view(snapshot: RunSnapshot) -> dict[str, Any] | None:
+    """The Job block (issue 18 item 5): what counts as done, where the run's links point,
+    and where the proposal it depends on stands now. None when the run names none."""
+    done_when = snapshot["done_when"]
+    links = [
+        {"label": f"{link['kind']} {link['id']}", "url": _safe_link(link["url"])}
+        for link in snapshot["links"]
+    ]
+    dependency = snapshot["dependency"]
+    if not (done_when or links or dependency):
+        return None
+    return {
+        "done_when": done_when,
+        "links": links,
+        "dependency": dependency,
+        "dependency_href": (
+            f"/runs/{quote(dependency['run'], safe='')}" if dependency is not None else None
+        ),
+    }
+
+
 def _progress_view(v: Viewer, progress: Any) -> dict[str, Any] | None:
     """The run's last progress note (message, what its counts count) and when it came."""
     if not isinstance(progress, dict):
@@ -191,6 +212,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
             "stalled": v.time(run.stalled_at) if run.stalled_at else None,
         },
         request=request_view,
+        job=job_view(snapshot),
         ledger=ledger_view(snapshot, shown["operations"], v, shown["people"]),
         may_answer=shown["may_answer"],
         cancel=cancel_view(v, run, snapshot, shown, state),
