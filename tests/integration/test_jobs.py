@@ -184,7 +184,9 @@ def test_done_when_does_not_count_an_absent_or_undeclared_operation_as_done(
     make_run(client, creds, "dw-absent", done_when={"text": "t1 landed", "operations": ["t1"]})
     _ops(client, creds, "dw-absent", {"t1": "uncertain"})
     r = client.patch(
-        "/v1/runs/dw-absent/operations/t1", json={"state": "absent"}, headers=bearer(creds.runtime_key)
+        "/v1/runs/dw-absent/operations/t1",
+        json={"state": "absent"},
+        headers=bearer(creds.runtime_key),
     )
     assert r.status_code == 200, r.text
     signal(client, creds, "dw-absent", "dw-absent-done", "completed")
@@ -219,9 +221,7 @@ def test_done_when_can_be_amended_through_the_owner(
     assert amendment["changes"] == {"done_when": after}
     assert amendment["base"] == {"done_when": before}
     assert get_run(client, creds.owner_token, "dw-amend")["done_when"] == before  # not yet
-    decided = answer(
-        client, creds.owner_token, amendment["id"], "approve", made["version"], "d-1"
-    )
+    decided = answer(client, creds.owner_token, amendment["id"], "approve", made["version"], "d-1")
     assert decided.status_code == 200, decided.text
     now = get_run(client, creds.owner_token, "dw-amend")
     assert now["done_when"] == after
