@@ -254,9 +254,7 @@ def job_body(done_when: Any, links: Any, depends_on: Any) -> dict[str, Any]:
     """A run's job fields for ``PUT``: those given (None clears one; UNSET leaves it)."""
     body: dict[str, Any] = {}
     if done_when is not UNSET:
-        body["done_when"] = (
-            {"text": done_when} if isinstance(done_when, str) else _plain(done_when)
-        )
+        body["done_when"] = {"text": done_when} if isinstance(done_when, str) else _plain(done_when)
     if links is not UNSET:
         body["links"] = None if links is None else [_link(link) for link in links]
     if depends_on is not UNSET:

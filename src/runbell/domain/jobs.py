@@ -76,8 +76,7 @@ def check_done_when(value: Any, field: str = "done_when") -> DoneWhen | None:
     ops = value.get("operations") or []
     if not isinstance(ops, list) or len(ops) > limits.DONE_WHEN_OPERATIONS:
         raise ValidationFailed(
-            f"{field}.operations is a list of at most {limits.DONE_WHEN_OPERATIONS} "
-            "operation ids",
+            f"{field}.operations is a list of at most {limits.DONE_WHEN_OPERATIONS} operation ids",
             field=f"{field}.operations",
         )
     for op in ops:

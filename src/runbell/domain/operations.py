@@ -176,7 +176,9 @@ def outcome(
         if required is None:
             return Completion(Outcome.VERIFIED, text)
         waiting = any(state in IN_FLIGHT for state in (unmet or {}).values())
-        return Completion(Outcome.UNKNOWN if waiting else Outcome.NEEDS_REVIEW, f"{text}; {required}")
+        return Completion(
+            Outcome.UNKNOWN if waiting else Outcome.NEEDS_REVIEW, f"{text}; {required}"
+        )
     lines = [text]
     if required is not None:
         lines.append(required)
@@ -197,7 +199,7 @@ def outcome(
 
 
 def _required_line(unmet: Mapping[str, str | None]) -> str | None:
-    """"not done: t3 conflict, t9 never declared" for what ``done_when`` still needs."""
+    """ "not done: t3 conflict, t9 never declared" for what ``done_when`` still needs."""
     if not unmet:
         return None
     named = [f"{op} {state or 'never declared'}" for op, state in unmet.items()]

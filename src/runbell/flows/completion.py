@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from runbell.domain.channels import offered
+from runbell.domain.jobs import unmet
 from runbell.domain.operations import (
     IN_FLIGHT,
     Completion,
@@ -38,7 +39,6 @@ from runbell.domain.operations import (
     normalized,
     outcome,
 )
-from runbell.domain.jobs import unmet
 from runbell.domain.records import Run
 from runbell.domain.runs import RunState
 from runbell.flows.attention import close_notification, raise_attention
@@ -87,9 +87,7 @@ def required_unmet(tx: Tx, run: Run) -> dict[str, str | None]:
     if not required:
         return {}
     states = (
-        ledger.states_of(tx.conn, run.tenant_id, run.run_id, required)
-        if run.has_operations
-        else {}
+        ledger.states_of(tx.conn, run.tenant_id, run.run_id, required) if run.has_operations else {}
     )
     return unmet(required, states)
 

@@ -61,9 +61,7 @@ class DependencyView(views.DependsOnView):
     decided_at: str | None
 
 
-def check(
-    conn: Connection, who: Principal, run_id: str, body: DependsOnBody | None
-) -> RunChanges:
+def check(conn: Connection, who: Principal, run_id: str, body: DependsOnBody | None) -> RunChanges:
     """The run columns a ``depends_on`` sets (or clears, for None): 422 naming the field
     for a run the caller cannot see (another tenant's included), a request that is not
     that run's, not an approval, or a version it never had."""
@@ -78,12 +76,8 @@ def check(
             field="depends_on.request_id",
         )
     if other == run_id:
-        raise ValidationFailed(
-            "a run does not depend on its own proposal", field="depends_on.run"
-        )
-    if runs.get_run(conn, who.tenant_id, other) is None or not runs.can_see_run(
-        conn, who, other
-    ):
+        raise ValidationFailed("a run does not depend on its own proposal", field="depends_on.run")
+    if runs.get_run(conn, who.tenant_id, other) is None or not runs.can_see_run(conn, who, other):
         raise ValidationFailed(f"depends_on.run: no run {other!r}", field="depends_on.run")
     req = requests.get(conn, who.tenant_id, request_id)
     if req is None or req.run_id != other:

@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import NotRequired, TypedDict
 
 from runbell.domain import overview as rules
+from runbell.domain.errors import ValidationFailed
 from runbell.domain.operations import counts_text as ledger_text
 from runbell.domain.operations import normalized
-from runbell.domain.errors import ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.flows import runs, views
 from runbell.flows.context import Core
@@ -221,9 +221,7 @@ def list_runs(
     if link is not None and wanted_groups:
         raise ValidationFailed("link lists runs by id; it is not combined with group", field="link")
     if not wanted_groups:
-        return runs.list_runs(
-            core, who, states=wanted_states, after=after, limit=limit, link=link
-        )
+        return runs.list_runs(core, who, states=wanted_states, after=after, limit=limit, link=link)
     return list_grouped(
         core, who, groups=wanted_groups, states=wanted_states, after=after, limit=limit
     )

@@ -310,9 +310,7 @@ def list_runs(
         kind, link_id = parse_link(link)
         linked = run_links.linked_runs(who.tenant_id, kind, link_id)
     with core.db.read() as conn:
-        rows = runs.list_runs(
-            conn, who, states=states, after=after, limit=limit + 1, linked=linked
-        )
+        rows = runs.list_runs(conn, who, states=states, after=after, limit=limit + 1, linked=linked)
     page = rows[:limit]
     return {
         "runs": [views.run_view(r) for r in page],

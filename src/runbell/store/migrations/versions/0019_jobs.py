@@ -26,9 +26,7 @@ def upgrade() -> None:
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("done_when", JSON, nullable=True))
         batch_op.add_column(sa.Column("depends_on_run", sa.String(length=200), nullable=True))
-        batch_op.add_column(
-            sa.Column("depends_on_request", sa.String(length=200), nullable=True)
-        )
+        batch_op.add_column(sa.Column("depends_on_request", sa.String(length=200), nullable=True))
         batch_op.add_column(sa.Column("depends_on_version", sa.Integer(), nullable=True))
     op.create_index("ix_runs_depends_on", "runs", ["tenant_id", "depends_on_request"])
     op.create_table(
@@ -43,7 +41,9 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["tenant_id"], ["tenants.id"], name=op.f("fk_run_links_tenant_id_tenants")
         ),
-        sa.PrimaryKeyConstraint("tenant_id", "run_id", "kind", "link_id", name=op.f("pk_run_links")),
+        sa.PrimaryKeyConstraint(
+            "tenant_id", "run_id", "kind", "link_id", name=op.f("pk_run_links")
+        ),
     )
     op.create_index("ix_run_links_target", "run_links", ["tenant_id", "kind", "link_id"])
 
