@@ -112,7 +112,7 @@ def view(conn: Connection, run: Run) -> DependencyView | None:
     if named is None:
         return None
     req = requests.get(conn, run.tenant_id, named["request_id"])
-    if req is None:  # requests are kept while their run is; a purged one is moot
+    if req is None:  # (requests are never deleted; checked when named, so unreachable)
         return {
             **named,
             "state": "cancelled",

@@ -109,6 +109,15 @@ def _safe_link(url: Any) -> str | None:
     return url if urlsplit(url).scheme in ("http", "https") else None
 
 
+def _shown(value: Any) -> Any:
+    """A proposed change's value as a person reads it: a done_when as its words and the
+    operations it needs confirmed; anything else as it is."""
+    if isinstance(value, dict) and "text" in value:
+        ops = value.get("operations") or []
+        return str(value["text"]) + (f" (needs confirmed: {', '.join(ops)})" if ops else "")
+    return value
+
+
 def job_view(snapshot: RunSnapshot) -> dict[str, Any] | None:
     """The Job block (issue 18 item 5): what counts as done, where the run's links point,
     and where the proposal it depends on stands now. None when the run names none."""
@@ -223,7 +232,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
                 "at": v.time(a.created_at),
                 "text": a.text,
                 "changes": [
-                    {"field": name, "now": (a.base or {}).get(name), "to": value}
+                    {"field": name, "now": _shown((a.base or {}).get(name)), "to": _shown(value)}
                     for name, value in sorted((a.changes or {}).items())
                 ],
                 "run_version": a.run_version,
