@@ -365,6 +365,14 @@ def test_the_dependent_run_says_the_proposal_is_not_approved_yet_then_approved_o
     assert note["recipient_user_id"] == anna_id  # the dependent run's owner
     assert note["summary"] == "A proposal your run depends on changed"
     assert "was approved" in note["reason"] and "dates-proposal" in note["reason"]
+    assert (note["decision"], note["rule_id"]) == ("push", "dependency.default")
+    with core.db.read() as conn:  # through the ordinary outbox, committed with the answer
+        channels = conn.execute(
+            sa.select(t.deliveries.c.channel).where(t.deliveries.c.notification_id == note["id"])
+        ).scalars()
+        assert "inbox" in set(channels)
+    inbox = client.get("/v1/notifications", headers=bearer(anna_token)).json()
+    assert [n["attention_type"] for n in inbox["notifications"]] == ["dependency"]
     feed = client.get("/v1/events?after=earliest&limit=500", headers=bearer(creds.runtime_key))
     told = [e for e in feed.json()["events"] if e["type"] == "run.dependency"]
     assert [(e["run_id"], e["data"]["state"]) for e in told] == [("announce", "approved")]
