@@ -11,6 +11,9 @@ Invariants kept here (DESIGN §2):
   notifications, so an approval bound to the old version can no longer run.
 - Tenant isolation: every read and write is scoped to the caller's tenant; a run the
   caller may not see answers 404.
+- Jobs (issue 18 item 5): ``done_when`` and ``depends_on`` are versioned like the
+  objective; ``links`` are not (linking a message changes nothing an approval was about);
+  a ``depends_on`` naming a run the caller cannot see reads as one that does not exist.
 """
 
 from __future__ import annotations
