@@ -102,7 +102,7 @@ def check_links(value: Any, field: str = "links") -> list[RunLink]:
     out: list[RunLink] = []
     seen: set[tuple[str, str]] = set()
     for n, link in enumerate(value):
-        at = f"{field}[{n}]"
+        at = f"{field}.{n}"
         if not isinstance(link, Mapping) or set(link) - {"kind", "id", "url"}:
             raise ValidationFailed(f"{at} is an object {{kind, id, url?}}", field=at)
         kind = link.get("kind")

@@ -49,7 +49,7 @@ class AmendmentIn(Strict):
         rule("text", "not blank: at least one character that is not whitespace"),
         rule("changes.title", "not blank"),
         rule("changes.objective", "not blank"),
-        rule("changes.done_when.operations", "no operation id twice"),
+        rule("changes.done_when.*", "text not blank; operation ids not blank, none twice"),
         rule("changes", "must differ from the run as it is now"),
     ),
 )

@@ -39,11 +39,12 @@ PUT_RULES = rules(
     rule("owner", "a user id (usr_…) or the email of a current member of the tenant"),
     rule("authority.users", "each a user id or the email of a current member"),
     rule("state", "only on creation; an existing run changes state with POST …/signals"),
-    rule("links", "no kind:id twice; url an http(s) address without credentials"),
+    rule("links.*", "no kind:id twice; id not blank, without control characters"),
+    rule("links.*.url", "an http(s) URL without credentials (shown, never fetched)"),
     rule("depends_on.run", "a run of this tenant the caller may see, not this one"),
     rule("depends_on.request_id", "an approval request of that run"),
     rule("depends_on.version", "at most the request's current version"),
-    rule("done_when.operations", "no operation id twice"),
+    rule("done_when.*", "text not blank; operation ids not blank, none twice"),
 )
 
 
@@ -78,7 +79,7 @@ def get_run(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
     responses=problems(401, 422, 503),
     openapi_extra=rules(
         rule("after", "a next_cursor this listing gave, with the same state and group"),
-        rule("link", "not combined with group"),
+        rule("link", "kind:id with an id of at most 200 characters; not combined with group"),
     ),
 )
 def list_runs(
