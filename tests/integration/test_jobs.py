@@ -6,6 +6,7 @@ PostgreSQL, through the API (and the run page where the page is what is promised
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from runbell.flows import input_requests
 from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user, make_tenant
@@ -499,3 +501,77 @@ def test_the_run_page_shows_the_job(
     r = answer(client, creds.owner_token, "dates-proposal", "reject", jobs["dates_version"], "r-9")
     assert r.status_code == 200, r.text
     assert "Depends on a proposal that was rejected" in page()
+
+
+def test_an_expired_proposal_is_said_and_told_once(
+    client: TestClient, creds: TenantCreds, core: Core, anna: tuple[str, str], clock: Clock
+) -> None:
+    clock.freeze()
+    make_run(client, creds, "dates")
+    r = client.post(
+        "/v1/runs/dates/input-requests",
+        json={
+            "input_request_id": "dates-proposal",
+            "kind": "approval",
+            "summary": "Move to Friday?",
+            "expires_at": (clock.advance(0) + timedelta(minutes=30)).isoformat(),
+        },
+        headers=bearer(creds.runtime_key),
+    )
+    assert r.status_code == 201, r.text
+    make_run(
+        client,
+        creds,
+        "announce",
+        owner="anna@acme.test",
+        depends_on={"run": "dates", "request_id": "dates-proposal"},
+    )
+    now = clock.advance(31 * 60)
+    assert input_requests.expire_requests(core, now) == 1
+    assert input_requests.expire_requests(core, now) == 0  # swept once
+    shown = get_run(client, anna[1], "announce")
+    assert shown["dependency"]["text"] == "Depends on a proposal that expired without a decision"
+    [note] = dependency_notes(core, "announce")
+    assert "expired without a decision" in note["reason"]
+
+
+def test_a_dependency_on_an_amendment_follows_its_decision_and_its_runs_finish(
+    client: TestClient, creds: TenantCreds, core: Core, anna: tuple[str, str]
+) -> None:
+    """Luis's proposed amendment is a proposal too: a job may depend on it. Approved, it
+    is said so; another one cancelled because its run finished is said so as well."""
+    _, luis = add_user(core, creds.tenant_id, "luis@acme.test")
+    made = make_run(client, creds, "dates", authority={"users": ["luis@acme.test"]})
+
+    def proposal(key: str) -> str:
+        r = client.post(
+            "/v1/runs/dates/amendments",
+            json={"text": "Exclude the legal-review task", "changes": {"objective": key}},
+            headers={**bearer(luis), "Idempotency-Key": key},
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["amendment"]["id"])
+
+    first = proposal("p-1")
+    make_run(
+        client,
+        creds,
+        "announce",
+        owner="anna@acme.test",
+        depends_on={"run": "dates", "request_id": first},
+    )
+    ok = answer(client, creds.owner_token, first, "approve", made["version"], "a-1")
+    assert ok.status_code == 200, ok.text
+    assert get_run(client, anna[1], "announce")["dependency"]["state"] == "approved"
+    second = proposal("p-2")  # on the amended run: its own alert to the owner
+    make_run(
+        client,
+        creds,
+        "announce-2",
+        owner="anna@acme.test",
+        depends_on={"run": "dates", "request_id": second},
+    )
+    signal(client, creds, "dates", "dates-done", "completed")  # it can no longer apply
+    assert get_run(client, anna[1], "announce-2")["dependency"]["state"] == "cancelled"
+    assert len(dependency_notes(core, "announce")) == 1
+    assert len(dependency_notes(core, "announce-2")) == 1
