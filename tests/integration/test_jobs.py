@@ -575,3 +575,40 @@ def test_a_dependency_on_an_amendment_follows_its_decision_and_its_runs_finish(
     assert get_run(client, anna[1], "announce-2")["dependency"]["state"] == "cancelled"
     assert len(dependency_notes(core, "announce")) == 1
     assert len(dependency_notes(core, "announce-2")) == 1
+
+
+def test_done_when_can_be_proposed_from_the_run_page(
+    client: TestClient, creds: TenantCreds, core: Core
+) -> None:
+    """The page's proposal form: new words for what counts as done, keeping the
+    operations it needs; the owner sees the change in words."""
+    luis_id, _ = add_user(core, creds.tenant_id, "luis@acme.test")
+    make_run(
+        client,
+        creds,
+        "dw-web",
+        done_when={"text": "All twelve tasks moved", "operations": ["t1", "t2"]},
+        authority={"users": ["luis@acme.test"]},
+    )
+    csrf = sign_in(client, core, creds.tenant_id, luis_id)
+    page = client.get("/runs/dw-web").text
+    assert page.count('name="done_when_operation"') == 2
+    r = client.post(
+        "/runs/dw-web/amendments",
+        data={
+            "csrf_token": csrf,
+            "idempotency_key": "web-1",
+            "text": "Legal review is not ours to move",
+            "done_when": "All tasks but legal review moved",
+            "done_when_operation": ["t1", "t2"],
+        },
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    [pending] = get_run(client, creds.owner_token, "dw-web")["pending_amendments"]
+    assert pending["changes"] == {
+        "done_when": {"text": "All tasks but legal review moved", "operations": ["t1", "t2"]}
+    }
+    assert "All tasks but legal review moved (needs confirmed: t1, t2)" in (
+        client.get("/runs/dw-web").text
+    )
