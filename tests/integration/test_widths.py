@@ -19,6 +19,7 @@ from runbell.api.schemas import (
     OperationIn,
     PreferencesIn,
     PushSubscriptionIn,
+    RunLinkIn,
     RunPut,
     SignalIn,
     SourceCreate,
@@ -188,6 +189,11 @@ def stored_widths() -> dict[str, int]:
         "rate_limits.key": 9 + L.ID,  # "endpoint:" + id
         # "bearer:addr:" + an address (cut to 64) or "webhook:source:" + a source id
         "auth_failures.key": 15 + max(64, L.ID),
+        "runs.depends_on_run": run,
+        "runs.depends_on_request": api_max(InputRequestIn, "input_request_id"),
+        "run_links.kind": api_max(RunLinkIn, "kind"),
+        "run_links.link_id": api_max(RunLinkIn, "id"),
+        "run_links.url": api_max(RunLinkIn, "url"),
     }
     out: dict[str, int] = {}
     for table in metadata.sorted_tables:

@@ -99,6 +99,41 @@ class Authority(Strict):
     roles: list[Literal["owner", "admin", "member"]] = Field(default_factory=list)
 
 
+class DoneWhenIn(Strict):
+    """What counts as done: in words, and the operations a verified completion needs."""
+
+    text: str = Field(min_length=1, max_length=L.DONE_WHEN)
+    operations: list[Annotated[str, Field(min_length=1, max_length=L.RUN_ID)]] = Field(
+        default_factory=list,
+        max_length=L.DONE_WHEN_OPERATIONS,
+        description="operation ids that must be confirmed for the run to be verified done",
+    )
+
+
+class RunLinkIn(Strict):
+    kind: str = Field(
+        pattern=rf"^[a-z][a-z0-9_.-]{{0,{L.LINK_KIND - 1}}}$",
+        max_length=L.LINK_KIND,
+        description="conversation, message, ticket…",
+    )
+    id: str = Field(min_length=1, max_length=L.LINK_ID, description="its id in its own system")
+    url: str | None = Field(
+        default=None,
+        max_length=L.URL,
+        description="an http(s) address shown on the run page; never fetched by Runbell",
+    )
+
+
+class DependsOnIn(Strict):
+    run: str = Field(pattern=RUN_ID_PATTERN, description="another run of this tenant")
+    request_id: str = Field(
+        min_length=1, max_length=L.RUN_ID, description="that run's proposal (an approval)"
+    )
+    version: Annotated[StrictInt, Field(ge=1, le=2**31 - 1), BeforeValidator(integral)] | None = (
+        Field(default=None, description="the request version (default: its current one)")
+    )
+
+
 class RunPut(Strict):
     owner: str | None = Field(
         default=None, max_length=L.EMAIL, description="user id (usr_…) or email of a member"
@@ -119,6 +154,15 @@ class RunPut(Strict):
         default=None,
         description="stalled after this many seconds without progress while working "
         "(0: never; null: the tenant policy's default)",
+    )
+    done_when: DoneWhenIn | None = Field(default=None, description="null clears it")
+    links: list[RunLinkIn] | None = Field(
+        default=None,
+        max_length=L.RUN_LINKS,
+        description="replaces the run's links (null or [] clears them); not a new version",
+    )
+    depends_on: DependsOnIn | None = Field(
+        default=None, description="another run's proposal this run's work assumes"
     )
 
 

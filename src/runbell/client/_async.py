@@ -137,11 +137,20 @@ class AsyncClient:
         authority: Mapping[str, Any] | None = None,
         stall_after_seconds: int | None = UNSET,
         sequence: int | None = None,
+        done_when: str | Mapping[str, Any] | None = UNSET,
+        links: Sequence[Mapping[str, Any] | str] | None = UNSET,
+        depends_on: Mapping[str, Any] | None = UNSET,
     ) -> Run:
         """Create the run or update the fields given. ``owner`` defaults to
         ``RUNBELL_OWNER`` when the run is created (never changing an existing run's
         owner). ``stall_after_seconds=None`` means the tenant default; omit it to leave
-        it unchanged."""
+        it unchanged.
+
+        A job's own fields (omit to leave them as they are; None clears): ``done_when``
+        (what counts as done: its text, or ``{"text", "operations": [ids that must be
+        confirmed]}``), ``links`` (``[{"kind", "id", "url"?}]`` or ``"kind:id"``
+        strings; replaces the run's links) and ``depends_on`` (``{"run", "request_id",
+        "version"?}``: another run's proposal)."""
         body = _core.put_run_body(
             owner,
             title,
@@ -156,6 +165,7 @@ class AsyncClient:
             stall_after_seconds,
             sequence,
         )
+        body.update(_core.job_body(done_when, links, depends_on))
         path = f"/v1/runs/{_p(run_id)}"
         if owner is None and self.owner is not None and run_id not in self._known_runs:
             # The default owner applies to a new run only. Ask whether it exists rather
@@ -177,6 +187,22 @@ class AsyncClient:
 
     async def get_run(self, run_id: str) -> Run:
         return Run.from_json(await self._send(Call("GET", f"/v1/runs/{_p(run_id)}")))
+
+    async def list_runs(
+        self, *, link: str | None = None, state: Sequence[str] | None = None, limit: int = 100
+    ) -> list[Run]:
+        """The runs this key may see, by run id, every page of them: ``link`` (e.g.
+        ``"conversation:abc"``) keeps every job linked to it; ``state`` those in these
+        states."""
+        out: list[Run] = []
+        after: str | None = None
+        while True:
+            call = _core.list_runs_call(link, state, limit, after)
+            data = await self._send(call)
+            out += [Run.from_json(r) for r in data["runs"]]
+            after = data.get("next_cursor")
+            if not after:
+                return out
 
     async def signal(
         self,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -248,6 +248,43 @@ def put_run_body(
     if stall_after_seconds is not UNSET:
         body["stall_after_seconds"] = stall_after_seconds
     return body
+
+
+def job_body(done_when: Any, links: Any, depends_on: Any) -> dict[str, Any]:
+    """A run's job fields for ``PUT``: those given (None clears one; UNSET leaves it)."""
+    body: dict[str, Any] = {}
+    if done_when is not UNSET:
+        body["done_when"] = {"text": done_when} if isinstance(done_when, str) else _plain(done_when)
+    if links is not UNSET:
+        body["links"] = None if links is None else [_link(link) for link in links]
+    if depends_on is not UNSET:
+        body["depends_on"] = _plain(depends_on)
+    return body
+
+
+def _plain(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if value is None else dict(value)
+
+
+def _link(link: Mapping[str, Any] | str) -> dict[str, Any]:
+    """``"conversation:abc"`` → ``{"kind": "conversation", "id": "abc"}``."""
+    if isinstance(link, str):
+        kind, _, link_id = link.partition(":")
+        return {"kind": kind, "id": link_id}
+    return dict(link)
+
+
+def list_runs_call(
+    link: str | None, state: Sequence[str] | None, limit: int, after: str | None
+) -> Call:
+    params: dict[str, Any] = {"limit": limit}
+    if link is not None:
+        params["link"] = link
+    if state:
+        params["state"] = ",".join(state)
+    if after:
+        params["after"] = after
+    return Call("GET", "/v1/runs", params=params)
 
 
 def signal_body(

@@ -92,6 +92,13 @@ class Run:
     pending_input_request: InputRequest | None = None
     created_at: datetime | None = None
     finished_at: datetime | None = None
+    #: What counts as done (``{"text", "operations"}``), the run's links (only in a
+    #: single run's answer, not in lists), what it depends on, and where that stands now
+    #: (``{"state", "text", …}``, also only in a single run's answer).
+    done_when: dict[str, Any] | None = None
+    links: list[dict[str, Any]] = field(default_factory=list)
+    depends_on: dict[str, Any] | None = None
+    dependency: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -117,6 +124,10 @@ class Run:
             pending_input_request=InputRequest.from_json(pending) if pending else None,
             created_at=_time(data.get("created_at")),
             finished_at=_time(data.get("finished_at")),
+            done_when=data.get("done_when"),
+            links=list(data.get("links") or []),
+            depends_on=data.get("depends_on"),
+            dependency=data.get("dependency"),
             raw=data,
         )
 

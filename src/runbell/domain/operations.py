@@ -151,20 +151,37 @@ class Completion:
         return self.outcome is Outcome.VERIFIED
 
 
-def outcome(counts: Mapping[str, int], ids: Mapping[str, list[str]] | None = None) -> Completion:
+def outcome(
+    counts: Mapping[str, int],
+    ids: Mapping[str, list[str]] | None = None,
+    unmet: Mapping[str, str | None] | None = None,
+) -> Completion:
     """The completion of a run whose operations stand at ``counts``.
 
     ``ids``: operation ids by state, to name the ones that need a look (conflicts,
     failures, uncertain, unresolved, in flight). Operations still ``planned`` or ``sent``
     make the outcome ``unknown`` — never success; conflicts, failures or effects that may
     have landed make it ``needs_review``; only confirmed (or confirmed absent) ones verify.
+
+    ``unmet``: the operations the run's ``done_when`` requires that are not confirmed,
+    with their state (None: never declared; ``domain.jobs.unmet``). Any makes a
+    completion that the counts alone would verify ``needs_review`` — or ``unknown`` when
+    one of them is still in flight — and the text names them.
     """
     counts = normalized(counts)
     ids = ids or {}
     text = counts_text(counts)
+    required = _required_line(unmet or {})
     if not counts or set(counts) <= VERIFIED:
-        return Completion(Outcome.VERIFIED, text)
+        if required is None:
+            return Completion(Outcome.VERIFIED, text)
+        waiting = any(state in IN_FLIGHT for state in (unmet or {}).values())
+        return Completion(
+            Outcome.UNKNOWN if waiting else Outcome.NEEDS_REVIEW, f"{text}; {required}"
+        )
     lines = [text]
+    if required is not None:
+        lines.append(required)
     for state, label in (
         (OpState.CONFLICT, "conflicts"),
         (OpState.FAILED, "failed"),
@@ -179,6 +196,14 @@ def outcome(counts: Mapping[str, int], ids: Mapping[str, list[str]] | None = Non
         lines.append(f"{line}: {_listed(in_flight)}" if in_flight else line)
         return Completion(Outcome.UNKNOWN, "; ".join(lines))
     return Completion(Outcome.NEEDS_REVIEW, "; ".join(lines))
+
+
+def _required_line(unmet: Mapping[str, str | None]) -> str | None:
+    """ "not done: t3 conflict, t9 never declared" for what ``done_when`` still needs."""
+    if not unmet:
+        return None
+    named = [f"{op} {state or 'never declared'}" for op, state in unmet.items()]
+    return f"not done as done_when says: {_listed(named)}"
 
 
 def _listed(ids: list[str], limit: int = 5) -> str:

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
 from runbell.domain.cancellation import CancelSummary
+from runbell.domain.jobs import DoneWhen
 
 
 class ReportLink(TypedDict):
@@ -83,6 +84,10 @@ class Run:
     cancel_requested_by: str | None
     cancel_reason: str | None
     cancel_summary: CancelSummary | None
+    done_when: DoneWhen | None
+    depends_on_run: str | None
+    depends_on_request: str | None
+    depends_on_version: int | None
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Run:
@@ -128,6 +133,10 @@ class RunChanges(TypedDict, total=False):
     cancel_requested_by: str | None
     cancel_reason: str | None
     cancel_summary: CancelSummary | None
+    done_when: DoneWhen | None
+    depends_on_run: str | None
+    depends_on_request: str | None
+    depends_on_version: int | None
 
 
 @dataclass(frozen=True, slots=True)

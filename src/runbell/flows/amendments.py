@@ -1,7 +1,7 @@
 """Amendments: someone who can see a run proposes a change to it; the owner decides.
 
 :func:`propose` records the proposal (free ``text`` and optional structured ``changes`` of
-``objective`` and ``title``) as an **input request to the run's owner** with purpose
+``objective``, ``title`` and ``done_when``) as an **input request to the run's owner** with purpose
 ``amendment``: an approval whose notification (attention ``amendment``) goes to the owner
 only. It never moves the run — no ``input_required``, no new version, nothing blocks the
 runtime — and it never changes the run by itself.
@@ -45,10 +45,11 @@ import structlog
 
 from runbell.domain.channels import offered
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from runbell.domain.jobs import DoneWhen, check_done_when
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run, RunChanges
 from runbell.domain.runs import is_terminal
-from runbell.flows import idempotency, views
+from runbell.flows import dependencies, idempotency, views
 from runbell.flows.amendment_views import AmendmentView, amendment_view
 from runbell.flows.attention import (
     RequestLink,
@@ -78,8 +79,11 @@ from runbell.store.db import PendingEvent, Tx
 log = structlog.get_logger(__name__)
 
 TEXT_MAX = 2000
-#: The run fields an amendment may change, with their limits (as ``PUT /v1/runs``).
+#: The run fields an amendment may change, with their limits (as ``PUT /v1/runs``), and
+#: ``done_when`` (checked as ``PUT`` checks it: ``domain.jobs.check_done_when``).
 FIELDS = {"objective": 10_000, "title": 500}
+#: A proposal's changes, checked: field name -> the new text, or the new done_when.
+Changes = dict[str, str | DoneWhen]
 NOT_OWNER = "only the run's owner decides on a proposed amendment"
 
 
@@ -120,27 +124,35 @@ def propose(
     return act_once(core.db, core.box, key, prepare)
 
 
-def _fields(body: ProposalBody) -> tuple[str, dict[str, str]]:
+def _fields(body: ProposalBody) -> tuple[str, Changes]:
     text = body.get("text")
     if not isinstance(text, str) or not text.strip() or len(text) > TEXT_MAX:
         raise ValidationFailed(f"text is 1 to {TEXT_MAX} characters", field="text")
     changes = body.get("changes") or {}
     if not isinstance(changes, dict):
         raise ValidationFailed("changes must be an object", field="changes")
+    checked: Changes = {}
     for name, value in changes.items():
+        if name == "done_when":  # {text, operations?}: what counts as done (issue 18)
+            done_when = check_done_when(value, "changes.done_when")
+            if done_when is not None:
+                checked[name] = done_when
+                continue
         if name not in FIELDS:
             raise ValidationFailed(
-                f"changes may name {' and '.join(FIELDS)}, not {name!r}", field=f"changes.{name}"
+                f"changes may name {', '.join(FIELDS)} and done_when, not {name!r}",
+                field=f"changes.{name}",
             )
         if not isinstance(value, str) or not value.strip() or len(value) > FIELDS[name]:
             raise ValidationFailed(
                 f"changes.{name} is 1 to {FIELDS[name]} characters", field=f"changes.{name}"
             )
-    return text.strip(), dict(changes)
+        checked[name] = value
+    return text.strip(), checked
 
 
 def _propose_in(
-    core: Core, tx: Tx, who: Principal, run_id: str, text: str, changes: dict[str, str]
+    core: Core, tx: Tx, who: Principal, run_id: str, text: str, changes: Changes
 ) -> Proposed:
     conn, tenant_id = tx.conn, who.tenant_id
     run = runs.get_run(conn, tenant_id, run_id, for_update=True)
@@ -267,11 +279,13 @@ def answer_in_tx(
     amendment = store.get(tx.conn, who.tenant_id, req.id, for_update=True)
     assert amendment is not None  # written with its request
     refused = _refusal(tx, run, req, amendment, answer)
-    if refused is not None:
+    if refused is not None:  # cancelled: its run had finished
+        dependencies.tell_dependents(core, tx, run.tenant_id, [req.id])
         return refused
     _check_decision(answer)
     idempotency.claim(tx, core.box, ik)
     _record_response(tx, who, req, answer, key)
+    dependencies.tell_dependents(core, tx, run.tenant_id, [req.id])
     run, state = _decide(tx, who, run, amendment, answer["decision"])
     _announce_decision(tx, who, run, req, amendment, state)
     log.info("amendment.decided", amendment_id=amendment.id, state=state)

@@ -42,7 +42,7 @@ from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFaile
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import RunState
-from runbell.flows import amendments, idempotency, review_answer, transitions, views
+from runbell.flows import amendments, dependencies, idempotency, review_answer, transitions, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey
@@ -140,12 +140,13 @@ def _respond_in_tx(core: Core, tx: Tx, asked: Asked) -> Answer | Conflict:
     if replay is not None:
         log.info("input_request.replayed", input_request_id=asked.request_id)
         return replay
-    refused = _checkcurrent_of(tx, req, run, asked.answer)
+    refused = _checkcurrent_of(core, tx, req, run, asked.answer)
     if refused is not None:
         return refused
     _check_decision(req, asked.answer)
     idempotency.claim(tx, core.box, ik)  # unused so far (looked up above, under the lock)
     _record(tx, asked, run, req)
+    dependencies.tell_dependents(core, tx, run.tenant_id, [req.id])  # runs that wait on it
     run = _move_on(core, tx, asked, run)
     result = _result(tx, asked, run)
     log.info(
@@ -270,7 +271,9 @@ def _result(tx: Tx, asked: Asked, run: Run) -> Answered:
     }
 
 
-def _checkcurrent_of(tx: Tx, req: InputRequest, run: Run, answer: AnswerFields) -> Conflict | None:
+def _checkcurrent_of(
+    core: Core, tx: Tx, req: InputRequest, run: Run, answer: AnswerFields
+) -> Conflict | None:
     """Raise the 409 for a request that cannot take this answer now.
 
     An expiry found here is committed (the request is marked expired), so that one is
@@ -297,7 +300,7 @@ def _checkcurrent_of(tx: Tx, req: InputRequest, run: Run, answer: AnswerFields) 
     expires_at = req.expires_at
     if state == "expired" or (expires_at is not None and expires_at <= tx.now):
         if state == "pending":
-            expire_in_tx(tx, req, run)
+            expire_in_tx(core, tx, req, run)
             req = replace(req, state="expired", closed_at=tx.now)
         return Conflict(
             f"This request expired at {_words(expires_at or req.closed_at)}.",

@@ -42,6 +42,7 @@ NEUTRAL_BODY = {
     "mismatch": "What a run reported and its actual state disagree. Open Runbell to check.",
     "digest": "Several runs finished. Open Runbell to see them.",
     "amendment": "Someone proposed a change to one of your runs. Open Runbell to decide.",
+    "dependency": "A proposal one of your runs depends on changed. Open Runbell to see it.",
 }
 
 NEUTRAL_SUMMARY = {
@@ -54,6 +55,7 @@ NEUTRAL_SUMMARY = {
     "mismatch": "A run's reported state could not be confirmed",
     "digest": "Several runs finished",
     "amendment": "A change to your run was proposed",
+    "dependency": "A proposal your run depends on changed",
 }
 
 # What replaces a handled notification's push on every device that showed it (inv. 11).

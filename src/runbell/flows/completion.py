@@ -16,6 +16,9 @@ Invariants kept here (DESIGN §2):
   review it replaces is closed as superseded — updated, not duplicated. When the review
   leaves everything confirmed, it is closed as resolved and the success alert the run
   had been refused is raised then, through the policy like any completion.
+- 3 (what counts as done): a run whose ``done_when`` names operations is verified only
+  when each of those is ``confirmed`` (declared and confirmed: ``absent`` or never
+  declared is not done); the reason names the ones that are not.
 - 11: only counts, states and operation ids reach notifications and the feed; an
   operation's ``details`` never do.
 """
@@ -27,6 +30,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from runbell.domain.channels import offered
+from runbell.domain.jobs import unmet
 from runbell.domain.operations import (
     IN_FLIGHT,
     Completion,
@@ -74,7 +78,19 @@ def operations_summary(counts: dict[str, int]) -> OperationsSummary:
 
 def completion_of(tx: Tx, run: Run, counts: dict[str, int]) -> Completion:
     named = ledger.ids_by_state(tx.conn, run.tenant_id, run.run_id, NAMED)
-    return outcome(counts, named)
+    return outcome(counts, named, required_unmet(tx, run))
+
+
+def required_unmet(tx: Tx, run: Run) -> dict[str, str | None]:
+    """The operations the run's ``done_when`` requires that are not confirmed (read only
+    for a run whose ``done_when`` names some: other completions read nothing more)."""
+    required = run.done_when["operations"] if run.done_when else []
+    if not required:
+        return {}
+    states = (
+        ledger.states_of(tx.conn, run.tenant_id, run.run_id, required) if run.has_operations else {}
+    )
+    return unmet(required, states)
 
 
 def judge(tx: Tx, run: Run, state: str, effects_verified: bool | None) -> Judged:
@@ -89,6 +105,11 @@ def judge(tx: Tx, run: Run, state: str, effects_verified: bool | None) -> Judged
     if state != RunState.COMPLETED:
         return Judged(summary, None)
     if not summary["counts"]:
+        missing = required_unmet(tx, run)
+        if missing:  # done_when names operations the run never declared
+            done = outcome({}, None, missing)
+            runs.set_outcome(tx.conn, run.tenant_id, run.run_id, done.outcome.value)
+            return Judged(summary, done.outcome.value, "needs_review", done.text[:REASON_MAX])
         if effects_verified is False:
             runs.set_outcome(tx.conn, run.tenant_id, run.run_id, Outcome.NEEDS_REVIEW)
             return Judged(summary, Outcome.NEEDS_REVIEW.value)

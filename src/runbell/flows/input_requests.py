@@ -40,7 +40,7 @@ from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Notification, Run
 from runbell.domain.runs import RunState, is_terminal
-from runbell.flows import transitions, views
+from runbell.flows import dependencies, transitions, views
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
@@ -243,6 +243,7 @@ def _open_in(
                 run_id=run_id,
             ),
         )
+    dependencies.tell_dependents(core, tx, tenant_id, [r.id for r in replaced])
     # Same state again for a replacing request: still a new version, so anything
     # bound to the old one (links, open pages, queued alerts) is stale.
     run, ids = transitions.apply(
@@ -446,15 +447,16 @@ def expire_requests(core: Core, now: datetime, limit: int = 500) -> int:
                 or req.expires_at > tx.now
             ):
                 continue  # answered, replaced or swept by another process meanwhile
-            expire_in_tx(tx, req, run)
+            expire_in_tx(core, tx, req, run)
             expired += 1
     return expired
 
 
-def expire_in_tx(tx: Tx, req: InputRequest, run: Run) -> None:
+def expire_in_tx(core: Core, tx: Tx, req: InputRequest, run: Run) -> None:
     tenant_id = req.tenant_id
     if not requests.close(tx.conn, tenant_id, req.id, "expired", tx.now):
         return
+    dependencies.tell_dependents(core, tx, tenant_id, [req.id])
     tx.after_commit.append(metrics.EXPIRED_REQUESTS.labels(req.kind).inc)
     for note in notes.open_for_run(tx.conn, tenant_id, run.run_id):
         if note.get("input_request_id") == req.id:

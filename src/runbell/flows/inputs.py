@@ -13,6 +13,29 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 
+class DoneWhenBody(TypedDict, total=False):
+    """What counts as done: words, and the operations that must be confirmed."""
+
+    text: str
+    operations: list[str]
+
+
+class LinkBody(TypedDict, total=False):
+    """A conversation, message, ticket… the run is linked to (``url``: display only)."""
+
+    kind: str
+    id: str
+    url: str | None
+
+
+class DependsOnBody(TypedDict, total=False):
+    """Another run's proposal (an approval request) at a request version."""
+
+    run: str
+    request_id: str
+    version: int | None
+
+
 class RunFields(TypedDict, total=False):
     """``PUT /v1/runs/{id}``: only the fields given change (``owner`` by id or email)."""
 
@@ -28,6 +51,9 @@ class RunFields(TypedDict, total=False):
     state: str | None  # a new run starts queued or working
     sequence: int | None
     stall_after_seconds: int | None
+    done_when: DoneWhenBody | str | None
+    links: list[LinkBody] | None  # replaces the run's links (not versioned)
+    depends_on: DependsOnBody | None
 
 
 class AnswerBody(TypedDict, total=False):
@@ -86,7 +112,8 @@ class ProposalBody(TypedDict, total=False):
     """``POST /v1/runs/{id}/amendments``: why, and the fields to change."""
 
     text: str
-    changes: dict[str, str]  # objective | title -> the new text
+    # objective | title -> the new text; done_when -> {text, operations?} (or its text)
+    changes: dict[str, str | DoneWhenBody]
 
 
 class SourceBody(TypedDict, total=False):

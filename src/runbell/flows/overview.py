@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import NotRequired, TypedDict
 
 from runbell.domain import overview as rules
+from runbell.domain.errors import ValidationFailed
 from runbell.domain.operations import counts_text as ledger_text
 from runbell.domain.operations import normalized
 from runbell.domain.principal import Principal
@@ -216,14 +217,18 @@ def list_runs(
     states: list[str] | None,
     after: str | None,
     limit: int,
+    link: str | None = None,
 ) -> runs.RunsById | GroupedRuns:
     """``GET /v1/runs``: ``state`` and ``group`` as given (repeatable, comma lists; an
     unknown value is 422 naming the field). Without ``group``, the runs by id, paged by
-    run id (``runs.list_runs``); with it, :func:`list_grouped`."""
+    run id (``runs.list_runs``; ``link``: only those linked to ``kind:id``); with it,
+    :func:`list_grouped`."""
     wanted_states = rules.parse_list(states, rules.STATES, "state") or None
     wanted_groups = rules.parse_list(groups, rules.GROUPS, "group")
+    if link is not None and wanted_groups:
+        raise ValidationFailed("link lists runs by id; it is not combined with group", field="link")
     if not wanted_groups:
-        return runs.list_runs(core, who, states=wanted_states, after=after, limit=limit)
+        return runs.list_runs(core, who, states=wanted_states, after=after, limit=limit, link=link)
     return list_grouped(
         core, who, groups=wanted_groups, states=wanted_states, after=after, limit=limit
     )

@@ -11,6 +11,9 @@ Invariants kept here (DESIGN §2):
   notifications, so an approval bound to the old version can no longer run.
 - Tenant isolation: every read and write is scoped to the caller's tenant; a run the
   caller may not see answers 404.
+- Jobs (issue 18 item 5): ``done_when`` and ``depends_on`` are versioned like the
+  objective; ``links`` are not (linking a message changes nothing an approval was about);
+  a ``depends_on`` naming a run the caller cannot see reads as one that does not exist.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
+from runbell.domain.jobs import RunLink, check_done_when, check_links, parse_link
 from runbell.domain.principal import Principal
 from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import amendment_views, operations, review, stalls, views
+from runbell.flows import amendment_views, dependencies, operations, review, stalls, views
 from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
 from runbell.flows.context import Core
@@ -34,6 +38,7 @@ from runbell.flows.input_requests import pending_view
 from runbell.flows.inputs import RunFields
 from runbell.flows.operation_views import OperationsSummary
 from runbell.store import accounts, mismatches, runs
+from runbell.store import links as run_links
 from runbell.store import notifications as notes
 from runbell.store import stalls as stall_store
 from runbell.store.db import PendingEvent, Tx
@@ -53,6 +58,7 @@ RUN_FIELDS = (
     "details",
     "stall_after_seconds",
 )
+# (done_when and depends_on are checked by _job_fields; links live in run_links.)
 
 
 def put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[Run, bool]:
@@ -68,6 +74,7 @@ def put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[R
 
 
 def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[Run, bool]:
+    links = check_links(body["links"]) if "links" in body else None
     with core.db.transaction() as tx:
         run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
         owner = body.get("owner")
@@ -76,13 +83,43 @@ def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[
             _member(tx, who.tenant_id, ref, "authority.users")
             for ref in (body.get("authority") or {}).get("users") or []
         }
+        job = _job_fields(tx, who, run_id, body)
         if run is None:
             if owner_id is None:
                 raise ValidationFailed("owner is required when a run is created", field="owner")
-            created = _create_run(core, tx, who, run_id, owner_id, body, access)
+            created = _create_run(core, tx, who, run_id, owner_id, body, access, job)
+            _set_links(tx, who, created, links)
             return created, True
-        updated = _update_run(core, tx, who, run, owner_id, body, access)
+        updated = _update_run(core, tx, who, run, owner_id, body, access, job)
+        _set_links(tx, who, updated, links)
         return updated, False
+
+
+def _job_fields(tx: Tx, who: Principal, run_id: str, body: RunFields) -> RunChanges:
+    """What counts as done and what the run depends on, checked (issue 18 item 5)."""
+    job: RunChanges = {}
+    if "done_when" in body:
+        job["done_when"] = check_done_when(body["done_when"])
+    if "depends_on" in body:
+        job.update(dependencies.check(tx.conn, who, run_id, body["depends_on"]))
+    return job
+
+
+def _set_links(tx: Tx, who: Principal, run: Run, links: list[RunLink] | None) -> None:
+    """The run's links, replaced when given. Not a new version (a message linked to a job
+    changes nothing a pending approval was about), so a finished job can still be linked
+    to where it was discussed."""
+    if links is None or links == run_links.links_of(tx.conn, who.tenant_id, run.run_id):
+        return
+    run_links.replace_links(tx.conn, who.tenant_id, run.run_id, links, tx.now)
+    tx.emit(
+        who.tenant_id,
+        PendingEvent(
+            "run.linked",
+            {"run_id": run.run_id, "version": run.version, "links": len(links)},
+            run_id=run.run_id,
+        ),
+    )
 
 
 def _member(tx: Tx, tenant_id: str, ref: str, field: str) -> str:
@@ -102,6 +139,7 @@ def _create_run(
     owner_id: str,
     body: RunFields,
     access: set[str],
+    job: RunChanges,
 ) -> Run:
     state = body.get("state") or "queued"
     if state not in ("queued", "working"):
@@ -118,6 +156,7 @@ def _create_run(
         created_at=tx.now,
         updated_at=tx.now,
         started_at=tx.now if state == "working" else None,
+        **job,
     )
     run = runs.new_run(**values)
     run = replace(run, **stalls.restart_clock(core, tx, run, state))
@@ -151,6 +190,7 @@ def _update_run(
     owner_id: str | None,
     body: RunFields,
     access: set[str],
+    job: RunChanges,
 ) -> Run:
     if body.get("state") and body["state"] != run.state:
         raise ValidationFailed(
@@ -163,6 +203,9 @@ def _update_run(
         RunChanges,
         {k: v for k, v in body.items() if k in RUN_FIELDS and v != getattr(run, k)},
     )
+    for name, value in job.items():  # done_when, depends_on_*: checked by _job_fields
+        if value != getattr(run, name):
+            changes[name] = value  # type: ignore[literal-required]
     if "notify_on_complete" in changes:
         changes["notify_on_complete"] = bool(changes["notify_on_complete"])
     if owner_id is not None and owner_id != run.owner_user_id:
@@ -224,6 +267,8 @@ class RunSnapshot(views.RunView):
     previous_worker_may_still_act: bool
     badge: views.BadgeView  # what the run's state and ledger say at a glance
     pending_review: views.InputRequestView | None  # a finished run's review (flows.review)
+    links: list[RunLink]
+    dependency: dependencies.DependencyView | None  # where depends_on stands now
 
 
 class RunsById(TypedDict):
@@ -253,14 +298,28 @@ def get_run(core: Core, who: Principal, run_id: str) -> RunSnapshot:
             **ledger,  # {counts, text}, fencing (issue 10)
             "badge": views.badge_view(run.state, run.outcome, ledger["operations"]["counts"]),
             "pending_review": None if waiting is None else views.input_request_view(waiting),
+            "links": run_links.links_of(conn, who.tenant_id, run_id),
+            "dependency": dependencies.view(conn, run),
         }
 
 
 def list_runs(
-    core: Core, who: Principal, *, states: list[str] | None, after: str | None, limit: int
+    core: Core,
+    who: Principal,
+    *,
+    states: list[str] | None,
+    after: str | None,
+    limit: int,
+    link: str | None = None,
 ) -> RunsById:
+    """A page of the runs ``who`` may see, by run id; ``link`` (``kind:id``): only the
+    runs linked to it (every job of one conversation, in one indexed query)."""
+    linked = None
+    if link is not None:
+        kind, link_id = parse_link(link)
+        linked = run_links.linked_runs(who.tenant_id, kind, link_id)
     with core.db.read() as conn:
-        rows = runs.list_runs(conn, who, states=states, after=after, limit=limit + 1)
+        rows = runs.list_runs(conn, who, states=states, after=after, limit=limit + 1, linked=linked)
     page = rows[:limit]
     return {
         "runs": [views.run_view(r) for r in page],

@@ -32,7 +32,7 @@ from runbell.domain.channels import offered
 from runbell.domain.policy import TransitionFacts
 from runbell.domain.records import Notification, ReportedError, Run, RunChanges, RunReport
 from runbell.domain.runs import AttentionType, RunState, attention_for, is_terminal
-from runbell.flows import cancel_outcome, completion, review, stalls, views
+from runbell.flows import cancel_outcome, completion, dependencies, review, stalls, views
 from runbell.flows.attention import (
     RequestLink,
     close_notification,
@@ -218,7 +218,9 @@ def supersede(m: Moving) -> None:
     m.superseded = set(supersede_actionable(m.tx, tenant_id, run_id, m.version, m.open_notes))
     stalls.end_episode(m.tx, m.before, m.run, f"run is now {m.move.state}", m.open_notes)
     if m.before.state == RunState.INPUT_REQUIRED and m.move.state != RunState.INPUT_REQUIRED:
-        cancel_pending(m.tx, m.run)
+        cancelled = cancel_pending(m.tx, m.run)
+        if cancelled:  # runs that depend on one of them are told (flows.dependencies)
+            dependencies.tell_dependents(m.core, m.tx, tenant_id, cancelled)
 
 
 def settle_cancellation(m: Moving) -> None:
@@ -281,7 +283,8 @@ def close_moot(m: Moving) -> None:
         if note["id"] not in m.superseded and note["attention_type"] in _MOOT_WHEN_FINISHED:
             close_notification(m.tx, note, "resolved", f"run is {m.move.state}")
     if any(note["attention_type"] == "amendment" for note in m.open_notes):
-        _cancel_amendments(m.tx, m.run)
+        cancelled = _cancel_amendments(m.tx, m.run)
+        dependencies.tell_dependents(m.core, m.tx, m.run.tenant_id, cancelled)
 
 
 def record_history(m: Moving) -> None:
@@ -313,14 +316,17 @@ def record_history(m: Moving) -> None:
 _MOOT_WHEN_FINISHED = ("mismatch", "amendment")
 
 
-def _cancel_amendments(tx: Tx, run: Run) -> None:
+def _cancel_amendments(tx: Tx, run: Run) -> list[str]:
     """The run finished with proposed changes pending: they can no longer apply. (Looked
     for only when one had an open notification, so an ordinary finish reads nothing more;
     one that had none is cancelled when someone answers it.)"""
     tenant_id = run.tenant_id
+    cancelled = []
     for pending in amendments.for_run(tx.conn, tenant_id, run.run_id):
         requests.close(tx.conn, tenant_id, pending.input_request_id, "cancelled", tx.now)
         amendments.decide(tx.conn, tenant_id, pending.id, "cancelled", by=None, at=tx.now)
+        cancelled.append(pending.input_request_id)
+    return cancelled
 
 
 def cancel_pending(tx: Tx, run: Run) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any, NotRequired, TypedDict
 
 from runbell.domain.badges import badge
 from runbell.domain.cancellation import CancelSummary
+from runbell.domain.jobs import DoneWhen
 from runbell.domain.records import (
     InputRequest,
     Notification,
@@ -40,6 +41,14 @@ class CancelRequest(TypedDict):
 class WorkerView(TypedDict):
     id: str
     epoch: int
+
+
+class DependsOnView(TypedDict):
+    """The proposal a run depends on, as it named it (``flows.dependencies``)."""
+
+    run: str
+    request_id: str
+    version: int
 
 
 class RunView(TypedDict):
@@ -75,6 +84,8 @@ class RunView(TypedDict):
     stall_due_at: str | None
     outcome: str | None
     worker: WorkerView | None
+    done_when: DoneWhen | None  # what counts as done (issue 18 item 5)
+    depends_on: DependsOnView | None
     details: NotRequired[dict[str, Any] | None]  # only for a caller who asked and may see
 
 
@@ -242,10 +253,22 @@ def run_view(run: Run, *, include_details: bool = False) -> RunView:
         "worker": (
             {"id": run.worker_id, "epoch": run.worker_epoch or 0} if run.worker_id else None
         ),
+        "done_when": run.done_when,
+        "depends_on": depends_on_view(run),
     }
     if include_details:
         out["details"] = run.details
     return out
+
+
+def depends_on_view(run: Run) -> DependsOnView | None:
+    if run.depends_on_request is None or run.depends_on_run is None:
+        return None
+    return {
+        "run": run.depends_on_run,
+        "request_id": run.depends_on_request,
+        "version": int(run.depends_on_version or 1),
+    }
 
 
 def cancel_requested_view(run: Run) -> CancelRequest | None:

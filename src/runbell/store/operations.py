@@ -132,6 +132,22 @@ def ids_by_state(
     return out
 
 
+def states_of(
+    conn: Connection, tenant_id: str, run_id: str, operation_ids: list[str]
+) -> dict[str, str]:
+    """The state of each of these operations of the run (those it declared)."""
+    if not operation_ids:
+        return {}
+    rows = conn.execute(
+        sa.select(_OPS.c.operation_id, _OPS.c.state).where(
+            _OPS.c.tenant_id == tenant_id,
+            _OPS.c.run_id == run_id,
+            _OPS.c.operation_id.in_(sorted(set(operation_ids))),
+        )
+    ).all()
+    return {str(op_id): str(state) for op_id, state in rows}
+
+
 def next_position(conn: Connection, tenant_id: str, run_id: str) -> int:
     found = conn.execute(
         sa.select(sa.func.max(_OPS.c.position)).where(

@@ -240,10 +240,15 @@ def list_runs(
     states: list[str] | None,
     after: str | None,
     limit: int,
+    linked: sa.Select[Any] | None = None,
 ) -> list[Run]:
+    """A page of the runs ``who`` may see, by run id; ``linked``: only those among these
+    run ids (``store.links.linked_runs``: the jobs of one conversation)."""
     q = sa.select(t.runs).where(t.runs.c.tenant_id == who.tenant_id)
     if not who.sees_all_runs:
         q = q.where(t.runs.c.run_id.in_(visible_run_ids(who)))
+    if linked is not None:
+        q = q.where(t.runs.c.run_id.in_(linked))
     if states:
         q = q.where(t.runs.c.state.in_(states))
     if after:
@@ -323,3 +328,18 @@ def set_stall_due(conn: Connection, tenant_id: str, run_id: str, due: datetime |
         .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
         .values(stall_due_at=due)
     )
+
+
+def dependents_of(conn: Connection, tenant_id: str, request_ids: list[str]) -> list[Run]:
+    """The runs that depend on one of these input requests (``ix_runs_depends_on``)."""
+    if not request_ids:
+        return []
+    rows = conn.execute(
+        sa.select(t.runs)
+        .where(
+            t.runs.c.tenant_id == tenant_id,
+            t.runs.c.depends_on_request.in_(sorted(set(request_ids))),
+        )
+        .order_by(t.runs.c.run_id)
+    ).all()
+    return [Run.of(r._mapping) for r in rows]

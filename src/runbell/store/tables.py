@@ -823,3 +823,33 @@ sa.Index(
     operations.c.target_id,
     operations.c.state,
 )
+
+# --- jobs: what counts as done, links, dependencies (issue 18 item 5) ----------------
+#
+# ``done_when``: {"text", "operations": [operation ids]}: what counts as done, in words,
+# and the operations a verified completion needs *confirmed* (flows.completion).
+# ``depends_on_*``: the other run's proposal (an input request, at a request version) this
+# run's work assumes; its state is read when the run is shown (flows.dependencies), and the
+# index finds the runs to tell when that request is decided, cancelled or replaced.
+runs.append_column(sa.Column("done_when", JSON, nullable=True))
+runs.append_column(sa.Column("depends_on_run", sa.String(limits.RUN_ID), nullable=True))
+runs.append_column(sa.Column("depends_on_request", sa.String(limits.RUN_ID), nullable=True))
+runs.append_column(sa.Column("depends_on_version", sa.Integer, nullable=True))
+sa.Index("ix_runs_depends_on", runs.c.tenant_id, runs.c.depends_on_request)
+
+# The conversations, messages, tickets… a run is linked to (display links, never
+# fetched). ``GET /v1/runs?link=kind:id`` reads ix_run_links_target: every job of one
+# conversation in one indexed query.
+run_links = sa.Table(
+    "run_links",
+    metadata,
+    _tenant(),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
+    sa.Column("kind", sa.String(limits.LINK_KIND), nullable=False),
+    sa.Column("link_id", sa.String(limits.LINK_ID), nullable=False),
+    sa.Column("url", sa.String(limits.URL), nullable=True),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "run_id", "kind", "link_id"),
+)
+sa.Index("ix_run_links_target", run_links.c.tenant_id, run_links.c.kind, run_links.c.link_id)

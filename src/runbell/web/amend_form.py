@@ -14,7 +14,7 @@ from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.flows import amendments, idempotency
 from runbell.flows.idempotency import IdempotencyKey
-from runbell.flows.inputs import ProposalBody
+from runbell.flows.inputs import DoneWhenBody, ProposalBody
 from runbell.web import wording
 from runbell.web.forms import Checked
 from runbell.web.run_page import RunPageState, run_page
@@ -28,8 +28,15 @@ def propose_form(run_id: str, signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     body: ProposalBody = {"text": signed.form.first("text")}
     objective = signed.form.first("objective").strip()
+    changes: dict[str, str | DoneWhenBody] = {}
     if objective:
-        body["changes"] = {"objective": objective}
+        changes["objective"] = objective
+    done_when = signed.form.first("done_when").strip()
+    if done_when:  # new words; the operations it needs stay those the page showed
+        needs = signed.form.all("done_when_operation")
+        changes["done_when"] = {"text": done_when, "operations": needs}
+    if changes:
+        body["changes"] = changes
     key = signed.form.first("idempotency_key")[:200] or secrets.token_urlsafe(24)
     assert v.who.user_id is not None
     ik = IdempotencyKey(

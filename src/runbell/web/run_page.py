@@ -109,6 +109,36 @@ def _safe_link(url: Any) -> str | None:
     return url if urlsplit(url).scheme in ("http", "https") else None
 
 
+def _shown(value: Any) -> Any:
+    """A proposed change's value as a person reads it: a done_when as its words and the
+    operations it needs confirmed; anything else as it is."""
+    if isinstance(value, dict) and "text" in value:
+        ops = value.get("operations") or []
+        return str(value["text"]) + (f" (needs confirmed: {', '.join(ops)})" if ops else "")
+    return value
+
+
+def job_view(snapshot: RunSnapshot) -> dict[str, Any] | None:
+    """The Job block (issue 18 item 5): what counts as done, where the run's links point,
+    and where the proposal it depends on stands now. None when the run names none."""
+    done_when = snapshot["done_when"]
+    links = [
+        {"label": f"{link['kind']} {link['id']}", "url": _safe_link(link["url"])}
+        for link in snapshot["links"]
+    ]
+    dependency = snapshot["dependency"]
+    if not (done_when or links or dependency):
+        return None
+    return {
+        "done_when": done_when,
+        "links": links,
+        "dependency": dependency,
+        "dependency_href": (
+            f"/runs/{quote(dependency['run'], safe='')}" if dependency is not None else None
+        ),
+    }
+
+
 def _progress_view(v: Viewer, progress: Any) -> dict[str, Any] | None:
     """The run's last progress note (message, what its counts count) and when it came."""
     if not isinstance(progress, dict):
@@ -203,6 +233,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         badge=snapshot["badge"],
         badge_settled=snapshot["badge"]["key"].startswith("state-"),
         review_decided=_decided_view(v, shown["decided_review"]),
+        job=job_view(snapshot),
         ledger=ledger_view(snapshot, shown["operations"], v, shown["people"]),
         may_answer=shown["may_answer"],
         cancel=cancel_view(v, run, snapshot, shown, state),
@@ -213,7 +244,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
                 "at": v.time(a.created_at),
                 "text": a.text,
                 "changes": [
-                    {"field": name, "now": (a.base or {}).get(name), "to": value}
+                    {"field": name, "now": _shown((a.base or {}).get(name)), "to": _shown(value)}
                     for name, value in sorted((a.changes or {}).items())
                 ],
                 "run_version": a.run_version,

@@ -39,6 +39,7 @@ ATTENTION_LABEL = {
     "mismatch": "State could not be confirmed",
     "digest": "Digest",
     "amendment": "Change proposed",
+    "dependency": "A proposal it depends on changed",
 }
 
 NOTE_STATE_LABEL = {

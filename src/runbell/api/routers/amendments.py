@@ -12,7 +12,7 @@ from runbell.api.deps import CoreDep, Who
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
-from runbell.api.schemas import RUN_ID_PATTERN, Strict
+from runbell.api.schemas import RUN_ID_PATTERN, DoneWhenIn, Strict
 from runbell.domain import limits as L
 from runbell.flows import amendments
 from runbell.flows.inputs import ProposalBody
@@ -24,6 +24,9 @@ RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen r
 class AmendmentChanges(Strict):
     objective: str | None = Field(default=None, min_length=1, max_length=L.OBJECTIVE)
     title: str | None = Field(default=None, min_length=1, max_length=L.TITLE)
+    done_when: DoneWhenIn | None = Field(
+        default=None, description="what counts as done: {text, operations?}"
+    )
 
 
 class AmendmentIn(Strict):
@@ -46,6 +49,7 @@ class AmendmentIn(Strict):
         rule("text", "not blank: at least one character that is not whitespace"),
         rule("changes.title", "not blank"),
         rule("changes.objective", "not blank"),
+        rule("changes.done_when.*", "text not blank; operation ids not blank, none twice"),
         rule("changes", "must differ from the run as it is now"),
     ),
 )

@@ -39,6 +39,12 @@ PUT_RULES = rules(
     rule("owner", "a user id (usr_…) or the email of a current member of the tenant"),
     rule("authority.users", "each a user id or the email of a current member"),
     rule("state", "only on creation; an existing run changes state with POST …/signals"),
+    rule("links.*", "no kind:id twice; id not blank, without control characters"),
+    rule("links.*.url", "an http(s) URL without credentials (shown, never fetched)"),
+    rule("depends_on.run", "a run of this tenant the caller may see, not this one"),
+    rule("depends_on.request_id", "an approval request of that run"),
+    rule("depends_on.version", "at most the request's current version"),
+    rule("done_when.*", "text not blank; operation ids not blank, none twice"),
 )
 
 
@@ -72,7 +78,8 @@ def get_run(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
     "",
     responses=problems(401, 422, 503),
     openapi_extra=rules(
-        rule("after", "a next_cursor this listing gave, with the same state and group")
+        rule("after", "a next_cursor this listing gave, with the same state and group"),
+        rule("link", "kind:id with an id of at most 200 characters; not combined with group"),
     ),
 )
 def list_runs(
@@ -98,12 +105,23 @@ def list_runs(
         Query(max_length=200, description="next_cursor of the previous page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200, description="runs per page (per group)")] = 50,
+    link: Annotated[
+        str | None,
+        Query(
+            max_length=233,
+            pattern=r"^[a-z][a-z0-9_.-]{0,31}:.+$",
+            description="only the runs linked to kind:id (conversation:abc): every job "
+            "of one conversation; not combined with group",
+        ),
+    ] = None,
 ) -> Mapping[str, Any]:
     """The runs the caller may see: by id, or grouped as the runs overview (``group=``).
 
     Tenant owners, admins and API keys see every run of the tenant; others the runs they
     own or whose authority names them."""
-    return overview.list_runs(core, who, groups=group, states=state, after=after, limit=limit)
+    return overview.list_runs(
+        core, who, groups=group, states=state, after=after, limit=limit, link=link
+    )
 
 
 @router.post("/{run_id}/signals", responses=problems(401, 403, 404, 409, 413, 422, 503))

@@ -149,7 +149,7 @@
   if (page === "run") {
     const runId = body.dataset.runId;
     const notice = document.getElementById("run-changed");
-    const LIVE = ["state", "cancel", "amendments", "outcome", "operations", "facts", "details", "timeline", "notes"];
+    const LIVE = ["state", "cancel", "amendments", "outcome", "operations", "job", "facts", "details", "timeline", "notes"];
     const WHY = {
       answered: "This request was answered, here or on another device.",
       expired: "This request expired.",
@@ -344,6 +344,8 @@
       "amendment.proposed",
       "amendment.approved",
       "amendment.rejected",
+      "run.dependency",
+      "run.linked",
     ];
     const handlers = {};
     types.forEach(function (t) {
