@@ -99,6 +99,10 @@ class Authority(Strict):
     roles: list[Literal["owner", "admin", "member"]] = Field(default_factory=list)
 
 
+class ScheduleRefIn(Strict):
+    id: str = Field(min_length=1, max_length=L.ID, description="the schedule's id (sch_…)")
+
+
 class RunPut(Strict):
     owner: str | None = Field(
         default=None, max_length=L.EMAIL, description="user id (usr_…) or email of a member"
@@ -119,6 +123,11 @@ class RunPut(Strict):
         default=None,
         description="stalled after this many seconds without progress while working "
         "(0: never; null: the tenant policy's default)",
+    )
+    schedule: ScheduleRefIn | None = Field(
+        default=None,
+        description="only on creation: the schedule the run starts under (it must be "
+        "active; the run records its instruction version and authority)",
     )
 
 

@@ -83,6 +83,11 @@ class Run:
     cancel_requested_by: str | None
     cancel_reason: str | None
     cancel_summary: CancelSummary | None
+    # Started under a schedule (issue 18 item 6): which, the instruction version and the
+    # authority in force then ({"version": n, "authority": {...}}).
+    schedule_id: str | None
+    schedule_instruction_version: int | None
+    schedule_authority: dict[str, Any] | None
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Run:
@@ -128,6 +133,9 @@ class RunChanges(TypedDict, total=False):
     cancel_requested_by: str | None
     cancel_reason: str | None
     cancel_summary: CancelSummary | None
+    schedule_id: str | None
+    schedule_instruction_version: int | None
+    schedule_authority: dict[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True)

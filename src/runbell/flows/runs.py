@@ -26,7 +26,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import amendment_views, operations, stalls, views
+from runbell.flows import amendment_views, operations, schedule_start, schedule_views, stalls, views
 from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
 from runbell.flows.context import Core
@@ -70,6 +70,12 @@ def put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[R
 def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[Run, bool]:
     with core.db.transaction() as tx:
         run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
+        under = None
+        if run is None:  # started under a schedule: its owner and authority by default
+            under = schedule_start.started_under(tx, who, body.get("schedule"))
+            body = schedule_start.with_defaults(body, under) if under else body
+        else:
+            schedule_start.check_unchanged(body, run.schedule_id)
         owner = body.get("owner")
         owner_id = _member(tx, who.tenant_id, owner, "owner") if owner else None
         access = {
@@ -79,7 +85,7 @@ def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[
         if run is None:
             if owner_id is None:
                 raise ValidationFailed("owner is required when a run is created", field="owner")
-            created = _create_run(core, tx, who, run_id, owner_id, body, access)
+            created = _create_run(core, tx, who, run_id, owner_id, body, access, under)
             return created, True
         updated = _update_run(core, tx, who, run, owner_id, body, access)
         return updated, False
@@ -102,6 +108,7 @@ def _create_run(
     owner_id: str,
     body: RunFields,
     access: set[str],
+    under: schedule_start.StartedUnder | None = None,
 ) -> Run:
     state = body.get("state") or "queued"
     if state not in ("queued", "working"):
@@ -118,6 +125,7 @@ def _create_run(
         created_at=tx.now,
         updated_at=tx.now,
         started_at=tx.now if state == "working" else None,
+        **(under.columns() if under else {}),
     )
     run = runs.new_run(**values)
     run = replace(run, **stalls.restart_clock(core, tx, run, state))
@@ -222,6 +230,7 @@ class RunSnapshot(views.RunView):
     pending_amendments: list[AmendmentView]
     operations: OperationsSummary
     previous_worker_may_still_act: bool
+    schedule: schedule_views.RunSchedule | None  # the schedule it started under (issue 18)
 
 
 class RunsById(TypedDict):
@@ -247,6 +256,7 @@ def get_run(core: Core, who: Principal, run_id: str) -> RunSnapshot:
             "open_mismatches": mismatches.count_open(conn, who.tenant_id, run_id),
             "pending_amendments": amendment_views.pending_views(conn, who.tenant_id, run_id),
             **operations.snapshot(conn, run),  # {counts, text}, fencing (issue 10)
+            "schedule": schedule_views.run_schedule(conn, run),
         }
 
 

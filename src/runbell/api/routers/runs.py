@@ -39,6 +39,7 @@ PUT_RULES = rules(
     rule("owner", "a user id (usr_…) or the email of a current member of the tenant"),
     rule("authority.users", "each a user id or the email of a current member"),
     rule("state", "only on creation; an existing run changes state with POST …/signals"),
+    rule("schedule.id", "a schedule of this tenant; only on creation (409 if not active)"),
 )
 
 
