@@ -7,6 +7,7 @@ Times are parameters (no clock of its own) and always UTC: a cadence is read in 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -45,6 +46,12 @@ def check_cadence(cadence: object, field: str = "cadence") -> str:
             field=field,
         )
     return text
+
+
+def authority_users(authority: Mapping[str, object] | None) -> list[str]:
+    """The people an authority (a run's shape: ``{users, roles}``) names."""
+    users = (authority or {}).get("users") or []
+    return [str(u) for u in users] if isinstance(users, list) else []
 
 
 def next_after(cadence: str, at: datetime) -> datetime:

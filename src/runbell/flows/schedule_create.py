@@ -61,7 +61,7 @@ def create_schedule(
             owner_id = views.member(tx, who.tenant_id, owner_ref, "owner")
             views.check_manager(who, owner_id)
             authority = body.get("authority")
-            views.check_authority(tx, who.tenant_id, authority)
+            views.check_authority(tx, who.tenant_id, rules.authority_users(authority))
             schedule_id = store.create(
                 tx.conn,
                 who.tenant_id,

@@ -41,7 +41,7 @@ def edit_schedule(
             store.add_instruction(tx.conn, who.tenant_id, s.id, version, text, who.actor(), tx.now)
             values["instruction_version"] = version
         if "authority" in changes and changes["authority"] != s.authority:
-            views.check_authority(tx, who.tenant_id, changes["authority"])
+            views.check_authority(tx, who.tenant_id, rules.authority_users(changes["authority"]))
             values.update(authority=changes["authority"], authority_version=s.authority_version + 1)
         if cadence is not None and cadence != s.cadence:
             values["cadence"] = cadence

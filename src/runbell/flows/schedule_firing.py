@@ -47,7 +47,7 @@ TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
-class Claimed:
+class Occurrence:
     """One occurrence recorded as being sent, and what to send."""
 
     tenant_id: str
@@ -77,7 +77,7 @@ def sweep(core: Core, now: datetime, limit: int = 100) -> int:
     return fired
 
 
-def claim(core: Core, tenant_id: str, schedule_id: str, now: datetime) -> Claimed | None:
+def claim(core: Core, tenant_id: str, schedule_id: str, now: datetime) -> Occurrence | None:
     """Record the due occurrence of one schedule and move its clock on; None when there is
     nothing to fire (no longer active or due, or another sweeper recorded it)."""
     with core.db.transaction(now=now) as tx:
@@ -119,10 +119,10 @@ def claim(core: Core, tenant_id: str, schedule_id: str, now: datetime) -> Claime
             },
         }
         body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
-        return Claimed(tenant_id, s.id, due_at, msg_id, s.url, s.secret, body)
+        return Occurrence(tenant_id, s.id, due_at, msg_id, s.url, s.secret, body)
 
 
-def send(core: Core, claimed: Claimed) -> str:
+def send(core: Core, claimed: Occurrence) -> str:
     """POST the occurrence, signed; record what happened (sent | failed) and return it."""
     status_code: int | None = None
     error: str | None = None

@@ -162,9 +162,9 @@ def member(tx: Tx, tenant_id: str, ref: object, field: str) -> str:
         ) from exc
 
 
-def check_authority(tx: Tx, tenant_id: str, authority: dict[str, Any] | None) -> None:
-    """A run's authority shape, every user named a current member (as ``PUT /v1/runs``)."""
-    for ref in (authority or {}).get("users") or []:
+def check_authority(tx: Tx, tenant_id: str, users: list[str]) -> None:
+    """Every user an authority names is a current member (as ``PUT /v1/runs``)."""
+    for ref in users:
         member(tx, tenant_id, ref, "authority.users")
 
 
