@@ -191,6 +191,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
             "stalled": v.time(run.stalled_at) if run.stalled_at else None,
         },
         request=request_view,
+        schedule=snapshot.get("schedule"),  # started under a schedule (issue 18 item 6)
         ledger=ledger_view(snapshot, shown["operations"], v, shown["people"]),
         may_answer=shown["may_answer"],
         cancel=cancel_view(v, run, snapshot, shown, state),
