@@ -122,11 +122,11 @@ def test_versions_are_kept_and_each_run_records_the_version_in_force(
     # A run that exists keeps its schedule: naming another is refused.
     other = create(client, creds.owner_token, name="other").json()
     moved = start_run(client, creds, "inv-2", other["id"])
-    assert moved.status_code == 422 and moved.json()["field"] == "schedule", moved.text
+    assert moved.status_code == 422 and moved.json()["field"] == "schedule.id", moved.text
 
 
 def test_bad_cron_is_a_422_naming_the_field(client: TestClient, creds: TenantCreds) -> None:
-    for cadence in ("61 * * * *", "every morning", "0 9 * * * *", "* * *"):
+    for cadence in ("61 * * * *", "every morning", "0 9 * * * *", "* * *", "0 0 31 2 *"):
         r = create(client, creds.admin_key, owner=creds.owner_email, cadence=cadence)
         assert r.status_code == 422, (cadence, r.text)
         assert r.headers["content-type"].startswith("application/problem+json")

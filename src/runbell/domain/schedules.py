@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from runbell.domain.errors import Conflict, ValidationFailed
 
@@ -45,7 +45,14 @@ def check_cadence(cadence: object, field: str = "cadence") -> str:
             "(minute hour day-of-month month day-of-week), e.g. '0 9 * * 1-5'",
             field=field,
         )
+    try:
+        next_after(text, _REFERENCE)
+    except CroniterError as exc:  # e.g. '0 0 31 2 *': valid fields, no such day
+        raise ValidationFailed(f"{field}: {text!r} never occurs", field=field) from exc
     return text
+
+
+_REFERENCE = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 def authority_users(authority: Mapping[str, object] | None) -> list[str]:

@@ -84,5 +84,5 @@ def check_unchanged(body: RunFields, schedule_id: str | None) -> None:
     ref = body.get("schedule")
     if ref is not None and ref.get("id") != schedule_id:
         raise ValidationFailed(
-            "schedule is set when a run is created; it cannot change", field="schedule"
+            "schedule is set when a run is created; it cannot change", field="schedule.id"
         )

@@ -29,8 +29,14 @@ CADENCE = (
     "@hourly, read in UTC; e.g. '0 9 * * 1-5'"
 )
 INSTRUCTION_MAX = 20_000
+CADENCE_RULE = rule(
+    "cadence", "a valid cron expression of five fields, or @hourly/@daily/…, that occurs"
+)
+INSTRUCTION_RULE = rule("instruction", "not only blanks")
+AUTHORITY_RULE = rule("authority.users", "each a user id or the email of a current member")
 CREATE_RULES = rules(
-    rule("cadence", "a valid cron expression of five fields, or @hourly/@daily/…"),
+    CADENCE_RULE,
+    INSTRUCTION_RULE,
     rule("url", "required when mode is webhook; refused when mode is record_only"),
     rule("url", SSRF_RULE, "unsafe-destination"),
     rule(
@@ -38,8 +44,9 @@ CREATE_RULES = rules(
         "a user id (usr_…) or the email of a current member; a member creating a "
         "schedule may name only themselves",
     ),
-    rule("authority.users", "each a user id or the email of a current member"),
+    AUTHORITY_RULE,
 )
+PATCH_RULES = rules(CADENCE_RULE, INSTRUCTION_RULE, AUTHORITY_RULE)
 
 
 class ScheduleIn(Storable):
@@ -119,7 +126,7 @@ def get_schedule(schedule_id: ScheduleId, who: Who, core: CoreDep) -> Mapping[st
 @router.patch(
     "/{schedule_id}",
     responses=problems(401, 403, 404, 409, 413, 422, 503),
-    openapi_extra=rules(rule("cadence", "a valid cron expression of five fields")),
+    openapi_extra=PATCH_RULES,
 )
 def patch(
     schedule_id: ScheduleId, body: SchedulePatch, who: Who, core: CoreDep
