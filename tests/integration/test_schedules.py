@@ -8,6 +8,7 @@ runs. Every test runs on SQLite and PostgreSQL with the test clock.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,6 +27,7 @@ from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import bearer
 from tests.integration.test_web import sign_in
 from tests.peers import WebhookReceiver
+from tests.timeouts import WAIT
 
 START = datetime(2026, 6, 1, 8, 58, tzinfo=UTC)
 NINE = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
@@ -388,3 +390,38 @@ def test_a_missed_stretch_fires_once_and_a_failure_is_recorded(
     assert firing["status"] == "failed" and firing["status_code"] == 503
     assert "503" in firing["error"]
     assert shown["next_fire_at"] == "2026-06-04T09:00:00Z"
+
+
+def test_two_processes_sweeping_at_once_fire_an_occurrence_once(
+    core: Core,
+    settings: Settings,
+    frozen: Clock,
+    client: TestClient,
+    creds: TenantCreds,
+    receiver: WebhookReceiver,
+) -> None:
+    sched = _webhook_schedule(client, creds, receiver)
+    other = build(settings, clock=frozen, migrate=False)
+    now = NINE + timedelta(minutes=1)
+    start = threading.Barrier(2)
+    claimed: list[schedule_firing.Occurrence | None] = []
+
+    def sweeper(c: Core) -> None:
+        start.wait(WAIT)
+        claimed.append(schedule_firing.claim(c, creds.tenant_id, sched["id"], now))
+
+    try:
+        threads = [threading.Thread(target=sweeper, args=(c,)) for c in (core, other)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT)
+    finally:
+        other.db.dispose()
+    won = [c for c in claimed if c is not None]
+    assert len(claimed) == 2 and len(won) == 1, claimed
+    assert won[0].webhook_id == f"msg_{sched['id']}_{int(NINE.timestamp())}"
+    shown = client.get(f"/v1/schedules/{sched['id']}", headers=bearer(creds.admin_key)).json()
+    assert [f["status"] for f in shown["firings"]] == ["sending"]  # recorded before sending
+    assert schedule_firing.send(core, won[0]) == "sent"
+    assert len(receiver.requests) == 1
