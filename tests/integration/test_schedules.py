@@ -425,3 +425,24 @@ def test_two_processes_sweeping_at_once_fire_an_occurrence_once(
     assert [f["status"] for f in shown["firings"]] == ["sending"]  # recorded before sending
     assert schedule_firing.send(core, won[0]) == "sent"
     assert len(receiver.requests) == 1
+
+
+def test_a_create_retried_under_its_key_makes_one_schedule_and_replays_the_secret(
+    client: TestClient, creds: TenantCreds, receiver: WebhookReceiver
+) -> None:
+    body = {
+        "instruction": INSTRUCTION,
+        "cadence": "0 9 * * *",
+        "mode": "webhook",
+        "url": receiver.url("/start"),
+    }
+    headers = {**bearer(creds.owner_token), "Idempotency-Key": "sched-1"}
+    first = client.post("/v1/schedules", json=body, headers=headers)
+    again = client.post("/v1/schedules", json=body, headers=headers)
+    assert first.status_code == again.status_code == 201, again.text
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.content == first.content  # the secret too, byte for byte
+    listed = client.get("/v1/schedules", headers=bearer(creds.admin_key)).json()["schedules"]
+    assert [s["id"] for s in listed] == [first.json()["id"]]
+    other = client.post("/v1/schedules", json={**body, "cadence": "@hourly"}, headers=headers)
+    assert other.status_code == 422 and other.json()["field"] == "Idempotency-Key", other.text
