@@ -156,6 +156,13 @@ CAN_RETURN: dict[tuple[str, str], set[int]] = {
     ("post", "/v1/chat-destinations"): {*WRITE},
     ("get", "/v1/me/chat-destinations"): {*ROLE},
     ("delete", "/v1/me/chat-destinations/{destination_id}"): {*ROLE, 404, 413},
+    ("post", "/v1/schedules"): {*WRITE},
+    ("get", "/v1/schedules"): {*AUTH},
+    ("get", "/v1/schedules/{schedule_id}"): {*AUTH, 404},
+    ("patch", "/v1/schedules/{schedule_id}"): {*WRITE, 404, 409},
+    ("post", "/v1/schedules/{schedule_id}/pause"): {*WRITE, 404, 409},
+    ("post", "/v1/schedules/{schedule_id}/resume"): {*WRITE, 404, 409},
+    ("post", "/v1/schedules/{schedule_id}/revoke"): {*WRITE, 404, 409},
     ("get", "/healthz"): set(),
     ("get", "/readyz"): {503},
 }
@@ -186,6 +193,7 @@ IDEMPOTENT = {
     "/v1/deliveries/{delivery_id}/replay",
     "/v1/notifications/{notification_id}/ack",
     "/v1/notifications/{notification_id}/receipts",
+    "/v1/schedules",
 }
 
 

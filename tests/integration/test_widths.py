@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from runbell.api.routers.cancellation import CancelIn
+from runbell.api.routers.schedules import ScheduleIn, StateIn
 from runbell.api.schemas import (
     ChatIn,
     ClaimIn,
@@ -21,6 +22,7 @@ from runbell.api.schemas import (
     PushSubscriptionIn,
     RunLinkIn,
     RunPut,
+    ScheduleRefIn,
     SignalIn,
     SourceCreate,
     Subject,
@@ -194,6 +196,18 @@ def stored_widths() -> dict[str, int]:
         "run_links.kind": api_max(RunLinkIn, "kind"),
         "run_links.link_id": api_max(RunLinkIn, "id"),
         "run_links.url": api_max(RunLinkIn, "url"),
+        # scheduled work (issue 18)
+        "runs.schedule_id": api_max(ScheduleRefIn, "id"),
+        "schedules.name": api_max(ScheduleIn, "name"),
+        "schedules.cadence": api_max(ScheduleIn, "cadence"),
+        "schedules.url": api_max(ScheduleIn, "url"),
+        "schedules.mode": ENUM,
+        "schedules.owner_user_id": L.ID,
+        "schedules.state_reason": api_max(StateIn, "reason"),
+        "schedule_instructions.schedule_id": L.ID,
+        "schedule_firings.schedule_id": L.ID,
+        "schedule_firings.webhook_id": len("msg__") + L.ID + 12,  # msg_<id>_<epoch seconds>
+        "schedule_firings.error": L.REASON,
     }
     out: dict[str, int] = {}
     for table in metadata.sorted_tables:

@@ -23,6 +23,7 @@ from runbell.api.routers import (
     operations,
     policy,
     runs,
+    schedules,
     sources,
     webhook_endpoints,
 )
@@ -55,6 +56,7 @@ def install(app: FastAPI, core: Core, *, listen_host: str | None = None) -> None
         deliveries.router,
         deliveries.operator_router,
         webhook_endpoints.router,
+        schedules.router,
         me.router,
         health.router,
     ):

@@ -134,6 +134,10 @@ class DependsOnIn(Strict):
     )
 
 
+class ScheduleRefIn(Strict):
+    id: str = Field(min_length=1, max_length=L.ID, description="the schedule's id (sch_…)")
+
+
 class RunPut(Strict):
     owner: str | None = Field(
         default=None, max_length=L.EMAIL, description="user id (usr_…) or email of a member"
@@ -163,6 +167,11 @@ class RunPut(Strict):
     )
     depends_on: DependsOnIn | None = Field(
         default=None, description="another run's proposal this run's work assumes"
+    )
+    schedule: ScheduleRefIn | None = Field(
+        default=None,
+        description="only on creation: the schedule the run starts under (it must be "
+        "active; the run records its instruction version and authority)",
     )
 
 

@@ -30,7 +30,17 @@ from __future__ import annotations
 import os
 import sys
 
-from runbell.cli import admin, agent, completion, deliveries, hooks, mcp, retention, serve
+from runbell.cli import (
+    admin,
+    agent,
+    completion,
+    deliveries,
+    hooks,
+    mcp,
+    retention,
+    schedules,
+    serve,
+)
 from runbell.cli.parsing import run
 from runbell.cli.specs import Group
 
@@ -53,6 +63,7 @@ root.add(
     admin.users,
     admin.sources,
     deliveries.group,
+    schedules.group,
     hooks.group,
 )
 admin.tenants.add(retention.group)

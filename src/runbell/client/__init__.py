@@ -108,6 +108,7 @@ from runbell.client.models import (
     Operation,
     ProgressResult,
     Run,
+    Schedule,
     SignalResult,
     Snapshot,
 )
@@ -137,6 +138,7 @@ __all__ = [
     "Run",
     "RunContext",
     "RunbellError",
+    "Schedule",
     "SignalResult",
     "Snapshot",
     "Unauthorized",

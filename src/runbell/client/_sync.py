@@ -30,6 +30,7 @@ from runbell.client.models import (
     Operation,
     ProgressResult,
     Run,
+    Schedule,
     SignalResult,
     Snapshot,
 )
@@ -139,6 +140,7 @@ class Client:
         done_when: str | Mapping[str, Any] | None = UNSET,
         links: Sequence[Mapping[str, Any] | str] | None = UNSET,
         depends_on: Mapping[str, Any] | None = UNSET,
+        schedule: str | None = None,
     ) -> Run:
         """Create the run or update the fields given. ``owner`` defaults to
         ``RUNBELL_OWNER`` when the run is created (never changing an existing run's
@@ -149,7 +151,9 @@ class Client:
         (what counts as done: its text, or ``{"text", "operations": [ids that must be
         confirmed]}``), ``links`` (``[{"kind", "id", "url"?}]`` or ``"kind:id"``
         strings; replaces the run's links) and ``depends_on`` (``{"run", "request_id",
-        "version"?}``: another run's proposal)."""
+        "version"?}``: another run's proposal). ``schedule``: the id of the schedule a
+        new run starts under (its owner and authority then stand in for those not
+        given)."""
         body = _core.put_run_body(
             owner,
             title,
@@ -165,8 +169,15 @@ class Client:
             sequence,
         )
         body.update(_core.job_body(done_when, links, depends_on))
+        if schedule is not None:
+            body = {**body, "schedule": {"id": schedule}}
         path = f"/v1/runs/{_p(run_id)}"
-        if owner is None and self.owner is not None and run_id not in self._known_runs:
+        if (
+            owner is None
+            and schedule is None
+            and self.owner is not None
+            and run_id not in self._known_runs
+        ):
             # The default owner applies to a new run only. Ask whether it exists rather
             # than send a PUT the server must refuse ("owner is required when a run is
             # created", a 422 in every log) and then send it again.
@@ -367,6 +378,80 @@ class Client:
     def get_input_request(self, request_id: str) -> InputRequest:
         data = self._send(Call("GET", f"/v1/input-requests/{_p(request_id)}"))
         return InputRequest.from_json(data["input_request"])
+
+    # --- schedules -------------------------------------------------------------------
+
+    def create_schedule(
+        self,
+        instruction: str,
+        cadence: str,
+        *,
+        owner: str | None = None,
+        authority: Mapping[str, Any] | None = None,
+        mode: str = "record_only",
+        url: str | None = None,
+        name: str | None = None,
+    ) -> Schedule:
+        """A standing instruction on a cron cadence (five fields, UTC). ``record_only``:
+        your runtime starts runs itself with ``put_run(..., schedule=id)``; ``webhook``:
+        Runbell POSTs a signed ``schedule.due`` request to ``url`` when one is due (the
+        answer's ``secret`` verifies it, shown only now)."""
+        body = compact(
+            instruction=instruction,
+            cadence=cadence,
+            owner=owner,
+            authority=dict(authority) if authority is not None else None,
+            mode=mode,
+            url=url,
+            name=name,
+        )
+        call = Call("POST", "/v1/schedules", body, idempotency_key=new_id("sched"))
+        return Schedule.from_json(self._send(call))
+
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        return Schedule.from_json(self._send(Call("GET", f"/v1/schedules/{_p(schedule_id)}")))
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule the credential may see (all pages)."""
+        found: list[Schedule] = []
+        after: str | None = None
+        while True:
+            params = {"limit": 200, **({"after": after} if after else {})}
+            data = self._send(Call("GET", "/v1/schedules", params=params))
+            found.extend(Schedule.from_json(s) for s in data["schedules"])
+            after = data.get("next_cursor")
+            if not after:
+                return found
+
+    def edit_schedule(
+        self,
+        schedule_id: str,
+        *,
+        instruction: str | None = None,
+        authority: Mapping[str, Any] | None = UNSET,
+        cadence: str | None = None,
+        name: str | None = None,
+    ) -> Schedule:
+        """A new instruction (a new version; the old ones are kept), authority (runs
+        started under the old one are flagged), cadence or name."""
+        body = compact(instruction=instruction, cadence=cadence, name=name)
+        if authority is not UNSET:
+            body["authority"] = dict(authority) if authority is not None else None
+        path = f"/v1/schedules/{_p(schedule_id)}"
+        return Schedule.from_json(self._send(Call("PATCH", path, body)))
+
+    def pause_schedule(self, schedule_id: str, reason: str | None = None) -> Schedule:
+        return self._schedule_state(schedule_id, "pause", reason)
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        return self._schedule_state(schedule_id, "resume", None)
+
+    def revoke_schedule(self, schedule_id: str, reason: str | None = None) -> Schedule:
+        return self._schedule_state(schedule_id, "revoke", reason)
+
+    def _schedule_state(self, schedule_id: str, action: str, reason: str | None) -> Schedule:
+        path = f"/v1/schedules/{_p(schedule_id)}/{action}"
+        return Schedule.from_json(self._send(Call("POST", path, compact(reason=reason))))
 
     def ask(
         self,

@@ -309,3 +309,44 @@ class FeedReset:
     @property
     def id(self) -> str:
         return self.snapshot.head_cursor
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Scheduled work: a standing instruction (its current version), the owner, the
+    authority the runs it starts act under, a cron cadence, and how runs start
+    (``record_only`` or ``webhook``). ``secret`` only in the answer that created it."""
+
+    id: str
+    state: str
+    mode: str
+    cadence: str
+    owner: str
+    instruction: str
+    instruction_version: int
+    authority: dict[str, Any] | None
+    authority_version: int
+    name: str | None = None
+    url: str | None = None
+    next_fire_at: datetime | None = None
+    secret: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Schedule:
+        return cls(
+            id=data["id"],
+            state=data["state"],
+            mode=data["mode"],
+            cadence=data["cadence"],
+            owner=data["owner"],
+            instruction=data["instruction"]["text"],
+            instruction_version=int(data["instruction"]["version"]),
+            authority=data.get("authority"),
+            authority_version=int(data["authority_version"]),
+            name=data.get("name"),
+            url=data.get("url"),
+            next_fire_at=_time(data.get("next_fire_at")),
+            secret=data.get("secret"),
+            raw=data,
+        )

@@ -1,5 +1,5 @@
 """Time-driven sweeps: reconciliation re-checks, notification expiry, stalls, escalation
-steps, digest flush, retention.
+steps, digest flush, due webhook schedules, retention.
 
 Each sweep is a plain method taking ``now`` (tests drive them with a fixed clock). With
 several processes on PostgreSQL, an advisory lock (:func:`runbell.runtime.leader.leading`,
@@ -15,7 +15,7 @@ from datetime import datetime
 
 import structlog
 
-from runbell.flows import digests, escalation, reconcile, retention, stalls, sweeps
+from runbell.flows import digests, escalation, reconcile, retention, schedule_firing, stalls, sweeps
 from runbell.flows.context import Core
 from runbell.flows.input_requests import expire_requests
 
@@ -29,6 +29,7 @@ LOCK_IDS = {
     "stalls": 72_105,
     "escalation": 72_106,
     "digests": 72_107,
+    "schedules": 72_120,  # webhook schedules due (flows.schedule_firing)
 }
 
 
@@ -59,6 +60,7 @@ class Scheduler:
             "escalation": self._leader("escalation", lambda: escalation.sweep(self.core, now)),
             # Digest latency: a window's digest goes out within one tick of its close.
             "digests": self._leader("digests", lambda: digests.flush_due(self.core, now)),
+            "schedules": self._leader("schedules", lambda: schedule_firing.sweep(self.core, now)),
         }
         if self._last_retention is None or (now - self._last_retention).total_seconds() > 60:
             self._last_retention = now

@@ -88,6 +88,11 @@ class Run:
     depends_on_run: str | None
     depends_on_request: str | None
     depends_on_version: int | None
+    # Started under a schedule (issue 18 item 6): which, the instruction version and the
+    # authority in force then ({"version": n, "authority": {...}}).
+    schedule_id: str | None
+    schedule_instruction_version: int | None
+    schedule_authority: dict[str, Any] | None
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Run:
@@ -137,6 +142,9 @@ class RunChanges(TypedDict, total=False):
     depends_on_run: str | None
     depends_on_request: str | None
     depends_on_version: int | None
+    schedule_id: str | None
+    schedule_instruction_version: int | None
+    schedule_authority: dict[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True)

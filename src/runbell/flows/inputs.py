@@ -54,6 +54,7 @@ class RunFields(TypedDict, total=False):
     done_when: DoneWhenBody | str | None
     links: list[LinkBody] | None  # replaces the run's links (not versioned)
     depends_on: DependsOnBody | None
+    schedule: ScheduleRef | None  # only on creation: the schedule the run starts under
 
 
 class AnswerBody(TypedDict, total=False):
@@ -125,3 +126,31 @@ class SourceBody(TypedDict, total=False):
     trust: str  # authoritative | advisory
     reader: dict[str, Any] | None  # the state reader's config (runbell.ingress.readers)
     signing_secret: str | None  # the provider's own, when it made one
+
+
+class ScheduleBody(TypedDict, total=False):
+    """``POST /v1/schedules``: a standing instruction on a cadence (issue 18 item 6)."""
+
+    name: str | None
+    owner: str | None  # a member's id or email (a person creating one: themselves)
+    instruction: str
+    authority: dict[str, Any] | None  # a run's authority shape: {users, roles}
+    cadence: str  # cron, five fields, UTC
+    mode: str  # record_only | webhook
+    url: str | None  # webhook mode: where to fire
+
+
+class ScheduleEdit(TypedDict, total=False):
+    """``PATCH /v1/schedules/{id}``: a new instruction is a new version; a new authority
+    is a new authority version (runs started under the old one are flagged)."""
+
+    name: str | None
+    instruction: str
+    authority: dict[str, Any] | None
+    cadence: str
+
+
+class ScheduleRef(TypedDict):
+    """``PUT /v1/runs/{id}`` with ``schedule``: the run starts under this schedule."""
+
+    id: str

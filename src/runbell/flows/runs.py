@@ -30,7 +30,16 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import amendment_views, dependencies, operations, review, stalls, views
+from runbell.flows import (
+    amendment_views,
+    dependencies,
+    operations,
+    review,
+    schedule_start,
+    schedule_views,
+    stalls,
+    views,
+)
 from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
 from runbell.flows.context import Core
@@ -77,6 +86,12 @@ def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[
     links = check_links(body["links"]) if "links" in body else None
     with core.db.transaction() as tx:
         run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
+        under = None
+        if run is None:  # started under a schedule: its owner and authority by default
+            under = schedule_start.started_under(tx, who, body.get("schedule"))
+            body = schedule_start.with_defaults(body, under) if under else body
+        else:
+            schedule_start.check_unchanged(body, run.schedule_id)
         owner = body.get("owner")
         owner_id = _member(tx, who.tenant_id, owner, "owner") if owner else None
         access = {
@@ -87,7 +102,7 @@ def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[
         if run is None:
             if owner_id is None:
                 raise ValidationFailed("owner is required when a run is created", field="owner")
-            created = _create_run(core, tx, who, run_id, owner_id, body, access, job)
+            created = _create_run(core, tx, who, run_id, owner_id, body, access, job, under)
             _set_links(tx, who, created, links)
             return created, True
         updated = _update_run(core, tx, who, run, owner_id, body, access, job)
@@ -140,6 +155,7 @@ def _create_run(
     body: RunFields,
     access: set[str],
     job: RunChanges,
+    under: schedule_start.StartedUnder | None = None,
 ) -> Run:
     state = body.get("state") or "queued"
     if state not in ("queued", "working"):
@@ -156,8 +172,10 @@ def _create_run(
         created_at=tx.now,
         updated_at=tx.now,
         started_at=tx.now if state == "working" else None,
-        **job,
     )
+    values.update(job)
+    if under is not None:
+        values.update(under.columns())
     run = runs.new_run(**values)
     run = replace(run, **stalls.restart_clock(core, tx, run, state))
     runs.insert_run(tx.conn, run)
@@ -269,6 +287,7 @@ class RunSnapshot(views.RunView):
     pending_review: views.InputRequestView | None  # a finished run's review (flows.review)
     links: list[RunLink]
     dependency: dependencies.DependencyView | None  # where depends_on stands now
+    schedule: schedule_views.RunSchedule | None  # the schedule it started under (issue 18)
 
 
 class RunsById(TypedDict):
@@ -300,6 +319,8 @@ def get_run(core: Core, who: Principal, run_id: str) -> RunSnapshot:
             "pending_review": None if waiting is None else views.input_request_view(waiting),
             "links": run_links.links_of(conn, who.tenant_id, run_id),
             "dependency": dependencies.view(conn, run),
+            **operations.snapshot(conn, run),  # {counts, text}, fencing (issue 10)
+            "schedule": schedule_views.run_schedule(conn, run),
         }
 
 

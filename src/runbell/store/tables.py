@@ -853,3 +853,79 @@ run_links = sa.Table(
     sa.PrimaryKeyConstraint("tenant_id", "run_id", "kind", "link_id"),
 )
 sa.Index("ix_run_links_target", run_links.c.tenant_id, run_links.c.kind, run_links.c.link_id)
+# --- scheduled work (issue 18 item 6, runbell.flows.schedule_*): migration 0020_schedules ---
+
+# A standing instruction to start work on a cadence: who owns it, the authority that
+# justifies the runs it starts (a run's ``authority`` shape, versioned: every change bumps
+# ``authority_version``), its cron cadence, and how runs start. ``record_only``: the
+# runtime starts runs itself and names the schedule; ``webhook``: the scheduler sweep fires
+# a signed request at ``url`` when an occurrence is due (``next_fire_at``; NULL unless an
+# active webhook schedule). ``secret`` is sealed with the secret box.
+schedules = sa.Table(
+    "schedules",
+    metadata,
+    _tenant(),
+    sa.Column("id", Id, nullable=False),
+    sa.Column("name", sa.String(limits.TITLE), nullable=True),
+    sa.Column("owner_user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("authority", JSON, nullable=True),
+    sa.Column("authority_version", sa.Integer, nullable=False),
+    sa.Column("cadence", sa.String(200), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("url", sa.String(limits.URL), nullable=True),
+    sa.Column("secret", sa.Text, nullable=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("instruction_version", sa.Integer, nullable=False),
+    sa.Column("next_fire_at", UTCDateTime, nullable=True),
+    sa.Column("state_reason", sa.String(limits.REASON), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("revoked_at", UTCDateTime, nullable=True),
+    sa.PrimaryKeyConstraint("tenant_id", "id"),
+    sa.CheckConstraint("mode in ('record_only','webhook')", name="mode"),
+    sa.CheckConstraint("state in ('active','paused','revoked')", name="state"),
+)
+sa.Index("ix_schedules_next_fire_at", schedules.c.next_fire_at)
+sa.Index("ix_schedules_tenant_created", schedules.c.tenant_id, schedules.c.created_at)
+
+# Every version of a schedule's standing instruction, kept: a run records the version in
+# force when it started.
+schedule_instructions = sa.Table(
+    "schedule_instructions",
+    metadata,
+    _tenant(),
+    sa.Column("schedule_id", Id, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("created_by", JSON, nullable=True),  # Principal.actor(): never a secret
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "schedule_id", "version"),
+)
+
+# One row per fired occurrence of a webhook schedule: the primary key is the occurrence,
+# so two sweepers (or a sweep retried) record it at most once, and it is recorded before
+# anything is sent. ``webhook_id`` is the Standard Webhooks id the receiver dedupes on.
+schedule_firings = sa.Table(
+    "schedule_firings",
+    metadata,
+    _tenant(),
+    sa.Column("schedule_id", Id, nullable=False),
+    sa.Column("due_at", UTCDateTime, nullable=False),
+    sa.Column("webhook_id", sa.String(100), nullable=False),
+    sa.Column("instruction_version", sa.Integer, nullable=False),
+    sa.Column("authority_version", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # sending | sent | failed
+    sa.Column("status_code", sa.Integer, nullable=True),
+    sa.Column("error", sa.String(limits.REASON), nullable=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("settled_at", UTCDateTime, nullable=True),
+    sa.PrimaryKeyConstraint("tenant_id", "schedule_id", "due_at"),
+    sa.CheckConstraint("status in ('sending','sent','failed')", name="status"),
+)
+
+# A run started under a schedule: which one, the instruction version and the authority in
+# force when it started ({"version": n, "authority": {...}}); the run view flags it when
+# that authority was later revoked or changed.
+runs.append_column(sa.Column("schedule_id", Id, nullable=True))
+runs.append_column(sa.Column("schedule_instruction_version", sa.Integer, nullable=True))
+runs.append_column(sa.Column("schedule_authority", JSON, nullable=True))

@@ -234,6 +234,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         badge_settled=snapshot["badge"]["key"].startswith("state-"),
         review_decided=_decided_view(v, shown["decided_review"]),
         job=job_view(snapshot),
+        schedule=snapshot.get("schedule"),  # started under a schedule (issue 18 item 6)
         ledger=ledger_view(snapshot, shown["operations"], v, shown["people"]),
         may_answer=shown["may_answer"],
         cancel=cancel_view(v, run, snapshot, shown, state),

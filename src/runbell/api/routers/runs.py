@@ -45,6 +45,7 @@ PUT_RULES = rules(
     rule("depends_on.request_id", "an approval request of that run"),
     rule("depends_on.version", "at most the request's current version"),
     rule("done_when.*", "text not blank; operation ids not blank, none twice"),
+    rule("schedule.id", "a schedule of this tenant; only on creation (409 if not active)"),
 )
 
 
