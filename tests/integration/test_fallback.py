@@ -90,9 +90,10 @@ def test_a_gone_push_subscription_falls_back_to_email_at_once_and_once(
 ) -> None:
     with SmtpPeer() as smtp:
         env = make_env(smtp_host="127.0.0.1", smtp_port=smtp.port)
-        with PushReceiver(expected_vapid_key=vapid_key(env)) as push, Dispatcher(
-            env.core, env.clock
-        ) as d:
+        with (
+            PushReceiver(expected_vapid_key=vapid_key(env)) as push,
+            Dispatcher(env.core, env.clock) as d,
+        ):
             t0 = env.clock.freeze(datetime.now(UTC).replace(microsecond=0))
             ok(env.client.put("/v1/policy", json={"rules": [FALLBACK_RULE]}, headers=env.admin))
             # Two browsers, both gone (the push service answers 410): the channel failed.
@@ -117,7 +118,11 @@ def test_a_gone_push_subscription_falls_back_to_email_at_once_and_once(
                 "email": ["queued"],
             }
             (step,) = got["escalation"]
-            assert (step["status"], step["trigger"], step["on_failure"]) == ("fired", "failed", True)
+            assert (step["status"], step["trigger"], step["on_failure"]) == (
+                "fired",
+                "failed",
+                True,
+            )
             assert step["reason"] == (
                 "web push failed permanently; fell back to email: 1 email deliveries queued"
             )
@@ -131,7 +136,11 @@ def test_a_gone_push_subscription_falls_back_to_email_at_once_and_once(
             failed = [done for done in recorded if done[2].outcome == "permanent"]
             assert len(failed) == 2
             record_attempts(
-                env.core, failed, worker_id=d.worker.worker_id, rng=random.Random(1), clock=env.clock
+                env.core,
+                failed,
+                worker_id=d.worker.worker_id,
+                rng=random.Random(1),
+                clock=env.clock,
             )
             assert d.tick() == 1  # the email, sent through the gate like any delivery
             while d.tick():
@@ -161,9 +170,10 @@ def test_a_gone_push_subscription_falls_back_to_email_at_once_and_once(
 def test_a_transient_failure_does_not_fall_back(make_env: Callable[..., Env]) -> None:
     with SmtpPeer() as smtp:
         env = make_env(smtp_host="127.0.0.1", smtp_port=smtp.port)
-        with PushReceiver(expected_vapid_key=vapid_key(env)) as push, Dispatcher(
-            env.core, env.clock
-        ) as d:
+        with (
+            PushReceiver(expected_vapid_key=vapid_key(env)) as push,
+            Dispatcher(env.core, env.clock) as d,
+        ):
             t0 = env.clock.freeze(datetime.now(UTC).replace(microsecond=0))
             ok(env.client.put("/v1/policy", json={"rules": [FALLBACK_RULE]}, headers=env.admin))
             subscribe(env, push)
@@ -187,9 +197,10 @@ def test_a_transient_failure_does_not_fall_back(make_env: Callable[..., Env]) ->
 def test_a_rule_without_fallback_waits_for_the_rung(make_env: Callable[..., Env]) -> None:
     with SmtpPeer() as smtp:
         env = make_env(smtp_host="127.0.0.1", smtp_port=smtp.port)
-        with PushReceiver(expected_vapid_key=vapid_key(env)) as push, Dispatcher(
-            env.core, env.clock
-        ) as d:
+        with (
+            PushReceiver(expected_vapid_key=vapid_key(env)) as push,
+            Dispatcher(env.core, env.clock) as d,
+        ):
             env.clock.freeze(datetime.now(UTC).replace(microsecond=0))
             rule = {k: v for k, v in FALLBACK_RULE.items() if k != "fallback"}
             ok(env.client.put("/v1/policy", json={"rules": [rule]}, headers=env.admin))
@@ -212,3 +223,39 @@ def test_a_fallback_needs_a_ladder(make_env: Callable[..., Env]) -> None:
     bad = {**FALLBACK_RULE, "fallback": {"unknown_after_s": 0}}
     answer = env.client.put("/v1/policy", json={"rules": [bad]}, headers=env.admin)
     assert answer.status_code == 422, answer.text
+
+
+def test_a_receipt_unknown_past_the_bound_falls_back(make_env: Callable[..., Env]) -> None:
+    """``fallback = { unknown_after_s = 60 }``: the push service takes the message and hangs
+    up without answering (outcome unknown). Within the bound the push is only retried;
+    once a retry is still unknown past it, email goes out meanwhile."""
+    with SmtpPeer() as smtp:
+        env = make_env(smtp_host="127.0.0.1", smtp_port=smtp.port)
+        with (
+            PushReceiver(expected_vapid_key=vapid_key(env)) as push,
+            Dispatcher(env.core, env.clock) as d,
+        ):
+            t0 = env.clock.freeze(datetime.now(UTC).replace(microsecond=0))
+            rule = {**FALLBACK_RULE, "fallback": {"unknown_after_s": 60}}
+            ok(env.client.put("/v1/policy", json={"rules": [rule]}, headers=env.admin))
+            subscribe(env, push)
+            push.drop_next(times=2)
+            note_id = fail_run(env, "fb-unknown")
+            assert d.tick() == 1
+            got = trail(env, note_id)
+            assert by_channel(got) == {"inbox": ["accepted"], "webpush": ["delivery_unknown"]}
+            assert got["escalation"][0]["status"] == "pending"  # within the bound: no fallback
+            env.clock.freeze(t0 + timedelta(seconds=90))  # past the bound and the backoff
+            assert d.tick() == 1  # the push again: still unknown
+            got = trail(env, note_id)
+            assert by_channel(got) == {
+                "inbox": ["accepted"],
+                "webpush": ["delivery_unknown"],
+                "email": ["queued"],
+            }
+            (step,) = got["escalation"]
+            assert step["trigger"] == "unknown"
+            assert step["reason"].startswith("web push stayed unknown; fell back to email")
+            while d.tick():
+                pass
+        assert len(smtp.raw) == 1

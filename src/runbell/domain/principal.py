@@ -7,7 +7,6 @@ import hmac
 from dataclasses import dataclass
 from datetime import datetime
 
-
 #: ``Principal.client`` of a person's app: the web app's pages, or a client that declares
 #: itself one (``X-Runbell-Client: app`` with a user token; the SDK's ``as_app=True``).
 APP = "app"

@@ -121,9 +121,7 @@ def settle(
     conn.execute(sa.update(_S).where(_S.c.id == step_id).values(**values))
 
 
-def fallback_steps(
-    conn: Connection, tenant_id: str, notification_id: str
-) -> list[EscalationStep]:
+def fallback_steps(conn: Connection, tenant_id: str, notification_id: str) -> list[EscalationStep]:
     """The notification's pending rungs that may fire on a failure, locked, in ladder
     order: the row lock makes a fallback fire once however many workers see failures."""
     rows = conn.execute(
