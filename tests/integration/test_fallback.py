@@ -259,3 +259,30 @@ def test_a_receipt_unknown_past_the_bound_falls_back(make_env: Callable[..., Env
             while d.tick():
                 pass
         assert len(smtp.raw) == 1
+
+
+def test_no_fallback_to_a_channel_the_person_did_not_consent_to(
+    make_env: Callable[..., Env],
+) -> None:
+    """The person takes email for urgent alerts only: a normal alert whose push is gone
+    has nothing to fall back to; the rung stays on its time (where the gate skips it)."""
+    with SmtpPeer() as smtp:
+        env = make_env(smtp_host="127.0.0.1", smtp_port=smtp.port)
+        with (
+            PushReceiver(expected_vapid_key=vapid_key(env)) as push,
+            Dispatcher(env.core, env.clock) as d,
+        ):
+            env.clock.freeze(datetime.now(UTC).replace(microsecond=0))
+            ok(env.client.put("/v1/policy", json={"rules": [FALLBACK_RULE]}, headers=env.admin))
+            prefs = {"consent": {"email": ["urgent"]}}
+            ok(env.client.put("/v1/me/preferences", json=prefs, headers=env.owner))
+            push.unsubscribe(subscribe(env, push))
+            before = fallbacks_counted(env)
+            note_id = fail_run(env, "fb-consent")
+            while d.tick():
+                pass
+        assert smtp.raw == []
+        got = trail(env, note_id)
+        assert by_channel(got) == {"inbox": ["accepted"], "webpush": ["failed"]}
+        assert [(s["status"], s["trigger"]) for s in got["escalation"]] == [("pending", None)]
+        assert fallbacks_counted(env) == before
