@@ -18,7 +18,9 @@ opens                           ``OPENS`` (``opened``/``clicked`` receipts)
 acknowledgement time            ``ACK_SECONDS`` (``flows.inbox``)
 stale opens                     ``STALE_OPENS`` by ``via`` (API read, web deep link, receipt)
 expired input requests          ``EXPIRED_REQUESTS`` (``flows.input_requests``)
-escalation / fallback use       ``ESCALATIONS`` (incremented by the escalation sweep)
+escalation / fallback use       ``ESCALATIONS`` (every fired step, on time or not);
+                                ``FALLBACKS`` (a step fired at once because a channel
+                                failed for good: ``flows.fallback``)
 opt-outs after delivery         ``OPT_OUTS_AFTER_DELIVERY`` (``flows.preferences``)
 failed authentication           ``AUTH_FAILURES`` by kind and answer (``flows.auth_failures``)
 ==============================  ===================================================
@@ -140,6 +142,13 @@ ESCALATIONS = Counter(
     "runbell_escalations_total",
     "Escalation steps taken: an unacknowledged notification sent on to a further channel",
     ["attention_type", "channel"],
+    registry=REGISTRY,
+)
+FALLBACKS = Counter(
+    "runbell_fallbacks_total",
+    "Fallbacks on failure: a channel failed for good (or stayed unknown past the rule's "
+    "bound) and the next consented channel was tried at once",
+    ["attention_type", "from_channel", "to_channel", "trigger"],
     registry=REGISTRY,
 )
 OPT_OUTS_AFTER_DELIVERY = Counter(

@@ -134,9 +134,11 @@ class Stream:
     closed the stream by itself (it should not: an outage is waited out, not hung up on).
     """
 
-    def __init__(self, url: str, runtime_key: str) -> None:
+    def __init__(self, url: str, runtime_key: str, *, as_app: bool = False) -> None:
         self.url = url
         self.auth = {"Authorization": f"Bearer {runtime_key}"}
+        if as_app:  # a person's app (with their user token): it counts as watching
+            self.auth["X-Runbell-Client"] = "app"
         self.events: list[tuple[int, str, str | None]] = []
         self.ended = False
         self.error: str | None = None

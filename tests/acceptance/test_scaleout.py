@@ -82,7 +82,7 @@ def presence_rows(core: Core) -> int:
 def test_a_viewer_on_one_api_process_is_watching_for_a_signal_on_another(
     tmp_path: Path, pg_url: str, core: Core
 ) -> None:
-    """The owner's live stream is open on API A; the run completes through API B. B's
+    """The owner's app has its live stream open on API A; the run completes through API B. B's
     policy sees the owner watching (inbox, no push); once the stream closes, the next
     completion through B pushes again. A viewer on an A that is SIGKILLed stops counting
     once its row expires."""
@@ -114,7 +114,7 @@ def test_a_viewer_on_one_api_process_is_watching_for_a_signal_on_another(
 
     with ExitStack() as stack:
         a, b = start_apis(stack, env, tmp_path, 2)
-        with Stream(a.url, creds.owner_token) as stream:
+        with Stream(a.url, creds.owner_token, as_app=True) as stream:
             wait_for(lambda: presence_rows(core) == 1, "A to record the viewer", [a, b])
             watched = complete(b, "watched")
         assert stream.error is None
@@ -126,7 +126,7 @@ def test_a_viewer_on_one_api_process_is_watching_for_a_signal_on_another(
 
         a = ApiProc(env, tmp_path / "api1-again.log")
         start_all(stack, [a])
-        with Stream(a.url, creds.owner_token):
+        with Stream(a.url, creds.owner_token, as_app=True):
             wait_for(lambda: presence_rows(core) == 1, "the new A to record the viewer", [a, b])
             a.kill()  # no leave, no clean stop: the row stays behind
         tries = iter(range(10_000))

@@ -267,6 +267,13 @@ def test_the_escalation_counter_is_exposed_for_the_escalation_sweep(env: Env) ->
     assert "# HELP runbell_escalations_total" in text
 
 
+def test_the_fallback_counter_is_exposed_for_the_record_step(env: Env) -> None:
+    # Declared here; tests/integration/test_fallback.py moves it through a real failure.
+    text = env.client.get("/metrics").text
+    assert "# TYPE runbell_fallbacks_total counter" in text
+    assert "# HELP runbell_fallbacks_total" in text
+
+
 def test_opt_outs_after_a_delivery_on_the_channel(env: Env, smtp: SmtpPeer) -> None:
     labels = {"attention_type": "completed", "channel": "email", "urgency": "normal"}
     before = sample(env, "runbell_opt_outs_after_delivery_total", **labels)

@@ -11,6 +11,7 @@ context; they are telemetry and never change a decision (invariant 10).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -18,11 +19,16 @@ from fastapi.dependencies.models import Dependant
 from starlette.concurrency import run_in_threadpool
 
 from runbell.domain.errors import Forbidden, Unauthorized, ValidationFailed
-from runbell.domain.principal import Principal, WebSession
+from runbell.domain.principal import APP, Principal, WebSession
 from runbell.flows import accounts, auth_failures, sessions
 from runbell.flows.context import Core
 
 SESSION_COOKIE = "rb_session"  # the browser session cookie (HttpOnly, SameSite=Lax)
+# A person's own app says so with this header and a user token (the SDK's ``as_app=True``):
+# its open stream then counts as the person watching, which holds back their pushes. A
+# declaration, not a security boundary: it can only quieten that person's own alerts, and a
+# plain script (or any API key) never sends it by accident.
+CLIENT_HEADER = "x-runbell-client"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Telemetry the service worker posts without a page (and so without the CSRF token).
 CSRF_EXEMPT = re.compile(r"^/v1/notifications/[^/]+/receipts$")
@@ -78,6 +84,8 @@ async def principal(request: Request) -> Principal:
         if throttled is not None:
             raise throttled
         raise Unauthorized("unknown, revoked or expired credentials")
+    if who.is_user and request.headers.get(CLIENT_HEADER, "").strip().lower() == APP:
+        return replace(who, client=APP)
     return who
 
 

@@ -64,7 +64,12 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
         environ: Mapping[str, str] | None = None,
         config_path: Path | None = None,
+        as_app: bool = False,
     ) -> None:
+        """``as_app=True``: this client is a person's own app (with their user token), so
+        its waits on the feed count as them watching and hold back their pushes. A
+        declaration, not a security boundary: it can only quieten that person's own
+        alerts; a script or an agent leaves it off (API keys are never counted)."""
         config = load_config(url, key, owner, environ=environ, path=config_path)
         self.url = config.url
         self.owner = config.owner
@@ -73,7 +78,11 @@ class AsyncClient:
         self._known_runs: set[str] = set()  # runs this client has created or updated
         self._http = httpx.AsyncClient(
             base_url=config.url,
-            headers={"Authorization": f"Bearer {config.key}", "User-Agent": _core.USER_AGENT},
+            headers={
+                "Authorization": f"Bearer {config.key}",
+                "User-Agent": _core.USER_AGENT,
+                **({_core.CLIENT_HEADER: _core.APP_CLIENT} if as_app else {}),
+            },
             timeout=timeout,
             transport=transport,
         )

@@ -18,6 +18,10 @@ from runbell.client import errors
 from runbell.client.models import Answer, Event, InputRequest, _time
 
 USER_AGENT = "runbell-python-client"
+# A person's own app declares itself (``Client(as_app=True)``): see the server's
+# ``api.deps.CLIENT_HEADER``.
+CLIENT_HEADER = "X-Runbell-Client"
+APP_CLIENT = "app"
 FEED_WAIT_MAX = 30.0  # the server's longest long-poll (GET /v1/events?wait=)
 RETRY_STATUSES = frozenset({429, 503})
 

@@ -15,7 +15,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -87,3 +87,91 @@ def schedule(ladder: Sequence[Step], created_at: datetime) -> list[tuple[int, St
 def held_back(ladder: Sequence[Step]) -> frozenset[str]:
     """Channels not sent at creation because a later rung sends them."""
     return frozenset(step.channel for step in ladder)
+
+
+# --- fallback on failure (issue 18 item 10) -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A rule's ``fallback``: when a channel fails for good (a permanent error, or retries
+    exhausted), or, with ``unknown_after_s``, its receipt stays unknown that long after the
+    delivery was queued, the next rung of the ladder the recipient consents to is fired at
+    once instead of at its time."""
+
+    unknown_after_s: int | None = None
+
+
+def parse_fallback(raw: Any, rule_id: str, ladder: Sequence[Step]) -> Fallback | None:
+    """A rule's ``fallback`` value: ``true``/``false``, or a table with only
+    ``unknown_after_s`` (1 s to 7 days). It needs a ladder: the ladder names the channels
+    to fall back to (channels not on it are sent at once anyway)."""
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        found = Fallback()
+    elif isinstance(raw, dict) and set(raw) <= {"unknown_after_s"}:
+        after = raw.get("unknown_after_s")
+        if isinstance(after, float) and after.is_integer():
+            after = int(after)
+        if after is not None and (
+            isinstance(after, bool) or not isinstance(after, int) or not 1 <= after <= MAX_AFTER_S
+        ):
+            raise ValidationFailed(
+                f"rule {rule_id!r}: fallback.unknown_after_s must be whole seconds from 1 "
+                f"to {MAX_AFTER_S}",
+                field="fallback",
+            )
+        found = Fallback(unknown_after_s=after)
+    else:
+        raise ValidationFailed(
+            f"rule {rule_id!r}: fallback must be true, false or a table with unknown_after_s",
+            field="fallback",
+        )
+    if not ladder:
+        raise ValidationFailed(
+            f"rule {rule_id!r}: fallback needs an escalation ladder (the channels to fall "
+            "back to, in order)",
+            field="fallback",
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class FallbackChoice:
+    """Which pending rung a failed delivery falls back to, and what the trail says."""
+
+    step_no: int
+    channel: str
+    reason: str
+
+
+#: How a failure is named in the trail, by trigger.
+FAILURE_WORDS = {
+    "failed": "failed permanently",
+    "dead": "gave up after its retries",
+    "unknown": "stayed unknown",
+}
+#: Channels as the trail names them.
+CHANNEL_WORDS = {"webpush": "web push", "email": "email", "chat": "chat"}
+
+
+def choose_fallback(
+    failed_channel: str,
+    trigger: str,
+    pending: Sequence[tuple[int, str]],
+    usable: Collection[str],
+) -> FallbackChoice | None:
+    """The first pending rung (``(step_no, channel)`` in ladder order) on another channel
+    that the recipient can be reached on (``usable``: consented at the notification's
+    urgency, with a destination, sent by this server); None when there is none."""
+    for step_no, channel in sorted(pending):
+        if channel == failed_channel or channel not in usable:
+            continue
+        failed = CHANNEL_WORDS.get(failed_channel, failed_channel)
+        reason = (
+            f"{failed} {FAILURE_WORDS.get(trigger, trigger)}; "
+            f"fell back to {CHANNEL_WORDS.get(channel, channel)}"
+        )
+        return FallbackChoice(step_no, channel, reason)
+    return None

@@ -25,7 +25,7 @@ from typing import Any, Literal, TypedDict, cast
 
 from runbell.domain import digests, limits
 from runbell.domain.errors import ValidationFailed
-from runbell.domain.escalation import Step, parse_ladder
+from runbell.domain.escalation import Fallback, Step, parse_fallback, parse_ladder
 
 DecisionKind = Literal["push", "digest", "inbox", "live", "suppress"]
 Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
@@ -100,6 +100,7 @@ class Decision:
     digest_key: str | None = None  # a digest's settings, filled in by decide()
     digest_max_items: int | None = None
     escalation: tuple[Step, ...] = ()  # not acknowledged by then → that channel
+    fallback: Fallback | None = None  # a channel failed for good → the next rung at once
 
     @property
     def notifies(self) -> bool:
@@ -110,6 +111,7 @@ class Decision:
         out = {name: getattr(self, name) for name in _DECISION_FIELDS}
         out["inputs"] = dict(self.inputs)
         out["escalation"] = tuple(dataclasses.asdict(step) for step in self.escalation)
+        out["fallback"] = None if self.fallback is None else dataclasses.asdict(self.fallback)
         return out
 
 
@@ -127,6 +129,7 @@ class Rule:
     digest_key: str | None = None
     digest_max_items: int | None = None
     escalation: tuple[Step, ...] = ()
+    fallback: Fallback | None = None
 
     def matches(self, facts: Mapping[str, Any]) -> bool:
         return all(_match(facts.get(name), cond) for name, cond in self.when.items())
@@ -176,6 +179,7 @@ class Rule:
             "digest_key",
             "digest_max_items",
             "escalation",
+            "fallback",
         }
         if unknown:
             raise ValidationFailed(
@@ -184,6 +188,7 @@ class Rule:
         window = _opt_int(raw.get("digest_window_s"), rule_id, "digest_window_s")
         max_items = _opt_int(raw.get("digest_max_items"), rule_id, "digest_max_items")
         digests.check_rule(rule_id, raw.get("digest_key"), window, max_items)
+        ladder = parse_ladder(raw.get("escalation"), rule_id)
         return cls(
             id=rule_id,
             decision=cast(DecisionKind, decision),
@@ -193,7 +198,8 @@ class Rule:
             digest_window_s=window,
             digest_key=raw.get("digest_key"),
             digest_max_items=max_items,
-            escalation=parse_ladder(raw.get("escalation"), rule_id),
+            escalation=ladder,
+            fallback=parse_fallback(raw.get("fallback"), rule_id, ladder),
         )
 
 
@@ -312,6 +318,7 @@ class Policy:
                     inputs=seen,
                     expires_after_s=rule.expires_after_s,
                     escalation=rule.escalation,
+                    fallback=rule.fallback,
                 )
         # Unreachable with the default set (it ends in a catch-all), but a tenant that
         # replaced the defaults may leave gaps: keep the record in the inbox, never drop it.

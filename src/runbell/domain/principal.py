@@ -7,6 +7,10 @@ import hmac
 from dataclasses import dataclass
 from datetime import datetime
 
+#: ``Principal.client`` of a person's app: the web app's pages, or a client that declares
+#: itself one (``X-Runbell-Client: app`` with a user token; the SDK's ``as_app=True``).
+APP = "app"
+
 
 @dataclass(frozen=True)
 class Principal:
@@ -20,8 +24,16 @@ class Principal:
     user_id: str | None = None
     # What kind of client speaks for a person: "app" for the web app's signed-in pages
     # (and the SDK when it says it is a person's client); None for anything else. Only an
-    # app counts as watching (runtime.presence).
+    # app counts as watching (runtime.presence). A declaration, not a security boundary:
+    # all it can do is hold back that person's own pushes (see :meth:`watches`).
     client: str | None = None
+
+    @property
+    def watches(self) -> bool:
+        """Whether this caller's open stream counts as its person watching the live UI
+        (presence): a person's app only — never an API key, never a plain script that
+        streams with a person's token."""
+        return self.kind == "user" and self.user_id is not None and self.client == APP
 
     @property
     def credential_id(self) -> str | None:
@@ -64,8 +76,13 @@ class WebSession:
 
     @property
     def principal(self) -> Principal:
+        # The web app's signed-in pages: the person's app (their open page is watching).
         return Principal(
-            tenant_id=self.tenant_id, kind="user", role=self.role, user_id=self.user_id
+            tenant_id=self.tenant_id,
+            kind="user",
+            role=self.role,
+            user_id=self.user_id,
+            client=APP,
         )
 
     def csrf_ok(self, presented: str | None) -> bool:

@@ -409,6 +409,9 @@ class EscalationStep(TypedDict):
     reason: str | None
     created_at: datetime
     settled_at: datetime | None
+    on_failure: bool  # may fire at once when an earlier channel failed (fallback)
+    unknown_after_s: int | None  # ... or stayed unknown this long
+    trigger: str | None  # what fired it: time | failed | dead | unknown
 
 
 class DigestGroup(TypedDict):

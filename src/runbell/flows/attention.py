@@ -335,7 +335,14 @@ def follow_up(tx: Tx, note: Notification, decision: Decision, channels: Collecti
             for no, step, due in schedule(decision.escalation, tx.now)
             if step.channel in channels
         ]
-        escalations.add_steps(tx.conn, note, ladder)
+        fallback = decision.fallback
+        escalations.add_steps(
+            tx.conn,
+            note,
+            ladder,
+            on_failure=fallback is not None,
+            unknown_after_s=None if fallback is None else fallback.unknown_after_s,
+        )
 
 
 def announce_created(tx: Tx, note: Notification) -> None:

@@ -31,6 +31,7 @@ from runbell.domain.channels import facts_of
 from runbell.domain.dispatch import Gate
 from runbell.domain.records import Attempt, Delivery
 from runbell.domain.retry import RetryStrategy
+from runbell.flows import fallback
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
 from runbell.flows.delivery_prepare import Prepared
@@ -154,6 +155,7 @@ def record_attempts(
             if result.outcome == "permanent":
                 assert isinstance(result.error, PermanentDeliveryError)
                 _failed(tx, row, result.error)
+                fallback.after_failure(core, tx, cur, "failed")
             elif result.outcome != "accepted":
                 _retry_or_dead(core, tx, row, cur, prepared, result, rng)
     # Only what this worker settled is counted and logged (as each row's own write did).
@@ -289,6 +291,8 @@ def _retry_or_dead(
             next_attempt_at=decision.at,
             last_error=detail,
         )
+        if result.outcome == "unknown":  # past the rule's bound: fall back meanwhile
+            fallback.after_failure(core, tx, cur, "unknown")
         return
     outbox.settle(
         tx.conn,
@@ -299,6 +303,7 @@ def _retry_or_dead(
         last_error=f"{detail} — {decision.reason}"[:500],
     )
     metrics.DEAD_LETTERS.labels(row["channel"]).inc()
+    fallback.after_failure(core, tx, cur, "dead")
     if facts_of(row["channel"]).destination == "endpoint":
         ep = endpoints.get(tx.conn, row["tenant_id"], row["destination"], for_update=True)
         streak = ep["dead_streak"] + 1

@@ -54,11 +54,22 @@ def sweep(core: Core, now: datetime, limit: int = 500) -> int:
                     tx.conn, step_id, "cancelled", tx.now, f"notification {state}", 0
                 )
                 continue
-            fired += _fire(core, tx, step, note)
+            fired += fire(core, tx, step, note)
     return fired
 
 
-def _fire(core: Core, tx: Tx, step: EscalationStep, note: Notification) -> int:
+def fire(
+    core: Core,
+    tx: Tx,
+    step: EscalationStep,
+    note: Notification,
+    *,
+    trigger: str = "time",
+    because: str | None = None,
+) -> int:
+    """Queue the step's deliveries and settle it as fired, in ``tx`` (the caller holds
+    the step's row lock). ``trigger``/``because``: what fired it when it was not its time
+    (a fallback, ``flows.fallback``), as the trail says it."""
     tenant_id, user_id, channel = note["tenant_id"], note["recipient_user_id"], step["channel"]
     targets = _destinations(core, tx, tenant_id, user_id, channel)
     used = escalations.destinations_used(tx.conn, tenant_id, note["id"], channel)
@@ -72,12 +83,13 @@ def _fire(core: Core, tx: Tx, step: EscalationStep, note: Notification) -> int:
     outbox.add_deliveries(tx.conn, rows)
     if rows:
         tx.wake_outbox = True
+    why = because or f"not acknowledged within {step['after_s']} s"
     reason = (
-        f"not acknowledged within {step['after_s']} s: {len(rows)} {channel} deliveries queued"
+        f"{why}: {len(rows)} {channel} deliveries queued"
         if rows
-        else f"not acknowledged within {step['after_s']} s: no {channel} destination to add"
+        else f"{why}: no {channel} destination to add"
     )
-    escalations.settle(tx.conn, step["id"], "fired", tx.now, reason, len(rows))
+    escalations.settle(tx.conn, step["id"], "fired", tx.now, reason, len(rows), trigger)
     attention = note["attention_type"]
     tx.after_commit.append(lambda: metrics.ESCALATIONS.labels(attention, channel).inc())
     tx.emit(
@@ -89,6 +101,7 @@ def _fire(core: Core, tx: Tx, step: EscalationStep, note: Notification) -> int:
                 "step_no": step["step_no"],
                 "channel": channel,
                 "deliveries": len(rows),
+                "trigger": trigger,
             },
             run_id=note["run_id"],
             notification_id=note["id"],
@@ -101,6 +114,7 @@ def _fire(core: Core, tx: Tx, step: EscalationStep, note: Notification) -> int:
         step_no=step["step_no"],
         channel=channel,
         deliveries=len(rows),
+        trigger=trigger,
     )
     return 1
 
@@ -124,6 +138,9 @@ class StepView(TypedDict):
     deliveries: int | None
     reason: str | None
     settled_at: str | None
+    # time | failed | dead | unknown: what fired it (a fallback names the failure)
+    trigger: str | None
+    on_failure: bool  # the rule's fallback: may fire at once when a channel fails
 
 
 def step_view(step: EscalationStep) -> StepView:
@@ -136,4 +153,6 @@ def step_view(step: EscalationStep) -> StepView:
         "deliveries": step["deliveries"],
         "reason": step["reason"],
         "settled_at": views.iso(step["settled_at"]),
+        "trigger": step["trigger"] or ("time" if step["status"] == "fired" else None),
+        "on_failure": bool(step["on_failure"]),
     }

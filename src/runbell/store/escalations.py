@@ -11,6 +11,7 @@ messages collapse (``domain.channels.COLLAPSING``: web push) with no notificatio
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -28,9 +29,15 @@ _S = t.escalation_steps
 
 
 def add_steps(
-    conn: Connection, note: Notification, steps: list[tuple[int, str, int, datetime]]
+    conn: Connection,
+    note: Notification,
+    steps: list[tuple[int, str, int, datetime]],
+    *,
+    on_failure: bool = False,
+    unknown_after_s: int | None = None,
 ) -> None:
-    """The ladder's rows, ``steps`` = (step number, channel, after_s, due time)."""
+    """The ladder's rows, ``steps`` = (step number, channel, after_s, due time);
+    ``on_failure``/``unknown_after_s``: the rule's fallback (``flows.fallback``)."""
     if not steps:
         return
     conn.execute(
@@ -46,6 +53,8 @@ def add_steps(
                 "due_at": due,
                 "status": "pending",
                 "created_at": note["created_at"],
+                "on_failure": on_failure,
+                "unknown_after_s": unknown_after_s,
             }
             for no, channel, after_s, due in steps
         ],
@@ -92,13 +101,66 @@ def lock(conn: Connection, step_id: str) -> EscalationStep | None:
 
 
 def settle(
-    conn: Connection, step_id: str, status: str, now: datetime, reason: str, deliveries: int
+    conn: Connection,
+    step_id: str,
+    status: str,
+    now: datetime,
+    reason: str,
+    deliveries: int,
+    trigger: str | None = None,
 ) -> None:
-    conn.execute(
-        sa.update(_S)
-        .where(_S.c.id == step_id)
-        .values(status=status, settled_at=now, reason=reason[:500], deliveries=deliveries)
-    )
+    """``trigger``: what fired it (``time``, or the failure a fallback answered)."""
+    values: dict[str, Any] = {
+        "status": status,
+        "settled_at": now,
+        "reason": reason[:500],
+        "deliveries": deliveries,
+    }
+    if trigger is not None:
+        values["trigger"] = trigger
+    conn.execute(sa.update(_S).where(_S.c.id == step_id).values(**values))
+
+
+def fallback_steps(conn: Connection, tenant_id: str, notification_id: str) -> list[EscalationStep]:
+    """The notification's pending rungs that may fire on a failure, locked, in ladder
+    order: the row lock makes a fallback fire once however many workers see failures."""
+    rows = conn.execute(
+        sa.select(_S)
+        .where(
+            _S.c.tenant_id == tenant_id,
+            _S.c.notification_id == notification_id,
+            _S.c.status == "pending",
+            _S.c.on_failure.is_(True),
+        )
+        .order_by(_S.c.step_no)
+        .with_for_update()
+    ).all()
+    return [cast(EscalationStep, dict(r._mapping)) for r in rows]
+
+
+#: Delivery states that may still reach the person (or did).
+_LIVE = ("accepted", "queued", "sending", "retry_scheduled", "delivery_unknown", "deferred")
+
+
+def reaches_elsewhere(
+    conn: Connection, tenant_id: str, notification_id: str, channels: Sequence[str], but: str
+) -> bool:
+    """Whether another delivery of the notification than ``but`` on a person channel
+    (``channels``) reached the person or still may (a second device, another channel)."""
+    d = t.deliveries
+    found = conn.execute(
+        sa.select(sa.literal(1))
+        .where(
+            d.c.tenant_id == tenant_id,
+            d.c.notification_id == notification_id,
+            d.c.channel.in_(channels),
+            d.c.event_type.is_(None),
+            d.c.id != but,
+            d.c.status.in_(_LIVE),
+        )
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def for_notification(

@@ -769,6 +769,12 @@ escalation_steps = sa.Table(
     sa.Column("reason", sa.String(limits.REASON), nullable=True),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("settled_at", UTCDateTime, nullable=True),
+    # Fallback on failure (migration 0021, flows.fallback): this rung may fire at once when
+    # an earlier channel failed for good, or stayed unknown ``unknown_after_s``; ``trigger``
+    # says what fired it (time | failed | dead | unknown).
+    sa.Column("on_failure", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("unknown_after_s", sa.Integer, nullable=True),
+    sa.Column("trigger", sa.String(16), nullable=True),
     sa.UniqueConstraint("notification_id", "step_no", name="uq_escalation_step_once"),
     sa.CheckConstraint("status in ('pending','fired','cancelled')", name="status"),
 )

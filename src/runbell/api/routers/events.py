@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from runbell.api.deps import SESSION_COOKIE, CoreDep, Who, principal
+from runbell.api.deps import CLIENT_HEADER, SESSION_COOKIE, CoreDep, Who, principal
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.sse import FRAMING, EventStreamResponse
 from runbell.domain.errors import Gone, RunbellError
@@ -64,9 +64,18 @@ async def list_events(
 ) -> Mapping[str, Any]:
     """A page of events after ``after``; with ``wait`` a long-poll of up to 30 s."""
     cursor = await run_in_threadpool(feed.resolve_cursor, core, who, after)
-    events, next_cursor = await wait_for_events(
-        core, who, cursor, limit, min(wait, core.settings.longpoll_max_s)
-    )
+    # A person's app waiting on the feed (the SDK with as_app=True) is watching while it
+    # waits, as an open stream of the web app is; nothing else counts (issue 18 item 9).
+    watching = who.watches and wait > 0
+    if watching:
+        core.presence.enter(who.tenant_id, str(who.user_id))
+    try:
+        events, next_cursor = await wait_for_events(
+            core, who, cursor, limit, min(wait, core.settings.longpoll_max_s)
+        )
+    finally:
+        if watching:
+            core.presence.leave(who.tenant_id, str(who.user_id))
     return {"events": [feed.event_view(e) for e in events], "next_cursor": str(next_cursor)}
 
 
@@ -90,6 +99,8 @@ class SharedRecheck:
             (request.headers.get("authorization") or "").encode()
             + b"\0"
             + (request.cookies.get(SESSION_COOKIE) or "").encode()
+            + b"\0"
+            + (request.headers.get(CLIENT_HEADER) or "").encode()
         ).hexdigest()
         now = time.monotonic()
         hit = self._checked.get(key)
@@ -174,8 +185,12 @@ async def stream(
     async def chunks() -> AsyncIterator[bytes]:
         # The priming id is the resume point even if nothing ever arrives.
         yield RETRY + FRAMING.position(cursor)
-        if who.user_id:
-            core.presence.enter(who.tenant_id, who.user_id)
+        # Only a person's app counts as watching (the web app's pages, a client that says
+        # it is one): a script or a runtime streaming with a person's token does not hold
+        # back that person's pushes (issue 18 item 9).
+        watching = who.watches
+        if watching:
+            core.presence.enter(who.tenant_id, str(who.user_id))
         try:
             while (chunk := await sub.next()) is not None:
                 if chunk:
@@ -191,7 +206,7 @@ async def stream(
                         return
         finally:
             sub.close()
-            if who.user_id:
-                core.presence.leave(who.tenant_id, who.user_id)
+            if watching:
+                core.presence.leave(who.tenant_id, str(who.user_id))
 
     return EventStreamResponse(chunks(), on_disconnect=sub.close, headers=headers)

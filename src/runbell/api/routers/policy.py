@@ -93,6 +93,25 @@ def _rule_schema() -> Mapping[str, Any]:
                     {"type": "null"},
                 ]
             },
+            "fallback": {
+                "description": "a channel failed for good (or its receipt stayed unknown "
+                "unknown_after_s) → the ladder's next consented channel at once",
+                "anyOf": [
+                    {"type": "boolean"},
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "unknown_after_s": {
+                                "type": "integer",
+                                "minimum": 1,
+                                "maximum": escalation.MAX_AFTER_S,
+                            }
+                        },
+                    },
+                    {"type": "null"},
+                ],
+            },
         },
         # A push says how urgent it is.
         "if": {"properties": {"decision": {"const": "push"}}},
@@ -103,6 +122,7 @@ def _rule_schema() -> Mapping[str, Any]:
 POLICY_RULES = rules(
     rule("id", "rule ids are unique in the document"),
     rule("escalation", "after_s increases from step to step; each channel at most once"),
+    rule("fallback", "a rule with a fallback has an escalation ladder"),
 )
 
 
