@@ -83,6 +83,7 @@ class Run:
     cancel_requested_by: str | None
     cancel_reason: str | None
     cancel_summary: CancelSummary | None
+    created_by_credential: str | None = None  # the key or delegated token that created it
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Run:

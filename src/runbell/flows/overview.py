@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from runbell.domain import capabilities
 from runbell.domain import overview as rules
 from runbell.domain.operations import counts_text as ledger_text
 from runbell.domain.operations import normalized
@@ -212,7 +213,9 @@ def list_runs(
 ) -> runs.RunsById | GroupedRuns:
     """``GET /v1/runs``: ``state`` and ``group`` as given (repeatable, comma lists; an
     unknown value is 422 naming the field). Without ``group``, the runs by id, paged by
-    run id (``runs.list_runs``); with it, :func:`list_grouped`."""
+    run id (``runs.list_runs``); with it, :func:`list_grouped`. A runtime credential
+    needs ``runs.read``; a scoped one sees only the runs in its scope."""
+    who.require(capabilities.READ)
     wanted_states = rules.parse_list(states, rules.STATES, "state") or None
     wanted_groups = rules.parse_list(groups, rules.GROUPS, "group")
     if not wanted_groups:

@@ -21,12 +21,13 @@ from typing import NotRequired, TypedDict, cast
 import structlog
 from sqlalchemy.exc import IntegrityError
 
+from runbell.domain import capabilities
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import amendment_views, operations, stalls, views
+from runbell.flows import amendment_views, operations, scope, stalls, views
 from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
 from runbell.flows.context import Core
@@ -68,8 +69,13 @@ def put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[R
 
 
 def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[Run, bool]:
+    who.require(capabilities.REPORT)
     with core.db.transaction() as tx:
         run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
+        if run is None:
+            scope.may_create(who, run_id)
+        elif not scope.in_scope(who, run):
+            raise NotFound(f"no run {run_id!r} in this credential's scope")
         owner = body.get("owner")
         owner_id = _member(tx, who.tenant_id, owner, "owner") if owner else None
         access = {
@@ -118,6 +124,7 @@ def _create_run(
         created_at=tx.now,
         updated_at=tx.now,
         started_at=tx.now if state == "working" else None,
+        created_by_credential=who.credential_id,
     )
     run = runs.new_run(**values)
     run = replace(run, **stalls.restart_clock(core, tx, run, state))
@@ -229,7 +236,12 @@ class RunsById(TypedDict):
     next_cursor: str | None
 
 
-def get_run(core: Core, who: Principal, run_id: str) -> RunSnapshot:
+def get_run(
+    core: Core, who: Principal, run_id: str, *, capability: str = capabilities.READ
+) -> RunSnapshot:
+    """The run snapshot (404 if ``who`` may not see it). A runtime credential needs
+    ``capability``: ``runs.read``, or the one the write it answers needed."""
+    who.require(capability)
     with core.db.read() as conn:
         run = runs.get_run(conn, who.tenant_id, run_id)
         if run is None or not runs.can_see_run(conn, who, run_id):
@@ -253,6 +265,7 @@ def get_run(core: Core, who: Principal, run_id: str) -> RunSnapshot:
 def list_runs(
     core: Core, who: Principal, *, states: list[str] | None, after: str | None, limit: int
 ) -> RunsById:
+    who.require(capabilities.READ)
     with core.db.read() as conn:
         rows = runs.list_runs(conn, who, states=states, after=after, limit=limit + 1)
     page = rows[:limit]
@@ -280,7 +293,7 @@ def record_progress(
 ) -> ProgressAnswer:
     """A heartbeat: updates last_progress_at and the live feed. Never a notification."""
     with core.db.transaction() as tx:
-        run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)
+        run = scope.require_run(tx.conn, who, run_id, capabilities.REPORT, for_update=True)
         if is_terminal(run.state):
             return {
                 "accepted": False,
