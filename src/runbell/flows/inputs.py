@@ -98,3 +98,21 @@ class SourceBody(TypedDict, total=False):
     trust: str  # authoritative | advisory
     reader: dict[str, Any] | None  # the state reader's config (runbell.ingress.readers)
     signing_secret: str | None  # the provider's own, when it made one
+
+
+class DelegationBody(TypedDict, total=False):
+    """``POST /v1/runs/{id}/delegations``: what the helper may do, for how long."""
+
+    capabilities: list[str]
+    expires_in: int  # seconds
+    name: str
+
+
+class KeyBody(TypedDict, total=False):
+    """``POST /v1/keys``: a runtime or admin key; a runtime key may be scoped."""
+
+    role: str  # runtime | admin
+    name: str | None
+    capabilities: list[str] | None  # None: every capability
+    run_patterns: list[str] | None  # None: any run id
+    own_runs: bool
