@@ -92,6 +92,7 @@ def subscribe(core: Core, who: Principal, position: int, framing: Framing) -> Su
     """A live stream of what ``who`` may see after ``position`` (a resolved cursor), written
     in ``framing``: the events of each commit are read once and rendered once for all of
     the tenant's streams. Close it."""
+    who.require(capabilities.READ)
     return streams(core, framing).subscribe(who, position)
 
 

@@ -63,7 +63,7 @@ def put_run(
     return runs.get_run(core, who, run_id, capability=capabilities.REPORT)
 
 
-@router.get("/{run_id}", responses=problems(401, 404, 422, 503))
+@router.get("/{run_id}", responses=problems(401, 403, 404, 422, 503))
 def get_run(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
     """The run snapshot: state, version, open notifications. 404 if you may not see it."""
     return runs.get_run(core, who, run_id)
@@ -71,7 +71,7 @@ def get_run(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
 
 @router.get(
     "",
-    responses=problems(401, 422, 503),
+    responses=problems(401, 403, 422, 503),
     openapi_extra=rules(
         rule("after", "a next_cursor this listing gave, with the same state and group")
     ),
