@@ -74,9 +74,7 @@ def test_a_token_acts_on_its_run_only(
     # Bound to its run: the key's other runs answer 404, as runs that do not exist.
     r = client.get("/v1/runs/launch-2", headers=bearer(token))
     assert r.status_code == 404 and r.json()["detail"] == "no run 'launch-2'"
-    r = client.post(
-        "/v1/runs/launch-2/progress", json={"message": "x"}, headers=bearer(token)
-    )
+    r = client.post("/v1/runs/launch-2/progress", json={"message": "x"}, headers=bearer(token))
     assert r.status_code == 404
     listed = client.get("/v1/runs", headers=bearer(token)).json()
     assert [r["run_id"] for r in listed["runs"]] == ["launch-1"]
@@ -194,6 +192,8 @@ def test_sdk_delegate_and_revoke(
     listed = rb.delegations("launch-7")
     assert [d.id for d in listed] == [made.id] and listed[0].token is None
     assert rb.revoke_delegation(made.id).state == "revoked"
-    with sdk(live.url, made.token, creds.owner_email, timeout=WAIT) as helper:
-        with pytest.raises(Unauthorized):
-            helper.get_run("launch-7")
+    with (
+        sdk(live.url, made.token, creds.owner_email, timeout=WAIT) as helper,
+        pytest.raises(Unauthorized),
+    ):
+        helper.get_run("launch-7")

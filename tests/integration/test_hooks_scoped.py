@@ -35,9 +35,9 @@ from tests.timeouts import WAIT
 HOOK_CAPABILITIES = ["runs.report", "input_requests.create", "runs.read"]
 
 
-def with_key(env: dict[str, str], key: str) -> dict[str, str]:
+def with_key(base: dict[str, str], key: str) -> dict[str, str]:
     """The hook's environment with ``key``, importing this checkout's Runbell."""
-    return {**env, "RUNBELL_KEY": key, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    return {**base, "RUNBELL_KEY": key, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
 
 
 def scoped(core: Core, creds: TenantCreds, capabilities: list[str]) -> str:

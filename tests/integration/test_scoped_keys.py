@@ -226,9 +226,7 @@ def test_own_runs_only(core: Core, client: TestClient, creds: TenantCreds) -> No
     _, mine = accounts.create_key(
         core, creds.tenant_id, "runtime", capabilities=["runs.report", "runs.read"], own_runs=True
     )
-    r = client.put(
-        "/v1/runs/mine-1", json={"owner": creds.owner_email}, headers=bearer(mine)
-    )
+    r = client.put("/v1/runs/mine-1", json={"owner": creds.owner_email}, headers=bearer(mine))
     assert r.status_code == 201, r.text
     assert client.get("/v1/runs/mine-1", headers=bearer(mine)).status_code == 200
     r = client.get("/v1/runs/theirs-1", headers=bearer(mine))

@@ -46,7 +46,7 @@ def test_every_limit_applies() -> None:
 
 def test_parsing_refuses_what_it_does_not_know() -> None:
     assert parse_capabilities(["runs.read", "runs.read"]) == {"runs.read"}
-    with pytest.raises(ValidationFailed, match="runs.write"):
+    with pytest.raises(ValidationFailed, match=r"runs\.write"):
         parse_capabilities(["runs.write"])
     assert parse_patterns(["a-*", "a-*", "b?"]) == ("a-*", "b?")
     for bad in (["a[1]"], ["a b"], [], ["%"]):

@@ -79,7 +79,9 @@ def glob_match(pattern: str, run_id: str) -> bool:
 
 
 def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern))
+    return re.compile(
+        "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    )
 
 
 def parse_capabilities(values: Iterable[str], field: str = "capabilities") -> frozenset[str]:

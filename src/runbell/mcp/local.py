@@ -10,10 +10,10 @@ from typing import Any, TypeVar, cast
 import anyio.to_thread
 
 from runbell.api.deps import require_runtime
-from runbell.domain import capabilities
 from runbell.api.responses import answer_json
 from runbell.api.routers.events import wait_for_events
 from runbell.api.schemas import InputRequestIn, RunPut, SignalIn
+from runbell.domain import capabilities
 from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
 from runbell.domain.records import ReportedError

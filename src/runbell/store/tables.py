@@ -831,9 +831,7 @@ sa.Index(
 # ``own_runs`` limits it to the runs it created (``runs.created_by_credential``).
 api_keys.append_column(sa.Column("capabilities", JSON, nullable=True))
 api_keys.append_column(sa.Column("run_patterns", JSON, nullable=True))
-api_keys.append_column(
-    sa.Column("own_runs", sa.Boolean, nullable=False, server_default=sa.false())
-)
+api_keys.append_column(sa.Column("own_runs", sa.Boolean, nullable=False, server_default=sa.false()))
 # The credential (key or delegated token id) that created the run; NULL for runs created
 # before this was recorded, and for runs made outside the API (demo, CLI start).
 runs.append_column(sa.Column("created_by_credential", Id, nullable=True))

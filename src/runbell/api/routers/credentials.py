@@ -29,7 +29,9 @@ def create_key(body: KeyIn, who: Admin, core: CoreDep) -> Mapping[str, Any]:
     return accounts.create_key_for(core, who, fields)
 
 
-@router.delete("/v1/keys/{key_id}", status_code=204, responses=problems(401, 403, 404, 503))
+@router.delete(
+    "/v1/keys/{key_id}", status_code=204, responses=problems(401, 403, 404, 413, 422, 503)
+)
 def revoke_key(key_id: KeyId, who: Admin, core: CoreDep) -> Response:
     """Revoke an API key at once (admins); the delegated tokens it minted stop with it."""
     accounts.revoke_key_for(core, who, key_id)
@@ -54,7 +56,7 @@ def list_delegations(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any
     return delegations.list_for_run(core, who, run_id)
 
 
-@router.delete("/v1/delegations/{delegation_id}", responses=problems(401, 403, 404, 503))
+@router.delete("/v1/delegations/{delegation_id}", responses=problems(401, 403, 404, 413, 422, 503))
 def revoke_delegation(delegation_id: DelegationId, who: Who, core: CoreDep) -> Mapping[str, Any]:
     """Revoke a delegated token at once (the key that minted it, or an admin)."""
     return delegations.revoke(core, who, delegation_id)

@@ -125,9 +125,7 @@ async def post_signal(
         effects_verified=body.effects_verified,
         report=cast(RunReport, body.report.model_dump(exclude_none=True)) if body.report else None,
     )
-    result = await signals.accept_signal_async(
-        core, who.tenant_id, source, run_id, signal, who=who
-    )
+    result = await signals.accept_signal_async(core, who.tenant_id, source, run_id, signal, who=who)
     return result.as_dict()
 
 

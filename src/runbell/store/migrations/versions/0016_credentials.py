@@ -50,9 +50,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_delegated_tokens")),
         sa.UniqueConstraint("token_hash", name=op.f("uq_delegated_tokens_token_hash")),
     )
-    op.create_index(
-        "ix_delegated_tokens_tenant_run", "delegated_tokens", ["tenant_id", "run_id"]
-    )
+    op.create_index("ix_delegated_tokens_tenant_run", "delegated_tokens", ["tenant_id", "run_id"])
 
 
 def downgrade() -> None:
