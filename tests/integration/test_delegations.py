@@ -197,3 +197,21 @@ def test_sdk_delegate_and_revoke(
         pytest.raises(Unauthorized),
     ):
         helper.get_run("launch-7")
+
+
+def test_a_token_does_not_share_its_key_s_idempotency_keys(
+    client: TestClient, creds: TenantCreds, worker: str
+) -> None:
+    make_run(client, worker, creds, "launch-1")
+    make_run(client, worker, creds, "launch-2")
+    body = {"operation_id": "o1", "target": {"type": "t", "id": "1"}, "intent": "do"}
+    headers = {**bearer(worker), "Idempotency-Key": "decl-1"}
+    r = client.post("/v1/runs/launch-1/operations", json=body, headers=headers)
+    assert r.status_code == 201, r.text
+    token = mint(client, worker, "launch-2", capabilities=["operations.declare"]).json()["token"]
+    # The same request with the same Idempotency-Key: no replay of the key's answer about
+    # a run the token may not see, but the 404 of that run.
+    headers = {**bearer(token), "Idempotency-Key": "decl-1"}
+    r = client.post("/v1/runs/launch-1/operations", json=body, headers=headers)
+    assert r.status_code == 404, r.text
+    assert "idempotent-replayed" not in r.headers
