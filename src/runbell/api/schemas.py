@@ -562,11 +562,13 @@ class KeyIn(Strict):
         max_length=6,
         description="a runtime key's capabilities; omitted or null: every capability",
     )
-    run_patterns: list[Annotated[str, Field(min_length=1, max_length=L.RUN_ID)]] | None = Field(
-        default=None,
-        min_length=1,
-        max_length=20,
-        description="run-id globs (* any characters, ? one); omitted or null: any run",
+    run_patterns: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._:@~*?-]{1,200}$")]] | None = (
+        Field(
+            default=None,
+            min_length=1,
+            max_length=20,
+            description="run-id globs (* any characters, ? one); omitted or null: any run",
+        )
     )
     own_runs: StrictBool = Field(
         default=False, description="only the runs this key creates (with run_patterns: both)"

@@ -9,7 +9,7 @@ from typing import Annotated, Any, cast
 from fastapi import APIRouter, Path, Response
 
 from runbell.api.deps import Admin, CoreDep, Runtime, Who
-from runbell.api.openapi import problems
+from runbell.api.openapi import problems, rule, rules
 from runbell.api.schemas import RUN_ID_PATTERN, DelegationIn, KeyIn
 from runbell.flows import accounts, delegations
 from runbell.flows.inputs import DelegationBody, KeyBody
@@ -20,7 +20,18 @@ KeyId = Annotated[str, Path(max_length=64, description="the key's id (key_…), 
 DelegationId = Annotated[str, Path(max_length=64, description="the token's id (dlg_…)")]
 
 
-@router.post("/v1/keys", status_code=201, responses=problems(401, 403, 413, 422, 503))
+@router.post(
+    "/v1/keys",
+    status_code=201,
+    responses=problems(401, 403, 413, 422, 503),
+    openapi_extra=rules(
+        rule(
+            "role",
+            "an admin key is never scoped: capabilities, run_patterns, own_runs "
+            "are for a runtime key",
+        ),
+    ),
+)
 def create_key(body: KeyIn, who: Admin, core: CoreDep) -> Mapping[str, Any]:
     """Create an API key of your tenant (admins). A runtime key may be scoped:
     ``capabilities`` (omitted: all), ``run_patterns`` (omitted: any run), ``own_runs``.
@@ -42,6 +53,7 @@ def revoke_key(key_id: KeyId, who: Admin, core: CoreDep) -> Response:
     "/v1/runs/{run_id}/delegations",
     status_code=201,
     responses=problems(401, 403, 404, 413, 422, 503),
+    openapi_extra=rules(rule("name", "not blank once control characters are removed")),
 )
 def mint(run_id: RunId, body: DelegationIn, who: Runtime, core: CoreDep) -> Mapping[str, Any]:
     """Mint a delegated token (``rbd_…``, shown once) for a helper: bound to this run, a
