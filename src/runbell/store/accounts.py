@@ -137,19 +137,6 @@ def key_scope(
     )
 
 
-def get_api_key_scope(conn: Connection, tenant_id: str, key_id: str) -> Scope | None:
-    """The stored scope of a key of ``tenant_id`` (404 for another tenant's)."""
-    k = t.api_keys
-    row = conn.execute(
-        sa.select(k.c.capabilities, k.c.run_patterns, k.c.own_runs).where(
-            k.c.tenant_id == tenant_id, k.c.id == key_id
-        )
-    ).first()
-    if row is None:
-        raise NotFound(f"no key {key_id!r}")
-    return key_scope(key_id, row.capabilities, row.run_patterns, row.own_runs)
-
-
 def revoke_api_key(conn: Connection, tenant_id: str, key_id: str, now: datetime) -> None:
     res = conn.execute(
         sa.update(t.api_keys)
