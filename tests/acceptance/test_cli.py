@@ -112,6 +112,18 @@ def account_lifecycle(env: dict[str, str], settings: Settings) -> None:
     who = principal(settings, runtime_key)
     assert who is not None and (who.tenant_id, who.role) == (tenant_id, "runtime")
 
+    # A scoped runtime key (issue 18): its capabilities and run patterns are on record.
+    scoped = one(
+        KEY,
+        ok(env, "key", "create", "--tenant", "acme", "--capability", "runs.read",
+           "--capability", "runs.report", "--runs", "launch-*", "--own-runs"),
+    )  # fmt: skip
+    who = principal(settings, scoped)
+    assert who is not None and who.scope is not None
+    assert who.scope.capabilities == {"runs.read", "runs.report"}
+    assert who.scope.run_patterns == ("launch-*",) and who.scope.own_runs
+    refused(env, "key", "create", "--tenant", "acme", "--capability", "runs.write")
+
     out = ok(env, "user", "add", "--tenant", "acme", "a@b.test", "--role", "member")
     token = one(TOKEN, out)
     who = principal(settings, token)

@@ -50,7 +50,7 @@ def test_the_walk_finds_every_command() -> None:
         "completion",
     ):
         assert expected in names
-    assert len(names) == 46
+    assert len(names) == 48  # + delegate, undelegate (issue 18)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=_name)

@@ -14,6 +14,7 @@ from runbell.api.responses import JSON
 from runbell.api.routers import (
     amendments,
     cancellation,
+    credentials,
     deliveries,
     events,
     health,
@@ -59,6 +60,7 @@ def install(app: FastAPI, core: Core, *, listen_host: str | None = None) -> None
         schedules.router,
         me.router,
         health.router,
+        credentials.router,
     ):
         app.include_router(router, dependencies=[KnownQuery])
     app.add_middleware(BodyLimit, max_bytes=core.settings.max_body_bytes)

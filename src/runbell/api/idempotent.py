@@ -50,7 +50,7 @@ async def idempotency_key(
             "body": body,
         }
     )
-    principal = who.user_id or who.key_id
+    principal = who.user_id or who.credential_id  # a delegated token: its own, not its key's
     assert principal is not None  # every credential is a key or a person
     return IdempotencyKey(who.tenant_id, principal, key, digest)
 

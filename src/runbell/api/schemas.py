@@ -593,3 +593,44 @@ class OperationMove(Strict):
 
 class ClaimIn(Strict):
     worker_id: str = Field(min_length=1, max_length=L.WORKER_ID)
+
+
+# --- scoped keys and delegated tokens (issue 18 item 1) -----------------------------
+
+Capability = Literal[
+    "runs.report",
+    "operations.declare",
+    "operations.settle",
+    "runs.cancel",
+    "input_requests.create",
+    "runs.read",
+]
+
+
+class KeyIn(Strict):
+    role: Literal["runtime", "admin"] = "runtime"
+    name: str | None = Field(default=None, max_length=L.NAME)
+    capabilities: list[Capability] | None = Field(
+        default=None,
+        max_length=6,
+        description="a runtime key's capabilities; omitted or null: every capability",
+    )
+    run_patterns: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._:@~*?-]{1,200}$")]] | None = (
+        Field(
+            default=None,
+            min_length=1,
+            max_length=20,
+            description="run-id globs (* any characters, ? one); omitted or null: any run",
+        )
+    )
+    own_runs: StrictBool = Field(
+        default=False, description="only the runs this key creates (with run_patterns: both)"
+    )
+
+
+class DelegationIn(Strict):
+    capabilities: list[Capability] = Field(min_length=1, max_length=6)
+    expires_in: Annotated[StrictInt, BeforeValidator(integral)] = Field(
+        ge=60, le=7 * 24 * 3600, description="seconds until the token stops working"
+    )
+    name: str = Field(min_length=1, max_length=L.NAME, description="who the token is for")

@@ -8,7 +8,7 @@ import sys
 
 from runbell.cli import common
 from runbell.cli.common import err, out
-from runbell.cli.specs import Argument, Commands, Group, Option, readable_file
+from runbell.cli.specs import Argument, Commands, Flag, Group, Option, readable_file
 from runbell.domain.errors import NotFound, RunbellError
 
 TYPE_CHECKING = False  # not typing's, see runbell.cli.common
@@ -88,17 +88,47 @@ def tenant_policy(file: Path, tenant: str) -> None:
     Option("--role", "runtime or admin", metavar="ROLE"),
     Option("--name", "a label", metavar="LABEL"),
     Option("--source", "bind signals to this source", metavar="SOURCE_ID"),
+    Option(
+        "--capability",
+        "limit a runtime key to this capability (repeatable): runs.report, "
+        "operations.declare, operations.settle, runs.cancel, input_requests.create, "
+        "runs.read",
+        metavar="NAME",
+        repeat=True,
+    ),
+    Option(
+        "--runs", "limit it to run ids matching this glob (repeatable)", metavar="GLOB", repeat=True
+    ),
+    Flag("--own-runs", "limit it to the runs it creates"),
     name="create",
 )
 def key_create(
-    tenant: str, role: str = "runtime", name: str | None = None, source: str | None = None
+    tenant: str,
+    role: str = "runtime",
+    name: str | None = None,
+    source: str | None = None,
+    capability: list[str] | None = None,
+    runs: list[str] | None = None,
+    own_runs: bool = False,
 ) -> None:
-    """Create an API key; prints it once."""
+    """Create an API key; prints it once.
+
+    A runtime key may be scoped (recommended for agents): --capability, --runs and
+    --own-runs each limit it; without them it holds every capability on every run."""
     from runbell.flows import accounts
 
     core = common.core()
     try:
-        key_id, secret = accounts.create_key(core, tenant, role, name=name, source_id=source)
+        key_id, secret = accounts.create_key(
+            core,
+            tenant,
+            role,
+            name=name,
+            source_id=source,
+            capabilities=capability or None,
+            run_patterns=runs or None,
+            own_runs=bool(own_runs),
+        )
     except RunbellError as exc:
         common.fail(exc)
     out.print(f"key id {key_id}\nkey    {secret}   (shown once)", highlight=False)

@@ -1,6 +1,7 @@
 """Commands for scripts and CI jobs, built on :mod:`runbell.client`: ``login``, ``report``,
-``progress``, ``ask`` and ``wait``. Configured like every integration: ``RUNBELL_URL``,
-``RUNBELL_KEY`` and ``RUNBELL_OWNER``, else the file ``runbell login`` writes.
+``progress``, ``ask``, ``wait``, ``delegate`` and ``undelegate``. Configured like every
+integration: ``RUNBELL_URL``, ``RUNBELL_KEY`` and ``RUNBELL_OWNER``, else the file
+``runbell login`` writes.
 
 Exit codes are part of the interface (scripts branch on them):
 
@@ -33,7 +34,16 @@ if TYPE_CHECKING:
 
     from runbell.client import Client, RetryPolicy, RunbellError
 
-__all__ = ["ask", "commands", "login", "progress", "report", "wait"]
+__all__ = [
+    "ask",
+    "commands",
+    "delegate",
+    "login",
+    "progress",
+    "report",
+    "undelegate",
+    "wait",
+]
 
 EXIT_ERROR = common.EXIT_UNREACHABLE
 #: Their usage errors exit 3 too (not 2, which ``ask`` and ``wait`` use for "no answer in
@@ -83,6 +93,11 @@ def _hint(exc: RunbellError) -> str | None:
         return "is the server running (runbell serve)? RUNBELL_URL names it"
     if isinstance(exc, errors.Unauthorized):
         return KEY_HINT
+    if isinstance(exc, errors.Forbidden) and exc.missing_capability:
+        return (
+            f"this key lacks {exc.missing_capability}: use a key created with "
+            f"runbell key create --capability {exc.missing_capability}"
+        )
     if isinstance(exc, errors.Forbidden):
         return "this needs a runtime key: runbell key create --tenant TENANT --role runtime"
     return None
@@ -308,3 +323,52 @@ def wait(run_id: str, timeout: float | None = None) -> None:
     if not run.terminal:
         raise common.Exit(2)
     raise common.Exit(common.EXIT_OK if run.state == "completed" else common.EXIT_NO)
+
+
+@commands.command(
+    RUN_ID,
+    Option(
+        "--capability",
+        "what the helper may do (repeatable), at most what your key holds",
+        metavar="NAME",
+        repeat=True,
+    ),
+    Option("--expires-in", "seconds the token works (60 to 604800)", metavar="S", type=float),
+    Option("--name", "who the token is for", metavar="NAME"),
+)
+def delegate(
+    run_id: str,
+    capability: list[str] | None = None,
+    expires_in: float | None = None,
+    name: str | None = None,
+) -> None:
+    """Mint a token for a helper, bound to one run.
+
+    It is printed once.
+
+    Revoke it with runbell undelegate ID."""
+    from runbell.client import RunbellError
+
+    if not capability:
+        _fail("name at least one --capability, e.g. --capability runs.report")
+    if expires_in is None or not name:
+        _fail("--expires-in and --name are required")
+    with _client() as core:
+        try:
+            made = core.delegate(run_id, capabilities=capability, expires_in=expires_in, name=name)
+        except RunbellError as exc:
+            _error(exc)
+    print(f"token id {made.id}\ntoken    {made.token}   (shown once)")
+
+
+@commands.command(Argument("delegation_id", "the token's id (dlg_…), not its secret"))
+def undelegate(delegation_id: str) -> None:
+    """Revoke a delegated token at once."""
+    from runbell.client import RunbellError
+
+    with _client() as core:
+        try:
+            core.revoke_delegation(delegation_id)
+        except RunbellError as exc:
+            _error(exc)
+    print(f"revoked {delegation_id}")

@@ -30,7 +30,14 @@ def _finish(run: Callable[[], str]) -> None:
     except BaseException as exc:  # a hook never fails loudly; see the module docstring
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise common.Exit(0) from None
-        report.log(environ, f"hook failed: {type(exc).__name__}: {exc}")
+        line = f"hook failed: {type(exc).__name__}: {exc}"
+        missing = getattr(exc, "missing_capability", None)  # a scoped key's 403
+        if missing:
+            line += (
+                f" (RUNBELL_KEY lacks {missing}; the hooks need runs.report, "
+                "input_requests.create and runs.read: runbell key create --capability …)"
+            )
+        report.log(environ, line)
         raise common.Exit(0) from None
     if output:
         sys.stdout.write(output + "\n")

@@ -25,6 +25,9 @@ Public API (stable; :class:`AsyncClient` has the same methods, awaited, plus
     declare_operations(run_id, operations, *, epoch=None) -> list[Operation]
     move_operation(run_id, operation_id, state, *, evidence=None, epoch=None) -> Operation
     operations(run_id) -> list[Operation]
+    delegate(run_id, *, capabilities, expires_in, name) -> Delegation   # token shown once
+    delegations(run_id) -> list[Delegation]
+    revoke_delegation(delegation_id) -> Delegation
     open_input_request(run_id, *, summary, kind="approval", request_id=None, details=None,
                        options=None, expires_in=None, expires_at=None,
                        blocks_work=None) -> OpenedInputRequest
@@ -101,6 +104,7 @@ from runbell.client.errors import (
 from runbell.client.models import (
     Answer,
     CancelResult,
+    Delegation,
     Event,
     FeedReset,
     InputRequest,
@@ -125,6 +129,7 @@ __all__ = [
     "Conflict",
     "ConnectionFailed",
     "CursorExpired",
+    "Delegation",
     "Event",
     "FeedReset",
     "Forbidden",

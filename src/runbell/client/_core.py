@@ -334,6 +334,13 @@ def input_request_body(
     )
 
 
+def delegation_body(capabilities: Any, expires_in: float, name: str) -> dict[str, Any]:
+    """``POST /v1/runs/{id}/delegations``: a list of capability names, whole seconds."""
+    if isinstance(capabilities, str):
+        capabilities = [capabilities]
+    return {"capabilities": list(capabilities), "expires_in": int(expires_in), "name": name}
+
+
 def events_call(after: str, wait: float | None, limit: int) -> Call:
     params: dict[str, Any] = {"after": after, "limit": limit}
     timeout = None

@@ -23,6 +23,7 @@ from runbell.client.config import load_config
 from runbell.client.models import (
     Answer,
     CancelResult,
+    Delegation,
     Event,
     FeedReset,
     InputRequest,
@@ -351,6 +352,28 @@ class Client:
     def operations(self, run_id: str) -> list[Operation]:
         data = self._send(Call("GET", f"/v1/runs/{_p(run_id)}/operations"))
         return [Operation.from_json(o) for o in data["operations"]]
+
+    # --- delegated tokens ------------------------------------------------------------
+
+    def delegate(
+        self, run_id: str, *, capabilities: Sequence[str], expires_in: float, name: str
+    ) -> Delegation:
+        """Mint a token for a helper, bound to ``run_id``, with ``capabilities`` (never
+        more than this key holds: :class:`~runbell.client.errors.Forbidden` naming the
+        one it lacks), for ``expires_in`` seconds. ``token`` is shown only here."""
+        body = _core.delegation_body(capabilities, expires_in, name)
+        path = f"/v1/runs/{_p(run_id)}/delegations"
+        return Delegation.from_json(self._send(Call("POST", path, body)))
+
+    def delegations(self, run_id: str) -> list[Delegation]:
+        """The run's delegated tokens (never their secrets)."""
+        data = self._send(Call("GET", f"/v1/runs/{_p(run_id)}/delegations"))
+        return [Delegation.from_json(d) for d in data["delegations"]]
+
+    def revoke_delegation(self, delegation_id: str) -> Delegation:
+        """Revoke a delegated token at once (its next request is refused)."""
+        path = f"/v1/delegations/{_p(delegation_id)}"
+        return Delegation.from_json(self._send(Call("DELETE", path)))
 
     # --- input requests --------------------------------------------------------------
 

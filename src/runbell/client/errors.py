@@ -77,6 +77,8 @@ class APIError(RunbellError):
         self.title = problem.get("title")
         self.current = problem.get("current")
         self.field = problem.get("field")
+        #: A 403 of a scoped key or delegated token: the capability it lacks.
+        self.missing_capability = problem.get("missing_capability")
 
     def __str__(self) -> str:
         return f"{self.status} {self.detail}"

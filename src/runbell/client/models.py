@@ -12,6 +12,7 @@ __all__ = [
     "Answer",
     "AnswerOutcome",
     "CancelResult",
+    "Delegation",
     "Event",
     "FeedReset",
     "InputRequest",
@@ -256,6 +257,35 @@ class CancelResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CancelResult:
         return cls(data["outcome"], Run.from_json(data["run"]), data)
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """A delegated token: bound to ``run_id``, ``capabilities``, until ``expires_at``.
+    ``token`` (``rbd_…``) only in the answer that minted it; ``state`` is ``active``,
+    ``expired`` or ``revoked``."""
+
+    id: str
+    run_id: str
+    name: str
+    capabilities: list[str]
+    state: str
+    expires_at: datetime | None
+    token: str | None = field(default=None, repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Delegation:
+        return cls(
+            data["id"],
+            data["run_id"],
+            data["name"],
+            list(data["capabilities"]),
+            data["state"],
+            _time(data.get("expires_at")),
+            data.get("token"),
+            data,
+        )
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ import hmac
 from dataclasses import dataclass
 from datetime import datetime
 
+from runbell.domain.capabilities import Scope, refuse
+
 #: ``Principal.client`` of a person's app: the web app's pages, or a client that declares
 #: itself one (``X-Runbell-Client: app`` with a user token; the SDK's ``as_app=True``).
 APP = "app"
@@ -27,6 +29,11 @@ class Principal:
     # app counts as watching (runtime.presence). A declaration, not a security boundary:
     # all it can do is hold back that person's own pushes (see :meth:`watches`).
     client: str | None = None
+    # A scoped runtime key or a delegated token (domain.capabilities); None: unscoped.
+    scope: Scope | None = None
+    # A delegated token (rbd_…) minted by ``key_id``: its id. Such a principal is a
+    # runtime key (kind "key") in every check, limited by ``scope``.
+    token_id: str | None = None
 
     @property
     def watches(self) -> bool:
@@ -37,18 +44,38 @@ class Principal:
 
     @property
     def credential_id(self) -> str | None:
-        """The id of the credential that made this call (an API key's id), never a secret."""
-        return self.key_id
+        """The id of the credential that made this call (an API key's id, or a delegated
+        token's), never a secret."""
+        return self.token_id or self.key_id
+
+    @property
+    def credential_kind(self) -> str:
+        """``key``, ``delegated`` (a token a key minted) or ``user``."""
+        return "delegated" if self.token_id is not None else self.kind
 
     def actor(self) -> dict[str, str]:
         """Who or what caused a change, as the trace records it: the credential's kind and
         id, the person. Never a secret."""
-        out = {"kind": self.kind}
+        out = {"kind": self.credential_kind}
         if self.credential_id is not None:
             out["credential_id"] = self.credential_id
         if self.user_id is not None:
             out["user_id"] = self.user_id
         return out
+
+    def holds(self, capability: str) -> bool:
+        """Whether this caller holds ``capability`` (people and unscoped keys: all)."""
+        return self.scope is None or self.scope.holds(capability)
+
+    def require(self, capability: str) -> None:
+        """Raise the 403 naming ``capability`` if this credential lacks it."""
+        if self.scope is not None and not self.scope.holds(capability):
+            raise refuse(capability)
+
+    @property
+    def limits_runs(self) -> bool:
+        """Whether this credential sees only some runs of its tenant by its scope."""
+        return self.scope is not None and self.scope.limits_runs
 
     @property
     def is_user(self) -> bool:
@@ -60,7 +87,7 @@ class Principal:
 
     @property
     def sees_all_runs(self) -> bool:
-        return self.kind == "key" or self.is_admin
+        return (self.kind == "key" and not self.limits_runs) or self.is_admin
 
 
 @dataclass(frozen=True)

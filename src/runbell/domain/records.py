@@ -93,6 +93,7 @@ class Run:
     schedule_id: str | None
     schedule_instruction_version: int | None
     schedule_authority: dict[str, Any] | None
+    created_by_credential: str | None = None  # the key or delegated token that created it
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Run:

@@ -14,10 +14,15 @@ next request (8); another tenant's id answers 404.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
-from runbell.domain.errors import NotFound
+from runbell.domain import capabilities as caps
+from runbell.domain import limits
+from runbell.domain.errors import Forbidden, NotFound
 from runbell.domain.principal import Principal
+from runbell.domain.text import public_text
 from runbell.flows.context import Core
+from runbell.flows.inputs import KeyBody
 from runbell.store import accounts
 from runbell.store import sessions as links
 from runbell.store.db import Database
@@ -82,13 +87,76 @@ def create_key(
     *,
     name: str | None = None,
     source_id: str | None = None,
+    capabilities: list[str] | None = None,
+    run_patterns: list[str] | None = None,
+    own_runs: bool = False,
 ) -> tuple[str, str]:
-    """A new API key of ``tenant`` (id or name): (key id, key shown once)."""
+    """A new API key of ``tenant`` (id or name): (key id, key shown once). A runtime key
+    may be scoped: ``capabilities`` (None: all), ``run_patterns`` (None: any run id),
+    ``own_runs`` (only the runs it creates); see :mod:`runbell.domain.capabilities`."""
+    held = None if capabilities is None else caps.parse_capabilities(capabilities)
+    patterns = None if run_patterns is None else caps.parse_patterns(run_patterns)
     with core.db.transaction() as tx:
         tenant_id = accounts.resolve_tenant(tx.conn, tenant)
         return accounts.create_api_key(
-            tx.conn, tenant_id, role, tx.now, name=name, source_id=source_id
+            tx.conn,
+            tenant_id,
+            role,
+            tx.now,
+            name=name,
+            source_id=source_id,
+            capabilities=held,
+            run_patterns=patterns,
+            own_runs=own_runs,
         )
+
+
+class KeyCreated(TypedDict):
+    """``POST /v1/keys``: the key, its secret shown once, and its scope."""
+
+    id: str
+    key: str
+    role: str
+    name: str | None
+    capabilities: list[str] | None  # None: every capability
+    run_patterns: list[str] | None  # None: any run id
+    own_runs: bool
+
+
+def create_key_for(core: Core, who: Principal, body: KeyBody) -> KeyCreated:
+    """An admin makes a key of its own tenant (``POST /v1/keys``)."""
+    if not who.is_admin:
+        raise Forbidden("creating API keys needs an admin API key or an admin member")
+    role = body.get("role") or "runtime"
+    name = public_text(body.get("name"), limits.NAME)
+    held, patterns = body.get("capabilities"), body.get("run_patterns")
+    own = bool(body.get("own_runs"))
+    key_id, secret = create_key(
+        core,
+        who.tenant_id,
+        role,
+        name=name,
+        capabilities=held,
+        run_patterns=patterns,
+        own_runs=own,
+    )
+    return {
+        "id": key_id,
+        "key": secret,
+        "role": role,
+        "name": name,
+        "capabilities": None if held is None else caps.ordered(held),
+        "run_patterns": None if patterns is None else list(caps.parse_patterns(patterns)),
+        "own_runs": own,
+    }
+
+
+def revoke_key_for(core: Core, who: Principal, key_id: str) -> None:
+    """An admin revokes a key of its own tenant (``DELETE /v1/keys/{id}``); the delegated
+    tokens it minted stop with it."""
+    if not who.is_admin:
+        raise Forbidden("revoking API keys needs an admin API key or an admin member")
+    revoke_key(core, who.tenant_id, key_id)
 
 
 def revoke_key(core: Core, tenant: str, key_id: str) -> None:

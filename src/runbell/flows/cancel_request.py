@@ -42,12 +42,13 @@ from typing import Any, TypedDict
 
 import structlog
 
+from runbell.domain import capabilities
 from runbell.domain.errors import Conflict, Forbidden, NotFound
 from runbell.domain.principal import Principal
 from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import RunState, is_terminal
 from runbell.domain.text import REASON_MAX, public_text
-from runbell.flows import cancel_outcome, transitions, views
+from runbell.flows import cancel_outcome, scope, transitions, views
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import may_answer
@@ -82,6 +83,7 @@ def request_cancel(
     ``stopping``; 200 ``{outcome: "already_stopping", run}`` when it was stopping already;
     404 / 403 / 409 as the module docstring says."""
     reason = public_text(reason, REASON_MAX)  # public: feed, webhooks, the run page
+    who.require(capabilities.CANCEL)  # a runtime credential's; people: their authority
 
     def prepare() -> Act:
         return lambda tx: _cancel_in(core, tx, who, run_id, reason)
@@ -93,9 +95,7 @@ def _cancel_in(
     core: Core, tx: Tx, who: Principal, run_id: str, reason: str | None
 ) -> tuple[int, CancelAnswer]:
     conn, tenant_id = tx.conn, who.tenant_id
-    run = runs.get_run(conn, tenant_id, run_id, for_update=True)
-    if run is None:
-        raise NotFound(f"no run {run_id!r}")
+    run = scope.check_run(who, runs.get_run(conn, tenant_id, run_id, for_update=True), run_id)
     if not may_cancel(conn, who, run):
         if not runs.can_see_run(conn, who, run_id):
             raise NotFound(f"no run {run_id!r}")

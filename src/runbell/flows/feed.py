@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 from typing import Any, TypedDict
 
+from runbell.domain import capabilities
 from runbell.domain.errors import Gone, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import FeedEvent
@@ -91,6 +92,7 @@ def subscribe(core: Core, who: Principal, position: int, framing: Framing) -> Su
     """A live stream of what ``who`` may see after ``position`` (a resolved cursor), written
     in ``framing``: the events of each commit are read once and rendered once for all of
     the tenant's streams. Close it."""
+    who.require(capabilities.READ)
     return streams(core, framing).subscribe(who, position)
 
 
@@ -104,7 +106,9 @@ def end_streams(core: Core) -> None:
 
 def resolve_cursor(core: Core, who: Principal, after: str | None, field: str = "after") -> int:
     """The numeric position to read after (``earliest``, ``latest`` or a cursor); 422
-    naming ``field`` for something else, 410 if it fell out of retention."""
+    naming ``field`` for something else, 410 if it fell out of retention. A runtime
+    credential needs ``runs.read`` (403 naming it)."""
+    who.require(capabilities.READ)
     with core.db.read() as conn:
         head, pruned = feed.bounds(conn, who.tenant_id)
     if after is None or after == "earliest":
@@ -140,6 +144,7 @@ def read(core: Core, who: Principal, after: int, limit: int) -> tuple[list[FeedE
     Retention is checked again *after* the rows are read: a prune batch that committed
     between :func:`resolve_cursor` and this read (deleting events this reader still
     needed) makes it a 410, never a silent gap."""
+    who.require(capabilities.READ)
     with core.db.read() as conn:
         events, position = feed.read(conn, who, after, limit)
         head, pruned = feed.bounds(conn, who.tenant_id)
@@ -158,6 +163,7 @@ def head_cursor(core: Core, who: Principal) -> int:
 def snapshot(core: Core, who: Principal) -> FeedSnapshot:
     """Current state to load instead of replaying: the head cursor, the active runs the
     caller may see and a person's open notifications (``truncated`` past 200 of either)."""
+    who.require(capabilities.READ)
     with core.db.read() as conn:
         head, _ = feed.bounds(conn, who.tenant_id)
         active = runs.list_runs(conn, who, states=list(ACTIVE), after=None, limit=SNAPSHOT_MAX + 1)

@@ -36,11 +36,12 @@ from typing import Any, TypedDict
 import structlog
 
 from runbell import metrics
+from runbell.domain import capabilities
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Notification, Run
 from runbell.domain.runs import RunState, is_terminal
-from runbell.flows import dependencies, transitions, views
+from runbell.flows import dependencies, scope, transitions, views
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
@@ -142,6 +143,7 @@ def open_request(
     """
     # Two opens of one new id for different runs may race: the loser's insert fails, and
     # its second try (once() retries a constraint violation) sees the winner.
+    who.require(capabilities.ASK)
     return act_once(core.db, core.box, key, lambda: _opening(core, who, run_id, body))
 
 
@@ -167,7 +169,7 @@ def _open_in(
 ) -> Opened:
     tenant_id, request_id = who.tenant_id, fields["id"]
     conn = tx.conn
-    run = runs.require_run(conn, tenant_id, run_id, for_update=True)
+    run = scope.require_run(conn, who, run_id, capabilities.ASK, for_update=True)
     existing = requests.get(conn, tenant_id, request_id, for_update=True)
     if existing is not None:
         if existing.request_hash != digest:
@@ -347,6 +349,7 @@ def get_request(core: Core, who: Principal, request_id: str) -> RequestDetail:
     answer, so must be able to read what they answer); 404 for anyone else.
     Returns ``{input_request, run, actionable, actionable_reason, may_answer}``.
     """
+    who.require(capabilities.READ)
     with core.db.read() as conn:
         req = requests.get(conn, who.tenant_id, request_id)
         run = None if req is None else runs.get_run(conn, who.tenant_id, req.run_id)

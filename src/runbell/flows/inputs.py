@@ -154,3 +154,21 @@ class ScheduleRef(TypedDict):
     """``PUT /v1/runs/{id}`` with ``schedule``: the run starts under this schedule."""
 
     id: str
+
+
+class DelegationBody(TypedDict, total=False):
+    """``POST /v1/runs/{id}/delegations``: what the helper may do, for how long."""
+
+    capabilities: list[str]
+    expires_in: int  # seconds
+    name: str
+
+
+class KeyBody(TypedDict, total=False):
+    """``POST /v1/keys``: a runtime or admin key; a runtime key may be scoped."""
+
+    role: str  # runtime | admin
+    name: str | None
+    capabilities: list[str] | None  # None: every capability
+    run_patterns: list[str] | None  # None: any run id
+    own_runs: bool

@@ -33,6 +33,7 @@ from typing import Any
 
 import structlog
 
+from runbell.domain import capabilities
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.operations import (
     MAY_HAVE_LANDED,
@@ -44,7 +45,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import Run
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import completion, stalls, views
+from runbell.flows import completion, scope, stalls, views
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
 from runbell.flows.inputs import DeclareBody, MoveBody
@@ -152,6 +153,7 @@ def _ledger_state(conn: Any, run: Run) -> LedgerState:
 
 def list_operations(core: Core, who: Principal, run_id: str) -> Ledger:
     """The run's ledger in declaration order, with its counts. 404 if you may not see it."""
+    who.require(capabilities.READ)
     with core.db.read() as conn:
         run = runs.get_run(conn, who.tenant_id, run_id)
         if run is None or not runs.can_see_run(conn, who, run_id):
@@ -174,9 +176,10 @@ def claim(
     """A worker takes the run: ``{epoch}``, one more than before for a new worker id, the
     same for the worker that holds it. Updates carrying an older epoch are then refused."""
     worker_id = _checked_id(worker_id, "worker_id")
+    who.require(capabilities.SETTLE)  # a claim supersedes the worker that settles
 
     def act(tx: Tx) -> tuple[int, ClaimAnswer]:
-        run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)
+        run = scope.require_run(tx.conn, who, run_id, capabilities.SETTLE, for_update=True)
         if is_terminal(run.state):
             raise Conflict(
                 f"run {run_id!r} is {run.state}; a finished run is not claimed",
@@ -311,11 +314,12 @@ def declare(
     is (200 when nothing new was declared, 201 otherwise); the same id with another body
     is a 409 with the operation as it is. New work on a target and intent that an
     ``uncertain`` (or ``unresolved``) operation may already have changed is a 409."""
+    who.require(capabilities.DECLARE)
     items, epoch = declared_items(body)
 
     def act(tx: Tx) -> tuple[int, DeclaredAnswer]:
         tenant_id = who.tenant_id
-        run = runs.require_run(tx.conn, tenant_id, run_id, for_update=True)
+        run = scope.require_run(tx.conn, who, run_id, capabilities.DECLARE, for_update=True)
         _fence(run, epoch)
         existing = ledger.get_many(tx.conn, tenant_id, run_id, [i.operation_id for i in items])
         new = []
@@ -400,6 +404,7 @@ def move(core: Core, who: Principal, run_id: str, operation_id: str, body: MoveB
     result, who or what checked). Repeating the move it already made is answered as it
     is (``changed: false``); any other illegal move is a 409 with the operation as it is.
     A move of a completed run's operation whose review is open updates that review."""
+    who.require(capabilities.SETTLE)
     state = body.get("state")
     if state not in OP_STATES:
         raise ValidationFailed(f"state must be one of {', '.join(OP_STATES)}", field="state")
@@ -412,7 +417,7 @@ def move(core: Core, who: Principal, run_id: str, operation_id: str, body: MoveB
 
     with core.db.transaction() as tx:
         tenant_id = who.tenant_id
-        run = runs.require_run(tx.conn, tenant_id, run_id, for_update=True)
+        run = scope.require_run(tx.conn, who, run_id, capabilities.SETTLE, for_update=True)
         op = ledger.get(tx.conn, tenant_id, run_id, operation_id)
         if op is None:
             raise NotFound(f"no operation {operation_id!r} in run {run_id!r}")

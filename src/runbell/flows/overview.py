@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from runbell.domain import capabilities
 from runbell.domain import overview as rules
 from runbell.domain.errors import ValidationFailed
 from runbell.domain.operations import counts_text as ledger_text
@@ -222,7 +223,9 @@ def list_runs(
     """``GET /v1/runs``: ``state`` and ``group`` as given (repeatable, comma lists; an
     unknown value is 422 naming the field). Without ``group``, the runs by id, paged by
     run id (``runs.list_runs``; ``link``: only those linked to ``kind:id``); with it,
-    :func:`list_grouped`."""
+    :func:`list_grouped`. A runtime credential needs ``runs.read``; a scoped one sees only
+    the runs in its scope."""
+    who.require(capabilities.READ)
     wanted_states = rules.parse_list(states, rules.STATES, "state") or None
     wanted_groups = rules.parse_list(groups, rules.GROUPS, "group")
     if link is not None and wanted_groups:

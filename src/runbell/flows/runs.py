@@ -24,6 +24,7 @@ from typing import NotRequired, TypedDict, cast
 import structlog
 from sqlalchemy.exc import IntegrityError
 
+from runbell.domain import capabilities
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.jobs import RunLink, check_done_when, check_links, parse_link
 from runbell.domain.principal import Principal
@@ -37,6 +38,7 @@ from runbell.flows import (
     review,
     schedule_start,
     schedule_views,
+    scope,
     stalls,
     views,
 )
@@ -83,14 +85,18 @@ def put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[R
 
 
 def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[Run, bool]:
+    who.require(capabilities.REPORT)
     links = check_links(body["links"]) if "links" in body else None
     with core.db.transaction() as tx:
         run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
         under = None
         if run is None:  # started under a schedule: its owner and authority by default
+            scope.may_create(who, run_id)
             under = schedule_start.started_under(tx, who, body.get("schedule"))
             body = schedule_start.with_defaults(body, under) if under else body
         else:
+            if not scope.in_scope(who, run):
+                raise NotFound(f"no run {run_id!r} in this credential's scope")
             schedule_start.check_unchanged(body, run.schedule_id)
         owner = body.get("owner")
         owner_id = _member(tx, who.tenant_id, owner, "owner") if owner else None
@@ -172,6 +178,7 @@ def _create_run(
         created_at=tx.now,
         updated_at=tx.now,
         started_at=tx.now if state == "working" else None,
+        created_by_credential=who.credential_id,
     )
     values.update(job)
     if under is not None:
@@ -295,7 +302,12 @@ class RunsById(TypedDict):
     next_cursor: str | None
 
 
-def get_run(core: Core, who: Principal, run_id: str) -> RunSnapshot:
+def get_run(
+    core: Core, who: Principal, run_id: str, *, capability: str = capabilities.READ
+) -> RunSnapshot:
+    """The run snapshot (404 if ``who`` may not see it). A runtime credential needs
+    ``capability``: ``runs.read``, or the one the write it answers needed."""
+    who.require(capability)
     with core.db.read() as conn:
         run = runs.get_run(conn, who.tenant_id, run_id)
         if run is None or not runs.can_see_run(conn, who, run_id):
@@ -335,6 +347,7 @@ def list_runs(
 ) -> RunsById:
     """A page of the runs ``who`` may see, by run id; ``link`` (``kind:id``): only the
     runs linked to it (every job of one conversation, in one indexed query)."""
+    who.require(capabilities.READ)
     linked = None
     if link is not None:
         kind, link_id = parse_link(link)
@@ -366,7 +379,7 @@ def record_progress(
 ) -> ProgressAnswer:
     """A heartbeat: updates last_progress_at and the live feed. Never a notification."""
     with core.db.transaction() as tx:
-        run = runs.require_run(tx.conn, who.tenant_id, run_id, for_update=True)
+        run = scope.require_run(tx.conn, who, run_id, capabilities.REPORT, for_update=True)
         if is_terminal(run.state):
             return {
                 "accepted": False,

@@ -29,13 +29,14 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from runbell import metrics
+from runbell.domain import capabilities
 from runbell.domain.errors import Conflict, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import InboundEvent, Notification, RunReport
 from runbell.domain.runs import RunState, judge
 from runbell.domain.signals import Signal
 from runbell.domain.text import REASON_MAX, public_text
-from runbell.flows import reconcile, transitions, views
+from runbell.flows import reconcile, scope, transitions, views
 from runbell.flows.context import Core
 from runbell.ingress.readers import Observed
 from runbell.store import accounts, runs
@@ -153,13 +154,24 @@ def checked(signal: Signal) -> Signal:
 
 
 def accept_signal(
-    core: Core, tenant_id: str, source: Source, run_id: str, signal: Signal
+    core: Core,
+    tenant_id: str,
+    source: Source,
+    run_id: str,
+    signal: Signal,
+    *,
+    who: Principal | None = None,
 ) -> SignalResult:
     """Dedupe, reconcile, judge, apply, decide and enqueue — one unit of work, committed
     by the process's writer together with whatever other signals are waiting
-    (:mod:`runbell.runtime.writer`); answered once that commit is durable."""
+    (:mod:`runbell.runtime.writer`); answered once that commit is durable.
+
+    ``who``: the runtime credential that sent it (None: a verified provider webhook); a
+    scoped one needs ``runs.report`` (403) and the run in its scope (404)."""
+    if who is not None:
+        who.require(capabilities.REPORT)
     signal = checked(signal)
-    unit = _prepare(core, tenant_id, source, run_id, signal)
+    unit = _prepare(core, tenant_id, source, run_id, signal, who)
     if isinstance(unit, SignalResult):
         return unit
     try:
@@ -169,14 +181,24 @@ def accept_signal(
 
 
 async def accept_signal_async(
-    core: Core, tenant_id: str, source: Source, run_id: str, signal: Signal
+    core: Core,
+    tenant_id: str,
+    source: Source,
+    run_id: str,
+    signal: Signal,
+    *,
+    who: Principal | None = None,
 ) -> SignalResult:
     """:func:`accept_signal` for an event loop: the request awaits the writer instead of
     holding a thread. (An advisory source's state reader still runs in a thread.)"""
+    if who is not None:
+        who.require(capabilities.REPORT)
     signal = checked(signal)
     if source.trust == "advisory":
-        return await to_thread(partial(accept_signal, core, tenant_id, source, run_id, signal))
-    unit = _prepare(core, tenant_id, source, run_id, signal)
+        return await to_thread(
+            partial(accept_signal, core, tenant_id, source, run_id, signal, who=who)
+        )
+    unit = _prepare(core, tenant_id, source, run_id, signal, who)
     assert not isinstance(unit, SignalResult)
     try:
         return await core.writer.run_async(unit, key=(tenant_id, run_id))
@@ -185,12 +207,20 @@ async def accept_signal_async(
 
 
 def _prepare(
-    core: Core, tenant_id: str, source: Source, run_id: str, signal: Signal
+    core: Core,
+    tenant_id: str,
+    source: Source,
+    run_id: str,
+    signal: Signal,
+    who: Principal | None = None,
 ) -> SignalResult | Callable[[Tx], SignalResult]:
     """The unit of work for ``signal`` — or, for an advisory source, possibly its answer
     already (a retry, answered without asking the state reader again)."""
     observed: Observed | None = None
     reader_error: str | None = None
+    if who is not None and who.limits_runs:  # scope before anything tells of the run
+        with core.db.read() as conn:
+            scope.check_run(who, runs.get_run(conn, tenant_id, run_id), run_id)
     if source.trust == "advisory":
         with core.db.read() as conn:
             seen = runs.find_inbound(conn, tenant_id, source.id, signal.event_id)

@@ -13,6 +13,7 @@ from runbell.api.deps import require_runtime
 from runbell.api.responses import answer_json
 from runbell.api.routers.events import wait_for_events
 from runbell.api.schemas import InputRequestIn, RunPut, SignalIn
+from runbell.domain import capabilities
 from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
 from runbell.domain.records import ReportedError
@@ -50,7 +51,9 @@ class LocalBackend:
         self._runtime()
         body = _validated(RunPut, fields).model_dump(exclude_unset=True, mode="json")
         await self._call(runs.put_run, self.core, self.who, run_id, body)
-        return await self.get_run(run_id)
+        return await self._call(
+            runs.get_run, self.core, self.who, run_id, capability=capabilities.REPORT
+        )
 
     async def signal(self, run_id: str, body: dict[str, Any]) -> Mapping[str, Any]:
         self._runtime()
@@ -66,7 +69,7 @@ class LocalBackend:
         )
         try:
             result = await signals.accept_signal_async(
-                self.core, self.who.tenant_id, source, run_id, sig
+                self.core, self.who.tenant_id, source, run_id, sig, who=self.who
             )
         except RunbellError as exc:
             raise Problem(exc.status, exc.title, exc.detail) from exc

@@ -300,6 +300,8 @@ class Tail:
         """Whether the buffer holds everything ``sub`` needs after its position."""
         if sub.position < self.base:
             return False
+        if sub.who.limits_runs and sub.who.kind == "key":
+            return False  # a scoped credential reads its own page (store.feed._visible)
         if not sub.limited:
             return True
         user_id = sub.who.user_id
@@ -321,7 +323,7 @@ class Subscriber:
         self.position = position
         self.limited = feed.limited(who)
         # Keys see the same events whoever holds them: their chunks are built once.
-        self.audience = f"{who.role}-key" if who.kind == "key" else None
+        self.audience = f"{who.role}-key" if who.kind == "key" and not who.limits_runs else None
         # A bare future while waiting, not an asyncio.Event (a deque and more per stream).
         self._waiter: asyncio.Future[None] | None = None
         self._woken = False

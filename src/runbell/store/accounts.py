@@ -10,12 +10,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
 from runbell.domain import limits
+from runbell.domain.capabilities import Scope, ordered
 from runbell.domain.channels import FACTS
 from runbell.domain.errors import NotFound, ValidationFailed
 from runbell.domain.policy import TenantPolicy
 from runbell.domain.principal import Principal
 from runbell.ids import new_id, new_token, token_hash
-from runbell.store import fast
+from runbell.store import delegations, fast
 from runbell.store import tables as t
 
 ROLES_MEMBER = ("owner", "admin", "member")
@@ -89,9 +90,18 @@ def create_api_key(
     *,
     name: str | None = None,
     source_id: str | None = None,
+    capabilities: frozenset[str] | None = None,
+    run_patterns: tuple[str, ...] | None = None,
+    own_runs: bool = False,
 ) -> tuple[str, str]:
+    """A new API key: (its id, its secret, shown once). A runtime key may be scoped
+    (domain.capabilities): ``capabilities`` None is every one, ``run_patterns`` None any
+    run id, ``own_runs`` only the runs it creates. Admin keys are never scoped."""
     if role not in ROLES_KEY:
         raise ValidationFailed(f"key role must be one of {', '.join(ROLES_KEY)}", field="role")
+    scoped = capabilities is not None or run_patterns is not None or own_runs
+    if scoped and role != "runtime":
+        raise ValidationFailed("only a runtime key can be scoped", field="role")
     if source_id is not None:
         get_source(conn, tenant_id, source_id)
     key_id = new_id("key")
@@ -105,9 +115,26 @@ def create_api_key(
             key_hash=token_hash(secret),
             source_id=source_id,
             created_at=now,
+            capabilities=None if capabilities is None else ordered(capabilities),
+            run_patterns=None if run_patterns is None else list(run_patterns),
+            own_runs=own_runs,
         )
     )
     return key_id, secret
+
+
+def key_scope(
+    key_id: str, capabilities: list[str] | None, run_patterns: list[str] | None, own_runs: bool
+) -> Scope | None:
+    """A key's stored scope (None: unscoped, every capability on every run)."""
+    if capabilities is None and run_patterns is None and not own_runs:
+        return None
+    return Scope(
+        capabilities=None if capabilities is None else frozenset(capabilities),
+        run_patterns=None if run_patterns is None else tuple(run_patterns),
+        own_runs=bool(own_runs),
+        creator_id=key_id,
+    )
 
 
 def revoke_api_key(conn: Connection, tenant_id: str, key_id: str, now: datetime) -> None:
@@ -276,20 +303,30 @@ def authenticate(conn: Connection, token: str, now: datetime) -> Principal | Non
     """The principal for a bearer token, or None. One indexed lookup per call."""
     digest = token_hash(token)
     if token.startswith("rbk_"):
-        row = conn.execute(
+        k = t.api_keys
+        key = conn.execute(
             sa.select(
-                t.api_keys.c.id, t.api_keys.c.tenant_id, t.api_keys.c.role, t.api_keys.c.source_id
-            ).where(t.api_keys.c.key_hash == digest, t.api_keys.c.revoked_at.is_(None))
+                k.c.id,
+                k.c.tenant_id,
+                k.c.role,
+                k.c.source_id,
+                k.c.capabilities,
+                k.c.run_patterns,
+                k.c.own_runs,
+            ).where(k.c.key_hash == digest, k.c.revoked_at.is_(None))
         ).first()
-        if row is None:
+        if key is None:
             return None
         return Principal(
-            tenant_id=row.tenant_id,
+            tenant_id=key.tenant_id,
             kind="key",
-            role=row.role,
-            key_id=row.id,
-            source_id=row.source_id,
+            role=key.role,
+            key_id=key.id,
+            source_id=key.source_id,
+            scope=key_scope(key.id, key.capabilities, key.run_patterns, key.own_runs),
         )
+    if token.startswith(delegations.PREFIX + "_"):
+        return delegations.authenticate(conn, token, now)
     if token.startswith("rbu_"):
         row = conn.execute(
             sa.select(

@@ -31,6 +31,8 @@ def bounds(conn: Connection, tenant_id: str) -> tuple[int, int]:
 
 def _visible(who: Principal) -> sa.ColumnElement[bool]:
     fe = t.feed_events
+    if who.kind == "key" and who.limits_runs:  # a scoped runtime credential: its runs
+        return sa.and_(fe.c.user_id.is_(None), fe.c.run_id.in_(visible_run_ids(who)))
     if who.kind == "key" and who.role == "runtime":
         return fe.c.user_id.is_(None)
     if who.kind == "key":  # admin keys see everything in their tenant
@@ -47,6 +49,17 @@ def visible(
     """:func:`_visible` for one event in Python: ``user_id`` is the event's audience (None:
     a run event) and ``run_access`` the users (at least ``who``, if it is a member who
     does not see every run) allowed to see the event's run."""
+    if who.kind == "key" and who.limits_runs:
+        # A scoped credential's streams read their pages from the database
+        # (runtime.streams: never covered by the shared buffer); here only what the
+        # scope decides without a run row.
+        assert who.scope is not None
+        return (
+            user_id is None
+            and run_id is not None
+            and not who.scope.own_runs
+            and who.scope.id_in_scope(run_id)
+        )
     if who.kind == "key":
         return user_id is None if who.role == "runtime" else True
     if user_id is not None:

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
 from runbell.domain.records import InboundEvent, Run, RunChanges, Transition
-from runbell.store import fast
+from runbell.store import fast, scope
 from runbell.store import tables as t
 from runbell.store.db import Tx
 
@@ -188,6 +188,11 @@ def set_access(conn: Connection, tenant_id: str, run_id: str, user_ids: set[str]
 def can_see_run(conn: Connection, who: Principal, run_id: str) -> bool:
     if who.sees_all_runs:
         return True
+    if who.scope is not None and who.kind == "key":  # a scoped runtime credential
+        if not who.scope.id_in_scope(run_id):
+            return False
+        run = get_run(conn, who.tenant_id, run_id)
+        return run is not None and who.scope.run_in_scope(run_id, run.created_by_credential)
     return (
         conn.execute(
             sa.select(t.run_access.c.user_id).where(
@@ -216,6 +221,9 @@ def visible_among(conn: Connection, who: Principal, run_ids: set[str]) -> set[st
         return set(run_ids)
     if not run_ids:
         return set()
+    if who.kind == "key":  # a scoped runtime credential
+        q = scope.run_ids(who).where(t.runs.c.run_id.in_(run_ids))
+        return {str(r) for r in conn.execute(q).scalars()}
     rows = conn.execute(
         sa.select(t.run_access.c.run_id).where(
             t.run_access.c.tenant_id == who.tenant_id,
@@ -227,7 +235,9 @@ def visible_among(conn: Connection, who: Principal, run_ids: set[str]) -> set[st
 
 
 def visible_run_ids(who: Principal) -> sa.Select[tuple[str]]:
-    """Subquery of run ids a (non-admin) user may see."""
+    """Subquery of run ids a (non-admin) user, or a scoped runtime credential, may see."""
+    if who.kind == "key":
+        return scope.run_ids(who)
     return sa.select(t.run_access.c.run_id).where(
         t.run_access.c.tenant_id == who.tenant_id, t.run_access.c.user_id == who.user_id
     )

@@ -935,3 +935,37 @@ schedule_firings = sa.Table(
 runs.append_column(sa.Column("schedule_id", Id, nullable=True))
 runs.append_column(sa.Column("schedule_instruction_version", sa.Integer, nullable=True))
 runs.append_column(sa.Column("schedule_authority", JSON, nullable=True))
+# --- scoped credentials and delegated tokens (issue 18 item 1, runbell.flows.delegations)
+
+# A runtime key's scope (domain.capabilities): NULL capabilities and run_patterns mean
+# every capability and every run (keys made before scopes existed keep working);
+# ``own_runs`` limits it to the runs it created (``runs.created_by_credential``).
+api_keys.append_column(sa.Column("capabilities", JSON, nullable=True))
+api_keys.append_column(sa.Column("run_patterns", JSON, nullable=True))
+api_keys.append_column(sa.Column("own_runs", sa.Boolean, nullable=False, server_default=sa.false()))
+# The credential (key or delegated token id) that created the run; NULL for runs created
+# before this was recorded, and for runs made outside the API (demo, CLI start).
+runs.append_column(sa.Column("created_by_credential", Id, nullable=True))
+
+# A token a runtime key minted for a helper: bound to one run, a subset of the key's
+# capabilities, an expiry. Only the hash of its secret is kept. It stops working when it
+# expires, when it is revoked, and when the key that minted it is revoked.
+delegated_tokens = sa.Table(
+    "delegated_tokens",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("key_id", Id, sa.ForeignKey("api_keys.id"), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
+    sa.Column("name", sa.String(limits.NAME), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("capabilities", JSON, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+    sa.Column("revoked_at", UTCDateTime, nullable=True),
+)
+sa.Index(
+    "ix_delegated_tokens_tenant_run",
+    delegated_tokens.c.tenant_id,
+    delegated_tokens.c.run_id,
+)

@@ -54,7 +54,7 @@ async def wait_for_events(
             await listener.wait(min(remaining, core.settings.feed_fallback_poll_s))
 
 
-@router.get("", responses=problems(401, 410, 422, 503), openapi_extra=rules(CURSOR_RULE))
+@router.get("", responses=problems(401, 403, 410, 422, 503), openapi_extra=rules(CURSOR_RULE))
 async def list_events(
     who: Who,
     core: CoreDep,
@@ -79,7 +79,7 @@ async def list_events(
     return {"events": [feed.event_view(e) for e in events], "next_cursor": str(next_cursor)}
 
 
-@router.get("/snapshot", responses=problems(401, 503))
+@router.get("/snapshot", responses=problems(401, 403, 503))
 def snapshot(who: Who, core: CoreDep) -> Mapping[str, Any]:
     """Current state to load instead of replaying: active runs, open notifications, head."""
     return feed.snapshot(core, who)
@@ -155,7 +155,7 @@ RETRY = b"retry: 3000\r\n\r\n"
             "event: cursor_expired, still 200)",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
-        **problems(401, 422, 503),
+        **problems(401, 403, 422, 503),
     },
     openapi_extra=rules(CURSOR_RULE, {**CURSOR_RULE, "field": "Last-Event-ID"}),
 )

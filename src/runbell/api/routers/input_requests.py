@@ -42,7 +42,7 @@ def open_request(
     return answered(actions.open_request(core, who, run_id, fields, key))
 
 
-@router.get("/v1/input-requests/{request_id}", responses=problems(401, 404, 422, 503))
+@router.get("/v1/input-requests/{request_id}", responses=problems(401, 403, 404, 422, 503))
 def get_request(request_id: RequestId, who: Who, core: CoreDep) -> Mapping[str, Any]:
     """The request, its run, whether it can still be answered, and whether you may."""
     return actions.get_request(core, who, request_id)

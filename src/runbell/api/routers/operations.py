@@ -48,7 +48,7 @@ def declare(
     return answered(operations.declare(core, who, run_id, doc, key))
 
 
-@router.get("/{run_id}/operations", responses=problems(401, 404, 422, 503))
+@router.get("/{run_id}/operations", responses=problems(401, 403, 404, 422, 503))
 def list_operations(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
     """The run's ledger in declaration order, with its counts and evidence."""
     return operations.list_operations(core, who, run_id)

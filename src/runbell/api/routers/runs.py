@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
+from runbell.domain import capabilities
 from runbell.domain.overview import GROUPS, STATES
 from runbell.domain.records import ReportedError, RunReport
 from runbell.flows import overview, runs, signals
@@ -66,10 +67,10 @@ def put_run(
     _, created = runs.put_run(core, who, run_id, fields)
     if created:
         response.status_code = 201
-    return runs.get_run(core, who, run_id)
+    return runs.get_run(core, who, run_id, capability=capabilities.REPORT)
 
 
-@router.get("/{run_id}", responses=problems(401, 404, 422, 503))
+@router.get("/{run_id}", responses=problems(401, 403, 404, 422, 503))
 def get_run(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
     """The run snapshot: state, version, open notifications. 404 if you may not see it."""
     return runs.get_run(core, who, run_id)
@@ -77,7 +78,7 @@ def get_run(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
 
 @router.get(
     "",
-    responses=problems(401, 422, 503),
+    responses=problems(401, 403, 422, 503),
     openapi_extra=rules(
         rule("after", "a next_cursor this listing gave, with the same state and group"),
         rule("link", "kind:id with an id of at most 200 characters; not combined with group"),
@@ -143,7 +144,7 @@ async def post_signal(
         effects_verified=body.effects_verified,
         report=cast(RunReport, body.report.model_dump(exclude_none=True)) if body.report else None,
     )
-    result = await signals.accept_signal_async(core, who.tenant_id, source, run_id, signal)
+    result = await signals.accept_signal_async(core, who.tenant_id, source, run_id, signal, who=who)
     return result.as_dict()
 
 
