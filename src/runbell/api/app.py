@@ -16,6 +16,7 @@ from runbell.api.routers import (
     cancellation,
     deliveries,
     events,
+    grants,
     health,
     input_requests,
     me,
@@ -55,6 +56,7 @@ def install(app: FastAPI, core: Core, *, listen_host: str | None = None) -> None
         deliveries.router,
         deliveries.operator_router,
         webhook_endpoints.router,
+        grants.router,
         me.router,
         health.router,
     ):

@@ -24,10 +24,13 @@ run is not amended: its finish cancels its pending amendments and resolves their
 (``flows.transitions.apply``); one whose alert had closed already is cancelled when
 someone answers it.
 
-Who: any person who can see the run may propose (its owner and authority too: for them it
-is a two-step change, as PUT is the runtime's); an API key may not (403: a runtime edits
-its run with ``PUT``); anyone who cannot see the run gets 404. Only the owner answers
-(403 for anyone else, authority included: the run is theirs).
+Who: the run's owner, tenant admins and the people who may amend it (``authority.users``,
+``authority.amenders``, amender grants of its subject: :mod:`runbell.flows.amendment_changes`)
+may propose (for the owner it is a two-step change, as PUT is the runtime's); a member who
+may see the run but not amend it gets 403 saying so; an API key may not (403: a runtime
+edits its run with ``PUT``); anyone who cannot see the run gets 404. Only the owner answers
+(403 for anyone else, authority included: the run is theirs). ``changes`` may also exclude
+planned operations (``exclude_operations``; see :mod:`runbell.flows.amendment_changes`).
 
 Invariants kept here (DESIGN §2): 9 (above); 6 (the decision resolves the amendment's
 notification everywhere); 1 (one amendment notification per recipient, run version and
@@ -48,6 +51,7 @@ from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFaile
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run, RunChanges
 from runbell.domain.runs import is_terminal
+from runbell.flows import amendment_changes as change_rules
 from runbell.flows import idempotency, views
 from runbell.flows.amendment_views import AmendmentView, amendment_view
 from runbell.flows.attention import (
@@ -78,8 +82,6 @@ from runbell.store.db import PendingEvent, Tx
 log = structlog.get_logger(__name__)
 
 TEXT_MAX = 2000
-#: The run fields an amendment may change, with their limits (as ``PUT /v1/runs``).
-FIELDS = {"objective": 10_000, "title": 500}
 NOT_OWNER = "only the run's owner decides on a proposed amendment"
 
 
@@ -120,27 +122,15 @@ def propose(
     return act_once(core.db, core.box, key, prepare)
 
 
-def _fields(body: ProposalBody) -> tuple[str, dict[str, str]]:
+def _fields(body: ProposalBody) -> tuple[str, dict[str, Any]]:
     text = body.get("text")
     if not isinstance(text, str) or not text.strip() or len(text) > TEXT_MAX:
         raise ValidationFailed(f"text is 1 to {TEXT_MAX} characters", field="text")
-    changes = body.get("changes") or {}
-    if not isinstance(changes, dict):
-        raise ValidationFailed("changes must be an object", field="changes")
-    for name, value in changes.items():
-        if name not in FIELDS:
-            raise ValidationFailed(
-                f"changes may name {' and '.join(FIELDS)}, not {name!r}", field=f"changes.{name}"
-            )
-        if not isinstance(value, str) or not value.strip() or len(value) > FIELDS[name]:
-            raise ValidationFailed(
-                f"changes.{name} is 1 to {FIELDS[name]} characters", field=f"changes.{name}"
-            )
-    return text.strip(), dict(changes)
+    return text.strip(), change_rules.parse(body.get("changes"))
 
 
 def _propose_in(
-    core: Core, tx: Tx, who: Principal, run_id: str, text: str, changes: dict[str, str]
+    core: Core, tx: Tx, who: Principal, run_id: str, text: str, changes: dict[str, Any]
 ) -> Proposed:
     conn, tenant_id = tx.conn, who.tenant_id
     run = runs.get_run(conn, tenant_id, run_id, for_update=True)
@@ -150,15 +140,14 @@ def _propose_in(
         raise Forbidden(
             "amendments are proposed by people; a runtime edits its run with PUT /v1/runs/{id}"
         )
+    change_rules.check_may_amend(conn, who, run)
     if is_terminal(run.state):
         raise Conflict(
             f"run {run_id!r} is {run.state}; a finished run is not amended",
             current={"run": views.run_view(run)},
         )
-    if changes and all(getattr(run, name) == value for name, value in changes.items()):
-        raise ValidationFailed("changes match the run as it is; nothing to amend", field="changes")
+    changes, base = change_rules.against(conn, run, changes)
     amendment_id = new_id("amd")
-    base = {name: getattr(run, name) for name in changes}
     proposer = str(destinations.email_of(conn, who.user_id))
     summary = f"{proposer} proposes a change to this run"
     if changes:
@@ -445,8 +434,7 @@ def _refusal(
             f"(version {answer['expected_request_version']} → {req.version}).",
             current=_current(run, req, amendment),
         )
-    base = amendment.base or {}
-    moved = sorted(name for name in base if getattr(run, name) != base[name])
+    moved = change_rules.moved_since(tx.conn, run, amendment.base or {})
     if moved and answer["decision"] == "approve":
         raise Conflict(
             f"The run's {' and '.join(moved)} changed since this amendment was proposed; "
@@ -458,10 +446,13 @@ def _refusal(
 
 def _apply(tx: Tx, who: Principal, run: Run, amendment: Amendment) -> Run:
     """The approved changes, as a new run version (transition kind ``amend``)."""
-    # An amendment changes only the FIELDS above (checked when proposed).
-    changes = cast(RunChanges, dict(amendment.changes or {}))
+    # An amendment changes only amendment_changes.FIELDS (checked when proposed), and
+    # excludes planned operations (not_started, the amendment as evidence).
+    changes = cast(RunChanges, change_rules.run_fields(amendment.changes))
     version = run.version + 1
-    fields = sorted(changes)
+    fields = sorted(amendment.changes or {})
+    assert who.user_id is not None  # only the owner decides
+    change_rules.exclude(tx, run, amendment.changes, amendment.id, who.user_id)
     changes.update({"version": version, "updated_at": tx.now})
     runs.update_run(tx.conn, run.tenant_id, run.run_id, changes)
     runs.add_transition(

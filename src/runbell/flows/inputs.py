@@ -54,6 +54,7 @@ class RequestBody(TypedDict, total=False):
     options: list[OptionBody] | None
     expires_at: datetime | str | None
     blocks_work: bool
+    approvers: list[str] | None  # who may answer it (ids or emails); None: the run's
 
 
 class OperationBody(TypedDict, total=False):
@@ -86,7 +87,8 @@ class ProposalBody(TypedDict, total=False):
     """``POST /v1/runs/{id}/amendments``: why, and the fields to change."""
 
     text: str
-    changes: dict[str, str]  # objective | title -> the new text
+    # objective | title -> the new text; exclude_operations -> operation ids or targets
+    changes: dict[str, str | list[str]]
 
 
 class SourceBody(TypedDict, total=False):

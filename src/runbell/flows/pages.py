@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
+from runbell.domain.errors import Forbidden
 from runbell.domain.principal import Principal
 from runbell.domain.records import (
     DeliveryAttempts,
@@ -31,9 +32,10 @@ from runbell.domain.records import (
     Run,
     Transition,
 )
+from runbell.flows import amendment_changes as change_rules
 from runbell.flows import views
 from runbell.flows.context import Core
-from runbell.flows.input_requests import get_for_notification, may_answer
+from runbell.flows.input_requests import answer_refusal, get_for_notification, may_answer
 from runbell.flows.operation_views import OperationView, operation_view
 from runbell.flows.runs import RunSnapshot, get_run
 from runbell.flows.trail import members
@@ -80,6 +82,8 @@ class RunPageShown(TypedDict):
     transitions: list[Transition]
     pending_request: InputRequest | None
     may_answer: bool
+    answer_refusal: str | None  # why this person may not answer the pending request
+    amend_refusal: str | None  # why this person may not propose amendments
     my_notifications: list[NotificationDeliveries]
     answered_request: InputRequest | None
     operations: list[OperationView]
@@ -185,6 +189,12 @@ def run_page(
         transitions = runs.list_transitions(conn, who.tenant_id, run_id)
         waiting = requests.pending_for_run(conn, who.tenant_id, run_id)
         may = may_answer(conn, who, run)
+        refusal = answer_refusal(conn, who, run, waiting[-1]) if waiting else None
+        try:
+            change_rules.check_may_amend(conn, who, run)
+            amend_refusal = None
+        except Forbidden as exc:
+            amend_refusal = exc.detail
         mine: list[NotificationDeliveries] = [
             {**note, "deliveries": notes.deliveries_for(conn, who.tenant_id, note["id"])}
             for note in notes.for_recipient_on_run(
@@ -233,6 +243,8 @@ def run_page(
         "transitions": transitions,
         "pending_request": waiting[-1] if waiting else None,
         "may_answer": may,
+        "answer_refusal": refusal,
+        "amend_refusal": amend_refusal,
         "my_notifications": mine,
         "answered_request": answered,
         "operations": ledger,

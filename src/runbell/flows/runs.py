@@ -16,12 +16,13 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import NotRequired, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import structlog
 from sqlalchemy.exc import IntegrityError
 
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
+from runbell.domain.people import AUTHORITY_LISTS, run_people
 from runbell.domain.principal import Principal
 from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import is_terminal
@@ -33,6 +34,7 @@ from runbell.flows.context import Core
 from runbell.flows.input_requests import pending_view
 from runbell.flows.inputs import RunFields
 from runbell.flows.operation_views import OperationsSummary
+from runbell.store import access as people
 from runbell.store import accounts, mismatches, runs
 from runbell.store import notifications as notes
 from runbell.store import stalls as stall_store
@@ -72,10 +74,7 @@ def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[
         run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
         owner = body.get("owner")
         owner_id = _member(tx, who.tenant_id, owner, "owner") if owner else None
-        access = {
-            _member(tx, who.tenant_id, ref, "authority.users")
-            for ref in (body.get("authority") or {}).get("users") or []
-        }
+        access = _named(tx, who.tenant_id, body.get("authority"))
         if run is None:
             if owner_id is None:
                 raise ValidationFailed("owner is required when a run is created", field="owner")
@@ -83,6 +82,24 @@ def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[
             return created, True
         updated = _update_run(core, tx, who, run, owner_id, body, access)
         return updated, False
+
+
+def _named(
+    tx: Tx, tenant_id: str, authority: dict[str, Any] | None, *, strict: bool = True
+) -> dict[str, list[str]]:
+    """The people the authority's lists name (``users``, ``viewers``, ``approvers``,
+    ``amenders``), as member ids: 422 naming the list for anyone not a current member
+    (``strict=False``, for an authority stored earlier: they are left out)."""
+    named: dict[str, list[str]] = {}
+    for name in AUTHORITY_LISTS:
+        named[name] = []
+        for ref in (authority or {}).get(name) or []:
+            try:
+                named[name].append(_member(tx, tenant_id, ref, f"authority.{name}"))
+            except ValidationFailed:
+                if strict:
+                    raise
+    return named
 
 
 def _member(tx: Tx, tenant_id: str, ref: str, field: str) -> str:
@@ -101,7 +118,7 @@ def _create_run(
     run_id: str,
     owner_id: str,
     body: RunFields,
-    access: set[str],
+    access: dict[str, list[str]],
 ) -> Run:
     state = body.get("state") or "queued"
     if state not in ("queued", "working"):
@@ -137,7 +154,8 @@ def _create_run(
             "at": tx.now,
         },
     )
-    runs.set_access(tx.conn, who.tenant_id, run_id, access | {owner_id})
+    people.set_run_people(tx.conn, who.tenant_id, run_id, run_people(owner_id, access))
+    people.apply_grants(tx.conn, who.tenant_id, run_id, run.subject)
     tx.emit(who.tenant_id, PendingEvent("run.created", views.run_event(run), run_id=run_id))
     log.info("run.created", run_id=run_id, state=state)
     return run
@@ -150,7 +168,7 @@ def _update_run(
     run: Run,
     owner_id: str | None,
     body: RunFields,
-    access: set[str],
+    access: dict[str, list[str]],
 ) -> Run:
     if body.get("state") and body["state"] != run.state:
         raise ValidationFailed(
@@ -200,12 +218,12 @@ def _update_run(
         },
     )
     if "authority" in changes or "owner_user_id" in changes:
-        runs.set_access(
-            tx.conn,
-            who.tenant_id,
-            run.run_id,
-            access | {changes.get("owner_user_id", run.owner_user_id)},
-        )
+        owner = changes.get("owner_user_id", run.owner_user_id)
+        if "authority" not in changes:  # the same people, under a new owner
+            access = _named(tx, who.tenant_id, run.authority, strict=False)
+        people.set_run_people(tx.conn, who.tenant_id, run.run_id, run_people(owner, access))
+    if "subject" in changes:
+        people.apply_grants(tx.conn, who.tenant_id, run.run_id, changes["subject"])
     # The thing an open request asked about may have changed: its action must not run.
     supersede_actionable(tx, who.tenant_id, run.run_id, version)
     run = replace(run, **changes)

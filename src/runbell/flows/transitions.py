@@ -265,6 +265,9 @@ def notify(m: Moving) -> None:
         m.ids.append(raised.notification_id)
     if raised.note is not None:
         m.tx.written[raised.note["id"]] = raised.note
+    for other in raised.others:  # a request's other answerers (issue 18 item 4)
+        m.ids.append(other["id"])
+        m.tx.written[other["id"]] = other
 
 
 def close_moot(m: Moving) -> None:
