@@ -100,12 +100,13 @@ def add_grant(conn: Connection, grant: SubjectGrant) -> int:
         r.c.subject["type"].as_string() == grant.subject_type,
         r.c.subject["id"].as_string() == grant.subject_id,
     )
-    res = conn.execute(
+    conn.execute(
         _RA.insert().from_select(
             ["tenant_id", "run_id", "user_id", "via", "may_answer", "may_amend"], runs_of_subject
         )
     )
-    return int(res.rowcount or 0)
+    # (INSERT … SELECT's rowcount is not reliable across drivers: counted instead.)
+    return rows_of_grant(conn, grant.tenant_id, grant.id)
 
 
 def drop_grant(conn: Connection, tenant_id: str, grant_id: str) -> int:
