@@ -9,16 +9,18 @@ version it was made on. Every test runs on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user
-from tests.conftest import bearer
+from tests.conftest import SECRET_KEY, bearer
 from tests.integration.test_web import other_browser, sign_in
 
 PLANTED = "SECRET-PEOPLE-4417"
@@ -499,3 +501,44 @@ def test_the_run_page_shows_a_viewer_the_request_without_buttons_and_says_why(
     assert r.status_code == 303, r.text
     got = client.get("/v1/input-requests/req-w", headers=bearer(creds.owner_token)).json()
     assert got["input_request"]["answered_by"]["id"] == approver_id
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_the_cli_grants_lists_and_revokes_a_subject(
+    client: TestClient,
+    core: Core,
+    creds: TenantCreds,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from runbell.cli import main
+
+    monkeypatch.setenv("RUNBELL_DATABASE_URL", settings.resolved_database_url())
+    monkeypatch.setenv("RUNBELL_SECRET_KEY", SECRET_KEY)
+    monkeypatch.setenv("RUNBELL_DATA_DIR", str(settings.data_dir))
+    _, member = add_user(core, creds.tenant_id, "cli@acme.test")
+    put_run(client, creds, "cli-1", subject=LAUNCH)
+    assert not sees(client, member, "cli-1")
+
+    base = ["--tenant", creds.tenant_id]
+    code = main(["grant", "add", "cli@acme.test", *base, "--subject", "project:launch"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    made = json.loads(out)
+    assert (made["role"], made["subject"], made["runs"]) == ("viewer", LAUNCH, 1)
+    assert sees(client, member, "cli-1")
+
+    assert main(["grant", "list", *base, "--user", "cli@acme.test"]) == 0
+    assert [g["id"] for g in json.loads(capsys.readouterr().out)["grants"]] == [made["id"]]
+    assert main(["grant", "add", "cli@acme.test", *base, "--subject", "launch"]) != 0
+    assert "TYPE:ID" in capsys.readouterr().err
+    assert main(["grant", "add", "cli@acme.test", *base, "--subject", "p:x", "--role", "boss"])
+    assert "role must be one of" in capsys.readouterr().err
+
+    assert main(["grant", "revoke", made["id"], *base]) == 0
+    assert f"revoked {made['id']}" in capsys.readouterr().out
+    assert not sees(client, member, "cli-1")
+    assert main(["grant", "revoke", made["id"], *base]) != 0

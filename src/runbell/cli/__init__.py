@@ -30,7 +30,17 @@ from __future__ import annotations
 import os
 import sys
 
-from runbell.cli import admin, agent, completion, deliveries, hooks, mcp, retention, serve
+from runbell.cli import (
+    admin,
+    agent,
+    completion,
+    deliveries,
+    hooks,
+    mcp,
+    people,
+    retention,
+    serve,
+)
 from runbell.cli.parsing import run
 from runbell.cli.specs import Group
 
@@ -52,6 +62,7 @@ root.add(
     admin.keys,
     admin.users,
     admin.sources,
+    people.group,
     deliveries.group,
     hooks.group,
 )
