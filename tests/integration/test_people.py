@@ -534,7 +534,7 @@ def test_the_cli_grants_lists_and_revokes_a_subject(
     assert main(["grant", "list", *base, "--user", "cli@acme.test"]) == 0
     assert [g["id"] for g in json.loads(capsys.readouterr().out)["grants"]] == [made["id"]]
     assert main(["grant", "add", "cli@acme.test", *base, "--subject", "launch"]) != 0
-    assert "TYPE:ID" in capsys.readouterr().err
+    assert "is not TYPE:ID" in capsys.readouterr().err
     assert main(["grant", "add", "cli@acme.test", *base, "--subject", "p:x", "--role", "boss"])
     assert "role must be one of" in capsys.readouterr().err
 

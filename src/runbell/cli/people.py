@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from runbell.domain.principal import Principal
     from runbell.flows.context import Core
 
-group = Group("grant", "Subject grants: a member sees (answers, amends) a subject's runs.")
+group = Group("grant", "Subject grants: members and a subject's runs.")
 TENANT = Option("--tenant", "the tenant's id or name", metavar="TENANT")
 
 
@@ -40,7 +40,7 @@ def _print(doc: object) -> None:
 @group.command(
     Argument("user", "the member's email or user id"),
     TENANT,
-    Option("--subject", "the subject as TYPE:ID (e.g. project:launch)", metavar="TYPE:ID"),
+    Option("--subject", "the subject as type:id, e.g. project:launch", metavar="SUBJECT"),
     Option("--role", "viewer, approver or amender", metavar="ROLE"),
     name="add",
 )

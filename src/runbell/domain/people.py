@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 ROLES: tuple[str, ...] = ("viewer", "approver", "amender")
 #: The authority lists that name people, and what each grants: (may answer, may amend).
@@ -83,6 +84,15 @@ def run_people(owner_id: str, named: Mapping[str, Iterable[str]]) -> dict[str, G
         answer, amend = AUTHORITY_LISTS[name]
         for user_id in users:
             out[user_id] = out.get(user_id, Grant(False, False)) | Grant(answer, amend)
+    return out
+
+
+def named_refs(authority: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """The member references (ids or emails, as given) each authority list names."""
+    out: dict[str, list[str]] = {}
+    for name in AUTHORITY_LISTS:
+        given = (authority or {}).get(name) or []
+        out[name] = [str(ref) for ref in given] if isinstance(given, list) else []
     return out
 
 

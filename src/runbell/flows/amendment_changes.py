@@ -23,13 +23,13 @@ not see it, 404.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from runbell.domain.errors import Forbidden, ValidationFailed
 from runbell.domain.operations import OpState
 from runbell.domain.people import NOT_AN_AMENDER
 from runbell.domain.principal import Principal
-from runbell.domain.records import Run
+from runbell.domain.records import Run, RunChanges
 from runbell.flows import operations
 from runbell.store import access
 from runbell.store import operations as ledger
@@ -41,6 +41,33 @@ EXCLUDE = "exclude_operations"
 MAX_EXCLUDED = 200
 
 
+class Changes(TypedDict, total=False):
+    """An amendment's ``changes``: run fields to set, operations to exclude."""
+
+    objective: str
+    title: str
+    exclude_operations: list[str]  # as proposed: ids or targets; as stored: ids
+
+
+class Base(TypedDict, total=False):
+    """What the changes were proposed against: the fields' values, the operations'
+    states."""
+
+    objective: str | None
+    title: str | None
+    operations: dict[str, str]
+
+
+def stored(changes: object) -> Changes:
+    """An amendment row's ``changes`` (written by :func:`against`)."""
+    return cast(Changes, changes or {})
+
+
+def stored_base(base: object) -> Base:
+    """An amendment row's ``base`` (written by :func:`against`)."""
+    return cast(Base, base or {})
+
+
 def check_may_amend(conn: Any, who: Principal, run: Run) -> None:
     """403 for a member who sees the run but may not propose amendments to it."""
     if who.user_id == run.owner_user_id or who.is_admin:
@@ -50,12 +77,12 @@ def check_may_amend(conn: Any, who: Principal, run: Run) -> None:
         raise Forbidden(NOT_AN_AMENDER)
 
 
-def parse(changes: object) -> dict[str, Any]:
+def parse(changes: object) -> Changes:
     """The ``changes`` of a proposal, checked for shape (not yet against the run)."""
     changes = changes or {}
     if not isinstance(changes, dict):
         raise ValidationFailed("changes must be an object", field="changes")
-    out: dict[str, Any] = {}
+    out: dict[str, str | list[str]] = {}
     for name, value in changes.items():
         if name == EXCLUDE:
             out[name] = _refs(value)
@@ -70,7 +97,7 @@ def parse(changes: object) -> dict[str, Any]:
                 f"changes.{name} is 1 to {FIELDS[name]} characters", field=f"changes.{name}"
             )
         out[name] = value
-    return out
+    return cast(Changes, out)
 
 
 def _refs(value: object) -> list[str]:
@@ -88,17 +115,21 @@ def _refs(value: object) -> list[str]:
     return [v.strip() for v in value]
 
 
-def against(conn: Any, run: Run, changes: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def against(conn: Any, run: Run, changes: Changes) -> tuple[Changes, Base]:
     """``(changes, base)`` as stored: the exclusion resolved to operation ids, and the
     values (and operation states) the change was proposed against. 422 for a change that
     changes nothing, an unknown operation or target, or one no longer ``planned``."""
-    resolved = dict(changes)
-    base: dict[str, Any] = {n: getattr(run, n) for n in changes if n != EXCLUDE}
-    if EXCLUDE in changes:
-        ids = _resolve(conn, run, changes[EXCLUDE])
-        resolved[EXCLUDE] = ids
+    resolved: Changes = {**changes}
+    base: Base = {}
+    if "objective" in changes:
+        base["objective"] = run.objective
+    if "title" in changes:
+        base["title"] = run.title
+    if "exclude_operations" in changes:
+        ids = _resolve(conn, run, changes["exclude_operations"])
+        resolved["exclude_operations"] = ids
         base["operations"] = dict.fromkeys(ids, OpState.PLANNED.value)
-    fields = {n: v for n, v in resolved.items() if n != EXCLUDE}
+    fields = run_fields(resolved)
     if fields and EXCLUDE not in resolved and all(getattr(run, n) == v for n, v in fields.items()):
         raise ValidationFailed("changes match the run as it is; nothing to amend", field="changes")
     return resolved, base
@@ -132,10 +163,11 @@ def _resolve(conn: Any, run: Run, refs: list[str]) -> list[str]:
     return out
 
 
-def moved_since(conn: Any, run: Run, base: dict[str, Any]) -> list[str]:
+def moved_since(conn: Any, run: Run, base: Base) -> list[str]:
     """What changed since the amendment was proposed: the run fields no longer at their
     base value, and ``operation <id>`` for each excluded operation no longer planned."""
-    moved = sorted(n for n in base if n != "operations" and getattr(run, n) != base[n])
+    was: dict[str, object] = {n: v for n, v in base.items() if n != "operations"}
+    moved = sorted(n for n in was if getattr(run, n) != was[n])
     states = base.get("operations") or {}
     if states:
         now = {op.operation_id: op.state for op in ledger.for_run(conn, run.tenant_id, run.run_id)}
@@ -143,15 +175,20 @@ def moved_since(conn: Any, run: Run, base: dict[str, Any]) -> list[str]:
     return moved
 
 
-def run_fields(changes: dict[str, Any] | None) -> dict[str, Any]:
+def run_fields(changes: Changes) -> RunChanges:
     """The run columns an approved amendment sets (its exclusion is not one)."""
-    return {n: v for n, v in (changes or {}).items() if n != EXCLUDE}
+    out: RunChanges = {}
+    if "objective" in changes:
+        out["objective"] = changes["objective"]
+    if "title" in changes:
+        out["title"] = changes["title"]
+    return out
 
 
-def exclude(tx: Tx, run: Run, changes: dict[str, Any] | None, amendment_id: str, by: str) -> int:
+def exclude(tx: Tx, run: Run, changes: Changes, amendment_id: str, by: str) -> int:
     """An approved exclusion: its operations ``planned → not_started``, the amendment as
     their evidence. Returns how many moved."""
-    ids = (changes or {}).get(EXCLUDE) or []
+    ids = changes.get("exclude_operations") or []
     if not ids:
         return 0
     because = {"excluded_by_amendment": amendment_id, "approved_by": by}

@@ -49,7 +49,7 @@ import structlog
 from runbell.domain.channels import offered
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import InputRequest, Run, RunChanges
+from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import is_terminal
 from runbell.flows import amendment_changes as change_rules
 from runbell.flows import idempotency, views
@@ -122,7 +122,7 @@ def propose(
     return act_once(core.db, core.box, key, prepare)
 
 
-def _fields(body: ProposalBody) -> tuple[str, dict[str, Any]]:
+def _fields(body: ProposalBody) -> tuple[str, change_rules.Changes]:
     text = body.get("text")
     if not isinstance(text, str) or not text.strip() or len(text) > TEXT_MAX:
         raise ValidationFailed(f"text is 1 to {TEXT_MAX} characters", field="text")
@@ -130,7 +130,7 @@ def _fields(body: ProposalBody) -> tuple[str, dict[str, Any]]:
 
 
 def _propose_in(
-    core: Core, tx: Tx, who: Principal, run_id: str, text: str, changes: dict[str, Any]
+    core: Core, tx: Tx, who: Principal, run_id: str, text: str, changes: change_rules.Changes
 ) -> Proposed:
     conn, tenant_id = tx.conn, who.tenant_id
     run = runs.get_run(conn, tenant_id, run_id, for_update=True)
@@ -181,8 +181,8 @@ def _propose_in(
             input_request_id=amendment_id,
             proposed_by=who.user_id,
             text=text,
-            changes=changes or None,
-            base=base or None,
+            changes=cast(dict[str, Any], changes) or None,  # JSON, as checked above
+            base=cast(dict[str, Any], base) or None,
             run_version=run.version,
             state="pending",
             created_at=tx.now,
@@ -434,7 +434,7 @@ def _refusal(
             f"(version {answer['expected_request_version']} → {req.version}).",
             current=_current(run, req, amendment),
         )
-    moved = change_rules.moved_since(tx.conn, run, amendment.base or {})
+    moved = change_rules.moved_since(tx.conn, run, change_rules.stored_base(amendment.base))
     if moved and answer["decision"] == "approve":
         raise Conflict(
             f"The run's {' and '.join(moved)} changed since this amendment was proposed; "
@@ -448,11 +448,12 @@ def _apply(tx: Tx, who: Principal, run: Run, amendment: Amendment) -> Run:
     """The approved changes, as a new run version (transition kind ``amend``)."""
     # An amendment changes only amendment_changes.FIELDS (checked when proposed), and
     # excludes planned operations (not_started, the amendment as evidence).
-    changes = cast(RunChanges, change_rules.run_fields(amendment.changes))
+    proposed = change_rules.stored(amendment.changes)
+    changes = change_rules.run_fields(proposed)
     version = run.version + 1
-    fields = sorted(amendment.changes or {})
+    fields = sorted(proposed)
     assert who.user_id is not None  # only the owner decides
-    change_rules.exclude(tx, run, amendment.changes, amendment.id, who.user_id)
+    change_rules.exclude(tx, run, proposed, amendment.id, who.user_id)
     changes.update({"version": version, "updated_at": tx.now})
     runs.update_run(tx.conn, run.tenant_id, run.run_id, changes)
     runs.add_transition(

@@ -43,13 +43,13 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import RunState
 from runbell.flows import amendments, idempotency, transitions, views
+from runbell.flows.approvers import answer_refusal
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey
 from runbell.flows.input_requests import (
     Answered,
     AnswerFields,
-    answer_refusal,
     current_of,
     expire_in_tx,
     fingerprint,

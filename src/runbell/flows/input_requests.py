@@ -37,16 +37,16 @@ import structlog
 
 from runbell import metrics
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
-from runbell.domain.people import NOT_AN_APPROVER, NOT_THIS_REQUESTS_APPROVER
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Notification, Run
 from runbell.domain.runs import RunState, is_terminal
-from runbell.flows import transitions, views
+from runbell.flows import approvers, transitions, views
+from runbell.flows.approvers import may_answer
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.inputs import RequestBody
-from runbell.store import access, accounts, runs
+from runbell.store import accounts, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 from runbell.store.db import PendingEvent, Tx
@@ -54,7 +54,6 @@ from runbell.store.db import PendingEvent, Tx
 log = structlog.get_logger(__name__)
 
 KINDS = ("approval", "choice", "text")
-NOT_A_PERSON = "only a person answers a request"
 MAX_OPTIONS = 50
 
 
@@ -194,7 +193,7 @@ def _open_in(
             "waiting for input) can ask for input",
             current={"run": views.run_view(run)},
         )
-    approvers = _approvers(conn, who, run, fields["approvers"])
+    named = approvers.resolve(conn, who, run, fields["approvers"])
     replaced = requests.pending_for_run(conn, tenant_id, run_id, for_update=True)
     version = run.version + 1
     values = {
@@ -212,7 +211,7 @@ def _open_in(
         "state": "pending",
         "request_hash": digest,
         "created_at": tx.now,
-        "approvers": approvers,
+        "approvers": named,
     }
     requests.insert(conn, values)
     tx.emit(
@@ -268,7 +267,7 @@ def _open_in(
                 request_id,
                 expires_at,
                 fields["blocks_work"],
-                answerers=_paged(conn, run, approvers),
+                answerers=approvers.paged(conn, run, named),
             ),
         ),
     )
@@ -344,66 +343,8 @@ def _request_fields(body: RequestBody) -> RequestFields:
         "options": [{"id": o["id"], "label": o["label"]} for o in options] or None,
         "blocks_work": bool(body.get("blocks_work", True)),
         "expires_at": expires_at,
-        "approvers": _approver_refs(body.get("approvers")),
+        "approvers": approvers.refs(body.get("approvers")),
     }
-
-
-def _approver_refs(given: object) -> list[str] | None:
-    if given is None:
-        return None
-    if (
-        not isinstance(given, list)
-        or not given
-        or not all(isinstance(ref, str) and ref.strip() for ref in given)
-    ):
-        raise ValidationFailed(
-            "approvers is a non-empty list of user ids or emails", field="approvers"
-        )
-    return list(given)
-
-
-def _paged(conn: Any, run: Run, approvers: list[str] | None) -> tuple[str, ...]:
-    """Who is told of a new request: the people it names, else the run's owner and the
-    members ``authority.approvers`` names. Viewers are never told of what they cannot
-    answer; ``authority.users`` and subject grants are not paged (as before issue 18:
-    they find the request under "Needs you")."""
-    if approvers:
-        return tuple(approvers)
-    out = [run.owner_user_id]
-    for ref in (run.authority or {}).get("approvers") or []:
-        try:
-            user_id = accounts.find_user(conn, run.tenant_id, ref)
-        except NotFound:
-            continue  # named, but no longer a member
-        if user_id not in out:
-            out.append(user_id)
-    return tuple(out)
-
-
-def _approvers(conn: Any, who: Principal, run: Run, refs: list[str] | None) -> list[str] | None:
-    """The request's own approvers as member ids, each one who may see the run (its owner,
-    a tenant admin, or one its access rows name): 422 naming the first who is not."""
-    if refs is None:
-        return None
-    out: list[str] = []
-    for ref in refs:
-        try:
-            user_id = accounts.find_user(conn, who.tenant_id, ref)
-        except NotFound as exc:
-            raise ValidationFailed(
-                f"approvers: {ref!r} is not a member of this tenant", field="approvers"
-            ) from exc
-        role = accounts.membership_role(conn, who.tenant_id, user_id) or "member"
-        person = Principal(tenant_id=who.tenant_id, kind="user", role=role, user_id=user_id)
-        if user_id != run.owner_user_id and not runs.can_see_run(conn, person, run.run_id):
-            raise ValidationFailed(
-                f"approvers: {ref!r} may not see run {run.run_id!r}; name people who may "
-                "(the run's authority, or a grant of its subject)",
-                field="approvers",
-            )
-        if user_id not in out:
-            out.append(user_id)
-    return out
 
 
 # --- reading -------------------------------------------------------------------------
@@ -451,37 +392,6 @@ def get_for_notification(conn: Any, note: Notification) -> InputRequest | None:
     if not request_id:
         return None
     return requests.get(conn, note["tenant_id"], request_id)
-
-
-def may_answer(conn: Any, who: Principal, run: Run, req: InputRequest | None = None) -> bool:
-    """Whether ``who`` may answer the run's request ``req`` (issue 18 item 4): the people
-    the request names, when it names them (``approvers``); otherwise the run's approvers —
-    its owner, members of the roles its authority names, and anyone whose access rows say
-    they may answer (``authority.users`` and ``authority.approvers``, approver grants of
-    its subject). A viewer sees the run but does not answer.
-
-    Tenant owners and admins see every run but answer only when named.
-    """
-    return answer_refusal(conn, who, run, req) is None
-
-
-def answer_refusal(
-    conn: Any, who: Principal, run: Run, req: InputRequest | None = None
-) -> str | None:
-    """None when ``who`` may answer ``req`` (:func:`may_answer`), else why not, in one
-    sentence for a 403 and the page."""
-    if not who.is_user or who.user_id is None:
-        return NOT_A_PERSON
-    if req is not None and req.approvers:
-        return None if who.user_id in req.approvers else NOT_THIS_REQUESTS_APPROVER
-    if who.user_id == run.owner_user_id:
-        return None
-    if who.role in ((run.authority or {}).get("roles") or []):
-        return None
-    granted = access.granted(conn, who, run.run_id)
-    if granted is not None and granted.may_answer:
-        return None
-    return NOT_AN_APPROVER
 
 
 def request_actionable(req: InputRequest, run: Run, now: datetime) -> tuple[bool, str]:

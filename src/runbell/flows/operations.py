@@ -466,7 +466,7 @@ def _moved(tx: Tx, run: Run, op: Operation, *, changed: bool) -> MovedAnswer:
 
 
 def mark_not_started(
-    tx: Tx, run: Run, only: set[str] | None = None, because: dict[str, Any] | None = None
+    tx: Tx, run: Run, only: set[str] | None = None, because: dict[str, str] | None = None
 ) -> int:
     """Every ``planned`` operation of the run → ``not_started`` (cancellation: work that
     never began is said so, not left looking pending); ``only`` those ids, with

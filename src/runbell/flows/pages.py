@@ -34,8 +34,9 @@ from runbell.domain.records import (
 )
 from runbell.flows import amendment_changes as change_rules
 from runbell.flows import views
+from runbell.flows.approvers import answer_refusal, may_answer
 from runbell.flows.context import Core
-from runbell.flows.input_requests import answer_refusal, get_for_notification, may_answer
+from runbell.flows.input_requests import get_for_notification
 from runbell.flows.operation_views import OperationView, operation_view
 from runbell.flows.runs import RunSnapshot, get_run
 from runbell.flows.trail import members

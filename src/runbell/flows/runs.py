@@ -16,13 +16,13 @@ Invariants kept here (DESIGN §2):
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, NotRequired, TypedDict, cast
+from typing import NotRequired, TypedDict, cast
 
 import structlog
 from sqlalchemy.exc import IntegrityError
 
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
-from runbell.domain.people import AUTHORITY_LISTS, run_people
+from runbell.domain.people import named_refs, run_people
 from runbell.domain.principal import Principal
 from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import is_terminal
@@ -74,7 +74,7 @@ def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[
         run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
         owner = body.get("owner")
         owner_id = _member(tx, who.tenant_id, owner, "owner") if owner else None
-        access = _named(tx, who.tenant_id, body.get("authority"))
+        access = _named(tx, who.tenant_id, named_refs(body.get("authority")))
         if run is None:
             if owner_id is None:
                 raise ValidationFailed("owner is required when a run is created", field="owner")
@@ -85,15 +85,16 @@ def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[
 
 
 def _named(
-    tx: Tx, tenant_id: str, authority: dict[str, Any] | None, *, strict: bool = True
+    tx: Tx, tenant_id: str, lists: dict[str, list[str]], *, strict: bool = True
 ) -> dict[str, list[str]]:
     """The people the authority's lists name (``users``, ``viewers``, ``approvers``,
-    ``amenders``), as member ids: 422 naming the list for anyone not a current member
-    (``strict=False``, for an authority stored earlier: they are left out)."""
+    ``amenders``: ``domain.people.named_refs``), as member ids: 422 naming the list for
+    anyone not a current member (``strict=False``, for an authority stored earlier: they
+    are left out)."""
     named: dict[str, list[str]] = {}
-    for name in AUTHORITY_LISTS:
+    for name, refs in lists.items():
         named[name] = []
-        for ref in (authority or {}).get(name) or []:
+        for ref in refs:
             try:
                 named[name].append(_member(tx, tenant_id, ref, f"authority.{name}"))
             except ValidationFailed:
@@ -220,7 +221,7 @@ def _update_run(
     if "authority" in changes or "owner_user_id" in changes:
         owner = changes.get("owner_user_id", run.owner_user_id)
         if "authority" not in changes:  # the same people, under a new owner
-            access = _named(tx, who.tenant_id, run.authority, strict=False)
+            access = _named(tx, who.tenant_id, named_refs(run.authority), strict=False)
         people.set_run_people(tx.conn, who.tenant_id, run.run_id, run_people(owner, access))
     if "subject" in changes:
         people.apply_grants(tx.conn, who.tenant_id, run.run_id, changes["subject"])
