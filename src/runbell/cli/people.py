@@ -5,6 +5,7 @@ the same as ``/v1/subject-grants`` with an admin key."""
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 
 from runbell.cli import common
 from runbell.cli.specs import Argument, Group, Option
@@ -12,6 +13,8 @@ from runbell.domain.errors import RunbellError
 
 TYPE_CHECKING = False  # not typing's, see runbell.cli.common
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from runbell.domain.principal import Principal
     from runbell.flows.context import Core
 
@@ -19,15 +22,20 @@ group = Group("grant", "Subject grants: members and a subject's runs.")
 TENANT = Option("--tenant", "the tenant's id or name", metavar="TENANT")
 
 
-def _operator(tenant: str) -> tuple[Core, Principal]:
+@contextmanager
+def _operator(tenant: str) -> Iterator[tuple[Core, Principal]]:
     """The server and the tenant's administrator as the command line acts (an operator
-    with the database's credentials, recorded like an admin API key)."""
+    with the database's credentials, recorded like an admin API key); the database is
+    closed after the command."""
     from runbell.domain.principal import Principal
     from runbell.flows import accounts
 
     core = common.core()
-    tenant_id = accounts.resolve_tenant(core.db, tenant)
-    return core, Principal(tenant_id=tenant_id, kind="key", role="admin")
+    try:
+        tenant_id = accounts.resolve_tenant(core.db, tenant)
+        yield core, Principal(tenant_id=tenant_id, kind="key", role="admin")
+    finally:
+        core.db.dispose()
 
 
 def _print(doc: object) -> None:
@@ -52,14 +60,10 @@ def grant_add(user: str, tenant: str, subject: str, role: str = "viewer") -> Non
     kind, sep, ident = subject.partition(":")
     if not sep or not kind or not ident:
         common.fail(f"--subject {subject!r} is not TYPE:ID", "e.g. --subject project:launch")
+    body: grants.GrantBody = {"user": user, "subject": {"type": kind, "id": ident}, "role": role}
     try:
-        core, who = _operator(tenant)
-        body: grants.GrantBody = {
-            "user": user,
-            "subject": {"type": kind, "id": ident},
-            "role": role,
-        }
-        res = answer_json(grants.grant(core, who, body))
+        with _operator(tenant) as (core, who):
+            res = answer_json(grants.grant(core, who, body))
     except RunbellError as exc:
         common.fail(exc)
     _print(res)
@@ -73,8 +77,8 @@ def grant_list(tenant: str, user: str | None = None) -> None:
     from runbell.flows import grants
 
     try:
-        core, who = _operator(tenant)
-        res = grants.list_grants(core, who, user)
+        with _operator(tenant) as (core, who):
+            res = grants.list_grants(core, who, user)
     except RunbellError as exc:
         common.fail(exc)
     _print(res)
@@ -86,8 +90,8 @@ def grant_revoke(grant_id: str, tenant: str) -> None:
     from runbell.flows import grants
 
     try:
-        core, who = _operator(tenant)
-        grants.revoke(core, who, grant_id)
+        with _operator(tenant) as (core, who):
+            grants.revoke(core, who, grant_id)
     except RunbellError as exc:
         common.fail(exc)
     common.out.print(f"revoked {grant_id}")
