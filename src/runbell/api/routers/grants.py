@@ -66,7 +66,7 @@ def list_grants(
     return grants.list_grants(core, who, user)
 
 
-@router.delete("/{grant_id}", responses=problems(401, 403, 404, 422, 503))
+@router.delete("/{grant_id}", responses=problems(401, 403, 404, 413, 422, 503))
 def revoke_grant(
     grant_id: Annotated[str, Path(max_length=L.ID)], who: Admin, core: CoreDep
 ) -> Mapping[str, Any]:
