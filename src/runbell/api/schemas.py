@@ -376,8 +376,9 @@ class InputRequestIn(Strict):
     options: list[OptionIn] | None = Field(default=None, max_length=50, description="choice")
     expires_at: datetime | None = None
     blocks_work: StrictBool = True
-    approvers: list[Annotated[str, Field(max_length=L.EMAIL)]] | None = Field(
+    approvers: list[Annotated[str, Field(min_length=1, max_length=L.EMAIL)]] | None = Field(
         default=None,
+        min_length=1,
         max_length=100,
         description="who may answer this request (user ids or emails of members who may "
         "see the run); default: the run's approvers",

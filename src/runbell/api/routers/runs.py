@@ -38,10 +38,9 @@ PUT_RULES = rules(
     rule("owner", "required when the run does not exist yet (optional on an update)"),
     rule("owner", "a user id (usr_…) or the email of a current member of the tenant"),
     rule("authority.users", "each a user id or the email of a current member"),
-    rule(
-        "authority.viewers / approvers / amenders",
-        "each a user id or the email of a current member",
-    ),
+    rule("authority.viewers", "each a user id or the email of a current member"),
+    rule("authority.approvers", "each a user id or the email of a current member"),
+    rule("authority.amenders", "each a user id or the email of a current member"),
     rule("state", "only on creation; an existing run changes state with POST …/signals"),
 )
 
