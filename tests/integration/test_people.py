@@ -542,3 +542,46 @@ def test_the_cli_grants_lists_and_revokes_a_subject(
     assert f"revoked {made['id']}" in capsys.readouterr().out
     assert not sees(client, member, "cli-1")
     assert main(["grant", "revoke", made["id"], *base]) != 0
+
+
+def test_an_amender_proposes_an_exclusion_from_the_run_page(
+    client: TestClient, core: Core, creds: TenantCreds
+) -> None:
+    amender_id, _ = add_user(core, creds.tenant_id, "amy@acme.test")
+    put_run(client, creds, "web-ex", authority={"amenders": [amender_id]})
+    for op_id, task in (("t1", "design"), ("t7", "legal-review")):
+        client.post(
+            "/v1/runs/web-ex/operations",
+            json={"operation_id": op_id, "target": {"type": "task", "id": task}, "intent": "move"},
+            headers=bearer(creds.runtime_key),
+        ).raise_for_status()
+    browser = other_browser(client)
+    csrf = sign_in(browser, core, creds.tenant_id, amender_id)
+    page = browser.get("/runs/web-ex").text
+    assert 'id="propose-form"' in page and 'id="amend-exclude"' in page
+    r = browser.post(
+        "/runs/web-ex/amendments",
+        data={
+            "csrf_token": csrf,
+            "idempotency_key": "web-ex-1",
+            "text": "Leave legal review out",
+            "exclude_operations": "task:legal-review",
+        },
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    pending = client.get("/v1/runs/web-ex", headers=bearer(creds.owner_token)).json()
+    [amendment] = pending["pending_amendments"]
+    assert amendment["changes"] == {"exclude_operations": ["t7"]}
+    # Something that is not in the ledger is refused on the page, saying why.
+    r = browser.post(
+        "/runs/web-ex/amendments",
+        data={
+            "csrf_token": csrf,
+            "idempotency_key": "web-ex-2",
+            "text": "x",
+            "exclude_operations": "task:nope",
+        },
+    )
+    assert r.status_code == 422
+    assert "is neither an operation id nor a target" in r.text

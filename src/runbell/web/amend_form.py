@@ -27,9 +27,20 @@ router = APIRouter(include_in_schema=False)
 def propose_form(run_id: str, signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     body: ProposalBody = {"text": signed.form.first("text")}
+    changes: dict[str, str | list[str]] = {}
     objective = signed.form.first("objective").strip()
     if objective:
-        body["changes"] = {"objective": objective}
+        changes["objective"] = objective
+    # Operations to leave out: ids or targets (type:id), separated by commas or lines.
+    excluded = [
+        part.strip()
+        for part in signed.form.first("exclude_operations").replace("\n", ",").split(",")
+        if part.strip()
+    ]
+    if excluded:
+        changes["exclude_operations"] = excluded
+    if changes:
+        body["changes"] = changes
     key = signed.form.first("idempotency_key")[:200] or secrets.token_urlsafe(24)
     assert v.who.user_id is not None
     ik = IdempotencyKey(
