@@ -103,6 +103,12 @@ def recipients(core: Core, tenant_id: str, run_id: str, attention: str) -> set[s
     return {r[0] for r in rows}
 
 
+def needs_you(client: TestClient, token: str) -> list[str]:
+    r = client.get("/v1/runs", params={"group": "needs_you"}, headers=bearer(token))
+    assert r.status_code == 200, r.text
+    return [run["run_id"] for run in r.json()["runs"]]
+
+
 def sees(client: TestClient, token: str, run_id: str) -> bool:
     r = client.get(f"/v1/runs/{run_id}", headers=bearer(token))
     assert r.status_code in (200, 404), r.text
@@ -147,6 +153,11 @@ def test_a_viewer_sees_the_request_but_may_not_answer_it_and_an_approver_may(
     }
     assert viewer_id not in recipients(core, creds.tenant_id, "dates-1", "input_required")
 
+    # "Needs you" lists it for those who may answer it, not for the viewer.
+    assert needs_you(client, approver) == ["dates-1"]
+    assert needs_you(client, creds.owner_token) == ["dates-1"]
+    assert needs_you(client, viewer) == []
+
     # The approver answers.
     assert client.get("/v1/input-requests/req-1", headers=bearer(approver)).json()["may_answer"]
     r = answer(client, approver, "req-1", version)
@@ -172,6 +183,8 @@ def test_a_request_that_names_its_approvers_is_answered_and_paged_only_by_them(
     assert opened.json()["input_request"]["approvers"] == [legal_id]
     version = opened.json()["run"]["version"]
     assert recipients(core, creds.tenant_id, "dates-2", "input_required") == {legal_id}
+    assert needs_you(client, legal) == ["dates-2"]
+    assert needs_you(client, creds.owner_token) == []
 
     # The owner may see it, but the request names who answers it.
     r = answer(client, creds.owner_token, "req-legal", version)
@@ -240,6 +253,8 @@ def test_a_subject_grant_covers_existing_and_future_runs_until_revoked(
     assert sorted(run["run_id"] for run in listed) == ["launch-1", "launch-2"]
     opened = ask(client, creds, "launch-2", "req-g")
     assert client.get("/v1/input-requests/req-g", headers=bearer(member)).json()["may_answer"]
+    events = client.get("/v1/events", params={"after": "0"}, headers=bearer(member)).json()
+    assert {e["run_id"] for e in events["events"] if e.get("run_id")} == {"launch-1", "launch-2"}
 
     # A run moved to the subject is covered; one moved off it is not.
     put_run(client, creds, "other-1", status=200, subject=LAUNCH)
