@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from runbell.flows.context import Core
 from runbell.store import tables as t
-from runbell.testing import Clock, TenantCreds, add_user
+from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import SECRET_KEY, bearer
 from tests.integration.test_web import other_browser, sign_in
 
@@ -244,6 +244,12 @@ def test_a_subject_grant_covers_existing_and_future_runs_until_revoked(
     )
     again = grant(client, creds.owner_token, member_id, "approver")  # the same grant: 200
     assert (again.status_code, again.json()["id"]) == (200, made["id"])
+    # Another tenant neither sees nor revokes it.
+    other = make_tenant(core, "elsewhere")
+    assert client.get("/v1/subject-grants", headers=bearer(other.admin_key)).json() == {
+        "grants": []
+    }
+    problem(client.delete(f"/v1/subject-grants/{made['id']}", headers=bearer(other.admin_key)), 404)
 
     # Existing and future runs of the subject; not another subject's.
     put_run(client, creds, "launch-2", subject=LAUNCH)
@@ -281,8 +287,14 @@ def test_a_subject_grant_covers_existing_and_future_runs_until_revoked(
     problem(answer(client, member, "req-g", opened.json()["run"]["version"]), 404)
     problem(client.delete(f"/v1/subject-grants/{made['id']}", headers=bearer(creds.admin_key)), 404)
 
-    # A viewer grant: sees, does not answer.
-    assert grant(client, creds.admin_key, member_id, "viewer").status_code == 201
+    # A viewer grant (retried under its Idempotency-Key): sees, does not answer.
+    body = {"user": member_id, "subject": LAUNCH, "role": "viewer"}
+    headers = {**bearer(creds.admin_key), "Idempotency-Key": "grant-viewer"}
+    first = client.post("/v1/subject-grants", json=body, headers=headers)
+    replay = client.post("/v1/subject-grants", json=body, headers=headers)
+    assert (first.status_code, replay.status_code) == (201, 201), replay.text
+    assert replay.content == first.content
+    assert replay.headers.get("Idempotent-Replayed") == "true"
     assert sees(client, member, "launch-2")
     refused = problem(answer(client, member, "req-g", opened.json()["run"]["version"]), 403)
     assert "not answer" in refused["detail"]
