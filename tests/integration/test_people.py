@@ -612,3 +612,31 @@ def test_an_amender_proposes_an_exclusion_from_the_run_page(
     )
     assert r.status_code == 422
     assert "is neither an operation id nor a target" in r.text
+
+
+def test_the_owner_watching_does_not_hold_back_a_request_put_to_others(
+    client: TestClient, core: Core, creds: TenantCreds
+) -> None:
+    """A tenant rule sends requests to the inbox only while the owner watches. A request
+    that names its own approvers, not the owner, is theirs: the owner's watching does not
+    hold back its push; a request the owner is told of is held back as the rule says."""
+    rule = {
+        "id": "acme.watching",
+        "when": {"attention": "input_required", "owner_present": True},
+        "decision": "inbox",
+        "urgency": "normal",
+    }
+    r = client.put("/v1/policy", json={"rules": [rule]}, headers=bearer(creds.admin_key))
+    assert r.status_code == 200, r.text
+    legal_id, _ = add_user(core, creds.tenant_id, "legal@acme.test")
+    put_run(client, creds, "watched", authority={"viewers": [legal_id]})
+    core.presence.enter(creds.tenant_id, creds.owner_id)
+    try:
+        theirs = ask(client, creds, "watched", "req-theirs", approvers=[legal_id]).json()
+        mine = ask(client, creds, "watched", "req-mine").json()
+    finally:
+        core.presence.leave(creds.tenant_id, creds.owner_id)
+    [to_legal] = theirs["notifications"]
+    assert (to_legal["decision"], to_legal["rule_id"]) == ("push", "input_required.default")
+    [to_owner] = mine["notifications"]
+    assert (to_owner["decision"], to_owner["rule_id"]) == ("inbox", "acme.watching")

@@ -248,6 +248,10 @@ def notify(m: Moving) -> None:
     if attention is None:
         return
     tenant_id, core = m.run.tenant_id, m.core
+    # The owner's watching holds back pushes only when the owner is among those told (a
+    # request that names its own approvers, without the owner, is theirs: issue 18).
+    answerers = m.move.request.answerers if m.move.request is not None else ()
+    told = not answerers or m.run.owner_user_id in answerers
     raised = raise_attention(
         m.tx,
         policy_in(core, m.tx, tenant_id),
@@ -256,7 +260,7 @@ def notify(m: Moving) -> None:
         version=m.version,
         facts=m.facts,
         reason=m.note_reason,
-        owner_present=core.presence.is_present(tenant_id, m.run.owner_user_id, m.tx.conn),
+        owner_present=told and core.presence.is_present(tenant_id, m.run.owner_user_id, m.tx.conn),
         request=m.move.request,
         channels=offered(core.settings),
     )
