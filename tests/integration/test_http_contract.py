@@ -170,6 +170,9 @@ CAN_RETURN: dict[tuple[str, str], set[int]] = {
     ("post", "/v1/runs/{run_id}/delegations"): {*WRITE, 404},
     ("get", "/v1/runs/{run_id}/delegations"): {*ROLE, 404, 422},
     ("delete", "/v1/delegations/{delegation_id}"): {*ROLE, 404, 413},
+    ("post", "/v1/subject-grants"): {*WRITE},
+    ("get", "/v1/subject-grants"): {*ROLE},
+    ("delete", "/v1/subject-grants/{grant_id}"): {*ROLE, 404, 413},
     ("get", "/healthz"): set(),
     ("get", "/readyz"): {503},
 }
@@ -198,6 +201,7 @@ IDEMPOTENT = {
     "/v1/me/chat-destinations",
     "/v1/chat-destinations",
     "/v1/deliveries/{delivery_id}/replay",
+    "/v1/subject-grants",
     "/v1/notifications/{notification_id}/ack",
     "/v1/notifications/{notification_id}/receipts",
     "/v1/schedules",

@@ -671,21 +671,22 @@ def test_a_role_named_in_the_runs_authority_can_read_and_answer(
 def test_others_are_refused_without_learning_the_details(
     client: TestClient, core: Core, creds: TenantCreds, clock: Clock
 ) -> None:
-    """A plain member and an admin not named: 403 with a clear reason; another tenant's
-    user: 404; an API key: 403. Nothing is committed and no details leak."""
+    """An admin not named: 403 with a clear reason (they see the run, they do not answer
+    it); a plain member who may not see the run and another tenant's user: 404 (issue 18:
+    access is checked on the run itself); an API key: 403. Nothing is committed and no
+    details leak."""
     _, member = add_user(core, creds.tenant_id, "bob@acme.test")
     _, admin = add_user(core, creds.tenant_id, "adm@acme.test", role="admin")
     other = make_tenant(core, "other")
     make_run(client, creds, "run-1")
     open_request(client, creds, clock, "run-1", "req-1")
 
-    for token in (member, admin):
-        r = answer(client, token, "req-1", run_version=2)
-        body = problem(r, 403)
-        assert (
-            body["detail"] == "only the run's owner or the people it names can answer this request"
-        )
-        assert PLANTED not in r.text
+    r = answer(client, admin, "req-1", run_version=2)
+    assert problem(r, 403)["detail"].startswith("You may see this run but not answer")
+    assert PLANTED not in r.text
+    r = answer(client, member, "req-1", run_version=2)
+    problem(r, 404)
+    assert PLANTED not in r.text
     assert get_request(client, admin, "req-1")["may_answer"] is False  # admins see, not answer
     problem(client.get("/v1/input-requests/req-1", headers=bearer(member)), 404)
     problem(answer(client, other.owner_token, "req-1", run_version=2), 404)

@@ -545,9 +545,10 @@ def test_deep_link_after_access_is_lost(client: TestClient, creds: TenantCreds, 
     assert PLANTED in bob.get(f"/n/{note['id']}").text
     # Ownership moves away from bob: he may no longer see the run.
     with core.db.transaction() as tx:
-        from runbell.store import runs
+        from runbell.domain.people import FULL
+        from runbell.store import access
 
-        runs.set_access(tx.conn, creds.tenant_id, "shared-1", {creds.owner_id})
+        access.set_run_people(tx.conn, creds.tenant_id, "shared-1", {creds.owner_id: FULL})
     r = bob.get(f"/n/{note['id']}")
     assert r.status_code == 403
     assert "You no longer have access to this" in r.text
@@ -782,7 +783,7 @@ def test_a_member_who_may_not_answer_sees_no_form_and_is_refused(
     admin = other_browser(client)
     csrf = sign_in(admin, core, creds.tenant_id, admin_id)
     page = admin.get("/runs/auth-1").text
-    assert "only the run's owner or the people it names can answer it" in page
+    assert "You may see this run but not answer its requests" in page
     assert 'id="respond-form"' not in page
     r = admin.post(
         "/runs/auth-1/input-requests/req-auth/respond",

@@ -50,7 +50,7 @@ def test_the_walk_finds_every_command() -> None:
         "completion",
     ):
         assert expected in names
-    assert len(names) == 48  # + delegate, undelegate (issue 18)
+    assert len(names) == 52  # issue 18: schedule …, delegate, undelegate, grant add|list|revoke
 
 
 @pytest.mark.parametrize("path", PATHS, ids=_name)

@@ -94,9 +94,22 @@ class Subject(Strict):
 
 class Authority(Strict):
     users: list[Annotated[str, Field(max_length=L.EMAIL)]] = Field(
-        default_factory=list, max_length=100
+        default_factory=list,
+        max_length=100,
+        description="members who see, answer and may propose amendments (as before roles)",
     )
     roles: list[Literal["owner", "admin", "member"]] = Field(default_factory=list)
+    viewers: list[Annotated[str, Field(max_length=L.EMAIL)]] = Field(
+        default_factory=list, max_length=100, description="members who only see the run"
+    )
+    approvers: list[Annotated[str, Field(max_length=L.EMAIL)]] = Field(
+        default_factory=list, max_length=100, description="members who see and answer it"
+    )
+    amenders: list[Annotated[str, Field(max_length=L.EMAIL)]] = Field(
+        default_factory=list,
+        max_length=100,
+        description="members who see it and may propose amendments",
+    )
 
 
 class DoneWhenIn(Strict):
@@ -416,6 +429,13 @@ class InputRequestIn(Strict):
     options: list[OptionIn] | None = Field(default=None, max_length=50, description="choice")
     expires_at: datetime | None = None
     blocks_work: StrictBool = True
+    approvers: list[Annotated[str, Field(min_length=1, max_length=L.EMAIL)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="who may answer this request (user ids or emails of members who may "
+        "see the run); default: the run's approvers",
+    )
 
     @field_validator("expires_at")
     @classmethod

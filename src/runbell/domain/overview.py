@@ -51,9 +51,11 @@ def may_answer(
     authority: Mapping[str, Any] | None,
     named: bool,
 ) -> bool:
-    """Whether the viewer may answer the run's request: its owner, a user its authority
-    names (``named``: the run's access rows name the viewer), or a member of a role its
-    authority names. Tenant owners and admins see every run but answer only when named."""
+    """Whether the viewer may answer the run's request: its owner, a person whose access
+    rows let them answer (``named``: ``authority.users``/``approvers``, an approver grant
+    of its subject — not a viewer), or a member of a role its authority names. Tenant
+    owners and admins see every run but answer only when named. (A request that names its
+    own approvers is decided by the caller: only they.)"""
     if viewer_id is None:
         return False
     if named or owner_user_id == viewer_id:

@@ -201,6 +201,7 @@ class InputRequest:
     answered_at: datetime | None = None
     decision: str | None = None
     value: Any = None
+    approvers: list[str] | None = None  # who may answer (user ids); None: the run's approvers
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,10 +24,13 @@ run is not amended: its finish cancels its pending amendments and resolves their
 (``flows.transitions.apply``); one whose alert had closed already is cancelled when
 someone answers it.
 
-Who: any person who can see the run may propose (its owner and authority too: for them it
-is a two-step change, as PUT is the runtime's); an API key may not (403: a runtime edits
-its run with ``PUT``); anyone who cannot see the run gets 404. Only the owner answers
-(403 for anyone else, authority included: the run is theirs).
+Who: the run's owner, tenant admins and the people who may amend it (``authority.users``,
+``authority.amenders``, amender grants of its subject: :mod:`runbell.flows.amendment_changes`)
+may propose (for the owner it is a two-step change, as PUT is the runtime's); a member who
+may see the run but not amend it gets 403 saying so; an API key may not (403: a runtime
+edits its run with ``PUT``); anyone who cannot see the run gets 404. Only the owner answers
+(403 for anyone else, authority included: the run is theirs). ``changes`` may also exclude
+planned operations (``exclude_operations``; see :mod:`runbell.flows.amendment_changes`).
 
 Invariants kept here (DESIGN §2): 9 (above); 6 (the decision resolves the amendment's
 notification everywhere); 1 (one amendment notification per recipient, run version and
@@ -45,10 +48,10 @@ import structlog
 
 from runbell.domain.channels import offered
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
-from runbell.domain.jobs import DoneWhen, check_done_when
 from runbell.domain.principal import Principal
-from runbell.domain.records import InputRequest, Run, RunChanges
+from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import is_terminal
+from runbell.flows import amendment_changes as change_rules
 from runbell.flows import dependencies, idempotency, views
 from runbell.flows.amendment_views import AmendmentView, amendment_view
 from runbell.flows.attention import (
@@ -79,11 +82,6 @@ from runbell.store.db import PendingEvent, Tx
 log = structlog.get_logger(__name__)
 
 TEXT_MAX = 2000
-#: The run fields an amendment may change, with their limits (as ``PUT /v1/runs``), and
-#: ``done_when`` (checked as ``PUT`` checks it: ``domain.jobs.check_done_when``).
-FIELDS = {"objective": 10_000, "title": 500}
-#: A proposal's changes, checked: field name -> the new text, or the new done_when.
-Changes = dict[str, str | DoneWhen]
 NOT_OWNER = "only the run's owner decides on a proposed amendment"
 
 
@@ -124,35 +122,15 @@ def propose(
     return act_once(core.db, core.box, key, prepare)
 
 
-def _fields(body: ProposalBody) -> tuple[str, Changes]:
+def _fields(body: ProposalBody) -> tuple[str, change_rules.Changes]:
     text = body.get("text")
     if not isinstance(text, str) or not text.strip() or len(text) > TEXT_MAX:
         raise ValidationFailed(f"text is 1 to {TEXT_MAX} characters", field="text")
-    changes = body.get("changes") or {}
-    if not isinstance(changes, dict):
-        raise ValidationFailed("changes must be an object", field="changes")
-    checked: Changes = {}
-    for name, value in changes.items():
-        if name == "done_when":  # {text, operations?}: what counts as done (issue 18)
-            done_when = check_done_when(value, "changes.done_when")
-            if done_when is not None:
-                checked[name] = done_when
-                continue
-        if name not in FIELDS:
-            raise ValidationFailed(
-                f"changes may name {', '.join(FIELDS)} and done_when, not {name!r}",
-                field=f"changes.{name}",
-            )
-        if not isinstance(value, str) or not value.strip() or len(value) > FIELDS[name]:
-            raise ValidationFailed(
-                f"changes.{name} is 1 to {FIELDS[name]} characters", field=f"changes.{name}"
-            )
-        checked[name] = value
-    return text.strip(), checked
+    return text.strip(), change_rules.parse(body.get("changes"))
 
 
 def _propose_in(
-    core: Core, tx: Tx, who: Principal, run_id: str, text: str, changes: Changes
+    core: Core, tx: Tx, who: Principal, run_id: str, text: str, changes: change_rules.Changes
 ) -> Proposed:
     conn, tenant_id = tx.conn, who.tenant_id
     run = runs.get_run(conn, tenant_id, run_id, for_update=True)
@@ -162,15 +140,14 @@ def _propose_in(
         raise Forbidden(
             "amendments are proposed by people; a runtime edits its run with PUT /v1/runs/{id}"
         )
+    change_rules.check_may_amend(conn, who, run)
     if is_terminal(run.state):
         raise Conflict(
             f"run {run_id!r} is {run.state}; a finished run is not amended",
             current={"run": views.run_view(run)},
         )
-    if changes and all(getattr(run, name) == value for name, value in changes.items()):
-        raise ValidationFailed("changes match the run as it is; nothing to amend", field="changes")
+    changes, base = change_rules.against(conn, run, changes)
     amendment_id = new_id("amd")
-    base = {name: getattr(run, name) for name in changes}
     proposer = str(destinations.email_of(conn, who.user_id))
     summary = f"{proposer} proposes a change to this run"
     if changes:
@@ -204,8 +181,8 @@ def _propose_in(
             input_request_id=amendment_id,
             proposed_by=who.user_id,
             text=text,
-            changes=changes or None,
-            base=base or None,
+            changes=cast(dict[str, Any], changes) or None,  # JSON, as checked above
+            base=cast(dict[str, Any], base) or None,
             run_version=run.version,
             state="pending",
             created_at=tx.now,
@@ -459,8 +436,7 @@ def _refusal(
             f"(version {answer['expected_request_version']} → {req.version}).",
             current=_current(run, req, amendment),
         )
-    base = amendment.base or {}
-    moved = sorted(name for name in base if getattr(run, name) != base[name])
+    moved = change_rules.moved_since(tx.conn, run, change_rules.stored_base(amendment.base))
     if moved and answer["decision"] == "approve":
         raise Conflict(
             f"The run's {' and '.join(moved)} changed since this amendment was proposed; "
@@ -472,10 +448,14 @@ def _refusal(
 
 def _apply(tx: Tx, who: Principal, run: Run, amendment: Amendment) -> Run:
     """The approved changes, as a new run version (transition kind ``amend``)."""
-    # An amendment changes only the FIELDS above (checked when proposed).
-    changes = cast(RunChanges, dict(amendment.changes or {}))
+    # An amendment changes only amendment_changes.FIELDS (checked when proposed), and
+    # excludes planned operations (not_started, the amendment as evidence).
+    proposed = change_rules.stored(amendment.changes)
+    changes = change_rules.run_fields(proposed)
     version = run.version + 1
-    fields = sorted(changes)
+    fields = sorted(proposed)
+    assert who.user_id is not None  # only the owner decides
+    change_rules.exclude(tx, run, proposed, amendment.id, who.user_id)
     changes.update({"version": version, "updated_at": tx.now})
     runs.update_run(tx.conn, run.tenant_id, run.run_id, changes)
     runs.add_transition(

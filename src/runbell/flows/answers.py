@@ -43,6 +43,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import RunState
 from runbell.flows import amendments, dependencies, idempotency, review_answer, transitions, views
+from runbell.flows.approvers import answer_refusal
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey
@@ -52,7 +53,6 @@ from runbell.flows.input_requests import (
     current_of,
     expire_in_tx,
     fingerprint,
-    may_answer,
 )
 from runbell.flows.inputs import AnswerBody
 from runbell.ids import new_id
@@ -135,7 +135,7 @@ def _respond_in_tx(core: Core, tx: Tx, asked: Asked) -> Answer | Conflict:
         # moves the run (flows.review).
         who, answer = asked.who, asked.answer
         return review_answer.answer_in_tx(core, tx, who, run, req, answer, asked.key, asked.digest)
-    ik = _authorized_key(tx, asked, run)
+    ik = _authorized_key(tx, asked, run, req)
     replay = idempotency.stored(tx.conn, core.box, ik)  # under the run's lock: see below
     if replay is not None:
         log.info("input_request.replayed", input_request_id=asked.request_id)
@@ -172,13 +172,20 @@ def _locked(tx: Tx, asked: Asked) -> tuple[Run, InputRequest]:
     return run, req
 
 
-def _authorized_key(tx: Tx, asked: Asked, run: Run) -> IdempotencyKey:
-    """403 unless the caller may answer; 422 without an Idempotency-Key. The key is
-    looked up by the caller under the run's lock: a concurrent answer under it has
-    committed (and is replayed) or has not started."""
+def _authorized_key(tx: Tx, asked: Asked, run: Run, req: InputRequest) -> IdempotencyKey:
+    """404 for a person who may not see the run (issue 18 item 4: access is checked on
+    the run itself); 403 unless the caller may answer — a viewer is told they may see but
+    not answer; 422 without an Idempotency-Key. The key is looked up by the caller under
+    the run's lock: a concurrent answer under it has committed (and is replayed) or has
+    not started."""
     who = asked.who
-    if not may_answer(tx.conn, who, run):
-        raise Forbidden(NOT_AUTHORIZED)
+    refusal = answer_refusal(tx.conn, who, run, req)
+    if refusal is not None:
+        if not who.is_user:
+            raise Forbidden(NOT_AUTHORIZED)
+        if not runs.can_see_run(tx.conn, who, run.run_id):
+            raise NotFound(f"no input request {asked.request_id!r}")
+        raise Forbidden(refusal)
     assert who.user_id is not None
     if not asked.key or not asked.key.strip():
         raise ValidationFailed(

@@ -79,6 +79,8 @@ class RequestLink:
     id: str
     expires_at: datetime | None
     blocks_work: bool = True
+    # Who is told (issue 18 item 4): the people who may answer it; empty: the run's owner.
+    answerers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class Raised:
     notification_id: str | None
     created: bool
     note: Notification | None = None  # the notification as written, when created here
+    # The notifications written for the other recipients of a request (its answerers).
+    others: tuple[Notification, ...] = ()
 
 
 class NotificationEvent(TypedDict):
@@ -190,12 +194,37 @@ def raise_attention(
     if not decision.notifies:
         _suppressed(tx, run, attention, decision)
         return Raised(decision, None, False)
-    recipient = run.owner_user_id
+    # A request is told to the people who may answer it when it names them; anything
+    # else (and a request that names nobody) to the run's owner.
+    recipients = (request.answerers if request is not None else ()) or (run.owner_user_id,)
+    raised = [
+        _raise_for(tx, run, attention, version, decision, reason, request, channels, recipient)
+        for recipient in recipients
+    ]
+    first = raised[0]
+    others = tuple(r.note for r in raised[1:] if r.note is not None)
+    return Raised(decision, first.notification_id, first.created, first.note, others)
+
+
+def _raise_for(
+    tx: Tx,
+    run: Run,
+    attention: str,
+    version: int,
+    decision: Decision,
+    reason: str | None,
+    request: RequestLink | None,
+    channels: Collection[str],
+    recipient: str,
+) -> Raised:
+    """The one notification for ``recipient`` (invariant 1), its outbox rows, follow-ups
+    and feed event."""
     if _cached(tx, ("role", run.tenant_id, recipient), accounts.membership_role) is None:
-        # The owner left the tenant: nobody to tell. The decision stays on the transition.
+        # The recipient left the tenant: nobody to tell. The decision stays on the transition.
         log.info("attention.recipient_gone", run_id=run.run_id, rule_id=decision.rule_id)
         return Raised(decision, None, False)
     values = notification_row(run, attention, version, decision, reason, request, tx.now)
+    values["recipient_user_id"] = recipient
     note_id, created = notes.insert_once(tx.conn, values)
     if not created:
         tx.after_commit.append(lambda: metrics.DUPLICATES.labels("notification").inc())

@@ -41,7 +41,8 @@ from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Notification, Run
 from runbell.domain.runs import RunState, is_terminal
-from runbell.flows import dependencies, scope, transitions, views
+from runbell.flows import approvers, dependencies, scope, transitions, views
+from runbell.flows.approvers import may_answer
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
@@ -70,6 +71,7 @@ class RequestFields(TypedDict):
     options: list[dict[str, str]] | None  # [{id, label}] of a choice
     blocks_work: bool
     expires_at: datetime | None
+    approvers: list[str] | None  # as given (ids or emails); resolved against the run
 
 
 class Opened(TypedDict):
@@ -153,9 +155,10 @@ def _opening(
     """Validate an open request's body now; the action to run in the transaction returns
     (201, the result) or (200, the request as it is) for a retry of the same id."""
     fields = _request_fields(body)
-    digest = fingerprint(
-        {"run_id": run_id, **fields, "expires_at": views.iso(fields["expires_at"])}
-    )
+    hashed: dict[str, Any] = {**fields, "expires_at": views.iso(fields["expires_at"])}
+    if hashed["approvers"] is None:  # as before approvers existed: old retries still match
+        del hashed["approvers"]
+    digest = fingerprint({"run_id": run_id, **hashed})
 
     def act(tx: Tx) -> tuple[int, Opened]:
         opened = _open_in(core, tx, who, run_id, fields, digest)
@@ -192,6 +195,7 @@ def _open_in(
             "waiting for input) can ask for input",
             current={"run": views.run_view(run)},
         )
+    named = approvers.resolve(conn, who, run, fields["approvers"])
     replaced = requests.pending_for_run(conn, tenant_id, run_id, for_update=True)
     version = run.version + 1
     values = {
@@ -209,6 +213,7 @@ def _open_in(
         "state": "pending",
         "request_hash": digest,
         "created_at": tx.now,
+        "approvers": named,
     }
     requests.insert(conn, values)
     tx.emit(
@@ -261,7 +266,12 @@ def _open_in(
             error=None,
             effects_verified=None,
             kind="state" if run.state == RunState.WORKING else "request",
-            request=RequestLink(request_id, expires_at, fields["blocks_work"]),
+            request=RequestLink(
+                request_id,
+                expires_at,
+                fields["blocks_work"],
+                answerers=approvers.paged(conn, run, named),
+            ),
         ),
     )
     log.info(
@@ -336,6 +346,7 @@ def _request_fields(body: RequestBody) -> RequestFields:
         "options": [{"id": o["id"], "label": o["label"]} for o in options] or None,
         "blocks_work": bool(body.get("blocks_work", True)),
         "expires_at": expires_at,
+        "approvers": approvers.refs(body.get("approvers")),
     }
 
 
@@ -354,7 +365,7 @@ def get_request(core: Core, who: Principal, request_id: str) -> RequestDetail:
         req = requests.get(conn, who.tenant_id, request_id)
         run = None if req is None else runs.get_run(conn, who.tenant_id, req.run_id)
         may = run is not None and (
-            may_answer(conn, who, run)
+            may_answer(conn, who, run, req)
             if req is None or req.purpose == "run"
             else who.is_user and who.user_id == run.owner_user_id  # amendments: the owner
         )
@@ -385,29 +396,6 @@ def get_for_notification(conn: Any, note: Notification) -> InputRequest | None:
     if not request_id:
         return None
     return requests.get(conn, note["tenant_id"], request_id)
-
-
-def may_answer(conn: Any, who: Principal, run: Run) -> bool:
-    """The run's authority: its owner, the users it names, members of the roles it names.
-
-    Tenant owners and admins see every run but answer only when named.
-    """
-    if not who.is_user or who.user_id is None:
-        return False
-    if who.user_id == run.owner_user_id:
-        return True
-    authority = run.authority or {}
-    if who.role in (authority.get("roles") or []):
-        return True
-    for ref in authority.get("users") or []:
-        if ref == who.user_id:
-            return True
-        try:
-            if accounts.find_user(conn, who.tenant_id, ref) == who.user_id:
-                return True
-        except NotFound:
-            continue  # named, but no longer a member
-    return False
 
 
 def request_actionable(req: InputRequest, run: Run, now: datetime) -> tuple[bool, str]:

@@ -81,6 +81,7 @@ class RequestBody(TypedDict, total=False):
     options: list[OptionBody] | None
     expires_at: datetime | str | None
     blocks_work: bool
+    approvers: list[str] | None  # who may answer it (ids or emails); None: the run's
 
 
 class OperationBody(TypedDict, total=False):
@@ -113,8 +114,9 @@ class ProposalBody(TypedDict, total=False):
     """``POST /v1/runs/{id}/amendments``: why, and the fields to change."""
 
     text: str
-    # objective | title -> the new text; done_when -> {text, operations?} (or its text)
-    changes: dict[str, str | DoneWhenBody]
+    # objective | title -> the new text; done_when -> {text, operations?} (or its text);
+    # exclude_operations -> operation ids or targets
+    changes: dict[str, str | DoneWhenBody | list[str]]
 
 
 class SourceBody(TypedDict, total=False):

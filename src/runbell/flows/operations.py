@@ -470,21 +470,32 @@ def _moved(tx: Tx, run: Run, op: Operation, *, changed: bool) -> MovedAnswer:
     }
 
 
-def mark_not_started(tx: Tx, run: Run) -> int:
+def mark_not_started(
+    tx: Tx, run: Run, only: set[str] | None = None, because: dict[str, str] | None = None
+) -> int:
     """Every ``planned`` operation of the run → ``not_started`` (cancellation: work that
-    never began is said so, not left looking pending). Inside the caller's transaction;
-    one ``operation.updated`` event each. Returns how many were marked."""
+    never began is said so, not left looking pending); ``only`` those ids, with
+    ``because`` as their evidence and on their history step (an approved amendment that
+    excludes them). Inside the caller's transaction; one ``operation.updated`` event each.
+    Returns how many were marked."""
     tenant_id, run_id = run.tenant_id, run.run_id
     marked = 0
     if not run.has_operations:
         return marked
     for op in ledger.for_run(tx.conn, tenant_id, run_id):
-        if op.state != OpState.PLANNED:
+        if op.state != OpState.PLANNED or (only is not None and op.operation_id not in only):
             continue
-        step = {"state": "not_started", "from": "planned", "at": views.iso(tx.now), "epoch": None}
+        step: dict[str, Any] = {
+            "state": "not_started",
+            "from": "planned",
+            "at": views.iso(tx.now),
+            "epoch": None,
+        }
+        if because is not None:
+            step["because"] = because
         moved = Moved(
             state=OpState.NOT_STARTED.value,
-            evidence=op.evidence,
+            evidence=because if because is not None else op.evidence,
             history=[*(op.history or []), step],
             updated_at=tx.now,
         )

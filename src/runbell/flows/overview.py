@@ -151,8 +151,12 @@ def overview(
             asked = [
                 r
                 for r in q.needs_you(conn, who, states=states, limit=limit + 1)
-                if rules.may_answer(
-                    who.user_id, who.role, r.run.owner_user_id, r.run.authority, r.answerable
+                if (
+                    who.user_id in r.request_approvers  # the request names who answers
+                    if r.request_approvers
+                    else rules.may_answer(
+                        who.user_id, who.role, r.run.owner_user_id, r.run.authority, r.answerable
+                    )
                 )
             ]
             take("needs_you", asked)

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
+from runbell.domain.errors import Forbidden
 from runbell.domain.principal import Principal
 from runbell.domain.records import (
     DeliveryAttempts,
@@ -31,9 +32,11 @@ from runbell.domain.records import (
     Run,
     Transition,
 )
+from runbell.flows import amendment_changes as change_rules
 from runbell.flows import review, views
+from runbell.flows.approvers import answer_refusal, may_answer
 from runbell.flows.context import Core
-from runbell.flows.input_requests import get_for_notification, may_answer
+from runbell.flows.input_requests import get_for_notification
 from runbell.flows.operation_views import OperationView, operation_view
 from runbell.flows.runs import RunSnapshot, get_run
 from runbell.flows.trail import members
@@ -80,6 +83,8 @@ class RunPageShown(TypedDict):
     transitions: list[Transition]
     pending_request: InputRequest | None
     may_answer: bool
+    answer_refusal: str | None  # why this person may not answer the pending request
+    amend_refusal: str | None  # why this person may not propose amendments
     my_notifications: list[NotificationDeliveries]
     answered_request: InputRequest | None
     decided_review: InputRequest | None  # the last review decision, once one was made
@@ -190,6 +195,12 @@ def run_page(
             waiting = [open_review]
         decided = review.last_decided(conn, run) if run.state == "completed" else None
         may = may_answer(conn, who, run)
+        refusal = answer_refusal(conn, who, run, waiting[-1]) if waiting else None
+        try:
+            change_rules.check_may_amend(conn, who, run)
+            amend_refusal = None
+        except Forbidden as exc:
+            amend_refusal = exc.detail
         mine: list[NotificationDeliveries] = [
             {**note, "deliveries": notes.deliveries_for(conn, who.tenant_id, note["id"])}
             for note in notes.for_recipient_on_run(
@@ -238,6 +249,8 @@ def run_page(
         "transitions": transitions,
         "pending_request": waiting[-1] if waiting else None,
         "may_answer": may,
+        "answer_refusal": refusal,
+        "amend_refusal": amend_refusal,
         "my_notifications": mine,
         "answered_request": answered,
         "decided_review": decided,

@@ -20,10 +20,11 @@ from runbell.domain.errors import Conflict, Forbidden, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run
 from runbell.flows import idempotency, views
+from runbell.flows.approvers import may_answer
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey
-from runbell.flows.input_requests import AnswerFields, may_answer
+from runbell.flows.input_requests import AnswerFields
 from runbell.flows.review import pending
 from runbell.ids import new_id
 from runbell.store import input_requests as requests
@@ -61,7 +62,7 @@ def answer_in_tx(
     digest: str,
 ) -> Answer:
     """Decide a review (run and request locked by the caller)."""
-    if not may_answer(tx.conn, who, run):
+    if not may_answer(tx.conn, who, run, req):
         raise Forbidden(NOT_AUTHORIZED)
     assert who.user_id is not None  # may_answer holds for people only
     if not key or not key.strip():

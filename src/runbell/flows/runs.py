@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from runbell.domain import capabilities
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.jobs import RunLink, check_done_when, check_links, parse_link
+from runbell.domain.people import named_refs, run_people
 from runbell.domain.principal import Principal
 from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import is_terminal
@@ -48,6 +49,7 @@ from runbell.flows.context import Core
 from runbell.flows.input_requests import pending_view
 from runbell.flows.inputs import RunFields
 from runbell.flows.operation_views import OperationsSummary
+from runbell.store import access as people
 from runbell.store import accounts, mismatches, runs
 from runbell.store import links as run_links
 from runbell.store import notifications as notes
@@ -100,10 +102,7 @@ def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[
             schedule_start.check_unchanged(body, run.schedule_id)
         owner = body.get("owner")
         owner_id = _member(tx, who.tenant_id, owner, "owner") if owner else None
-        access = {
-            _member(tx, who.tenant_id, ref, "authority.users")
-            for ref in (body.get("authority") or {}).get("users") or []
-        }
+        access = _named(tx, who.tenant_id, named_refs(body.get("authority")))
         job = _job_fields(tx, who, run_id, body)
         if run is None:
             if owner_id is None:
@@ -143,6 +142,25 @@ def _set_links(tx: Tx, who: Principal, run: Run, links: list[RunLink] | None) ->
     )
 
 
+def _named(
+    tx: Tx, tenant_id: str, lists: dict[str, list[str]], *, strict: bool = True
+) -> dict[str, list[str]]:
+    """The people the authority's lists name (``users``, ``viewers``, ``approvers``,
+    ``amenders``: ``domain.people.named_refs``), as member ids: 422 naming the list for
+    anyone not a current member (``strict=False``, for an authority stored earlier: they
+    are left out)."""
+    named: dict[str, list[str]] = {}
+    for name, refs in lists.items():
+        named[name] = []
+        for ref in refs:
+            try:
+                named[name].append(_member(tx, tenant_id, ref, f"authority.{name}"))
+            except ValidationFailed:
+                if strict:
+                    raise
+    return named
+
+
 def _member(tx: Tx, tenant_id: str, ref: str, field: str) -> str:
     try:
         return accounts.find_user(tx.conn, tenant_id, ref)
@@ -159,7 +177,7 @@ def _create_run(
     run_id: str,
     owner_id: str,
     body: RunFields,
-    access: set[str],
+    access: dict[str, list[str]],
     job: RunChanges,
     under: schedule_start.StartedUnder | None = None,
 ) -> Run:
@@ -201,7 +219,8 @@ def _create_run(
             "at": tx.now,
         },
     )
-    runs.set_access(tx.conn, who.tenant_id, run_id, access | {owner_id})
+    people.set_run_people(tx.conn, who.tenant_id, run_id, run_people(owner_id, access))
+    people.apply_grants(tx.conn, who.tenant_id, run_id, run.subject)
     tx.emit(who.tenant_id, PendingEvent("run.created", views.run_event(run), run_id=run_id))
     log.info("run.created", run_id=run_id, state=state)
     return run
@@ -214,7 +233,7 @@ def _update_run(
     run: Run,
     owner_id: str | None,
     body: RunFields,
-    access: set[str],
+    access: dict[str, list[str]],
     job: RunChanges,
 ) -> Run:
     if body.get("state") and body["state"] != run.state:
@@ -268,12 +287,12 @@ def _update_run(
         },
     )
     if "authority" in changes or "owner_user_id" in changes:
-        runs.set_access(
-            tx.conn,
-            who.tenant_id,
-            run.run_id,
-            access | {changes.get("owner_user_id", run.owner_user_id)},
-        )
+        owner = changes.get("owner_user_id", run.owner_user_id)
+        if "authority" not in changes:  # the same people, under a new owner
+            access = _named(tx, who.tenant_id, named_refs(run.authority), strict=False)
+        people.set_run_people(tx.conn, who.tenant_id, run.run_id, run_people(owner, access))
+    if "subject" in changes:
+        people.apply_grants(tx.conn, who.tenant_id, run.run_id, changes["subject"])
     # The thing an open request asked about may have changed: its action must not run.
     supersede_actionable(tx, who.tenant_id, run.run_id, version)
     run = replace(run, **changes)

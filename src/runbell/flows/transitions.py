@@ -255,6 +255,10 @@ def notify(m: Moving) -> None:
         # The person now has a decision to make: it comes as a request (flows.review).
         counts = m.judged.operations["counts"]
         request = review.open_review(m.tx, m.run, counts, m.version)
+    # The owner's watching holds back pushes only when the owner is among those told (a
+    # request that names its own approvers, without the owner, is theirs: issue 18).
+    answerers = m.move.request.answerers if m.move.request is not None else ()
+    told = not answerers or m.run.owner_user_id in answerers
     raised = raise_attention(
         m.tx,
         policy_in(core, m.tx, tenant_id),
@@ -263,7 +267,7 @@ def notify(m: Moving) -> None:
         version=m.version,
         facts=m.facts,
         reason=m.note_reason,
-        owner_present=core.presence.is_present(tenant_id, m.run.owner_user_id, m.tx.conn),
+        owner_present=told and core.presence.is_present(tenant_id, m.run.owner_user_id, m.tx.conn),
         request=request,
         channels=offered(core.settings),
     )
@@ -272,6 +276,9 @@ def notify(m: Moving) -> None:
         m.ids.append(raised.notification_id)
     if raised.note is not None:
         m.tx.written[raised.note["id"]] = raised.note
+    for other in raised.others:  # a request's other answerers (issue 18 item 4)
+        m.ids.append(other["id"])
+        m.tx.written[other["id"]] = other
 
 
 def close_moot(m: Moving) -> None:

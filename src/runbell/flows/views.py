@@ -174,6 +174,7 @@ class InputRequestView(TypedDict):
     value: Any
     expired_at: str | None
     superseded_by: str | None
+    approvers: list[str] | None  # who may answer it, when the request names them
     details: NotRequired[dict[str, Any] | None]  # only when asked for
 
 
@@ -348,6 +349,7 @@ def input_request_view(req: InputRequest, *, include_details: bool = False) -> I
         "value": req.value,
         "expired_at": iso(req.expires_at) if req.state == "expired" else None,
         "superseded_by": req.superseded_by,
+        "approvers": req.approvers,
     }
     if include_details:
         out["details"] = req.details

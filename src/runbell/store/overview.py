@@ -83,9 +83,17 @@ class OverviewRow:
     request_expires_at: datetime | None = None
     answerable: bool = False
     review_at: datetime | None = None
+    request_approvers: list[str] | None = None  # who may answer it, when it names them
 
 
-_EXTRA = ("request_id", "request_summary", "request_expires_at", "answerable", "review_at")
+_EXTRA = (
+    "request_id",
+    "request_summary",
+    "request_expires_at",
+    "answerable",
+    "review_at",
+    "request_approvers",
+)
 
 
 def _rows(conn: Connection, q: sa.Select[Any]) -> list[OverviewRow]:
@@ -115,6 +123,7 @@ def needs_you(
             access.c.tenant_id == _R.c.tenant_id,
             access.c.run_id == _R.c.run_id,
             access.c.user_id == who.user_id,
+            access.c.may_answer == sa.true(),  # a viewer is not asked (issue 18)
         )
         .correlate(_R)
     )
@@ -136,6 +145,7 @@ def needs_you(
             req.c.id.label("request_id"),
             req.c.summary.label("request_summary"),
             req.c.expires_at.label("request_expires_at"),
+            req.c.approvers.label("request_approvers"),
             sa.or_(_R.c.owner_user_id == who.user_id, named, notified).label("answerable"),
         )
         .select_from(

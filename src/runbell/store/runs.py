@@ -159,32 +159,6 @@ def list_transitions(conn: Connection, tenant_id: str, run_id: str) -> list[Tran
     return [Transition.of(r._mapping) for r in rows]
 
 
-def set_access(conn: Connection, tenant_id: str, run_id: str, user_ids: set[str]) -> None:
-    current = {
-        r[0]
-        for r in conn.execute(
-            sa.select(t.run_access.c.user_id).where(
-                t.run_access.c.tenant_id == tenant_id, t.run_access.c.run_id == run_id
-            )
-        )
-    }
-    gone = current - user_ids
-    if gone:
-        conn.execute(
-            sa.delete(t.run_access).where(
-                t.run_access.c.tenant_id == tenant_id,
-                t.run_access.c.run_id == run_id,
-                t.run_access.c.user_id.in_(gone),
-            )
-        )
-    new = user_ids - current
-    if new:
-        conn.execute(
-            t.run_access.insert(),
-            [{"tenant_id": tenant_id, "run_id": run_id, "user_id": u} for u in sorted(new)],
-        )
-
-
 def can_see_run(conn: Connection, who: Principal, run_id: str) -> bool:
     if who.sees_all_runs:
         return True

@@ -189,15 +189,18 @@ sa.Index("ix_runs_stall_due", runs.c.stall_due_at)
 sa.Index("ix_runs_tenant_state", runs.c.tenant_id, runs.c.state)
 sa.Index("ix_runs_tenant_updated", runs.c.tenant_id, runs.c.updated_at)
 
-# Who may see a run besides tenant owners/admins: its owner and the users its authority
-# names. Kept as rows so feed and inbox filters are one indexed join.
+# Who may see a run besides tenant owners/admins: its owner and the people its authority
+# names, and members granted its subject. Kept as rows so feed and inbox filters are one
+# indexed join. One row per source (``via``: ``run`` for the run's own owner/authority, a
+# subject grant's id for a grant; issue 18 item 4), so a revoke deletes its own rows.
 run_access = sa.Table(
     "run_access",
     metadata,
     _tenant(),
     sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
-    sa.PrimaryKeyConstraint("tenant_id", "user_id", "run_id"),
+    sa.Column("via", Id, nullable=False, server_default="run"),
+    sa.PrimaryKeyConstraint("tenant_id", "user_id", "run_id", "via"),
 )
 
 transitions = sa.Table(
@@ -969,3 +972,40 @@ sa.Index(
     delegated_tokens.c.tenant_id,
     delegated_tokens.c.run_id,
 )
+# --- people: viewers, approvers, amenders; subject grants (issue 18 item 4) ----------
+#
+# A run_access row says a member may see the run; these say what else: answer its
+# requests (``may_answer``), propose amendments to it (``may_amend``). Old rows were the
+# owner and ``authority.users``, who could do both: the defaults keep that.
+run_access.append_column(
+    sa.Column("may_answer", sa.Boolean, nullable=False, server_default=sa.true())
+)
+run_access.append_column(
+    sa.Column("may_amend", sa.Boolean, nullable=False, server_default=sa.true())
+)
+
+# An admin's grant of a subject (the run's ``subject.type`` and ``subject.id``, any
+# version) to a member in a role: every run of that subject, existing and future, gets a
+# run_access row for the member (store.access materializes it).
+subject_grants = sa.Table(
+    "subject_grants",
+    metadata,
+    _tenant(),
+    sa.Column("id", Id, nullable=False),
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("subject_type", sa.String(100), nullable=False),
+    sa.Column("subject_id", sa.String(200), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),  # viewer | approver | amender
+    sa.Column("created_by", Id, nullable=True),  # the admin (NULL: an admin API key)
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "id"),
+    sa.UniqueConstraint(
+        "tenant_id", "subject_type", "subject_id", "user_id", "role", name="uq_subject_grant"
+    ),
+    sa.CheckConstraint("role in ('viewer','approver','amender')", name="role"),
+)
+sa.Index("ix_subject_grants_user", subject_grants.c.tenant_id, subject_grants.c.user_id)
+
+# Who may answer this request (user ids), when the runtime named them; NULL: the run's
+# approvers.
+input_requests.append_column(sa.Column("approvers", JSON, nullable=True))

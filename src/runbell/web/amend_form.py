@@ -28,13 +28,21 @@ def propose_form(run_id: str, signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     body: ProposalBody = {"text": signed.form.first("text")}
     objective = signed.form.first("objective").strip()
-    changes: dict[str, str | DoneWhenBody] = {}
+    changes: dict[str, str | DoneWhenBody | list[str]] = {}
     if objective:
         changes["objective"] = objective
     done_when = signed.form.first("done_when").strip()
     if done_when:  # new words; the operations it needs stay those the page showed
         needs = signed.form.all("done_when_operation")
-        changes["done_when"] = {"text": done_when, "operations": needs}
+        changes["done_when"] = {"text": done_when, "operations": list(needs)}
+    # Operations to leave out: ids or targets (type:id), separated by commas or lines.
+    excluded = [
+        part.strip()
+        for part in signed.form.first("exclude_operations").replace("\n", ",").split(",")
+        if part.strip()
+    ]
+    if excluded:
+        changes["exclude_operations"] = excluded
     if changes:
         body["changes"] = changes
     key = signed.form.first("idempotency_key")[:200] or secrets.token_urlsafe(24)

@@ -236,7 +236,8 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         job=job_view(snapshot),
         schedule=snapshot.get("schedule"),  # started under a schedule (issue 18 item 6)
         ledger=ledger_view(snapshot, shown["operations"], v, shown["people"]),
-        may_answer=shown["may_answer"],
+        may_answer=shown["answer_refusal"] is None,
+        answer_refusal=shown["answer_refusal"],
         cancel=cancel_view(v, run, snapshot, shown, state),
         amendments=[
             {
@@ -254,7 +255,8 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
             for a in shown["pending_amendments"]
         ],
         may_decide_amendments=run.owner_user_id == v.who.user_id,
-        may_propose=not snapshot["terminal"],
+        may_propose=not snapshot["terminal"] and shown["amend_refusal"] is None,
+        amend_refusal=None if snapshot["terminal"] else shown["amend_refusal"],
         amend_error=state.amend_error,
         idempotency_key=secrets.token_urlsafe(24),
         transitions=[

@@ -27,6 +27,15 @@ class AmendmentChanges(Strict):
     done_when: DoneWhenIn | None = Field(
         default=None, description="what counts as done: {text, operations?}"
     )
+    exclude_operations: (
+        list[Annotated[str, Field(min_length=1, max_length=L.TARGET_TYPE + L.TARGET_ID + 1)]] | None
+    ) = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="operation ids or targets (type:id) of the run's ledger, still planned: "
+        "approved, they become not_started with the amendment as evidence",
+    )
 
 
 class AmendmentIn(Strict):
@@ -51,13 +60,19 @@ class AmendmentIn(Strict):
         rule("changes.objective", "not blank"),
         rule("changes.done_when.*", "text not blank; operation ids not blank, none twice"),
         rule("changes", "must differ from the run as it is now"),
+        rule(
+            "changes.exclude_operations",
+            "each an operation id or a target (type:id) of the run's ledger, still planned",
+        ),
     ),
 )
 def propose_amendment(
     run_id: RunId, body: AmendmentIn, who: Who, core: CoreDep, key: IdemKey
 ) -> Response:
-    """Propose a change to a run you can see: it becomes an input request to the run's
-    owner (``input_request.id`` = ``amendment.id``), who approves or rejects it with
+    """Propose a change to a run you may amend (its owner, an admin, or one its authority
+    or a subject grant names as amender; 403 for one who may only see it): it becomes an
+    input request to the run's owner (``input_request.id`` = ``amendment.id``), who
+    approves or rejects it with
     ``POST /v1/input-requests/{id}/responses`` and ``expected_run_version`` =
     ``input_request.run_version``. Nothing changes until the owner approves; the run is
     not blocked meanwhile. People only (an API key gets 403)."""

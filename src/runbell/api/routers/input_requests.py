@@ -32,6 +32,7 @@ RequestId = Annotated[str, Path(max_length=200, description="the runtime's input
     openapi_extra=rules(
         rule("options", "option ids are unique within the request"),
         rule("summary", "not blank: at least one character that is not whitespace"),
+        rule("approvers", "each a current member who may see the run (by id or email)"),
     ),
 )
 def open_request(
