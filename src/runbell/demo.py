@@ -42,7 +42,7 @@ from starlette.routing import NoMatchFound
 from runbell.api.responses import answer_json
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
-from runbell.flows import accounts, endpoints, inbox, operations, runs, signals
+from runbell.flows import accounts, endpoints, inbox, operations, ownership, runs, signals
 from runbell.flows import input_requests as actions
 from runbell.flows.context import Core
 from runbell.flows.inputs import MoveBody
@@ -227,7 +227,7 @@ async def ledger_agent(core: Core, tenant_id: str, owner_id: str, stop: asyncio.
             },
         )
         claimed = await asyncio.to_thread(
-            operations.claim, core, who, LEDGER_RUN_ID, "demo-worker-1"
+            ownership.claim, core, who, LEDGER_RUN_ID, "demo-worker-1"
         )
         epoch = answer_json(claimed)["epoch"]
         await asyncio.to_thread(

@@ -83,6 +83,9 @@ class Run:
     cancel_requested_by: str | None
     cancel_reason: str | None
     cancel_summary: CancelSummary | None
+    # The completion owner's credential (issue 18; its worker is ``worker_id``). None: a
+    # run made before owners were recorded.
+    owner_credential_id: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Run:
@@ -128,6 +131,7 @@ class RunChanges(TypedDict, total=False):
     cancel_requested_by: str | None
     cancel_reason: str | None
     cancel_summary: CancelSummary | None
+    owner_credential_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,7 @@ class Transition:
     decision: dict[str, Any] | None
     at: datetime
     reported_at: datetime | None
+    actor: dict[str, Any] | None = None  # who or what caused it (None: before the trace)
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Transition:

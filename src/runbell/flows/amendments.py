@@ -57,6 +57,7 @@ from runbell.flows.attention import (
     supersede_actionable,
 )
 from runbell.flows.context import Core
+from runbell.flows.ownership import actor_of
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import (
     Answered,
@@ -197,6 +198,7 @@ def _propose_in(
             run_version=run.version,
             state="pending",
             created_at=tx.now,
+            actor=actor_of(who),
         ),
     )
     # The owner is told; the run does not move (no version, no state: nothing is blocked).
@@ -477,6 +479,7 @@ def _apply(tx: Tx, who: Principal, run: Run, amendment: Amendment) -> Run:
             "reason": f"amended: {', '.join(fields) or 'nothing'} "
             f"(amendment {amendment.id}, approved by the owner)",
             "at": tx.now,
+            "actor": actor_of(who),
         },
     )
     # What an open request asked about may have changed: its action must not run.

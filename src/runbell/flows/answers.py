@@ -45,6 +45,7 @@ from runbell.domain.runs import RunState
 from runbell.flows import amendments, idempotency, transitions, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
+from runbell.flows.ownership import actor_of
 from runbell.flows.idempotency import Answer, IdempotencyKey
 from runbell.flows.input_requests import (
     Answered,
@@ -201,6 +202,7 @@ def _record(tx: Tx, asked: Asked, run: Run, req: InputRequest) -> None:
             "expected_request_version": answer["expected_request_version"],
             "idempotency_key": asked.key,
             "created_at": tx.now,
+            "actor": actor_of(asked.who),
         },
     )
     requests.close(tx.conn, tenant_id, request_id, "answered", tx.now)
@@ -240,6 +242,7 @@ def _move_on(core: Core, tx: Tx, asked: Asked, run: Run) -> Run:
             reason=f"answered: {asked.answer['decision']}",
             error=None,
             effects_verified=None,
+            actor=actor_of(asked.who),
         ),
     )
     return moved

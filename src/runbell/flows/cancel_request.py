@@ -49,6 +49,7 @@ from runbell.domain.runs import RunState, is_terminal
 from runbell.domain.text import REASON_MAX, public_text
 from runbell.flows import cancel_outcome, transitions, views
 from runbell.flows.context import Core
+from runbell.flows.ownership import actor_of
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import may_answer
 from runbell.store import runs
@@ -134,6 +135,7 @@ def _cancel_in(
             error=None,
             effects_verified=None,
             kind="cancel",
+            actor=actor_of(who),
         ),
     )
     _announce(tx, run)

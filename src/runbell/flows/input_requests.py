@@ -43,6 +43,7 @@ from runbell.domain.runs import RunState, is_terminal
 from runbell.flows import transitions, views
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Core
+from runbell.flows.ownership import actor_of
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.inputs import RequestBody
 from runbell.store import accounts, runs
@@ -259,6 +260,7 @@ def _open_in(
             effects_verified=None,
             kind="state" if run.state == RunState.WORKING else "request",
             request=RequestLink(request_id, expires_at, fields["blocks_work"]),
+            actor=actor_of(who),
         ),
     )
     log.info(

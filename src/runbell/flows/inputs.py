@@ -28,6 +28,15 @@ class RunFields(TypedDict, total=False):
     state: str | None  # a new run starts queued or working
     sequence: int | None
     stall_after_seconds: int | None
+    worker_id: str | None  # on creation: the completion owner's worker
+
+
+class FindingBody(TypedDict, total=False):
+    """``POST /v1/runs/{id}/operations/{op}/findings``: what a non-owner found."""
+
+    finding: str  # confirmed | absent | conflict | failed | uncertain | evidence
+    evidence: dict[str, Any] | None
+    worker_id: str | None
 
 
 class AnswerBody(TypedDict, total=False):

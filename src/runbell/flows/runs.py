@@ -30,6 +30,7 @@ from runbell.flows import amendment_views, operations, stalls, views
 from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
 from runbell.flows.context import Core
+from runbell.flows.ownership import actor_of
 from runbell.flows.input_requests import pending_view
 from runbell.flows.inputs import RunFields
 from runbell.flows.operation_views import OperationsSummary
@@ -118,6 +119,10 @@ def _create_run(
         created_at=tx.now,
         updated_at=tx.now,
         started_at=tx.now if state == "working" else None,
+        # The completion owner: the creating credential, and its worker when named
+        # (flows.ownership; changed only by an explicit takeover).
+        owner_credential_id=who.credential_id,
+        worker_id=body.get("worker_id"),
     )
     run = runs.new_run(**values)
     run = replace(run, **stalls.restart_clock(core, tx, run, state))
@@ -135,6 +140,7 @@ def _create_run(
             "sequence": body.get("sequence"),
             "reason": "created",
             "at": tx.now,
+            "actor": actor_of(who, body.get("worker_id")),
         },
     )
     runs.set_access(tx.conn, who.tenant_id, run_id, access | {owner_id})
@@ -152,6 +158,12 @@ def _update_run(
     body: RunFields,
     access: set[str],
 ) -> Run:
+    if body.get("worker_id") and body["worker_id"] != run.worker_id:
+        raise ValidationFailed(
+            "worker_id names the completion owner's worker when a run is created; take "
+            f"the run over explicitly with POST /v1/runs/{run.run_id}/claim",
+            field="worker_id",
+        )
     if body.get("state") and body["state"] != run.state:
         raise ValidationFailed(
             f"the run is {run.state}; change state with POST "
@@ -197,6 +209,7 @@ def _update_run(
                 sorted(k for k in changes if k not in ("version", "updated_at", "stall_due_at"))
             ),
             "at": tx.now,
+            "actor": actor_of(who),
         },
     )
     if "authority" in changes or "owner_user_id" in changes:
@@ -222,6 +235,7 @@ class RunSnapshot(views.RunView):
     pending_amendments: list[AmendmentView]
     operations: OperationsSummary
     previous_worker_may_still_act: bool
+    completion_owner: dict[str, str | bool | None]
 
 
 class RunsById(TypedDict):
@@ -293,7 +307,7 @@ def record_progress(
             tx.conn, who.tenant_id, run_id, {"progress": progress, "last_progress_at": tx.now}
         )
         if run.state == "working":  # a sign of life: the stall clock restarts
-            run = stalls.recover_on_progress(core, tx, run)
+            run = stalls.recover_on_progress(core, tx, run, actor_of(who))
         tx.emit(
             who.tenant_id,
             PendingEvent(

@@ -13,7 +13,7 @@ from runbell.api.openapi import problems, rule, rules
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
 from runbell.domain.overview import GROUPS, STATES
 from runbell.domain.records import ReportedError, RunReport
-from runbell.flows import overview, runs, signals
+from runbell.flows import overview, ownership, run_history, runs, signals
 from runbell.flows.inputs import RunFields
 from runbell.flows.signals import Signal
 
@@ -123,9 +123,19 @@ async def post_signal(
         error=cast(ReportedError, body.error.model_dump()) if body.error else None,  # validated
         effects_verified=body.effects_verified,
         report=cast(RunReport, body.report.model_dump(exclude_none=True)) if body.report else None,
+        actor=ownership.actor_of(who, body.worker_id),
     )
     result = await signals.accept_signal_async(core, who.tenant_id, source, run_id, signal)
     return result.as_dict()
+
+
+@router.get("/{run_id}/history", responses=problems(401, 404, 422, 503))
+def get_history(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
+    """Every step of the run, oldest first, each naming who or what caused it
+    (``actor``: credential kind and id, worker, person, source; never a secret):
+    transitions, operation changes and findings, owner changes, answers, amendments.
+    404 if you may not see the run."""
+    return run_history.run_history(core, who, run_id)
 
 
 @router.post(
