@@ -57,7 +57,6 @@ from runbell.flows.attention import (
     supersede_actionable,
 )
 from runbell.flows.context import Core
-from runbell.flows.ownership import actor_of
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import (
     Answered,
@@ -67,6 +66,7 @@ from runbell.flows.input_requests import (
     fingerprint,
 )
 from runbell.flows.inputs import ProposalBody
+from runbell.flows.ownership import actor_of
 from runbell.flows.policy import policy_in
 from runbell.ids import new_id
 from runbell.store import amendments as store

@@ -45,7 +45,6 @@ from runbell.domain.runs import RunState
 from runbell.flows import amendments, idempotency, transitions, views
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
-from runbell.flows.ownership import actor_of
 from runbell.flows.idempotency import Answer, IdempotencyKey
 from runbell.flows.input_requests import (
     Answered,
@@ -56,6 +55,7 @@ from runbell.flows.input_requests import (
     may_answer,
 )
 from runbell.flows.inputs import AnswerBody
+from runbell.flows.ownership import actor_of
 from runbell.ids import new_id
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes

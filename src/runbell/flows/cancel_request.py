@@ -49,9 +49,9 @@ from runbell.domain.runs import RunState, is_terminal
 from runbell.domain.text import REASON_MAX, public_text
 from runbell.flows import cancel_outcome, transitions, views
 from runbell.flows.context import Core
-from runbell.flows.ownership import actor_of
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import may_answer
+from runbell.flows.ownership import actor_of
 from runbell.store import runs
 from runbell.store.db import PendingEvent, Tx
 

@@ -30,7 +30,6 @@ from runbell.flows.inputs import FindingBody
 from runbell.flows.operation_views import OperationView, operation_view
 from runbell.store import operations as ledger
 from runbell.store import runs
-from runbell.store.db import Tx
 
 log = structlog.get_logger(__name__)
 
@@ -82,7 +81,13 @@ def report(
                 f"operation {operation_id!r} holds {MAX_FINDINGS} findings already",
                 current={"operation": operation_view(op)},
             )
-        entry = _entry(tx, who, str(finding), evidence, worker_id)
+        entry: Finding = {
+            "finding": str(finding),
+            "actor": ownership.actor_of(who, worker_id),
+            "at": views.iso(tx.now),
+        }
+        if evidence is not None:
+            entry["evidence"] = evidence
         step: dict[str, Any] = {"state": op.state, "from": op.state, "at": entry["at"]}
         step.update({"epoch": op.epoch, "action": "finding", "finding": finding})
         step["actor"] = entry["actor"]
@@ -95,16 +100,3 @@ def report(
         )
         log.info("operation.finding", run_id=run_id, finding=finding)
         return {"operation": operation_view(op), "finding": entry}
-
-
-def _entry(
-    tx: Tx, who: Principal, finding: str, evidence: dict[str, Any] | None, worker_id: str | None
-) -> Finding:
-    out: Finding = {
-        "finding": finding,
-        "actor": ownership.actor_of(who, worker_id),
-        "at": views.iso(tx.now),
-    }
-    if evidence is not None:
-        out["evidence"] = evidence
-    return out

@@ -43,9 +43,9 @@ from runbell.domain.runs import RunState, is_terminal
 from runbell.flows import transitions, views
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Core
-from runbell.flows.ownership import actor_of
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.inputs import RequestBody
+from runbell.flows.ownership import actor_of
 from runbell.store import accounts, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes

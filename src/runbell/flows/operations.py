@@ -380,9 +380,9 @@ def _refuse_if_in_flight(tx: Tx, tenant_id: str, item: Declared) -> None:
         raise Conflict(
             f"operation {other.operation_id!r} of run {other.run_id!r} "
             f"({other.intent} on {other.target_type} {other.target_id}) is "
-            f"{other.state}: {why}; settle it first with evidence (look it up and PATCH "
-            "it) or have its run's completion owner supersede it with a reason (POST "
-            "…/supersede) instead of retrying under a new id",
+            f"{other.state}: {why}; resolve it first (settle it with evidence: look it "
+            "up and PATCH it) or have its run's completion owner supersede it with a "
+            "reason (POST …/supersede) instead of retrying under a new id",
             field="operation_id",
             operation_id=other.operation_id,
             current={"operation": operation_view(other, include_details=False)},

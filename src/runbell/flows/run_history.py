@@ -29,7 +29,7 @@ from runbell.store.operations import Operation
 _ORDER = {"owner_change": 0, "operation": 1, "transition": 2, "amendment": 3, "answer": 4}
 
 
-class Step(TypedDict, total=False):
+class TraceStep(TypedDict, total=False):
     """One step of the trace. ``kind`` says which of the other keys it carries."""
 
     at: str | None
@@ -65,16 +65,16 @@ class History(TypedDict):
     """``GET /v1/runs/{id}/history``."""
 
     run_id: str
-    steps: list[Step]
+    steps: list[TraceStep]
 
 
 def run_history(core: Core, who: Principal, run_id: str) -> History:
     """The run's trace, oldest first. 404 when ``who`` may not see the run."""
     get_run(core, who, run_id)  # the access check, as GET /v1/runs/{id}
     tenant_id = who.tenant_id
-    timed: list[tuple[datetime, int, int, Step]] = []
+    timed: list[tuple[datetime, int, int, TraceStep]] = []
 
-    def add(at: datetime, step: Step) -> None:
+    def add(at: datetime, step: TraceStep) -> None:
         step["at"] = views.iso(at)
         timed.append((at, _ORDER[step["kind"]], len(timed), step))
 
@@ -144,12 +144,12 @@ def run_history(core: Core, who: Principal, run_id: str) -> History:
     return {"run_id": run_id, "steps": [step for *_, step in timed]}
 
 
-def _operation_steps(op: Operation) -> list[tuple[datetime, Step]]:
+def _operation_steps(op: Operation) -> list[tuple[datetime, TraceStep]]:
     """Each entry of the operation's history as a step, with when it happened."""
     out = []
     for entry in op.history or []:
         action = entry.get("action") or ("declared" if "from" not in entry else "moved")
-        step: Step = {
+        step: TraceStep = {
             "kind": "operation",
             "operation_id": op.operation_id,
             "action": str(action),

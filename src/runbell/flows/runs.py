@@ -30,10 +30,10 @@ from runbell.flows import amendment_views, operations, stalls, views
 from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
 from runbell.flows.context import Core
-from runbell.flows.ownership import actor_of
 from runbell.flows.input_requests import pending_view
 from runbell.flows.inputs import RunFields
 from runbell.flows.operation_views import OperationsSummary
+from runbell.flows.ownership import actor_of
 from runbell.store import accounts, mismatches, runs
 from runbell.store import notifications as notes
 from runbell.store import stalls as stall_store

@@ -108,9 +108,7 @@ def end_episode(
 SWEEP = {"kind": "sweep", "sweep": "stalls"}
 
 
-def recover_on_progress(
-    core: Core, tx: Tx, run: Run, actor: dict[str, str] | None = None
-) -> Run:
+def recover_on_progress(core: Core, tx: Tx, run: Run, actor: dict[str, str] | None = None) -> Run:
     """Progress on a working run: restart its clock; a stalled run recovers, as a
     ``recover`` transition (new version). Returns the run as it is now. Inside ``tx``."""
     changes = restart_clock(core, tx, run, run.state)

@@ -171,10 +171,7 @@ def insert(conn: Connection, ops: list[Operation]) -> None:
     if ops:
         conn.execute(
             _OPS.insert(),
-            [
-                {k: v for k, v in asdict(op).items() if k not in _NOT_AT_DECLARATION}
-                for op in ops
-            ],
+            [{k: v for k, v in asdict(op).items() if k not in _NOT_AT_DECLARATION} for op in ops],
         )
 
 

@@ -39,7 +39,9 @@ def add(conn: Connection, change: OwnerChange) -> None:
 
 def next_seq(conn: Connection, tenant_id: str, run_id: str) -> int:
     found = conn.execute(
-        sa.select(sa.func.max(_OC.c.seq)).where(_OC.c.tenant_id == tenant_id, _OC.c.run_id == run_id)
+        sa.select(sa.func.max(_OC.c.seq)).where(
+            _OC.c.tenant_id == tenant_id, _OC.c.run_id == run_id
+        )
     ).scalar()
     return 1 if found is None else int(found) + 1
 
@@ -47,6 +49,8 @@ def next_seq(conn: Connection, tenant_id: str, run_id: str) -> int:
 def for_run(conn: Connection, tenant_id: str, run_id: str) -> list[OwnerChange]:
     """The run's owner changes, oldest first."""
     rows = conn.execute(
-        sa.select(_OC).where(_OC.c.tenant_id == tenant_id, _OC.c.run_id == run_id).order_by(_OC.c.seq)
+        sa.select(_OC)
+        .where(_OC.c.tenant_id == tenant_id, _OC.c.run_id == run_id)
+        .order_by(_OC.c.seq)
     ).all()
     return [cast(OwnerChange, dict(r._mapping)) for r in rows]
