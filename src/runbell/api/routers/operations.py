@@ -105,7 +105,7 @@ def supersede(
 @router.post(
     "/{run_id}/operations/{operation_id}/findings",
     status_code=201,
-    responses=problems(401, 404, 409, 413, 422, 503),
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
 )
 def report_finding(
     run_id: RunId, operation_id: OperationId, body: FindingIn, who: Who, core: CoreDep
