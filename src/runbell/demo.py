@@ -269,7 +269,12 @@ async def ledger_agent(core: Core, tenant_id: str, owner_id: str, stop: asyncio.
             tenant_id,
             source,
             LEDGER_RUN_ID,
-            Signal(event_id="demo-sync-finished", state="completed", reason="all invoices sent"),
+            Signal(
+                event_id="demo-sync-finished",
+                state="completed",
+                reason="all invoices sent",
+                actor=ownership.actor_of(who, "demo-worker-1"),
+            ),
         )
         log.info("demo.ledger_completed", run_id=LEDGER_RUN_ID)
     elif state != "completed":
@@ -401,6 +406,7 @@ async def deploy_agent(core: Core, tenant_id: str, owner_id: str, stop: asyncio.
         RUN_ID,
         Signal(
             event_id="demo-finished",
+            actor=ownership.actor_of(who),
             state="completed" if approved else "cancelled",
             reason="deployed to staging" if approved else "deploy rejected by the reviewer",
             report={

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from standardwebhooks import Webhook
 
 from runbell.flows import accounts
 from runbell.flows.context import Core
@@ -348,3 +349,37 @@ def test_the_history_names_who_caused_every_step_and_holds_no_secret(
     # Another tenant's caller, or a member who may not see the run: 404.
     _, stranger = add_user(core, creds.tenant_id, "stranger@acme.test", "member")
     assert client.get("/v1/runs/tr-1/history", headers=bearer(stranger)).status_code == 404
+
+
+def test_a_verified_webhook_source_is_not_held_to_the_owner_rule(
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock
+) -> None:
+    """The runtime's authoritative state (a provider's signed event) is not a worker's
+    claim: it completes a run whose owner is another credential, and the trace names the
+    source."""
+    k = keys(core, creds)
+    make_run(client, creds, "hook-1", k.owner, worker_id="worker-a")
+    r = client.post(
+        "/v1/sources",
+        json={"name": "ci", "kind": "webhook", "mapper": "generic", "trust": "authoritative"},
+        headers=bearer(creds.admin_key),
+    )
+    assert r.status_code == 201, r.text
+    source = r.json()
+    body = json.dumps({"run_id": "hook-1", "state": "completed"})
+    at = clock().replace(microsecond=0)
+    headers = {
+        "webhook-id": "msg-1",
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": Webhook(source["signing_secret"]).sign("msg-1", at, body),
+        "content-type": "application/json",
+    }
+    sent = client.post(f"/v1/sources/{source['id']}/webhook", content=body, headers=headers)
+    assert sent.status_code == 200, sent.text
+    assert sent.json()["results"][0]["outcome"] == "applied"
+    [done] = [
+        s for s in history(client, creds.owner_token, "hook-1") if s.get("to_state") == "completed"
+    ]
+    assert done["actor"] == {"kind": "source", "source_id": source["id"]}
+    page = signed_in(client, core, creds).get("/runs/hook-1").text
+    assert f"by the verified source {source['id']}" in page
