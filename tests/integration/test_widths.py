@@ -127,6 +127,12 @@ def stored_widths() -> dict[str, int]:
         "runs.stop_reason": api_max(SignalIn, "reason"),
         "runs.cancel_reason": api_max(CancelIn, "reason"),
         "runs.worker_id": api_max(ClaimIn, "worker_id"),
+        "runs.owner_credential_id": L.ID,  # a credential's id
+        "owner_changes.from_credential_id": L.ID,
+        "owner_changes.to_credential_id": L.ID,
+        "owner_changes.from_worker_id": api_max(ClaimIn, "worker_id"),
+        "owner_changes.to_worker_id": api_max(ClaimIn, "worker_id"),
+        "owner_changes.reason": L.PUBLIC_LINE,  # stored as one safe line (domain.text)
         "tenants.name": L.NAME,
         "users.email": api_max(RunPut, "owner"),
         "users.name": L.NAME,
