@@ -61,10 +61,15 @@ def owner_text(owner: Mapping[str, Any], people: Mapping[str, str], me: str | No
 def timeline(
     v: Viewer, steps: list[TraceStep], asked: dict[str, str], people: Mapping[str, str]
 ) -> list[dict[str, Any]]:
-    """The trace as the page's timeline rows, newest first."""
+    """The trace as the page's timeline rows, newest first. An answer to the run's own
+    question is its ``answered`` transition already (same person, same moment), so it is
+    one row; an answer to a proposed change (which may move nothing) is its own."""
     me = v.who.user_id
     rows = []
     for step in reversed(steps):
+        if step["kind"] == "answer" and step.get("purpose") != "amendment":
+            # The run's own "answered" transition is this step, by the same person.
+            continue
         at = _at(step.get("at"))
         row: dict[str, Any] = {
             "kind": step["kind"],

@@ -39,6 +39,11 @@ PUT_RULES = rules(
     rule("owner", "a user id (usr_…) or the email of a current member of the tenant"),
     rule("authority.users", "each a user id or the email of a current member"),
     rule("state", "only on creation; an existing run changes state with POST …/signals"),
+    rule(
+        "worker_id",
+        "only on creation; on an existing run it equals the current worker (another worker "
+        "takes the run over with POST …/claim)",
+    ),
 )
 
 
