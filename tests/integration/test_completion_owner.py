@@ -9,16 +9,20 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from standardwebhooks import Webhook
 
+from runbell.client.errors import Forbidden
 from runbell.flows import accounts
 from runbell.flows.context import Core
 from runbell.store import sessions
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, add_user
-from tests.conftest import bearer
+from tests.conftest import LiveServer, bearer
+from tests.sdk import Connect
+from tests.timeouts import WAIT
 
 
 @dataclass
@@ -383,3 +387,36 @@ def test_a_verified_webhook_source_is_not_held_to_the_owner_rule(
     assert done["actor"] == {"kind": "source", "source_id": source["id"]}
     page = signed_in(client, core, creds).get("/runs/hook-1").text
     assert f"by the verified source {source['id']}" in page
+
+
+# --- the SDK (sync, then async) ----------------------------------------------------------
+
+
+def test_the_sdk_takes_over_supersedes_reports_and_reads_the_history(
+    live: LiveServer, core: Core, creds: TenantCreds, sdk: Connect
+) -> None:
+    k = keys(core, creds)
+    with (
+        sdk(live.url, k.owner, creds.owner_email, timeout=WAIT) as owner,
+        sdk(live.url, k.helper, creds.owner_email, timeout=WAIT) as helper,
+    ):
+        run_id = f"sdk-own-{id(owner)}"
+        owner.put_run(run_id, title="Move tasks", state="working")
+        epoch = owner.claim(run_id, "worker-a")
+        target = {"type": "task", "id": run_id}
+        owner.declare_operations(
+            run_id, [{"operation_id": "t1", "target": target, "intent": "move"}], epoch=epoch
+        )
+        owner.move_operation(run_id, "t1", "sent", epoch=epoch)
+        assert helper.claim(run_id, "worker-b", reason="a is gone") == epoch + 1
+        found = helper.report_finding(run_id, "t1", "evidence", evidence={"seen": "no"})
+        assert found.state == "sent" and found.raw["reports"][0]["finding"] == "evidence"
+        with pytest.raises(Forbidden) as refused:
+            owner.supersede_operation(run_id, "t1", "retry")
+        assert refused.value.status == 403
+        op = helper.supersede_operation(run_id, "t1", "not in the tracker", worker_id="worker-b")
+        assert op.state == "sent" and op.raw["superseded"]["reason"] == "not in the tracker"
+        steps = helper.history(run_id)
+    took = [s for s in steps if s["kind"] == "owner_change" and s["change"] == "takeover"]
+    assert took and took[0]["reason"] == "a is gone"
+    assert took[0]["actor"]["credential_id"] == k.helper_id

@@ -53,7 +53,8 @@ SEED = int(os.environ.get("RUNBELL_SCHEMATHESIS_SEED", "1"))
 RUNTIME_ONLY = (
     r"^(PUT /v1/runs/\{run_id\}"
     r"|POST /v1/runs/\{run_id\}/(signals|progress|input-requests|claim|operations)"
-    r"|PATCH /v1/runs/\{run_id\}/operations/\{operation_id\})$"
+    r"|PATCH /v1/runs/\{run_id\}/operations/\{operation_id\}"
+    r"|POST /v1/runs/\{run_id\}/operations/\{operation_id\}/supersede)$"
 )
 
 
