@@ -420,3 +420,20 @@ def test_the_sdk_takes_over_supersedes_reports_and_reads_the_history(
     took = [s for s in steps if s["kind"] == "owner_change" and s["change"] == "takeover"]
     assert took and took[0]["reason"] == "a is gone"
     assert took[0]["actor"]["credential_id"] == k.helper_id
+
+
+def test_a_cancellation_names_who_asked_on_every_step_it_causes(
+    client: TestClient, core: Core, creds: TenantCreds
+) -> None:
+    k = keys(core, creds)
+    make_run(client, creds, "cx-tr", k.owner)
+    post(client, "/v1/runs/cx-tr/operations", k.owner, task("c1", target="T-cx"))
+    r = client.post(
+        "/v1/runs/cx-tr/cancel", json={"reason": "wrong list"}, headers=bearer(creds.owner_token)
+    )
+    assert r.status_code == 202, r.text
+    steps = history(client, creds.owner_token, "cx-tr")
+    [stopping] = [s for s in steps if s.get("to_state") == "stopping"]
+    [marked] = [s for s in steps if s.get("state") == "not_started"]
+    for step in (stopping, marked):
+        assert step["actor"]["kind"] == "user" and step["actor"]["user_id"] == creds.owner_id

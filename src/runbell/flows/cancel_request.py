@@ -139,7 +139,7 @@ def _cancel_in(
         ),
     )
     _announce(tx, run)
-    cancel_outcome._on_cancel_requested(tx, run)
+    cancel_outcome._on_cancel_requested(tx, run, actor_of(who))
     return 202, {"outcome": "requested", "run": views.run_view(run)}
 
 

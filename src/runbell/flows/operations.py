@@ -467,10 +467,11 @@ def _moved(tx: Tx, run: Run, op: Operation, *, changed: bool) -> MovedAnswer:
     }
 
 
-def mark_not_started(tx: Tx, run: Run) -> int:
+def mark_not_started(tx: Tx, run: Run, actor: dict[str, str] | None = None) -> int:
     """Every ``planned`` operation of the run → ``not_started`` (cancellation: work that
     never began is said so, not left looking pending). Inside the caller's transaction;
-    one ``operation.updated`` event each. Returns how many were marked."""
+    one ``operation.updated`` event each; ``actor``: who asked for the cancellation (the
+trace). Returns how many were marked."""
     tenant_id, run_id = run.tenant_id, run.run_id
     marked = 0
     if not run.has_operations:
@@ -478,7 +479,13 @@ def mark_not_started(tx: Tx, run: Run) -> int:
     for op in ledger.for_run(tx.conn, tenant_id, run_id):
         if op.state != OpState.PLANNED:
             continue
-        step = {"state": "not_started", "from": "planned", "at": views.iso(tx.now), "epoch": None}
+        step = {
+            "state": "not_started",
+            "from": "planned",
+            "at": views.iso(tx.now),
+            "epoch": None,
+            "actor": actor,
+        }
         moved = Moved(
             state=OpState.NOT_STARTED.value,
             evidence=op.evidence,
