@@ -471,7 +471,7 @@ def mark_not_started(tx: Tx, run: Run, actor: dict[str, str] | None = None) -> i
     """Every ``planned`` operation of the run → ``not_started`` (cancellation: work that
     never began is said so, not left looking pending). Inside the caller's transaction;
     one ``operation.updated`` event each; ``actor``: who asked for the cancellation (the
-trace). Returns how many were marked."""
+    trace). Returns how many were marked."""
     tenant_id, run_id = run.tenant_id, run.run_id
     marked = 0
     if not run.has_operations:
