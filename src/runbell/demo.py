@@ -42,7 +42,7 @@ from starlette.routing import NoMatchFound
 from runbell.api.responses import answer_json
 from runbell.domain.errors import NotFound
 from runbell.domain.principal import Principal
-from runbell.flows import accounts, endpoints, inbox, operations, runs, signals
+from runbell.flows import accounts, endpoints, inbox, operations, ownership, runs, signals
 from runbell.flows import input_requests as actions
 from runbell.flows.context import Core
 from runbell.flows.inputs import MoveBody
@@ -227,7 +227,7 @@ async def ledger_agent(core: Core, tenant_id: str, owner_id: str, stop: asyncio.
             },
         )
         claimed = await asyncio.to_thread(
-            operations.claim, core, who, LEDGER_RUN_ID, "demo-worker-1"
+            ownership.claim, core, who, LEDGER_RUN_ID, "demo-worker-1"
         )
         epoch = answer_json(claimed)["epoch"]
         await asyncio.to_thread(
@@ -269,7 +269,12 @@ async def ledger_agent(core: Core, tenant_id: str, owner_id: str, stop: asyncio.
             tenant_id,
             source,
             LEDGER_RUN_ID,
-            Signal(event_id="demo-sync-finished", state="completed", reason="all invoices sent"),
+            Signal(
+                event_id="demo-sync-finished",
+                state="completed",
+                reason="all invoices sent",
+                actor=ownership.actor_of(who, "demo-worker-1"),
+            ),
         )
         log.info("demo.ledger_completed", run_id=LEDGER_RUN_ID)
     elif state != "completed":
@@ -401,6 +406,7 @@ async def deploy_agent(core: Core, tenant_id: str, owner_id: str, stop: asyncio.
         RUN_ID,
         Signal(
             event_id="demo-finished",
+            actor=ownership.actor_of(who),
             state="completed" if approved else "cancelled",
             reason="deployed to staging" if approved else "deploy rejected by the reviewer",
             report={

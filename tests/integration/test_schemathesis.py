@@ -43,8 +43,9 @@ SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 ROOT = Path(__file__).resolve().parents[2]
 HOOKS = "tests.integration.schemathesis_hooks"
 # Every operation but the SSE stream: 53 before issue 16; issue 18 adds 7 for /v1/schedules,
-# 5 for scoped keys and delegated tokens and 3 for /v1/subject-grants.
-OPERATIONS = 68
+# 5 for scoped keys and delegated tokens, 3 for /v1/subject-grants and 3 for the trace
+# (run history, supersede, findings).
+OPERATIONS = 71
 # CI's budget; docs/api.md runs a big one with these two set.
 EXAMPLES = int(os.environ.get("RUNBELL_SCHEMATHESIS_EXAMPLES", "3"))
 SEED = int(os.environ.get("RUNBELL_SCHEMATHESIS_SEED", "1"))
@@ -54,7 +55,8 @@ SEED = int(os.environ.get("RUNBELL_SCHEMATHESIS_SEED", "1"))
 RUNTIME_ONLY = (
     r"^(PUT /v1/runs/\{run_id\}"
     r"|POST /v1/runs/\{run_id\}/(signals|progress|input-requests|claim|operations|delegations)"
-    r"|PATCH /v1/runs/\{run_id\}/operations/\{operation_id\})$"
+    r"|PATCH /v1/runs/\{run_id\}/operations/\{operation_id\}"
+    r"|POST /v1/runs/\{run_id\}/operations/\{operation_id\}/supersede)$"
 )
 
 

@@ -130,6 +130,12 @@ def stored_widths() -> dict[str, int]:
         "runs.stop_reason": api_max(SignalIn, "reason"),
         "runs.cancel_reason": api_max(CancelIn, "reason"),
         "runs.worker_id": api_max(ClaimIn, "worker_id"),
+        "runs.owner_credential_id": L.ID,  # a credential's id
+        "owner_changes.from_credential_id": L.ID,
+        "owner_changes.to_credential_id": L.ID,
+        "owner_changes.from_worker_id": api_max(ClaimIn, "worker_id"),
+        "owner_changes.to_worker_id": api_max(ClaimIn, "worker_id"),
+        "owner_changes.reason": L.PUBLIC_LINE,  # stored as one safe line (domain.text)
         "tenants.name": L.NAME,
         "users.email": api_max(RunPut, "owner"),
         "users.name": L.NAME,
@@ -208,6 +214,15 @@ def stored_widths() -> dict[str, int]:
         "schedule_firings.schedule_id": L.ID,
         "schedule_firings.webhook_id": len("msg__") + L.ID + 12,  # msg_<id>_<epoch seconds>
         "schedule_firings.error": L.REASON,
+        # people, scoped keys, fallback (issue 18)
+        "run_access.via": L.ID,  # "run", or the id of the grant that gave the access
+        "subject_grants.subject_type": api_max(Subject, "type"),
+        "subject_grants.subject_id": api_max(Subject, "id"),
+        "subject_grants.created_by": L.ID,
+        "runs.created_by_credential": L.ID,
+        "delegated_tokens.key_id": L.ID,
+        "delegated_tokens.name": L.NAME,
+        "escalation_steps.trigger": ENUM,
     }
     out: dict[str, int] = {}
     for table in metadata.sorted_tables:

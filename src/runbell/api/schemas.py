@@ -186,6 +186,13 @@ class RunPut(Strict):
         description="only on creation: the schedule the run starts under (it must be "
         "active; the run records its instruction version and authority)",
     )
+    worker_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=L.WORKER_ID,
+        description="on creation: the worker that owns the run's completion (with the "
+        "creating credential); changed later only by POST …/claim",
+    )
 
 
 class RunError(Storable):
@@ -236,6 +243,13 @@ class SignalIn(Strict):
     )
     effects_verified: StrictBool | None = None
     report: Report | None = None
+    worker_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=L.WORKER_ID,
+        description="the worker reporting (recorded in the trace; a worker other than the "
+        "run's completion owner may not report completed)",
+    )
 
     @field_validator("at")
     @classmethod
@@ -613,6 +627,31 @@ class OperationMove(Strict):
 
 class ClaimIn(Strict):
     worker_id: str = Field(min_length=1, max_length=L.WORKER_ID)
+    reason: str | None = Field(
+        default=None,
+        max_length=L.REASON,
+        description="why the run is taken over (recorded in its history; one safe line)",
+    )
+
+
+class SupersedeIn(Strict):
+    reason: str = Field(
+        min_length=1,
+        max_length=L.REASON,
+        description="why new work may go ahead although this operation may still land "
+        "(recorded in its history; one safe line)",
+    )
+    worker_id: str | None = Field(default=None, min_length=1, max_length=L.WORKER_ID)
+
+
+class FindingIn(Strict):
+    finding: Literal["confirmed", "absent", "conflict", "failed", "uncertain", "evidence"]
+    evidence: dict[str, Any] | None = Field(
+        default=None,
+        description="receipt id, lookup result, who or what checked (kept in the ledger; "
+        "never in the feed or webhooks)",
+    )
+    worker_id: str | None = Field(default=None, min_length=1, max_length=L.WORKER_ID)
 
 
 # --- scoped keys and delegated tokens (issue 18 item 1) -----------------------------

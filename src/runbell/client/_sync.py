@@ -312,12 +312,14 @@ class Client:
 
     # --- operations ------------------------------------------------------------------
 
-    def claim(self, run_id: str, worker_id: str) -> int:
-        """Claim the run for ``worker_id``; returns its epoch."""
+    def claim(self, run_id: str, worker_id: str, *, reason: str | None = None) -> int:
+        """Claim the run for ``worker_id``; returns its epoch. Another worker (or another
+        credential) takes the run over: its completion ownership moves, recorded in the
+        run's history with ``reason``."""
         call = Call(
             "POST",
             f"/v1/runs/{_p(run_id)}/claim",
-            {"worker_id": worker_id},
+            compact(worker_id=worker_id, reason=reason),
             idempotency_key=new_id("claim"),
         )
         return int(self._send(call)["epoch"])
@@ -374,6 +376,39 @@ class Client:
         """Revoke a delegated token at once (its next request is refused)."""
         path = f"/v1/delegations/{_p(delegation_id)}"
         return Delegation.from_json(self._send(Call("DELETE", path)))
+
+    def supersede_operation(
+        self, run_id: str, operation_id: str, reason: str, *, worker_id: str | None = None
+    ) -> Operation:
+        """As the run's completion owner, let new work through on the target of an
+        operation still sent, uncertain or unresolved, saying why (it keeps its state)."""
+        body = compact(reason=reason, worker_id=worker_id)
+        path = f"/v1/runs/{_p(run_id)}/operations/{_p(operation_id)}/supersede"
+        return Operation.from_json(self._send(Call("POST", path, body))["operation"])
+
+    def report_finding(
+        self,
+        run_id: str,
+        operation_id: str,
+        finding: str,
+        *,
+        evidence: Mapping[str, Any] | None = None,
+        worker_id: str | None = None,
+    ) -> Operation:
+        """Report what you found about an operation (``conflict``, ``confirmed``, …,
+        ``evidence``): a report on the ledger, never a change of its state."""
+        body = compact(
+            finding=finding,
+            evidence=dict(evidence) if evidence is not None else None,
+            worker_id=worker_id,
+        )
+        path = f"/v1/runs/{_p(run_id)}/operations/{_p(operation_id)}/findings"
+        return Operation.from_json(self._send(Call("POST", path, body))["operation"])
+
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's per-step trace, oldest first: each step with who caused it."""
+        data = self._send(Call("GET", f"/v1/runs/{_p(run_id)}/history"))
+        return [dict(step) for step in data["steps"]]
 
     # --- input requests --------------------------------------------------------------
 

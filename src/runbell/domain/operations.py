@@ -14,7 +14,8 @@ An operation is one update a run means to make in an outside system, under a sta
 ``uncertain`` means the reply was lost: the effect may or may not have landed. It is never
 assumed done and never retried under a new id; new work on the same target and intent is
 refused until a lookup settles it. ``unresolved`` is a lookup that could not tell either,
-so it blocks new work the same way (a later lookup may still settle it).
+so it blocks new work the same way (a later lookup may still settle it); so does ``sent``,
+a request still in flight that may yet land (:data:`BLOCKS_NEW_WORK`).
 
 :func:`counts_text` is the one place counts become words: "9 confirmed, 2 conflicts,
 1 uncertain" — never "9 of 15". :func:`outcome` says what a completion of the run means.
@@ -57,6 +58,11 @@ _ALLOWED: dict[OpState, frozenset[OpState]] = {
 
 #: The effect may have landed, and nobody knows: new work on the same target waits.
 MAY_HAVE_LANDED: frozenset[str] = frozenset({OpState.UNCERTAIN, OpState.UNRESOLVED})
+#: New work on the same target and intent is refused while an earlier operation there is
+#: in one of these (issue 18: in flight means blocked): a ``sent`` request may still land,
+#: like one whose reply was lost. Only settling it with evidence, or the completion owner's
+#: explicit supersede, lets new work through.
+BLOCKS_NEW_WORK: frozenset[str] = frozenset({OpState.SENT, OpState.UNCERTAIN, OpState.UNRESOLVED})
 #: Still on its way: the destination has not answered (the run's outcome is unknown).
 IN_FLIGHT: frozenset[str] = frozenset({OpState.PLANNED, OpState.SENT})
 #: What a verified completion needs every operation to be.

@@ -94,6 +94,9 @@ class Run:
     schedule_instruction_version: int | None
     schedule_authority: dict[str, Any] | None
     created_by_credential: str | None = None  # the key or delegated token that created it
+    # The completion owner's credential (issue 18; its worker is ``worker_id``). None: a
+    # run made before owners were recorded.
+    owner_credential_id: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Run:
@@ -146,6 +149,7 @@ class RunChanges(TypedDict, total=False):
     schedule_id: str | None
     schedule_instruction_version: int | None
     schedule_authority: dict[str, Any] | None
+    owner_credential_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +170,7 @@ class Transition:
     decision: dict[str, Any] | None
     at: datetime
     reported_at: datetime | None
+    actor: dict[str, Any] | None = None  # who or what caused it (None: before the trace)
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Transition:

@@ -20,3 +20,6 @@ class Signal:
     error: ReportedError | None = None
     effects_verified: bool | None = None
     report: RunReport | None = None
+    # Who reported it, for the trace and the owner rule (``flows.ownership.actor_of``):
+    # None for a provider's verified webhook (the source is the actor).
+    actor: dict[str, str] | None = None

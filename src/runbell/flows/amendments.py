@@ -70,6 +70,7 @@ from runbell.flows.input_requests import (
     fingerprint,
 )
 from runbell.flows.inputs import ProposalBody
+from runbell.flows.ownership import actor_of
 from runbell.flows.policy import policy_in
 from runbell.ids import new_id
 from runbell.store import amendments as store
@@ -186,6 +187,7 @@ def _propose_in(
             run_version=run.version,
             state="pending",
             created_at=tx.now,
+            actor=actor_of(who),
         ),
     )
     # The owner is told; the run does not move (no version, no state: nothing is blocked).
@@ -471,6 +473,7 @@ def _apply(tx: Tx, who: Principal, run: Run, amendment: Amendment) -> Run:
             "reason": f"amended: {', '.join(fields) or 'nothing'} "
             f"(amendment {amendment.id}, approved by the owner)",
             "at": tx.now,
+            "actor": actor_of(who),
         },
     )
     # What an open request asked about may have changed: its action must not run.

@@ -55,6 +55,7 @@ from runbell.flows.input_requests import (
     fingerprint,
 )
 from runbell.flows.inputs import AnswerBody
+from runbell.flows.ownership import actor_of
 from runbell.ids import new_id
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
@@ -214,6 +215,7 @@ def _record(tx: Tx, asked: Asked, run: Run, req: InputRequest) -> None:
             "expected_request_version": answer["expected_request_version"],
             "idempotency_key": asked.key,
             "created_at": tx.now,
+            "actor": actor_of(asked.who),
         },
     )
     requests.close(tx.conn, tenant_id, request_id, "answered", tx.now)
@@ -253,6 +255,7 @@ def _move_on(core: Core, tx: Tx, asked: Asked, run: Run) -> Run:
             reason=f"answered: {asked.answer['decision']}",
             error=None,
             effects_verified=None,
+            actor=actor_of(asked.who),
         ),
     )
     return moved

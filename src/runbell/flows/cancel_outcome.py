@@ -41,12 +41,12 @@ def requested_by_person(run: Run) -> bool:
     return run.cancel_requested_at is not None and bool(run.cancel_requested_by)
 
 
-def _on_cancel_requested(tx: Tx, run: Run) -> None:
+def _on_cancel_requested(tx: Tx, run: Run, actor: dict[str, str] | None = None) -> None:
     """The run was just asked to stop (it is ``stopping`` in ``tx``): its operations still
     ``planned`` become ``not_started`` — work that will not begin is said so, not left
     looking pending (invariant 16). Operations already ``sent`` settle as the runtime
     reports them."""
-    marked = operations.mark_not_started(tx, run)
+    marked = operations.mark_not_started(tx, run, actor=actor)
     log.info(
         "run.cancel_requested",
         run_id=run.run_id,

@@ -52,6 +52,7 @@ from runbell.flows import cancel_outcome, scope, transitions, views
 from runbell.flows.approvers import may_answer
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
+from runbell.flows.ownership import actor_of
 from runbell.store import runs
 from runbell.store.db import PendingEvent, Tx
 
@@ -134,10 +135,11 @@ def _cancel_in(
             error=None,
             effects_verified=None,
             kind="cancel",
+            actor=actor_of(who),
         ),
     )
     _announce(tx, run)
-    cancel_outcome._on_cancel_requested(tx, run)
+    cancel_outcome._on_cancel_requested(tx, run, actor_of(who))
     return 202, {"outcome": "requested", "run": views.run_view(run)}
 
 

@@ -124,7 +124,7 @@ def judge(tx: Tx, run: Run, state: str, effects_verified: bool | None) -> Judged
     return Judged(summary, result.value, "needs_review", done.text[:REASON_MAX])
 
 
-def review(core: Core, tx: Tx, run: Run) -> Run:
+def review(core: Core, tx: Tx, run: Run, actor: dict[str, str] | None = None) -> Run:
     """After a ledger change of a completed run whose review is open: one new version
     (a ``review`` transition, state unchanged), the open review superseded by one new
     ``needs_review`` notification — or, when every operation is now confirmed, closed as
@@ -194,6 +194,7 @@ def review(core: Core, tx: Tx, run: Run) -> Run:
             "reason": reason,
             "decision": raised.decision.as_dict(),
             "at": tx.now,
+            "actor": actor,  # whoever settled the operation that made this review
         },
     )
     log.info("run.reviewed", run_id=run_id, version=version, outcome=done.outcome.value)

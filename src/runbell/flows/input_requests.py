@@ -47,6 +47,7 @@ from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.inputs import RequestBody
+from runbell.flows.ownership import actor_of
 from runbell.store import accounts, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
@@ -272,6 +273,7 @@ def _open_in(
                 fields["blocks_work"],
                 answerers=approvers.paged(conn, run, named),
             ),
+            actor=actor_of(who),
         ),
     )
     log.info(

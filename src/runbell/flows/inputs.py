@@ -55,6 +55,15 @@ class RunFields(TypedDict, total=False):
     links: list[LinkBody] | None  # replaces the run's links (not versioned)
     depends_on: DependsOnBody | None
     schedule: ScheduleRef | None  # only on creation: the schedule the run starts under
+    worker_id: str | None  # on creation: the completion owner's worker
+
+
+class FindingBody(TypedDict, total=False):
+    """``POST /v1/runs/{id}/operations/{op}/findings``: what a non-owner found."""
+
+    finding: str  # confirmed | absent | conflict | failed | uncertain | evidence
+    evidence: dict[str, Any] | None
+    worker_id: str | None
 
 
 class AnswerBody(TypedDict, total=False):

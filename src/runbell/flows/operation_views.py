@@ -35,6 +35,8 @@ class OperationView(TypedDict, total=False):
     created_at: str | None
     updated_at: str | None
     details: dict[str, Any] | None  # left out where the viewer is another run's
+    reports: list[dict[str, Any]]  # findings others reported: [{finding, evidence, actor, at}]
+    superseded: dict[str, Any] | None  # the owner's supersede: {reason, actor, at}
 
 
 def operation_view(op: Operation, *, include_details: bool = True) -> OperationView:
@@ -54,6 +56,8 @@ def operation_view(op: Operation, *, include_details: bool = True) -> OperationV
         "epoch": op.epoch,
         "evidence": op.evidence,
         "history": op.history or [],
+        "reports": op.reports or [],
+        "superseded": op.superseded,
         "created_at": views.iso(op.created_at),
         "updated_at": views.iso(op.updated_at),
     }
@@ -79,6 +83,9 @@ class LedgerSnapshot(TypedDict):
 
     operations: OperationsSummary
     previous_worker_may_still_act: bool
+    # Who owns the run's completion (issue 18): {credential_id, worker_id,
+    # previous_may_still_act}; credential_id None: no owner recorded.
+    completion_owner: dict[str, str | bool | None]
 
 
 class LedgerState(TypedDict):
@@ -140,3 +147,5 @@ class ClaimAnswer(TypedDict):
     epoch: int
     previous_worker_id: str | None
     previous_worker_may_still_act: bool
+    owner: dict[str, str | None]  # the completion owner now: credential_id, worker_id
+    takeover: bool  # this claim took the run over from another worker or credential

@@ -1,5 +1,5 @@
 """The operations ledger: declare a run's intended effects, move them with evidence, read
-them; and worker fencing (claim a run, get an epoch).
+them; and worker fencing (an epoch per claim: ``flows.ownership``).
 
 Every public function is one unit of work: one transaction, the run row locked first (so a
 claim, a declaration and a move of one run are serialized), then the ledger rows.
@@ -7,8 +7,13 @@ claim, a declaration and a move of one run are serialized), then the ledger rows
 Invariants kept here (DESIGN §2):
 
 - 15: an operation whose reply was lost is ``uncertain``: new work on the same target and
-  intent is refused while it (or an ``unresolved`` lookup) may already have landed —
-  never retried under a new id; illegal moves are 409 with the operation as it is.
+  intent is refused (409 naming the operation) while it, an ``unresolved`` lookup or a
+  request still ``sent`` may land — tenant-wide, whoever took the run over — never
+  retried under a new id, until it is settled or its completion owner supersedes it;
+  illegal moves are 409 with the operation as it is.
+- The owner rule: a move to a final state is the completion owner's (or an admin's);
+  anyone else gets a 403 naming the rule and reports a finding instead
+  (``flows.findings``). Every history step names who made it (``actor``).
 - Fencing: a declaration or move that carries an epoch older than the run's is refused
   ("superseded worker"); the run says while the previous worker's ``sent`` operations have
   not settled (``previous_worker_may_still_act``).
@@ -36,6 +41,8 @@ import structlog
 from runbell.domain import capabilities
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.operations import (
+    BLOCKS_NEW_WORK,
+    FINAL,
     MAY_HAVE_LANDED,
     OP_STATES,
     OpState,
@@ -45,12 +52,11 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import Run
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import completion, scope, stalls, views
+from runbell.flows import completion, ownership, scope, stalls, views
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
 from runbell.flows.inputs import DeclareBody, MoveBody
 from runbell.flows.operation_views import (
-    ClaimAnswer,
     DeclaredAnswer,
     Ledger,
     LedgerSnapshot,
@@ -130,11 +136,21 @@ def snapshot(conn: Any, run: Run) -> LedgerSnapshot:
         return {
             "operations": completion.operations_summary({}),
             "previous_worker_may_still_act": False,
+            "completion_owner": _owner(run, False),
         }
     stale = ledger.older_epoch_in_flight(conn, tenant_id, run_id, run.worker_epoch or 0)
     return {
         "operations": completion.operations_summary(ledger.counts(conn, tenant_id, run_id)),
         "previous_worker_may_still_act": stale > 0,
+        "completion_owner": _owner(run, stale > 0),
+    }
+
+
+def _owner(run: Run, stale: bool) -> dict[str, str | bool | None]:
+    return {
+        "credential_id": run.owner_credential_id,
+        "worker_id": run.worker_id,
+        "previous_may_still_act": stale,
     }
 
 
@@ -168,39 +184,6 @@ def list_operations(core: Core, who: Principal, run_id: str) -> Ledger:
 
 
 # --- fencing -----------------------------------------------------------------------------
-
-
-def claim(
-    core: Core, who: Principal, run_id: str, worker_id: str, key: IdempotencyKey | None = None
-) -> Answer:
-    """A worker takes the run: ``{epoch}``, one more than before for a new worker id, the
-    same for the worker that holds it. Updates carrying an older epoch are then refused."""
-    worker_id = _checked_id(worker_id, "worker_id")
-    who.require(capabilities.SETTLE)  # a claim supersedes the worker that settles
-
-    def act(tx: Tx) -> tuple[int, ClaimAnswer]:
-        run = scope.require_run(tx.conn, who, run_id, capabilities.SETTLE, for_update=True)
-        if is_terminal(run.state):
-            raise Conflict(
-                f"run {run_id!r} is {run.state}; a finished run is not claimed",
-                current={"run": views.run_view(run)},
-            )
-        epoch = int(run.worker_epoch or 0)
-        previous = run.worker_id
-        if previous != worker_id:
-            epoch += 1
-            runs.set_worker(tx.conn, who.tenant_id, run_id, worker_id, epoch)
-            log.info("run.claimed", run_id=run_id, epoch=epoch, replaced=previous is not None)
-        stale = ledger.older_epoch_in_flight(tx.conn, who.tenant_id, run_id, epoch)
-        return 200, {
-            "run_id": run_id,
-            "worker_id": worker_id,
-            "epoch": epoch,
-            "previous_worker_id": previous if previous != worker_id else None,
-            "previous_worker_may_still_act": stale > 0,
-        }
-
-    return act_once(core.db, core.box, key, lambda: act)
 
 
 def _fence(run: Run, epoch: int | None) -> None:
@@ -321,6 +304,7 @@ def declare(
         tenant_id = who.tenant_id
         run = scope.require_run(tx.conn, who, run_id, capabilities.DECLARE, for_update=True)
         _fence(run, epoch)
+        actor = ownership.actor_of(who, run.worker_id if epoch is not None else None)
         existing = ledger.get_many(tx.conn, tenant_id, run_id, [i.operation_id for i in items])
         new = []
         for item in items:
@@ -336,7 +320,7 @@ def declare(
                     current={"operation": operation_view(found)},
                 )
         for item in new:  # first: the most useful thing to say about a retry
-            _refuse_if_may_have_landed(tx, tenant_id, item)
+            _refuse_if_in_flight(tx, tenant_id, item)
         if new and is_terminal(run.state):
             raise Conflict(
                 f"run {run_id!r} is {run.state}; operations are declared before it finishes",
@@ -353,7 +337,9 @@ def declare(
                 state=OpState.PLANNED.value,
                 epoch=epoch,
                 evidence=None,
-                history=[{"state": "planned", "at": views.iso(tx.now), "epoch": epoch}],
+                history=[
+                    {"state": "planned", "at": views.iso(tx.now), "epoch": epoch, "actor": actor}
+                ],
                 created_at=tx.now,
                 updated_at=tx.now,
             )
@@ -368,7 +354,7 @@ def declare(
         if rows:
             log.debug("operations.declared", run_id=run_id, count=len(rows))
             if run.state == "working":
-                run = stalls.recover_on_progress(core, tx, run)  # a sign of life (inv. 13)
+                run = stalls.recover_on_progress(core, tx, run, actor)  # a sign of life (inv. 13)
         shown = [operation_view(existing[i.operation_id]) for i in items]
         return (201 if rows else 200), {
             "run_id": run_id,
@@ -380,18 +366,28 @@ def declare(
     return act_once(core.db, core.box, key, lambda: act)
 
 
-def _refuse_if_may_have_landed(tx: Tx, tenant_id: str, item: Declared) -> None:
+def _refuse_if_in_flight(tx: Tx, tenant_id: str, item: Declared) -> None:
+    """New work on a target and intent waits while an earlier operation there (any run of
+    the tenant, whichever worker sent it) is sent, uncertain or unresolved and was not
+    superseded by its run's completion owner."""
     for other in ledger.landing_on(
-        tx.conn, tenant_id, item.target_type, item.target_id, MAY_HAVE_LANDED
+        tx.conn, tenant_id, item.target_type, item.target_id, BLOCKS_NEW_WORK
     ):
         if other.intent != item.intent:
             continue
+        why = (
+            "it is still in flight and may yet land"
+            if other.state == OpState.SENT
+            else "it may already have landed"
+        )
         raise Conflict(
             f"operation {other.operation_id!r} of run {other.run_id!r} "
             f"({other.intent} on {other.target_type} {other.target_id}) is "
-            f"{other.state}: it may already have landed; resolve it first (look it up "
-            "and PATCH it to confirmed or absent) instead of retrying under a new id",
+            f"{other.state}: {why}; resolve it first (settle it with evidence: look it "
+            "up and PATCH it) or have its run's completion owner supersede it with a "
+            "reason (POST …/supersede) instead of retrying under a new id",
             field="operation_id",
+            operation_id=other.operation_id,
             current={"operation": operation_view(other, include_details=False)},
         )
 
@@ -422,6 +418,9 @@ def move(core: Core, who: Principal, run_id: str, operation_id: str, body: MoveB
         if op is None:
             raise NotFound(f"no operation {operation_id!r} in run {run_id!r}")
         _fence(run, epoch)
+        if state in FINAL and op.state != state:
+            caller = ownership.caller_of(who)
+            ownership.require_owner(run, caller, f"settle an operation as {state}")
         if op.state == state:
             if evidence is None or evidence == op.evidence:
                 return _moved(tx, run, op, changed=False)
@@ -437,11 +436,13 @@ def move(core: Core, who: Principal, run_id: str, operation_id: str, body: MoveB
                 current={"operation": operation_view(op)},
             )
         before = op.state
+        actor = ownership.actor_of(who, run.worker_id if epoch is not None else None)
         step: dict[str, Any] = {
             "state": state,
             "from": before,
             "at": views.iso(tx.now),
             "epoch": epoch,
+            "actor": actor,
         }
         if evidence is not None:
             step["evidence"] = evidence
@@ -456,8 +457,8 @@ def move(core: Core, who: Principal, run_id: str, operation_id: str, body: MoveB
         _emit(tx, op, before)
         log.debug("operation.moved", run_id=run_id, from_state=before, to_state=state)
         if run.state == "working":
-            run = stalls.recover_on_progress(core, tx, run)  # a sign of life (inv. 13)
-        run = completion.review(core, tx, run)
+            run = stalls.recover_on_progress(core, tx, run, actor)  # a sign of life (inv. 13)
+        run = completion.review(core, tx, run, actor)
         return _moved(tx, run, op, changed=True)
 
 
@@ -471,13 +472,17 @@ def _moved(tx: Tx, run: Run, op: Operation, *, changed: bool) -> MovedAnswer:
 
 
 def mark_not_started(
-    tx: Tx, run: Run, only: set[str] | None = None, because: dict[str, str] | None = None
+    tx: Tx,
+    run: Run,
+    only: set[str] | None = None,
+    because: dict[str, str] | None = None,
+    actor: dict[str, str] | None = None,
 ) -> int:
     """Every ``planned`` operation of the run → ``not_started`` (cancellation: work that
     never began is said so, not left looking pending); ``only`` those ids, with
     ``because`` as their evidence and on their history step (an approved amendment that
-    excludes them). Inside the caller's transaction; one ``operation.updated`` event each.
-    Returns how many were marked."""
+    excludes them). Inside the caller's transaction; one ``operation.updated`` event each;
+    ``actor``: who asked for it (the trace). Returns how many were marked."""
     tenant_id, run_id = run.tenant_id, run.run_id
     marked = 0
     if not run.has_operations:
@@ -490,6 +495,7 @@ def mark_not_started(
             "from": "planned",
             "at": views.iso(tx.now),
             "epoch": None,
+            "actor": actor,
         }
         if because is not None:
             step["because"] = because

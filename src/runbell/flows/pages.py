@@ -38,6 +38,7 @@ from runbell.flows.approvers import answer_refusal, may_answer
 from runbell.flows.context import Core
 from runbell.flows.input_requests import get_for_notification
 from runbell.flows.operation_views import OperationView, operation_view
+from runbell.flows.run_history import TraceStep, run_history
 from runbell.flows.runs import RunSnapshot, get_run
 from runbell.flows.trail import members
 from runbell.store import amendments, destinations, endpoints, feed, operations, runs
@@ -92,6 +93,7 @@ class RunPageShown(TypedDict):
     people: dict[str, str]  # user id -> email (members only)
     asked: dict[str, str]  # input request id -> its summary
     endpoints: dict[str, str]  # webhook endpoint id -> its label
+    trace: list[TraceStep]  # every step, oldest first, with who caused it (flows.run_history)
 
 
 def viewer(core: Core, who: Principal) -> dict[str, str]:
@@ -185,6 +187,7 @@ def run_page(
     ``endpoints`` maps the webhook endpoints the deliveries went to to a label.
     """
     snapshot = get_run(core, who, run_id)  # the access check, and the API's view of the run
+    trace = run_history(core, who, run_id)["steps"]
     with core.db.read() as conn:
         head, _ = feed.bounds(conn, who.tenant_id)
         run = runs.require_run(conn, who.tenant_id, run_id)
@@ -214,6 +217,10 @@ def run_page(
         ledger = [operation_view(op) for op in operations.for_run(conn, who.tenant_id, run_id)]
         named = views.user_ids_in(_ledger_texts(ledger))
         named |= views.user_ids_in(n.get("closed_reason") for n in mine)
+        for step in trace:
+            user_id = (step.get("actor") or {}).get("user_id")
+            if user_id:
+                named.add(str(user_id))
         people = members(conn, who.tenant_id, named)
         asked = {}
         for tr in transitions:
@@ -258,6 +265,7 @@ def run_page(
         "people": people,
         "asked": asked,
         "endpoints": {k: v for k, v in labels.items() if k in hooks},
+        "trace": trace,
     }
 
 

@@ -34,6 +34,9 @@ from runbell.store.mismatches import Mismatch
 
 log = structlog.get_logger(__name__)
 
+#: Who moved a run the state reader's read decided (the trace's actor).
+READER = {"kind": "state_reader"}
+
 
 def reader_for(core: Core, source: Source) -> StateReader | None:
     """The state reader of an advisory source (a test's override wins), or None."""
@@ -203,6 +206,7 @@ def _recheck_in_tx(
                 effects_verified=False
                 if observed.effects_verified is False
                 else claimed.get("effects_verified"),
+                actor=READER,
             ),
         )
         close("resolved", "state reader agrees")
@@ -223,6 +227,7 @@ def _recheck_in_tx(
                     reason="reconciled from the state reader",
                     error=None,
                     effects_verified=observed.effects_verified,
+                    actor=READER,
                 ),
             )
             close("superseded", f"state reader says {observed.state}")

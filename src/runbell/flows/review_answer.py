@@ -25,6 +25,7 @@ from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer, IdempotencyKey
 from runbell.flows.input_requests import AnswerFields
+from runbell.flows.ownership import actor_of
 from runbell.flows.review import pending
 from runbell.ids import new_id
 from runbell.store import input_requests as requests
@@ -97,6 +98,7 @@ def answer_in_tx(
             "expected_request_version": answer["expected_request_version"],
             "idempotency_key": key,
             "created_at": tx.now,
+            "actor": actor_of(who),  # the trace: who decided
         },
     )
     requests.close(tx.conn, who.tenant_id, req.id, "answered", tx.now)

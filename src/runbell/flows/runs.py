@@ -49,6 +49,7 @@ from runbell.flows.context import Core
 from runbell.flows.input_requests import pending_view
 from runbell.flows.inputs import RunFields
 from runbell.flows.operation_views import OperationsSummary
+from runbell.flows.ownership import actor_of
 from runbell.store import access as people
 from runbell.store import accounts, mismatches, runs
 from runbell.store import links as run_links
@@ -197,6 +198,10 @@ def _create_run(
         updated_at=tx.now,
         started_at=tx.now if state == "working" else None,
         created_by_credential=who.credential_id,
+        # The completion owner: the creating credential, and its worker when named
+        # (flows.ownership; changed only by an explicit takeover).
+        owner_credential_id=who.credential_id,
+        worker_id=body.get("worker_id"),
     )
     values.update(job)
     if under is not None:
@@ -217,6 +222,7 @@ def _create_run(
             "sequence": body.get("sequence"),
             "reason": "created",
             "at": tx.now,
+            "actor": actor_of(who, body.get("worker_id")),
         },
     )
     people.set_run_people(tx.conn, who.tenant_id, run_id, run_people(owner_id, access))
@@ -236,6 +242,12 @@ def _update_run(
     access: dict[str, list[str]],
     job: RunChanges,
 ) -> Run:
+    if body.get("worker_id") and body["worker_id"] != run.worker_id:
+        raise ValidationFailed(
+            "worker_id names the completion owner's worker when a run is created; take "
+            f"the run over explicitly with POST /v1/runs/{run.run_id}/claim",
+            field="worker_id",
+        )
     if body.get("state") and body["state"] != run.state:
         raise ValidationFailed(
             f"the run is {run.state}; change state with POST "
@@ -284,6 +296,7 @@ def _update_run(
                 sorted(k for k in changes if k not in ("version", "updated_at", "stall_due_at"))
             ),
             "at": tx.now,
+            "actor": actor_of(who),
         },
     )
     if "authority" in changes or "owner_user_id" in changes:
@@ -314,6 +327,7 @@ class RunSnapshot(views.RunView):
     links: list[RunLink]
     dependency: dependencies.DependencyView | None  # where depends_on stands now
     schedule: schedule_views.RunSchedule | None  # the schedule it started under (issue 18)
+    completion_owner: dict[str, str | bool | None]
 
 
 class RunsById(TypedDict):
@@ -411,7 +425,7 @@ def record_progress(
             tx.conn, who.tenant_id, run_id, {"progress": progress, "last_progress_at": tx.now}
         )
         if run.state == "working":  # a sign of life: the stall clock restarts
-            run = stalls.recover_on_progress(core, tx, run)
+            run = stalls.recover_on_progress(core, tx, run, actor_of(who))
         tx.emit(
             who.tenant_id,
             PendingEvent(

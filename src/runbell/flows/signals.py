@@ -11,6 +11,10 @@ Invariants kept here (DESIGN §2):
   that loses the insert race answers the same way.
 - 2: a late or out-of-order signal is recorded as ``stale`` and changes nothing.
 - 3: an advisory claim is applied only when the state reader agrees (else a mismatch).
+- The owner rule (issue 18): ``completed`` reported through the API by anyone but the
+  run's completion owner (or an admin) is a 403 naming the rule; a provider's verified
+  webhook is the runtime's own state and is not held to it. Every applied signal's
+  transition records who sent it (``actor``).
 - 11: the signal's ``reason`` and report texts are public: cut to one short safe line here
   before anything stores them; ``error`` stays private to the run's readers.
 """
@@ -36,7 +40,7 @@ from runbell.domain.records import InboundEvent, Notification, RunReport
 from runbell.domain.runs import RunState, judge
 from runbell.domain.signals import Signal
 from runbell.domain.text import REASON_MAX, public_text
-from runbell.flows import reconcile, scope, transitions, views
+from runbell.flows import ownership, reconcile, scope, transitions, views
 from runbell.flows.context import Core
 from runbell.ingress.readers import Observed
 from runbell.store import accounts, runs
@@ -292,6 +296,13 @@ def _accept_in_tx(
     if seen is not None:  # a retry (perhaps of a signal earlier in this very batch)
         return _duplicate(tx.conn, tenant_id, seen, run_id, tx.written)
     run = runs.require_run(tx.conn, tenant_id, run_id, for_update=True)
+    if signal.actor is None:  # a provider's verified webhook: the source is the actor
+        actor = {"kind": "source", "source_id": source.id}
+    else:
+        actor = signal.actor
+        if signal.state == RunState.COMPLETED and run.owner_credential_id is not None:
+            # The owner rule, on the row already read: no query of its own.
+            ownership.require_owner(run, ownership.caller_in(actor), "report the run completed")
 
     def finish(outcome: str, reason: str | None, ids: list[str]) -> None:
         # Written with its outcome at the end of the transaction: the primary key is the
@@ -360,6 +371,7 @@ def _accept_in_tx(
             effects_verified=signal.effects_verified,
             reported_at=signal.at,
             report=signal.report,
+            actor=actor,
         ),
     )
     finish("applied", verdict.reason, ids)

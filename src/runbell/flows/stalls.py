@@ -104,7 +104,11 @@ def end_episode(
     return True
 
 
-def recover_on_progress(core: Core, tx: Tx, run: Run) -> Run:
+#: Who stalled a run (the trace's actor): the stall sweep, no credential.
+SWEEP = {"kind": "sweep", "sweep": "stalls"}
+
+
+def recover_on_progress(core: Core, tx: Tx, run: Run, actor: dict[str, str] | None = None) -> Run:
     """Progress on a working run: restart its clock; a stalled run recovers, as a
     ``recover`` transition (new version). Returns the run as it is now. Inside ``tx``."""
     changes = restart_clock(core, tx, run, run.state)
@@ -126,6 +130,7 @@ def recover_on_progress(core: Core, tx: Tx, run: Run) -> Run:
                 "to_state": run.state,
                 "reason": "progress reported after a stall",
                 "at": tx.now,
+                "actor": actor,
             },
         )
     return after
@@ -217,6 +222,7 @@ def _record_stall(core: Core, tx: Tx, run: Run, after_s: int) -> None:
             "reason": reason,
             "decision": raised.decision.as_dict(),
             "at": tx.now,
+            "actor": SWEEP,
         },
     )
     log.info("run.stalled", run_id=run_id, version=version, silent_for_s=silent)

@@ -101,6 +101,9 @@ class TransitionRequest:
     report: RunReport | None = None
     kind: str = "state"
     request: RequestLink | None = None
+    #: Who or what caused it (``flows.ownership.actor_of``; a source, a sweep); recorded
+    #: on the history row. Never a secret.
+    actor: dict[str, str] | None = None
 
 
 @dataclass
@@ -314,6 +317,7 @@ def record_history(m: Moving) -> None:
             "decision": m.decision,
             "at": m.tx.now,
             "reported_at": move.reported_at,
+            "actor": move.actor,
         },
     )
 

@@ -33,6 +33,7 @@ class Amendment:
     decided_by: str | None = None
     decided_at: datetime | None = None
     applied_version: int | None = None
+    actor: dict[str, Any] | None = None  # the credential the proposal came through
     proposed_by_email: str | None = None  # read with the row, not stored on it
 
     @classmethod

@@ -37,6 +37,10 @@ class Operation:
     body_hash: str
     created_at: datetime
     updated_at: datetime
+    # Findings others reported ([{finding, evidence, actor, at}]) and the owner's
+    # supersede ({reason, actor, at}); None when there are none.
+    reports: list[dict[str, Any]] | None = None
+    superseded: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, row: RowMapping) -> Operation:
@@ -160,21 +164,31 @@ def next_position(conn: Connection, tenant_id: str, run_id: str) -> int:
 def landing_on(
     conn: Connection, tenant_id: str, target_type: str, target_id: str, states: frozenset[str]
 ) -> list[Operation]:
-    """Operations of the tenant on this target in one of ``states`` (any run)."""
+    """Operations of the tenant on this target in one of ``states`` (any run) that the
+    completion owner has not superseded."""
     rows = conn.execute(
         sa.select(_OPS).where(
             _OPS.c.tenant_id == tenant_id,
             _OPS.c.target_type == target_type,
             _OPS.c.target_id == target_id,
             _OPS.c.state.in_(sorted(states)),
+            _OPS.c.superseded.is_(None),
         )
     ).all()
     return [Operation.of(r._mapping) for r in rows]
 
 
+#: Columns a new operation never has: left out of the insert so they are SQL NULL (a JSON
+#: column given None would store JSON ``null``, which ``IS NULL`` does not find).
+_NOT_AT_DECLARATION = ("reports", "superseded")
+
+
 def insert(conn: Connection, ops: list[Operation]) -> None:
     if ops:
-        conn.execute(_OPS.insert(), [asdict(op) for op in ops])
+        conn.execute(
+            _OPS.insert(),
+            [{k: v for k, v in asdict(op).items() if k not in _NOT_AT_DECLARATION} for op in ops],
+        )
 
 
 def move(conn: Connection, op: Operation, moved: Moved) -> Operation:
@@ -204,3 +218,31 @@ def older_epoch_in_flight(conn: Connection, tenant_id: str, run_id: str, epoch: 
         )
     ).scalar()
     return int(found or 0)
+
+
+def set_trace(
+    conn: Connection,
+    op: Operation,
+    *,
+    history: list[dict[str, Any]],
+    updated_at: datetime,
+    reports: list[dict[str, Any]] | None = None,
+    superseded: dict[str, Any] | None = None,
+) -> Operation:
+    """Record a finding (``reports``) or the owner's supersede (``superseded``) on ``op``,
+    with its history step: the operation's state does not change. Returns it as it is now."""
+    values: dict[str, Any] = {"history": history, "updated_at": updated_at}
+    if reports is not None:
+        values["reports"] = reports
+    if superseded is not None:
+        values["superseded"] = superseded
+    conn.execute(
+        sa.update(_OPS)
+        .where(
+            _OPS.c.tenant_id == op.tenant_id,
+            _OPS.c.run_id == op.run_id,
+            _OPS.c.operation_id == op.operation_id,
+        )
+        .values(**values)
+    )
+    return replace(op, **values)

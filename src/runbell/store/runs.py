@@ -64,6 +64,7 @@ TRANSITION_COLUMNS = (
     "decision",
     "at",
     "reported_at",
+    "actor",
 )
 _ADD_TRANSITION = fast.insert(t.transitions, TRANSITION_COLUMNS)
 _FIND_INBOUND = fast.Statement(
@@ -287,13 +288,24 @@ def get_transition(
     return None if row is None else Transition.of(row._mapping)
 
 
-def set_worker(conn: Connection, tenant_id: str, run_id: str, worker_id: str, epoch: int) -> None:
+def set_worker(
+    conn: Connection,
+    tenant_id: str,
+    run_id: str,
+    worker_id: str,
+    epoch: int,
+    owner_credential_id: str | None = None,
+) -> None:
     """The run's current worker and its epoch (operations declared under an older epoch
-    belong to a worker that may still act)."""
+    belong to a worker that may still act), and the credential that now owns its
+    completion (None: left as it is)."""
+    values: dict[str, Any] = {"worker_id": worker_id, "worker_epoch": epoch}
+    if owner_credential_id is not None:
+        values["owner_credential_id"] = owner_credential_id
     conn.execute(
         sa.update(t.runs)
         .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
-        .values(worker_id=worker_id, worker_epoch=epoch)
+        .values(**values)
     )
 
 

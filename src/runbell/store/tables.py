@@ -1009,3 +1009,42 @@ sa.Index("ix_subject_grants_user", subject_grants.c.tenant_id, subject_grants.c.
 # Who may answer this request (user ids), when the runtime named them; NULL: the run's
 # approvers.
 input_requests.append_column(sa.Column("approvers", JSON, nullable=True))
+# --- completion owner, in-flight blocking and the per-step trace (issue 18 items 2, 3, 8) --
+#
+# The run's completion owner (flows.ownership): the credential behind the worker that may
+# report the run completed and settle its operations; the worker is ``runs.worker_id``.
+# NULL: a run made before owners were recorded (anyone of the tenant acts, as before).
+runs.append_column(sa.Column("owner_credential_id", Id, nullable=True))
+# Who or what caused each step ({kind, credential_id?, user_id?, worker_id?, source_id?,
+# role?}; never a secret). NULL on rows written before the trace existed.
+transitions.append_column(sa.Column("actor", JSON, nullable=True))
+responses.append_column(sa.Column("actor", JSON, nullable=True))
+amendments.append_column(sa.Column("actor", JSON, nullable=True))
+# Findings a non-owner reported on an operation ([{finding, evidence, actor, at}]): on the
+# ledger, never its state. And the owner's explicit supersede ({reason, actor, at}): the
+# operation stops blocking new work on its target (it keeps its state: nobody knows more).
+operations.append_column(sa.Column("reports", JSON, nullable=True))
+operations.append_column(sa.Column("superseded", JSON, nullable=True))
+
+# One row per change of a run's completion owner (a claim naming the first worker, or a
+# takeover), with who did it and whether the previous owner may still act.
+owner_changes = sa.Table(
+    "owner_changes",
+    metadata,
+    _tenant(),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False),  # 1, 2, … per run
+    sa.Column("kind", sa.String(16), nullable=False),  # claim | takeover
+    sa.Column("from_credential_id", Id, nullable=True),
+    sa.Column("from_worker_id", sa.String(limits.WORKER_ID), nullable=True),
+    sa.Column("to_credential_id", Id, nullable=True),
+    sa.Column("to_worker_id", sa.String(limits.WORKER_ID), nullable=False),
+    sa.Column("epoch", sa.Integer, nullable=False),
+    sa.Column("previous_may_still_act", sa.Boolean, nullable=False),
+    sa.Column("reason", sa.String(limits.REASON), nullable=True),
+    sa.Column("actor", JSON, nullable=True),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "run_id", "seq"),
+    sa.CheckConstraint("kind in ('claim','takeover')", name="kind"),
+)
+sa.Index("ix_owner_changes_tenant_at", owner_changes.c.tenant_id, owner_changes.c.at)

@@ -12,6 +12,7 @@ from typing import Any
 from runbell.flows import views
 from runbell.flows.operation_views import OperationView
 from runbell.web import wording
+from runbell.web.trace import actor_text
 from runbell.web.viewer import Viewer
 
 #: The Operations section's groups, in the order a reader needs them (issue 10).
@@ -81,6 +82,28 @@ def _history_view(
     return out
 
 
+def _trace_view(op: OperationView, people: dict[str, str], v: Viewer | None) -> dict[str, Any]:
+    """What others reported about the operation (findings, which change nothing) and the
+    owner's supersede, each naming who (``web.trace.actor_text``)."""
+    me = v.who.user_id if v is not None else None
+    findings = [
+        {
+            "finding": str(f.get("finding")),
+            "by": actor_text(f.get("actor"), people, me),
+            "evidence": wording.evidence_rows(f.get("evidence"), people),
+        }
+        for f in op.get("reports") or []
+        if isinstance(f, dict)
+    ]
+    sup = op.get("superseded")
+    superseded = (
+        {"reason": sup.get("reason"), "by": actor_text(sup.get("actor"), people, me)}
+        if isinstance(sup, dict)
+        else None
+    )
+    return {"findings": findings, "superseded": superseded}
+
+
 def _settled_note(ops: Sequence[OperationView]) -> str | None:
     """One sentence for the operations that were in doubt and are settled now."""
     settled = [
@@ -125,6 +148,7 @@ def ledger_view(
                     "target": target,
                     "evidence": wording.evidence_rows(op.get("evidence"), people),
                     "history": _history_view(v, op, people) if v is not None else None,
+                    **_trace_view(op, people, v),
                 }
             )
         if items:

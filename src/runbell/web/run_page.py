@@ -35,7 +35,7 @@ from runbell.flows.inbox import NotificationDetail
 from runbell.flows.inputs import AnswerBody
 from runbell.flows.pages import RunPageShown
 from runbell.flows.runs import RunSnapshot
-from runbell.web import wording
+from runbell.web import trace, wording
 from runbell.web.forms import Checked, Session
 from runbell.web.ledger import ledger_view
 from runbell.web.templating import render
@@ -259,9 +259,11 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         amend_refusal=None if snapshot["terminal"] else shown["amend_refusal"],
         amend_error=state.amend_error,
         idempotency_key=secrets.token_urlsafe(24),
-        transitions=[
-            _transition_view(v, tr, shown["asked"]) for tr in reversed(shown["transitions"])
-        ],
+        timeline=trace.timeline(v, shown["trace"], shown["asked"], shown["people"]),
+        completion_owner={
+            "text": trace.owner_text(snapshot["completion_owner"], shown["people"], v.who.user_id),
+            "previous_may_still_act": bool(snapshot["completion_owner"]["previous_may_still_act"]),
+        },
         notes=[
             {
                 "id": n["id"],
@@ -309,17 +311,6 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         },
     )
     return render("run.html.j2", ctx, status=state.status)
-
-
-def _transition_view(v: Viewer, tr: Transition, asked: dict[str, str]) -> dict[str, Any]:
-    what, why = wording.transition_text(tr.kind, tr.from_state, tr.to_state, tr.reason, asked)
-    return {
-        "version": tr.version,
-        "what": what,
-        "reason": why,
-        "at": v.time(tr.at),
-        "at_iso": views.iso(tr.at),
-    }
 
 
 def _last_change(transitions: list[Transition]) -> str:

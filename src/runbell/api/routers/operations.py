@@ -11,9 +11,16 @@ from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
-from runbell.api.schemas import RUN_ID_PATTERN, ClaimIn, OperationMove, OperationsIn
-from runbell.flows import operations
-from runbell.flows.inputs import DeclareBody, MoveBody, OperationBody
+from runbell.api.schemas import (
+    RUN_ID_PATTERN,
+    ClaimIn,
+    FindingIn,
+    OperationMove,
+    OperationsIn,
+    SupersedeIn,
+)
+from runbell.flows import findings, operations, ownership
+from runbell.flows.inputs import DeclareBody, FindingBody, MoveBody, OperationBody
 
 router = APIRouter(prefix="/v1/runs", tags=["operations"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
@@ -62,7 +69,8 @@ def move(
     run_id: RunId, operation_id: OperationId, body: OperationMove, who: Runtime, core: CoreDep
 ) -> Mapping[str, Any]:
     """Move an operation with evidence. 409 with the operation as it is for an illegal
-    move, or for a superseded worker's epoch."""
+    move, or for a superseded worker's epoch; 403 (``rule: completion_owner``) for a move
+    to a final state by anyone but the run's completion owner or an admin."""
     moved = cast(MoveBody, body.model_dump(exclude_none=True))  # OperationMove's fields
     return operations.move(core, who, run_id, operation_id, moved)
 
@@ -73,6 +81,36 @@ def move(
     responses=problems(401, 403, 404, 409, 413, 422, 503),
 )
 def claim(run_id: RunId, body: ClaimIn, who: Runtime, core: CoreDep, key: IdemKey) -> Response:
-    """Claim the run for a worker: ``{epoch}`` (a new worker id gets the next epoch; the
-    same worker id the same one). Updates with an older epoch are refused."""
-    return answered(operations.claim(core, who, run_id, body.worker_id, key))
+    """Claim the run for a worker: ``{epoch, owner, takeover}`` (a new worker id, or
+    another credential, takes the run over: the next epoch and the completion ownership,
+    recorded in the run's history; the same worker the same epoch). Updates with an older
+    epoch are refused."""
+    return answered(ownership.claim(core, who, run_id, body.worker_id, key, body.reason))
+
+
+@router.post(
+    "/{run_id}/operations/{operation_id}/supersede",
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+    openapi_extra=rules(rule("reason", "not blank once control characters are removed")),
+)
+def supersede(
+    run_id: RunId, operation_id: OperationId, body: SupersedeIn, who: Runtime, core: CoreDep
+) -> Mapping[str, Any]:
+    """The completion owner lets new work through on the target of an operation still
+    sent, uncertain or unresolved, with a stated reason; the operation keeps its state.
+    403 (``rule: completion_owner``) for anyone else; 409 when it blocks nothing."""
+    return ownership.supersede(core, who, run_id, operation_id, body.reason, body.worker_id)
+
+
+@router.post(
+    "/{run_id}/operations/{operation_id}/findings",
+    status_code=201,
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+)
+def report_finding(
+    run_id: RunId, operation_id: OperationId, body: FindingIn, who: Who, core: CoreDep
+) -> Mapping[str, Any]:
+    """Report what you found about an operation (a conflict, a receipt, a lookup): kept on
+    the ledger as a report naming you, never a state change. Anyone who may see the run."""
+    found = cast(FindingBody, body.model_dump(exclude_none=True))  # FindingIn's fields
+    return findings.report(core, who, run_id, operation_id, found)

@@ -14,7 +14,7 @@ from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
 from runbell.domain import capabilities
 from runbell.domain.overview import GROUPS, STATES
 from runbell.domain.records import ReportedError, RunReport
-from runbell.flows import overview, runs, signals
+from runbell.flows import overview, ownership, run_history, runs, signals
 from runbell.flows.inputs import RunFields
 from runbell.flows.signals import Signal
 
@@ -50,6 +50,11 @@ PUT_RULES = rules(
     rule("depends_on.version", "at most the request's current version"),
     rule("done_when.*", "text not blank; operation ids not blank, none twice"),
     rule("schedule.id", "a schedule of this tenant; only on creation (409 if not active)"),
+    rule(
+        "worker_id",
+        "only on creation; on an existing run it equals the current worker (another worker "
+        "takes the run over with POST …/claim)",
+    ),
 )
 
 
@@ -146,9 +151,19 @@ async def post_signal(
         error=cast(ReportedError, body.error.model_dump()) if body.error else None,  # validated
         effects_verified=body.effects_verified,
         report=cast(RunReport, body.report.model_dump(exclude_none=True)) if body.report else None,
+        actor=ownership.actor_of(who, body.worker_id),
     )
     result = await signals.accept_signal_async(core, who.tenant_id, source, run_id, signal, who=who)
     return result.as_dict()
+
+
+@router.get("/{run_id}/history", responses=problems(401, 403, 404, 422, 503))
+def get_history(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
+    """Every step of the run, oldest first, each naming who or what caused it
+    (``actor``: credential kind and id, worker, person, source; never a secret):
+    transitions, operation changes and findings, owner changes, answers, amendments.
+    404 if you may not see the run."""
+    return run_history.run_history(core, who, run_id)
 
 
 @router.post(
