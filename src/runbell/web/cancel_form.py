@@ -2,7 +2,7 @@
 CSRF token and a one-time Idempotency-Key, so a double click asks once).
 
 The Cancel button is on the run page only for the run's authority while the run goes on
-and nobody has asked yet (:func:`runbell.web.run_page.cancel_view`); the flow checks again.
+and nobody has asked yet (:func:`runbell.web.run_parts.cancel_view`); the flow checks again.
 """
 
 from __future__ import annotations

@@ -14,12 +14,11 @@ on when it cannot. Opening records an ``opened`` receipt, never a decision.
 
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import structlog
 from fastapi import APIRouter, Request
@@ -28,13 +27,11 @@ from fastapi.responses import RedirectResponse, Response
 from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.domain.records import DeliveryAttempts, InputRequest, Run, Transition
 from runbell.flows import answers, inbox, pages, receipts, views
 from runbell.flows.context import Core
 from runbell.flows.inbox import NotificationDetail
 from runbell.flows.inputs import AnswerBody
-from runbell.flows.pages import RunPageShown
-from runbell.flows.runs import RunSnapshot
+from runbell.web import run_parts as parts
 from runbell.web import trace, wording
 from runbell.web.forms import Checked, Session
 from runbell.web.ledger import ledger_view
@@ -61,136 +58,6 @@ class RunPageState:
     status: int = 200
 
 
-def cancel_view(
-    v: Viewer,
-    run: Run,
-    snapshot: RunSnapshot,
-    shown: RunPageShown,
-    state: RunPageState,
-) -> dict[str, Any]:
-    """The Cancellation block: the request (who, when, why), the outcome once cancelled,
-    and whether this person may still ask (the run's authority, while it goes on and
-    nobody has asked yet)."""
-    requested = snapshot.get("cancel_requested")
-    by = None
-    if requested:
-        by = (
-            "the runtime"
-            if requested["by_kind"] == "runtime"
-            else shown["cancel_requested_by_email"]
-        )
-        if requested.get("by") == v.who.user_id:
-            by = "you"
-    outcome = snapshot["cancellation"]
-    return {
-        "requested": bool(requested),
-        "by": by,
-        "at": v.time(run.cancel_requested_at),
-        "reason": requested["reason"] if requested else None,
-        "stopping": run.state == "stopping",
-        "summary": outcome["text"] if outcome and run.state == "cancelled" else None,
-        "allowed": shown["may_answer"] and not snapshot["terminal"] and not requested,
-        "error": state.cancel_error,
-    }
-
-
-def _details_text(details: Any) -> str | None:
-    if details in (None, {}, []):
-        return None
-    if isinstance(details, str):
-        return details
-    return json.dumps(details, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _safe_link(url: Any) -> str | None:
-    """Only http(s) links become clickable: a run's links come from a runtime."""
-    if not isinstance(url, str):
-        return None
-    return url if urlsplit(url).scheme in ("http", "https") else None
-
-
-def _shown(value: Any) -> Any:
-    """A proposed change's value as a person reads it: a done_when as its words and the
-    operations it needs confirmed; anything else as it is."""
-    if isinstance(value, dict) and "text" in value:
-        ops = value.get("operations") or []
-        return str(value["text"]) + (f" (needs confirmed: {', '.join(ops)})" if ops else "")
-    return value
-
-
-def job_view(snapshot: RunSnapshot) -> dict[str, Any] | None:
-    """The Job block (issue 18 item 5): what counts as done, where the run's links point,
-    and where the proposal it depends on stands now. None when the run names none."""
-    done_when = snapshot["done_when"]
-    links = [
-        {"label": f"{link['kind']} {link['id']}", "url": _safe_link(link["url"])}
-        for link in snapshot["links"]
-    ]
-    dependency = snapshot["dependency"]
-    if not (done_when or links or dependency):
-        return None
-    return {
-        "done_when": done_when,
-        "links": links,
-        "dependency": dependency,
-        "dependency_href": (
-            f"/runs/{quote(dependency['run'], safe='')}" if dependency is not None else None
-        ),
-    }
-
-
-def _progress_view(v: Viewer, progress: Any) -> dict[str, Any] | None:
-    """The run's last progress note (message, what its counts count) and when it came."""
-    if not isinstance(progress, dict):
-        return None
-    text = wording.progress_text(progress.get("message"), progress.get("counts"))
-    if not text:
-        return None
-    try:
-        at = datetime.fromisoformat(str(progress.get("at")))
-    except ValueError:
-        at = None
-    return {"text": text, "at": v.time(at), "at_iso": views.iso(at)}
-
-
-def _option_label(req: InputRequest, value: Any) -> Any:
-    for option in req.options or []:
-        if isinstance(option, dict) and option.get("id") == value:
-            return option.get("label") or value
-    return value
-
-
-def _request_view(v: Viewer, req: InputRequest) -> dict[str, Any]:
-    expires = req.expires_at
-    options = req.options or []
-    return {
-        "id": req.id,
-        "kind": req.kind,
-        "summary": req.summary,
-        "details": _details_text(req.details),
-        "options": [
-            {"id": str(o.get("id")), "label": str(o.get("label") or o.get("id"))}
-            for o in options
-            if isinstance(o, dict) and o.get("id") is not None
-        ],
-        "version": req.version,
-        "state": req.state,
-        "purpose": req.purpose,
-        "expires": v.time(expires) if expires else None,
-        "expires_iso": views.iso(expires),
-        "expires_in": wording.relative(expires, v.now) if expires else None,
-        "expired": bool(expires and expires <= v.now),
-    }
-
-
-def _decided_view(v: Viewer, req: InputRequest | None) -> dict[str, Any] | None:
-    """The last review decision: who chose what, when."""
-    if req is None:
-        return None
-    by = "you" if req.answered_by_id == v.who.user_id else req.answered_by_email
-    return {"by": by, "label": _option_label(req, req.value), "at": v.time(req.answered_at)}
-
-
 def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Response:
     try:
         shown = pages.run_page(core, v.who, run_id, state.answered_request)
@@ -198,10 +65,13 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         return no_access(v, 404)
     snapshot, run, pending = shown["snapshot"], shown["run"], shown["pending_request"]
     answered = shown["answered_request"]
-    request_view = _request_view(v, pending) if pending else None
+    request_view = parts.request_view(v, pending) if pending else None
     report = run.report or {}
     links = [
-        {"label": str(link.get("label") or link.get("url")), "url": _safe_link(link.get("url"))}
+        {
+            "label": str(link.get("label") or link.get("url")),
+            "url": parts.safe_link(link.get("url")),
+        }
         for link in (report.get("links") or [])
         if isinstance(link, dict)
     ]
@@ -218,8 +88,8 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
             "terminal": snapshot["terminal"],
             "version": run.version,
             "subject": run.subject,
-            "details": _details_text(snapshot.get("details")),
-            "progress": None if snapshot["terminal"] else _progress_view(v, run.progress),
+            "details": parts.details_text(snapshot.get("details")),
+            "progress": None if snapshot["terminal"] else parts.progress_view(v, run.progress),
             "error": run.error,
             "report": report,
             "links": links,
@@ -232,13 +102,13 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         request=request_view,
         badge=snapshot["badge"],
         badge_settled=snapshot["badge"]["key"].startswith("state-"),
-        review_decided=_decided_view(v, shown["decided_review"]),
-        job=job_view(snapshot),
+        review_decided=parts.decided_view(v, shown["decided_review"]),
+        job=parts.job_view(snapshot),
         schedule=snapshot.get("schedule"),  # started under a schedule (issue 18 item 6)
         ledger=ledger_view(snapshot, shown["operations"], v, shown["people"]),
         may_answer=shown["answer_refusal"] is None,
         answer_refusal=shown["answer_refusal"],
-        cancel=cancel_view(v, run, snapshot, shown, state),
+        cancel=parts.cancel_view(v, run, snapshot, shown, state.cancel_error),
         amendments=[
             {
                 "id": a.id,
@@ -246,7 +116,11 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
                 "at": v.time(a.created_at),
                 "text": a.text,
                 "changes": [
-                    {"field": name, "now": _shown((a.base or {}).get(name)), "to": _shown(value)}
+                    {
+                        "field": name,
+                        "now": parts.shown((a.base or {}).get(name)),
+                        "to": parts.shown(value),
+                    }
                     for name, value in sorted((a.changes or {}).items())
                 ],
                 "run_version": a.run_version,
@@ -281,7 +155,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
                 "created": v.time(n["created_at"]),
                 "created_iso": views.iso(n["created_at"]),
                 "highlight": highlight is not None and highlight["id"] == n["id"],
-                "deliveries": _deliveries_view(v, n["deliveries"], shown["endpoints"]),
+                "deliveries": parts.deliveries_view(v, n["deliveries"], shown["endpoints"]),
             }
             for n in shown["my_notifications"]
         ],
@@ -290,7 +164,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         answered=(
             {
                 "decision": answered.decision,
-                "value": _option_label(answered, answered.value),
+                "value": parts.option_label(answered, answered.value),
                 "summary": answered.summary,
                 "at": v.time(answered.answered_at),
             }
@@ -305,49 +179,12 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
             "run-version": str(run.version),
             "run-state": run.state,
             # What the live notice says when the state did not change (app.js).
-            "last-change": _last_change(shown["transitions"]),
+            "last-change": parts.last_change(shown["transitions"]),
             "request-id": request_view["id"] if request_view else "",
             "request-version": str(request_view["version"]) if request_view else "",
         },
     )
     return render("run.html.j2", ctx, status=state.status)
-
-
-def _last_change(transitions: list[Transition]) -> str:
-    if not transitions:
-        return ""
-    tr = transitions[-1]
-    return wording.change_sentence(tr.kind, tr.from_state, tr.to_state, tr.reason)
-
-
-def _deliveries_view(
-    v: Viewer, deliveries: list[DeliveryAttempts], endpoints: dict[str, str]
-) -> list[dict[str, Any]]:
-    """A notification's deliveries, each row telling itself apart from the others: a
-    tenant webhook carries one message when the notification was made and one when it
-    closed (two rows, "new notification" and "notification closed"), per endpoint (named when
-    there are several)."""
-    hooks = {d["destination"] for d in deliveries if d["channel"] == "webhook"}
-    out = []
-    for d in deliveries:
-        detail = None
-        if d["channel"] == "webhook":
-            parts = [
-                wording.WEBHOOK_EVENT_LABEL.get(d.get("event_type") or "", d.get("event_type"))
-            ]
-            if len(hooks) > 1:
-                parts.append(f"to {endpoints.get(d['destination'], 'another endpoint')}")
-            detail = " ".join(p for p in parts if p) or None
-        out.append(
-            {
-                "channel": d["channel"],
-                "detail": detail,
-                "status": d["status"],
-                "attempts": d["attempt_count"],
-                "updated": v.time(d["updated_at"]),
-            }
-        )
-    return out
 
 
 @router.get("/runs/{run_id}")
