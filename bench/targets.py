@@ -145,7 +145,7 @@ def create_runs(core: Core, tenant: Tenant, run_ids: Sequence[str], batch: int =
     for start in range(0, len(run_ids), batch):
         with core.db.transaction() as tx:
             for run_id in run_ids[start : start + batch]:
-                runs._create_run(core, tx, who, run_id, tenant.owner_id, body, set())
+                runs._create_run(core, tx, who, run_id, tenant.owner_id, body, {}, {})
 
 
 def add_webhook_endpoint(

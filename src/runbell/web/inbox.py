@@ -23,6 +23,9 @@ from runbell.web.forms import Checked, Session, safe_next
 from runbell.web.templating import render
 from runbell.web.viewer import Viewer, no_access, viewer
 
+#: Attention types whose notification carries a decision (when still actionable).
+DECISIONS = ("input_required", "amendment", "needs_review")
+
 router = APIRouter(include_in_schema=False)
 
 CANNOT_SEE = "A run you cannot see"
@@ -66,7 +69,8 @@ def inbox_page(session: Session, core: CoreDep) -> Response:
     shown = pages.inbox_page(core, v.who, v.now)
     titles = {rid: CANNOT_SEE if title is None else title for rid, title in shown["titles"].items()}
     items = [_item(v, n) for n in shown["open"]]
-    needs = [i for i in items if i["attention"] == "input_required" and i["actionable"]]
+    # What waits for this person's decision: a request, a proposed change, a review.
+    needs = [i for i in items if i["attention"] in DECISIONS and i["actionable"]]
     needs_ids = {i["id"] for i in needs}
     fyi = [i for i in items if i["id"] not in needs_ids]
     needs.sort(key=lambda i: wording.URGENCY_RANK.get(i["urgency"], 0), reverse=True)
