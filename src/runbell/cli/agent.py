@@ -170,8 +170,8 @@ def login(
     ),
     Option(
         "--depends-on",
-        "the job: another run's proposal it depends on",
-        metavar="RUN:REQUEST_ID[:VERSION]",
+        "the job: another run's proposal it depends on (:VERSION pins one)",
+        metavar="RUN:REQUEST_ID",
     ),
 )
 def report(

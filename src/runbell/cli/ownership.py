@@ -26,7 +26,7 @@ WORKER_ID = Option("--worker-id", "the worker acting (recorded with the step)", 
 
 
 @commands.command(
-    agent.RUN_ID, Flag("--json", "the steps as GET /v1/runs/{id}/history", dest="as_json")
+    agent.RUN_ID, Flag("--json", "the steps as the API gives them, a JSON array", dest="as_json")
 )
 def history(run_id: str, as_json: bool = False) -> None:
     """Show a run's per-step trace, oldest first.
