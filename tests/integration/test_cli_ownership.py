@@ -16,7 +16,9 @@ from tests.integration.test_cli_agent import env_for, runbell
 from tests.integration.test_completion_owner import Keys, keys, task
 
 
-def _envs(live: LiveServer, creds: TenantCreds, k: Keys, tmp: Path) -> tuple[dict, dict]:
+def _envs(
+    live: LiveServer, creds: TenantCreds, k: Keys, tmp: Path
+) -> tuple[dict[str, str], dict[str, str]]:
     """The owner's key and a helper's (a second runtime key of the tenant)."""
     owner = env_for(live.url, k.owner, creds.owner_email, tmp / "none.toml")
     helper = env_for(live.url, k.helper, creds.owner_email, tmp / "none.toml")
@@ -90,7 +92,9 @@ def test_supersede_refused_to_a_non_owner_with_the_rule_then_done_by_the_owner(
         [op] = sdk.operations("job-2")
         assert "superseded" not in op.raw or op.raw["superseded"] is None
 
-    done = runbell(owner, "supersede", "job-2", "task-4", "--reason", why, "--worker-id", "worker-a")
+    done = runbell(
+        owner, "supersede", "job-2", "task-4", "--reason", why, "--worker-id", "worker-a"
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "superseded task-4 (sent)\n", "")
     with Client(live.url, k.owner) as sdk:
         [op] = sdk.operations("job-2")

@@ -190,4 +190,3 @@ def finding(
         except RunbellError as exc:
             agent._error(exc)
     print(f"reported {finding} on {op.operation_id} ({op.state})")
-
