@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from runbell.client import Client
+from runbell.flows import accounts
 from runbell.flows.context import Core
 from runbell.testing import TenantCreds
 from tests.conftest import LiveServer
@@ -132,6 +133,21 @@ def test_a_finding_lands_on_the_ledger_and_changes_no_state(
     assert f"operation task-4 finding conflict  by key {k.helper_id} (runtime) worker checker" in (
         shown
     )
+
+    # A scoped key that may only read gets the 403 naming what it lacks.
+    _, reader = accounts.create_key(
+        core, creds.tenant_id, "runtime", name="reader", capabilities=["runs.read"]
+    )
+    read_only = env_for(live.url, reader, None, tmp_path / "none.toml")
+    lacks = runbell(read_only, *args)
+    assert (lacks.returncode, lacks.stdout) == (3, "")
+    first, hint = lacks.stderr.splitlines()
+    assert first == "runbell: 403 this credential lacks the capability 'runs.report'"
+    assert hint == (
+        "hint: this key lacks runs.report: use a key created with "
+        "runbell key create --capability runs.report"
+    )
+    assert runbell(read_only, "history", "job-3").returncode == 0  # reading it may
 
     bad = runbell(helper, "finding", "job-3", "task-4", "--finding", "maybe")
     assert bad.returncode == 3 and "--finding must be one of conflict, confirmed" in bad.stderr
