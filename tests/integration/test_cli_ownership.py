@@ -161,8 +161,8 @@ def test_report_sets_the_job_fields(
     k = keys(core, creds)
     owner, _ = _envs(live, creds, k, tmp_path)
     with Client(live.url, k.owner, creds.owner_email) as sdk:
-        sdk.put_run("plan", title="Launch plan", state="working")
-        sdk.open_input_request("plan", summary="Move the dates?", request_id="plan-dates")
+        sdk.put_run("ci:plan", title="Launch plan", state="working")  # a run id with ':'
+        sdk.open_input_request("ci:plan", summary="Move the dates?", request_id="plan-dates")
 
     made = runbell(
         owner,
@@ -182,7 +182,7 @@ def test_report_sets_the_job_fields(
         "--job-link",
         "message:m-1",
         "--depends-on",
-        "plan:plan-dates",
+        "ci:plan:plan-dates",
     )
     assert (made.returncode, made.stderr) == (0, ""), made.stderr
     with Client(live.url, k.owner) as sdk:
@@ -195,8 +195,8 @@ def test_report_sets_the_job_fields(
         ("message", "m-1"),
     ]
     assert run.depends_on is not None
-    assert (run.depends_on["run"], run.depends_on["request_id"]) == ("plan", "plan-dates")
-    assert run.depends_on["version"] >= 1  # filled in with the request's version
+    assert (run.depends_on["run"], run.depends_on["request_id"]) == ("ci:plan", "plan-dates")
+    assert run.depends_on["version"] == 1  # filled in with the request's version
     assert linked == ["job-4"]
 
     # On an existing run, only the flags given change.
@@ -206,10 +206,14 @@ def test_report_sets_the_job_fields(
         run = sdk.get_run("job-4")
     assert run.done_when == {"text": "all moved", "operations": []}
     assert len(run.links) == 2 and run.depends_on is not None
+    pinned = runbell(owner, "report", "job-4", "working", "--depends-on", "ci:plan:plan-dates:1")
+    assert pinned.returncode == 0, pinned.stderr
+    with Client(live.url, k.owner) as sdk:
+        run = sdk.get_run("job-4")
+    assert run.depends_on == {"run": "ci:plan", "request_id": "plan-dates", "version": 1}
 
     for flags, message in (
         (["--depends-on", "plan"], "--depends-on must be RUN:REQUEST_ID[:VERSION]"),
-        (["--depends-on", "plan:plan-dates:x"], "VERSION must be a whole number"),
         (["--job-link", "chat-7"], "--job-link must be KIND:ID"),
         (["--done-when-operation", "t1"], "--done-when-operation needs --done-when"),
     ):

@@ -226,19 +226,27 @@ def _job(
             _fail(f"--job-link must be KIND:ID, not {item!r}", "e.g. --job-link conversation:c-7")
         job.setdefault("links", []).append(item)
     if depends_on is not None:
-        parts = depends_on.split(":")
-        if len(parts) not in (2, 3) or not all(parts):
-            _fail(
-                f"--depends-on must be RUN:REQUEST_ID[:VERSION], not {depends_on!r}",
-                "e.g. --depends-on launch-plan:approve-dates:2",
-            )
-        target: dict[str, Any] = {"run": parts[0], "request_id": parts[1]}
-        if len(parts) == 3:
-            if not parts[2].isdigit():
-                _fail(f"--depends-on's VERSION must be a whole number, not {parts[2]!r}")
-            target["version"] = int(parts[2])
-        job["depends_on"] = target
+        job["depends_on"] = _depends_on(depends_on)
     return job
+
+
+def _depends_on(raw: str) -> dict[str, Any]:
+    """``RUN:REQUEST_ID[:VERSION]`` → ``{run, request_id, version?}``. A run id may hold
+    ``:`` (the request id is the last part, after an all-digit version if any)."""
+    rest, version = raw, None
+    head, sep, tail = raw.rpartition(":")
+    if sep and tail.isdigit() and ":" in head:
+        rest, version = head, int(tail)
+    run, sep, request_id = rest.rpartition(":")
+    if not sep or not run or not request_id:
+        _fail(
+            f"--depends-on must be RUN:REQUEST_ID[:VERSION], not {raw!r}",
+            "e.g. --depends-on launch-plan:approve-dates:2",
+        )
+    target: dict[str, Any] = {"run": run, "request_id": request_id}
+    if version is not None:
+        target["version"] = version
+    return target
 
 
 def _report(summary: str | None, links: list[str]) -> dict[str, Any] | None:
