@@ -50,7 +50,9 @@ def test_the_walk_finds_every_command() -> None:
         "completion",
     ):
         assert expected in names
-    assert len(names) == 52  # issue 18: schedule …, delegate, undelegate, grant add|list|revoke
+    # issue 18: schedule …, delegate, undelegate, grant add|list|revoke, history, claim,
+    # supersede, finding
+    assert len(names) == 56
 
 
 @pytest.mark.parametrize("path", PATHS, ids=_name)
@@ -83,7 +85,8 @@ def test_every_parameter_has_help_and_an_upper_placeholder(path: tuple[str, ...]
             assert all(n.startswith("--") for n in param.names), param.names
         elif isinstance(param, Option):
             assert param.name.startswith("--"), param.name
-            assert re.fullmatch(r"[A-Z][A-Z0-9_=\[\]]*", str(param.metavar)), (name, param.name)
+            # `=` and `:` join the parts of one value: LABEL=URL, KIND:ID.
+            assert re.fullmatch(r"[A-Z][A-Z0-9_=:\[\]]*", str(param.metavar)), (name, param.name)
         else:
             assert isinstance(param, Argument)
             assert re.fullmatch(r"[A-Z][A-Z0-9_=]*", str(param.metavar)), (name, param.dest)
@@ -119,13 +122,20 @@ def test_report_help_is_the_reference(help_of: Callable[..., str]) -> None:
         "  STATE   working, completed, failed, cancelled, …  [required]\n"
         "\n"
         "Options:\n"
-        "  --title TITLE           the run's title (creates it if new)\n"
-        "  --reason REASON         a short public label\n"
-        "  --event-id ID           a stable id for this report (retries stay one)\n"
-        "  --notify / --no-notify  push when it completes\n"
-        "  --summary TEXT          report.summary: what it achieved\n"
-        "  --link LABEL=URL        a link in the report (repeatable)\n"
-        "  --help                  Show this message and exit.\n"
+        "  --title TITLE                the run's title (creates it if new)\n"
+        "  --reason REASON              a short public label\n"
+        "  --event-id ID                a stable id for this report (retries stay one)\n"
+        "  --notify / --no-notify       push when it completes\n"
+        "  --summary TEXT               report.summary: what it achieved\n"
+        "  --link LABEL=URL             a link in the report (repeatable)\n"
+        "  --done-when TEXT             the job: what counts as done\n"
+        "  --done-when-operation ID     the job: an operation that must be confirmed\n"
+        "                               (repeatable)\n"
+        "  --job-link KIND:ID           the job: a linked conversation, message…\n"
+        "                               (repeatable)\n"
+        "  --depends-on RUN:REQUEST_ID  the job: another run's proposal it depends on\n"
+        "                               (:VERSION pins one)\n"
+        "  --help                       Show this message and exit.\n"
     )
 
 

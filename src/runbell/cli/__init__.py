@@ -6,7 +6,9 @@ One module per concept: :mod:`~runbell.cli.serve` (``migrate``, ``serve``, ``api
 ``secret-key``), :mod:`~runbell.cli.deliveries` (``deliveries``),
 :mod:`~runbell.cli.retention` (``tenant retention``, ``prune``), :mod:`~runbell.cli.agent`
 (``login``, ``report``, ``progress``, ``ask``, ``wait``: for scripts and CI, on
-:mod:`runbell.client`), :mod:`~runbell.cli.hooks` (``hook``: Claude Code and Codex),
+:mod:`runbell.client`), :mod:`~runbell.cli.ownership` (``history``, ``claim``,
+``supersede``, ``finding``: who may finish a run and who did what, on the SDK too),
+:mod:`~runbell.cli.hooks` (``hook``: Claude Code and Codex),
 :mod:`~runbell.cli.mcp` (``mcp``, the MCP server over stdio),
 :mod:`~runbell.cli.completion` (``completion``); :mod:`~runbell.cli.welcome` is the
 first start's text and :mod:`~runbell.cli.common` what every command shares.
@@ -37,6 +39,7 @@ from runbell.cli import (
     deliveries,
     hooks,
     mcp,
+    ownership,
     people,
     retention,
     schedules,
@@ -58,6 +61,7 @@ root.add(
     *mcp.commands,
     *admin.commands,
     *agent.commands,
+    *ownership.commands,
     *completion.commands,
     admin.tenants,
     admin.keys,

@@ -93,6 +93,11 @@ def _hint(exc: RunbellError) -> str | None:
         return "is the server running (runbell serve)? RUNBELL_URL names it"
     if isinstance(exc, errors.Unauthorized):
         return KEY_HINT
+    if isinstance(exc, errors.Forbidden) and exc.problem.get("rule") == "completion_owner":
+        return (
+            "report what you found (runbell finding) or take the run over "
+            "(runbell claim RUN_ID --worker-id W)"
+        )
     if isinstance(exc, errors.Forbidden) and exc.missing_capability:
         return (
             f"this key lacks {exc.missing_capability}: use a key created with "
@@ -150,6 +155,24 @@ def login(
     Flag("--notify/--no-notify", "push when it completes"),
     Option("--summary", "report.summary: what it achieved", metavar="TEXT"),
     Option("--link", "a link in the report (repeatable)", metavar="LABEL=URL", repeat=True),
+    Option("--done-when", "the job: what counts as done", metavar="TEXT"),
+    Option(
+        "--done-when-operation",
+        "the job: an operation that must be confirmed (repeatable)",
+        metavar="ID",
+        repeat=True,
+    ),
+    Option(
+        "--job-link",
+        "the job: a linked conversation, message… (repeatable)",
+        metavar="KIND:ID",
+        repeat=True,
+    ),
+    Option(
+        "--depends-on",
+        "the job: another run's proposal it depends on (:VERSION pins one)",
+        metavar="RUN:REQUEST_ID",
+    ),
 )
 def report(
     run_id: str,
@@ -160,6 +183,10 @@ def report(
     notify: bool | None = None,
     summary: str | None = None,
     link: list[str] | None = None,
+    done_when: str | None = None,
+    done_when_operation: list[str] | None = None,
+    job_link: list[str] | None = None,
+    depends_on: str | None = None,
 ) -> None:
     """Report a run's state.
 
@@ -167,20 +194,59 @@ def report(
     from runbell.client import RunbellError, errors
 
     body = _report(summary, link or [])
+    job = _job(done_when, done_when_operation or [], job_link or [], depends_on)
     with _client() as core:
         try:
-            if title is not None or notify is not None:
-                core.put_run(run_id, title=title, notify_on_complete=notify)
+            if title is not None or notify is not None or job:
+                core.put_run(run_id, title=title, notify_on_complete=notify, **job)
             try:
                 result = core.signal(run_id, state, event_id=event_id, reason=reason, report=body)
             except errors.NotFound:
-                core.put_run(run_id, title=title, notify_on_complete=notify)
+                core.put_run(run_id, title=title, notify_on_complete=notify, **job)
                 result = core.signal(run_id, state, event_id=event_id, reason=reason, report=body)
         except RunbellError as exc:
             _error(exc)
     print(f"{result.outcome}: {result.reason}" if result.reason else result.outcome)
     if result.outcome == "rejected":
         raise common.Exit(common.EXIT_NO)
+
+
+def _job(
+    done_when: str | None, operations: list[str], links: list[str], depends_on: str | None
+) -> dict[str, Any]:
+    """``put_run``'s job fields from the flags given (issue 18 item 5); none: ``{}``."""
+    job: dict[str, Any] = {}
+    if operations and done_when is None:
+        _fail("--done-when-operation needs --done-when TEXT", "say what counts as done")
+    if done_when is not None:
+        job["done_when"] = {"text": done_when, "operations": operations}
+    for item in links:
+        kind, sep, ident = item.partition(":")
+        if not sep or not kind or not ident:
+            _fail(f"--job-link must be KIND:ID, not {item!r}", "e.g. --job-link conversation:c-7")
+        job.setdefault("links", []).append(item)
+    if depends_on is not None:
+        job["depends_on"] = _depends_on(depends_on)
+    return job
+
+
+def _depends_on(raw: str) -> dict[str, Any]:
+    """``RUN:REQUEST_ID[:VERSION]`` → ``{run, request_id, version?}``. A run id may hold
+    ``:`` (the request id is the last part, after an all-digit version if any)."""
+    rest, version = raw, None
+    head, sep, tail = raw.rpartition(":")
+    if sep and tail.isdigit() and ":" in head:
+        rest, version = head, int(tail)
+    run, sep, request_id = rest.rpartition(":")
+    if not sep or not run or not request_id:
+        _fail(
+            f"--depends-on must be RUN:REQUEST_ID[:VERSION], not {raw!r}",
+            "e.g. --depends-on launch-plan:approve-dates:2",
+        )
+    target: dict[str, Any] = {"run": run, "request_id": request_id}
+    if version is not None:
+        target["version"] = version
+    return target
 
 
 def _report(summary: str | None, links: list[str]) -> dict[str, Any] | None:
