@@ -404,4 +404,3 @@ def test_seed_004_two_jobs_one_conversation_honest_to_the_end(
     luis_page = luis_browser.get("/runs/launch-dates").text
     assert 'data-badge="needs-review">Needs review</span>' in luis_page
     assert 'name="decision"' not in luis_page
-
