@@ -84,7 +84,7 @@ def test_a_takeover_and_a_supersede_each_reach_the_feed_once_without_a_secret(
         "reason": WHY,
     }
     # Never a secret: no key, no details, no evidence — and the owner (a person) sees them.
-    text = json.dumps(changes + [superseded])
+    text = json.dumps([*changes, superseded])
     for secret in (PLANTED, k.owner, k.helper, creds.owner_token):
         assert secret not in text
     shown = {e["type"] for e in feed(client, creds.owner_token)}
