@@ -30,8 +30,12 @@ Public API (stable; :class:`AsyncClient` has the same methods, awaited, plus
     revoke_delegation(delegation_id) -> Delegation
     open_input_request(run_id, *, summary, kind="approval", request_id=None, details=None,
                        options=None, expires_in=None, expires_at=None,
-                       blocks_work=None) -> OpenedInputRequest
+                       blocks_work=None, approvers=None) -> OpenedInputRequest
     get_input_request(request_id) -> InputRequest
+    respond(request_id, decision, *, value=None) -> InputRequest   # a person's token
+    grant_subject(user, subject, role) -> SubjectGrant             # admin
+    subject_grants(user=None) -> list[SubjectGrant]                 # admin
+    revoke_subject_grant(grant_id) -> SubjectGrant                  # admin
     ask(run_id, summary, *, kind="approval", request_id=None, details=None, options=None,
         expires_in=None, expires_at=None, timeout=None) -> Answer
     wait_for_answer(request_id, *, timeout=None) -> Answer
@@ -115,6 +119,7 @@ from runbell.client.models import (
     Schedule,
     SignalResult,
     Snapshot,
+    SubjectGrant,
 )
 
 __all__ = [
@@ -146,6 +151,7 @@ __all__ = [
     "Schedule",
     "SignalResult",
     "Snapshot",
+    "SubjectGrant",
     "Unauthorized",
     "Unavailable",
     "ValidationFailed",

@@ -322,7 +322,9 @@ def input_request_body(
     expires_in: float | None,
     expires_at_: datetime | str | None,
     blocks_work: bool | None,
+    approvers: Any = None,
 ) -> dict[str, Any]:
+    """``approvers``: user ids or emails; only they may answer (None: the run's)."""
     return compact(
         input_request_id=request_id,
         kind=kind,
@@ -331,6 +333,33 @@ def input_request_body(
         options=normalize_options(options),
         expires_at=expires_at(expires_in, expires_at_),
         blocks_work=blocks_work,
+        approvers=[approvers] if isinstance(approvers, str) else _list_or_none(approvers),
+    )
+
+
+def _list_or_none(values: Any) -> list[Any] | None:
+    return list(values) if values is not None else None
+
+
+def grant_body(user: str, subject: Any, role: str) -> dict[str, Any]:
+    """``POST /v1/subject-grants``: ``subject`` as ``{type, id}`` or ``"type:id"``."""
+    if isinstance(subject, str):
+        kind, sep, ident = subject.partition(":")
+        if not sep or not kind or not ident:
+            raise ValueError(f"subject must be 'type:id' or {{type, id}}, not {subject!r}")
+        subject = {"type": kind, "id": ident}
+    return {"user": user, "subject": {"type": subject["type"], "id": subject["id"]}, "role": role}
+
+
+def response_body(
+    decision: str, value: str | None, run_version: int, request_version: int
+) -> dict[str, Any]:
+    """``POST /v1/input-requests/{id}/responses``, bound to the versions read."""
+    return compact(
+        decision=decision,
+        value=value,
+        expected_run_version=run_version,
+        expected_request_version=request_version,
     )
 
 

@@ -34,6 +34,7 @@ from runbell.client.models import (
     Schedule,
     SignalResult,
     Snapshot,
+    SubjectGrant,
 )
 
 __all__ = ["Client", "RunContext"]
@@ -424,9 +425,12 @@ class Client:
         expires_in: float | None = None,
         expires_at: datetime | str | None = None,
         blocks_work: bool | None = None,
+        approvers: Sequence[str] | None = None,
     ) -> OpenedInputRequest:
         """Open an input request (the run moves to ``input_required``). ``options``
-        (for ``choice``) are ids or ``{id, label}``."""
+        (for ``choice``) are ids or ``{id, label}``. ``approvers`` (user ids or
+        emails of members who may see the run): only they may answer it, and only they
+        are notified; omitted, the run's approvers answer."""
         body = _core.input_request_body(
             request_id or new_id("ask"),
             kind,
@@ -436,6 +440,7 @@ class Client:
             expires_in,
             expires_at,
             blocks_work,
+            approvers,
         )
         call = Call(
             "POST", f"/v1/runs/{_p(run_id)}/input-requests", body, idempotency_key=new_id("open")
@@ -445,6 +450,44 @@ class Client:
     def get_input_request(self, request_id: str) -> InputRequest:
         data = self._send(Call("GET", f"/v1/input-requests/{_p(request_id)}"))
         return InputRequest.from_json(data["input_request"])
+
+    def respond(self, request_id: str, decision: str, *, value: str | None = None) -> InputRequest:
+        """Answer an input request as the person whose token this client holds
+        (``approve``/``reject``, or ``answer`` with ``value``), bound to the run and
+        request versions read just before. Someone who may see the run but not answer
+        it gets :class:`~runbell.client.errors.Forbidden` (the server's detail says why)."""
+        request = self.get_input_request(request_id)
+        run = self.get_run(request.run_id)
+        body = _core.response_body(decision, value, run.version, request.version)
+        call = Call(
+            "POST",
+            f"/v1/input-requests/{_p(request_id)}/responses",
+            body,
+            idempotency_key=new_id("answer"),
+        )
+        return InputRequest.from_json(self._send(call)["input_request"])
+
+    # --- people: subject grants (an admin's key or token) ---------------------------
+
+    def grant_subject(self, user: str, subject: str | Mapping[str, Any], role: str) -> SubjectGrant:
+        """Grant a member (user id or email) a subject (``"type:id"`` or ``{type,
+        id}``, any version) as ``viewer``, ``approver`` or ``amender``: they then have
+        that role on every run of the subject, existing and future. Granting it again
+        answers the existing grant (``created`` False)."""
+        body = _core.grant_body(user, subject, role)
+        call = Call("POST", "/v1/subject-grants", body, idempotency_key=new_id("grant"))
+        return SubjectGrant.from_json(self._send(call))
+
+    def subject_grants(self, user: str | None = None) -> list[SubjectGrant]:
+        """The tenant's subject grants, oldest first; ``user`` keeps one member's."""
+        params = {"user": user} if user is not None else None
+        data = self._send(Call("GET", "/v1/subject-grants", params=params))
+        return [SubjectGrant.from_json(g) for g in data["grants"]]
+
+    def revoke_subject_grant(self, grant_id: str) -> SubjectGrant:
+        """Revoke a grant: the access it gave goes at once (the answer is the grant)."""
+        path = f"/v1/subject-grants/{_p(grant_id)}"
+        return SubjectGrant.from_json(self._send(Call("DELETE", path)))
 
     # --- schedules -------------------------------------------------------------------
 

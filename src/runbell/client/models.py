@@ -22,6 +22,7 @@ __all__ = [
     "Run",
     "SignalResult",
     "Snapshot",
+    "SubjectGrant",
 ]
 
 TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
@@ -49,6 +50,7 @@ class InputRequest:
     value: str | None = None
     answered_by: dict[str, Any] | None = None
     superseded_by: str | None = None
+    approvers: list[str] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -68,6 +70,7 @@ class InputRequest:
             value=data.get("value"),
             answered_by=data.get("answered_by"),
             superseded_by=data.get("superseded_by"),
+            approvers=data.get("approvers"),
             raw=data,
         )
 
@@ -378,5 +381,37 @@ class Schedule:
             url=data.get("url"),
             next_fire_at=_time(data.get("next_fire_at")),
             secret=data.get("secret"),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class SubjectGrant:
+    """A member granted a subject (``{type, id}``, any version) in a ``role``
+    (``viewer``, ``approver``, ``amender``): they have it on every run of the subject.
+    ``runs``: how many runs it covered when made; ``created``: False when the member
+    already had it (the answer is that grant)."""
+
+    id: str
+    user: dict[str, Any]
+    subject: dict[str, Any]
+    role: str
+    created_by: str | None = None
+    created_at: datetime | None = None
+    runs: int | None = None
+    created: bool | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SubjectGrant:
+        return cls(
+            id=data["id"],
+            user=dict(data["user"]),
+            subject=dict(data["subject"]),
+            role=data["role"],
+            created_by=data.get("created_by"),
+            created_at=_time(data.get("created_at")),
+            runs=data.get("runs"),
+            created=data.get("created"),
             raw=data,
         )

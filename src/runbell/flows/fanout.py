@@ -52,6 +52,12 @@ def messages(tenant_id: str, ev: PendingEvent, public_url: str) -> list[Message]
     elif ev.type == "operation.updated":
         # An operation reaches each state at most once (its moves form no cycle).
         key = f"{ev.type}:{ev.run_id}:{data.get('operation_id')}:{data.get('state')}"
+    elif ev.type == "operation.superseded":
+        # An operation is superseded at most once.
+        key = f"{ev.type}:{ev.run_id}:{data.get('operation_id')}"
+    elif ev.type == "run.owner_changed":
+        # A claim does not bump the run's version; every ownership change bumps the epoch.
+        key = f"{ev.type}:{ev.run_id}:{data.get('epoch')}"
     else:
         # Several requests can end at one run version (expiry does not bump it).
         which = data.get("mismatch_id") or data.get("input_request_id") or ""

@@ -38,7 +38,7 @@ from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.operation_views import ClaimAnswer, OperationView, operation_view
 from runbell.store import operations as ledger
 from runbell.store import ownership, runs
-from runbell.store.db import Tx
+from runbell.store.db import PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
 
@@ -165,6 +165,7 @@ def claim(
                 },
             )
             log.info("run.claimed", run_id=run_id, epoch=epoch, kind=kind)
+            _emit_owner_changed(tx, who.tenant_id, run, kind, after, epoch, stale)
         return 200, {
             "run_id": run_id,
             "worker_id": worker_id,
@@ -176,6 +177,33 @@ def claim(
         }
 
     return act_once(core.db, core.box, key, lambda: act)
+
+
+def _emit_owner_changed(
+    tx: Tx, tenant_id: str, run: Run, kind: str, after: Owner, epoch: int, stale: bool
+) -> None:
+    """``run.owner_changed`` in the claim's transaction, so an open run page and a
+    runtime on the feed learn of a takeover at once. Ids only (credential and worker
+    ids), never a secret."""
+    tx.emit(
+        tenant_id,
+        PendingEvent(
+            "run.owner_changed",
+            {
+                "run_id": run.run_id,
+                "version": run.version,
+                "change": kind,
+                "owner": {"credential_id": after.credential_id, "worker_id": after.worker_id},
+                "previous": {
+                    "credential_id": run.owner_credential_id,
+                    "worker_id": run.worker_id,
+                },
+                "epoch": epoch,
+                "previous_may_still_act": stale,
+            },
+            run_id=run.run_id,
+        ),
+    )
 
 
 # --- lifting a block (the owner's supersede) ------------------------------------------
@@ -226,4 +254,18 @@ def supersede(
             superseded={"reason": why, "actor": actor, "at": at},
         )
         log.info("operation.superseded", run_id=run_id, state=op.state)
+        # Ids, the state and the owner's stated (public) reason: never details/evidence.
+        tx.emit(
+            who.tenant_id,
+            PendingEvent(
+                "operation.superseded",
+                {
+                    "run_id": run_id,
+                    "operation_id": operation_id,
+                    "state": op.state,
+                    "reason": why,
+                },
+                run_id=run_id,
+            ),
+        )
         return {"operation": operation_view(op), "changed": True}

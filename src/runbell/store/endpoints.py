@@ -37,6 +37,8 @@ WEBHOOK_EVENT_TYPES = (
     "operation.updated",
     "run.reviewed",
     "run.review_decided",
+    "run.owner_changed",
+    "operation.superseded",
 )
 
 

@@ -42,6 +42,8 @@ EventType = Literal[
     "operation.updated",
     "run.reviewed",
     "run.review_decided",
+    "run.owner_changed",
+    "operation.superseded",
 ]
 assert set(EventType.__args__) == set(endpoints.EVENT_TYPES)  # type: ignore[attr-defined]
 

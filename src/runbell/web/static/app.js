@@ -346,6 +346,8 @@
       "amendment.rejected",
       "run.dependency",
       "run.linked",
+      "run.owner_changed",
+      "operation.superseded",
     ];
     const handlers = {};
     types.forEach(function (t) {
@@ -432,6 +434,8 @@
       "run.reviewed",
       "run.review_decided",
       "run.cancel_requested",
+      "run.owner_changed",
+      "operation.superseded",
       "input_request.opened",
       "input_request.answered",
       "input_request.expired",
