@@ -570,3 +570,23 @@ def test_a_seam_statement_with_no_transaction_begins_one_as_conn_execute_does(
         assert conn.get_transaction() is None
         assert accounts.membership_role(conn, creds.tenant_id, creds.owner_id) == "owner"
         assert conn.in_transaction()
+
+
+def test_a_connection_left_inside_a_pipeline_or_closed_is_unusable(db_url: str) -> None:
+    """A database restart can cut an ``executemany`` off inside psycopg's pipeline; that
+    connection cannot even roll back, so the seam invalidates it (the pool then discards
+    it instead of resetting it and logging a traceback). A healthy one stays."""
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            raw = conn.connection.dbapi_connection
+            assert fast._unusable(raw) is False
+            if db_url.startswith("postgresql"):
+                with raw.pipeline():  # type: ignore[union-attr]
+                    assert fast._unusable(raw) is True
+                assert fast._unusable(raw) is False
+                raw.close()  # type: ignore[union-attr]
+                assert fast._unusable(raw) is True
+                conn.invalidate()
+    finally:
+        engine.dispose()

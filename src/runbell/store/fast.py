@@ -228,7 +228,7 @@ def _wrapped(
     conn: Connection, sql: str, exc: Any, dbapi_conn: Any, cursor: Any
 ) -> sa.exc.DBAPIError:
     dialect = conn.dialect
-    lost = dialect.is_disconnect(exc, dbapi_conn, cursor)
+    lost = dialect.is_disconnect(exc, dbapi_conn, cursor) or _unusable(dbapi_conn)
     err = sa.exc.DBAPIError.instance(
         sql,
         None,
@@ -242,6 +242,19 @@ def _wrapped(
         conn.invalidate(exc)
     assert isinstance(err, sa.exc.DBAPIError)
     return err
+
+
+def _unusable(dbapi_conn: Any) -> bool:
+    """A psycopg connection that cannot even roll back: broken, not OK, or left inside a
+    pipeline (an ``executemany`` the server cut off mid-way — "cannot exit pipeline mode
+    while busy"). Invalidated, the pool discards it instead of resetting it (which would
+    fail again and log a traceback). False for drivers without these attributes."""
+    if getattr(dbapi_conn, "broken", False):
+        return True
+    pgconn = getattr(dbapi_conn, "pgconn", None)
+    if pgconn is None:
+        return False
+    return bool(getattr(pgconn, "status", 0)) or bool(getattr(pgconn, "pipeline_status", 0))
 
 
 def insert(table: sa.Table, columns: Iterable[str] | None = None) -> Statement:
