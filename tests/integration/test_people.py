@@ -443,6 +443,45 @@ def test_luis_may_view_the_project_but_not_amend_and_an_amender_excludes_legal_r
     history = client.get("/v1/runs/dates", headers=bearer(creds.owner_token)).json()
     assert history["operations"]["counts"] == {"planned": 11, "not_started": 1}
 
+    # The job changed with Mara's approval: the left-out task neither blocks a verified
+    # completion nor stays required by done_when; the outcome text still names it.
+    r = client.put(
+        "/v1/runs/dates",
+        json={
+            "owner": creds.owner_email,
+            "done_when": {"text": "all twelve moved", "operations": [f"t{i}" for i in range(1, 13)]},
+        },
+        headers=bearer(creds.runtime_key),
+    )
+    assert r.status_code == 200, r.text
+    for i in range(1, 13):
+        if i == 7:
+            continue
+        for state in ("sent", "confirmed"):
+            client.patch(
+                f"/v1/runs/dates/operations/t{i}",
+                json={"state": state},
+                headers=bearer(creds.runtime_key),
+            ).raise_for_status()
+    done = client.post(
+        "/v1/runs/dates/signals",
+        json={"event_id": "dates-done", "state": "completed"},
+        headers=bearer(creds.runtime_key),
+    )
+    assert done.status_code == 200, done.text
+    finished = client.get("/v1/runs/dates", headers=bearer(creds.owner_token)).json()
+    assert finished["state"] == "completed", finished
+    assert finished["outcome"] == "verified", finished
+    assert finished["badge"]["label"] == "Completed"
+    with core.db.read() as conn:
+        [note] = conn.execute(
+            sa.select(t.notifications).where(
+                t.notifications.c.run_id == "dates",
+                t.notifications.c.attention_type == "completed",
+            )
+        ).all()
+    assert "left out by an approved amendment: t7" in note.reason
+
 
 def test_an_exclusion_whose_operation_was_sent_meanwhile_is_refused(
     client: TestClient, core: Core, creds: TenantCreds

@@ -161,6 +161,7 @@ def outcome(
     counts: Mapping[str, int],
     ids: Mapping[str, list[str]] | None = None,
     unmet: Mapping[str, str | None] | None = None,
+    excluded: list[str] | None = None,
 ) -> Completion:
     """The completion of a run whose operations stand at ``counts``.
 
@@ -173,12 +174,23 @@ def outcome(
     with their state (None: never declared; ``domain.jobs.unmet``). Any makes a
     completion that the counts alone would verify ``needs_review`` — or ``unknown`` when
     one of them is still in flight — and the text names them.
+
+    ``excluded``: ``not_started`` operations that an approved amendment left out. A person
+    with the authority to change the job agreed that they will not happen, so they do not
+    stand in the way of a verified completion; the text still names them. Any other
+    ``not_started`` operation (the runtime never began it) needs a review.
     """
     counts = normalized(counts)
     ids = ids or {}
     text = counts_text(counts)
+    if excluded:
+        text = f"{text}; left out by an approved amendment: {_listed(list(excluded))}"
+    agreed = dict(counts)
+    left = agreed.pop(OpState.NOT_STARTED, 0) - len(excluded or [])
+    if left > 0:
+        agreed[OpState.NOT_STARTED] = left
     required = _required_line(unmet or {})
-    if not counts or set(counts) <= VERIFIED:
+    if not agreed or set(agreed) <= VERIFIED:
         if required is None:
             return Completion(Outcome.VERIFIED, text)
         waiting = any(state in IN_FLIGHT for state in (unmet or {}).values())

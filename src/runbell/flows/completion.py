@@ -33,6 +33,7 @@ from runbell.domain.channels import offered
 from runbell.domain.jobs import unmet
 from runbell.domain.operations import (
     IN_FLIGHT,
+    OpState,
     Completion,
     Outcome,
     counts_text,
@@ -78,13 +79,24 @@ def operations_summary(counts: dict[str, int]) -> OperationsSummary:
 
 def completion_of(tx: Tx, run: Run, counts: dict[str, int]) -> Completion:
     named = ledger.ids_by_state(tx.conn, run.tenant_id, run.run_id, NAMED)
-    return outcome(counts, named, required_unmet(tx, run))
+    excluded = _excluded(tx, run) if counts.get(OpState.NOT_STARTED) else []
+    return outcome(counts, named, required_unmet(tx, run, excluded), excluded)
 
 
-def required_unmet(tx: Tx, run: Run) -> dict[str, str | None]:
+def _excluded(tx: Tx, run: Run) -> list[str]:
+    """The run's operations an approved amendment left out (``not_started`` with the
+    amendment as evidence; ``flows.amendment_changes.exclude``)."""
+    return ledger.excluded_by_amendment(tx.conn, run.tenant_id, run.run_id)
+
+
+def required_unmet(
+    tx: Tx, run: Run, excluded: list[str] | None = None
+) -> dict[str, str | None]:
     """The operations the run's ``done_when`` requires that are not confirmed (read only
-    for a run whose ``done_when`` names some: other completions read nothing more)."""
+    for a run whose ``done_when`` names some: other completions read nothing more).
+    One an approved amendment ``excluded`` is no longer required: the job changed."""
     required = run.done_when["operations"] if run.done_when else []
+    required = [op for op in required if op not in (excluded or [])]
     if not required:
         return {}
     states = (

@@ -136,6 +136,25 @@ def ids_by_state(
     return out
 
 
+def excluded_by_amendment(conn: Connection, tenant_id: str, run_id: str) -> list[str]:
+    """The run's ``not_started`` operations whose evidence is an approved amendment that
+    left them out, in declaration order (read only when the run has ``not_started`` ones)."""
+    rows = conn.execute(
+        sa.select(_OPS.c.operation_id, _OPS.c.evidence)
+        .where(
+            _OPS.c.tenant_id == tenant_id,
+            _OPS.c.run_id == run_id,
+            _OPS.c.state == "not_started",
+        )
+        .order_by(_OPS.c.position)
+    ).all()
+    return [
+        str(op_id)
+        for op_id, evidence in rows
+        if isinstance(evidence, dict) and evidence.get("excluded_by_amendment")
+    ]
+
+
 def states_of(
     conn: Connection, tenant_id: str, run_id: str, operation_ids: list[str]
 ) -> dict[str, str]:
