@@ -145,7 +145,8 @@ def test_only_the_owner_completes_and_settles_others_report_findings(
         "worker_id": "checker",
     }
     page = signed_in(client, core, creds).get("/runs/own-1").text
-    assert "Finding reported by worker checker (runtime key " + k.helper_id in page
+    # A named key is shown by its name; an unnamed one by its id.
+    assert "Finding reported by worker checker (runtime key “helper”)" in page
     assert f"worker worker-a (runtime key {k.owner_id})" in page  # the completion owner
     run_now = client.get("/v1/runs/own-1", headers=bearer(creds.owner_token)).json()
     assert run_now["state"] == "working" and run_now["operations"]["counts"] == {"sent": 1}
@@ -252,7 +253,7 @@ def test_takeover_is_recorded_and_in_flight_work_blocks_a_retry_until_superseded
 
     page = signed_in(client, core, creds).get("/runs/job-1").text
     assert "The previous owner may still act" in page
-    assert f"worker worker-b (runtime key {k.helper_id})" in page
+    assert "worker worker-b (runtime key “helper”)" in page
     assert "took the run over for worker worker-b" in page
     assert "which may still act" in page
     assert "Superseded by worker worker-b" in page and why in page
@@ -437,3 +438,33 @@ def test_a_cancellation_names_who_asked_on_every_step_it_causes(
     [marked] = [s for s in steps if s.get("state") == "not_started"]
     for step in (stopping, marked):
         assert step["actor"]["kind"] == "user" and step["actor"]["user_id"] == creds.owner_id
+
+
+def test_the_trace_names_credentials_by_their_names_and_says_delegated_token(
+    client: TestClient, core: Core, creds: TenantCreds
+) -> None:
+    """The timeline and the ledger say "delegated token “checker”" for a token's step, not
+    "runtime key dlg_…"; a named key is shown by its name."""
+    k = keys(core, creds)
+    make_run(client, creds, "own-names", k.helper, worker_id="worker-h")
+    assert post(client, "/v1/runs/own-names/operations", k.helper, task("t1")).status_code == 201
+    assert patch(client, "own-names", "t1", k.helper, "sent").status_code == 200
+    minted = post(
+        client,
+        "/v1/runs/own-names/delegations",
+        k.helper,
+        {"capabilities": ["runs.report"], "expires_in": 600, "name": "checker"},
+    )
+    assert minted.status_code == 201, minted.text
+    token = minted.json()["token"]
+    found = post(
+        client,
+        "/v1/runs/own-names/operations/t1/findings",
+        token,
+        {"finding": "conflict", "evidence": {"status": 409}},
+    )
+    assert found.status_code == 201, found.text
+    page = signed_in(client, core, creds).get("/runs/own-names").text
+    assert "Finding reported by delegated token “checker”" in page
+    assert "worker worker-h (runtime key “helper”)" in page  # the completion owner
+    assert token not in page

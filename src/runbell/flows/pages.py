@@ -41,7 +41,7 @@ from runbell.flows.operation_views import OperationView, operation_view
 from runbell.flows.run_history import TraceStep, run_history
 from runbell.flows.runs import RunSnapshot, get_run
 from runbell.flows.trail import members
-from runbell.store import amendments, destinations, endpoints, feed, operations, runs
+from runbell.store import accounts, amendments, destinations, endpoints, feed, operations, runs
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 from runbell.store.amendments import Amendment
@@ -91,6 +91,7 @@ class RunPageShown(TypedDict):
     decided_review: InputRequest | None  # the last review decision, once one was made
     operations: list[OperationView]
     people: dict[str, str]  # user id -> email (members only)
+    credentials: dict[str, str]  # credential id -> its name (keys and tokens that have one)
     asked: dict[str, str]  # input request id -> its summary
     endpoints: dict[str, str]  # webhook endpoint id -> its label
     trace: list[TraceStep]  # every step, oldest first, with who caused it (flows.run_history)
@@ -182,7 +183,8 @@ def run_page(
     it is of this run and this person answered it, else None; ``operations`` the
     run's ledger in declaration order (``flows.operation_views.operation_view``);
     ``people`` maps the user ids named in the ledger's evidence and the notifications'
-    closing reasons to emails (members of the tenant only); ``asked`` maps the input
+    closing reasons to emails (members of the tenant only); ``credentials`` the API keys
+    and delegated tokens the trace names to their names (those that have one); ``asked`` maps the input
     requests the timeline names (``input request <id>``) to their summaries;
     ``endpoints`` maps the webhook endpoints the deliveries went to to a label.
     """
@@ -222,6 +224,19 @@ def run_page(
             if user_id:
                 named.add(str(user_id))
         people = members(conn, who.tenant_id, named)
+        owner_credential = snapshot["completion_owner"].get("credential_id")
+        credentials = accounts.credential_names(
+            conn,
+            who.tenant_id,
+            {
+                str(c)
+                for c in (
+                    owner_credential,
+                    *((step.get("actor") or {}).get("credential_id") for step in trace),
+                )
+                if c
+            },
+        )
         asked = {}
         for tr in transitions:
             m = _ASKED.fullmatch(str(tr.reason or ""))
@@ -263,6 +278,7 @@ def run_page(
         "decided_review": decided,
         "operations": ledger,
         "people": people,
+        "credentials": credentials,
         "asked": asked,
         "endpoints": {k: v for k, v in labels.items() if k in hooks},
         "trace": trace,

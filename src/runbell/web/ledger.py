@@ -89,7 +89,7 @@ def _trace_view(op: OperationView, people: dict[str, str], v: Viewer | None) -> 
     findings = [
         {
             "finding": str(f.get("finding")),
-            "by": actor_text(f.get("actor"), people, me),
+            "by": actor_text(f.get("actor"), people, me, people),
             "evidence": wording.evidence_rows(f.get("evidence"), people),
         }
         for f in op.get("reports") or []
@@ -97,7 +97,7 @@ def _trace_view(op: OperationView, people: dict[str, str], v: Viewer | None) -> 
     ]
     sup = op.get("superseded")
     superseded = (
-        {"reason": sup.get("reason"), "by": actor_text(sup.get("actor"), people, me)}
+        {"reason": sup.get("reason"), "by": actor_text(sup.get("actor"), people, me, people)}
         if isinstance(sup, dict)
         else None
     )
@@ -130,7 +130,8 @@ def ledger_view(
     people: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Operations section: the counts text, the outcome, each group with its items
-    (and, for an item that was ever in doubt, its history)."""
+    (and, for an item that was ever in doubt, its history). ``people``: user ids and
+    credential ids to the email or name shown for them."""
     people = people or {}
     groups = []
     for key, label, states in LEDGER_GROUPS:

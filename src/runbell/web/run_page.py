@@ -105,7 +105,9 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         review_decided=parts.decided_view(v, shown["decided_review"]),
         job=parts.job_view(snapshot),
         schedule=snapshot.get("schedule"),  # started under a schedule (issue 18 item 6)
-        ledger=ledger_view(snapshot, shown["operations"], v, shown["people"]),
+        ledger=ledger_view(
+            snapshot, shown["operations"], v, {**shown["people"], **shown["credentials"]}
+        ),
         may_answer=shown["answer_refusal"] is None,
         answer_refusal=shown["answer_refusal"],
         cancel=parts.cancel_view(v, run, snapshot, shown, state.cancel_error),
@@ -133,9 +135,13 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         amend_refusal=None if snapshot["terminal"] else shown["amend_refusal"],
         amend_error=state.amend_error,
         idempotency_key=secrets.token_urlsafe(24),
-        timeline=trace.timeline(v, shown["trace"], shown["asked"], shown["people"]),
+        timeline=trace.timeline(
+            v, shown["trace"], shown["asked"], shown["people"], shown["credentials"]
+        ),
         completion_owner={
-            "text": trace.owner_text(snapshot["completion_owner"], shown["people"], v.who.user_id),
+            "text": trace.owner_text(
+                snapshot["completion_owner"], shown["people"], v.who.user_id, shown["credentials"]
+            ),
             "previous_may_still_act": bool(snapshot["completion_owner"]["previous_may_still_act"]),
         },
         notes=[

@@ -16,6 +16,7 @@ from runbell.web.viewer import Viewer
 
 #: What each kind of credential is called on the page.
 _CREDENTIAL = {"admin": "admin key", "runtime": "runtime key"}
+_NO_NAMES: Mapping[str, str] = {}
 _ACTION = {
     "declared": "declared",
     "moved": "moved",
@@ -24,9 +25,15 @@ _ACTION = {
 }
 
 
-def actor_text(actor: Mapping[str, Any] | None, people: Mapping[str, str], me: str | None) -> str:
-    """Who or what caused a step, in words ("worker-a (runtime key key_…)", "you",
-    "the state reader"); "not recorded" for a step from before the trace."""
+def actor_text(
+    actor: Mapping[str, Any] | None,
+    people: Mapping[str, str],
+    me: str | None,
+    names: Mapping[str, str] = _NO_NAMES,
+) -> str:
+    """Who or what caused a step, in words ("worker worker-a (runtime key “ci”)", "you",
+    "delegated token “reviewer”", "the state reader"); "not recorded" for a step from
+    before the trace. ``names``: credential id → its name (else the id is shown)."""
     if not actor:
         return "not recorded"
     kind = actor.get("kind")
@@ -42,24 +49,44 @@ def actor_text(actor: Mapping[str, Any] | None, people: Mapping[str, str], me: s
     if kind == "sweep":
         return f"the {actor.get('sweep', 'scheduled')} sweep"
     credential = actor.get("credential_id")
-    what = _CREDENTIAL.get(str(actor.get("role")), "credential")
-    named = f"{what} {credential}" if credential else what
+    if kind == "delegated":
+        what = "delegated token"
+    else:
+        what = _CREDENTIAL.get(str(actor.get("role")), "credential")
+    name = names.get(str(credential)) if credential else None
+    named = f"{what} “{name}”" if name else f"{what} {credential}" if credential else what
     return f"worker {worker} ({named})" if worker else named
 
 
-def owner_text(owner: Mapping[str, Any], people: Mapping[str, str], me: str | None) -> str:
+def owner_text(
+    owner: Mapping[str, Any],
+    people: Mapping[str, str],
+    me: str | None,
+    names: Mapping[str, str] = _NO_NAMES,
+) -> str:
     """The run's completion owner in words."""
     if not owner.get("credential_id"):
         return "not recorded (any credential of the tenant may act, as before owners existed)"
+    credential = str(owner["credential_id"])
     return actor_text(
-        {"kind": "key", "credential_id": owner["credential_id"], "worker_id": owner["worker_id"]},
+        {
+            "kind": "delegated" if credential.startswith("dlg_") else "key",
+            "role": "runtime",
+            "credential_id": credential,
+            "worker_id": owner["worker_id"],
+        },
         people,
         me,
+        names,
     )
 
 
 def timeline(
-    v: Viewer, steps: list[TraceStep], asked: dict[str, str], people: Mapping[str, str]
+    v: Viewer,
+    steps: list[TraceStep],
+    asked: dict[str, str],
+    people: Mapping[str, str],
+    names: Mapping[str, str] = _NO_NAMES,
 ) -> list[dict[str, Any]]:
     """The trace as the page's timeline rows, newest first. An answer to the run's own
     question is its ``answered`` transition already (same person, same moment), so it is
@@ -75,7 +102,7 @@ def timeline(
             "kind": step["kind"],
             "at": v.time(at) if at else "",
             "at_iso": step.get("at"),
-            "by": actor_text(step.get("actor"), people, me),
+            "by": actor_text(step.get("actor"), people, me, names),
             "reason": None,
             "version": None,
         }
