@@ -449,7 +449,10 @@ def test_luis_may_view_the_project_but_not_amend_and_an_amender_excludes_legal_r
         "/v1/runs/dates",
         json={
             "owner": creds.owner_email,
-            "done_when": {"text": "all twelve moved", "operations": [f"t{i}" for i in range(1, 13)]},
+            "done_when": {
+                "text": "all twelve moved",
+                "operations": [f"t{i}" for i in range(1, 13)],
+            },
         },
         headers=bearer(creds.runtime_key),
     )

@@ -33,8 +33,8 @@ from runbell.domain.channels import offered
 from runbell.domain.jobs import unmet
 from runbell.domain.operations import (
     IN_FLIGHT,
-    OpState,
     Completion,
+    OpState,
     Outcome,
     counts_text,
     normalized,
@@ -89,9 +89,7 @@ def _excluded(tx: Tx, run: Run) -> list[str]:
     return ledger.excluded_by_amendment(tx.conn, run.tenant_id, run.run_id)
 
 
-def required_unmet(
-    tx: Tx, run: Run, excluded: list[str] | None = None
-) -> dict[str, str | None]:
+def required_unmet(tx: Tx, run: Run, excluded: list[str] | None = None) -> dict[str, str | None]:
     """The operations the run's ``done_when`` requires that are not confirmed (read only
     for a run whose ``done_when`` names some: other completions read nothing more).
     One an approved amendment ``excluded`` is no longer required: the job changed."""

@@ -184,8 +184,8 @@ def run_page(
     run's ledger in declaration order (``flows.operation_views.operation_view``);
     ``people`` maps the user ids named in the ledger's evidence and the notifications'
     closing reasons to emails (members of the tenant only); ``credentials`` the API keys
-    and delegated tokens the trace names to their names (those that have one); ``asked`` maps the input
-    requests the timeline names (``input request <id>``) to their summaries;
+    and delegated tokens the trace names to their names (those that have one); ``asked``
+    maps the input requests the timeline names (``input request <id>``) to their summaries;
     ``endpoints`` maps the webhook endpoints the deliveries went to to a label.
     """
     snapshot = get_run(core, who, run_id)  # the access check, and the API's view of the run
