@@ -277,13 +277,7 @@ def _owner_key(who: Principal, run: Run, key: str | None, digest: str) -> Idempo
     without an Idempotency-Key."""
     if not who.is_user or who.user_id is None or who.user_id != run.owner_user_id:
         raise Forbidden(NOT_OWNER)
-    if not key or not key.strip():
-        raise ValidationFailed(
-            "send an Idempotency-Key header (any unique string, reused only to retry "
-            "this same answer)",
-            field="Idempotency-Key",
-        )
-    return IdempotencyKey(who.tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
+    return idempotency.answer_key(who.tenant_id, who.user_id, key, digest)
 
 
 def _check_decision(answer: AnswerFields) -> None:

@@ -188,14 +188,7 @@ def _authorized_key(tx: Tx, asked: Asked, run: Run, req: InputRequest) -> Idempo
             raise NotFound(f"no input request {asked.request_id!r}")
         raise Forbidden(refusal)
     assert who.user_id is not None
-    if not asked.key or not asked.key.strip():
-        raise ValidationFailed(
-            "send an Idempotency-Key header (any unique string, reused only to retry "
-            "this same answer)",
-            field="Idempotency-Key",
-        )
-    key = idempotency.check_key(asked.key) or asked.key
-    return IdempotencyKey(who.tenant_id, who.user_id, key, asked.digest)
+    return idempotency.answer_key(who.tenant_id, who.user_id, asked.key, asked.digest)
 
 
 def _record(tx: Tx, asked: Asked, run: Run, req: InputRequest) -> None:

@@ -87,6 +87,18 @@ def check_key(value: str | None) -> str | None:
     return value
 
 
+def answer_key(tenant_id: str, user_id: str, value: str | None, digest: str) -> IdempotencyKey:
+    """The key of a person's answer (to a request, a review, an amendment), which must
+    carry one: a retried answer is replayed, never applied twice. 422 naming the header
+    when it is missing or unusable."""
+    if not value or not value.strip():
+        raise ValidationFailed(
+            f"send an {HEADER} header (any unique string, reused only to retry this same answer)",
+            field=HEADER,
+        )
+    return IdempotencyKey(tenant_id, user_id, check_key(value) or value, digest)
+
+
 def fingerprint(doc: Any) -> str:
     """A stable hash of what the request asked for (key order does not matter)."""
     canonical = json.dumps(doc, sort_keys=True, ensure_ascii=False, default=str)

@@ -23,7 +23,7 @@ from runbell.flows import idempotency, views
 from runbell.flows.approvers import may_answer
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
-from runbell.flows.idempotency import Answer, IdempotencyKey
+from runbell.flows.idempotency import Answer
 from runbell.flows.input_requests import AnswerFields
 from runbell.flows.ownership import actor_of
 from runbell.flows.review import pending
@@ -66,13 +66,7 @@ def answer_in_tx(
     if not may_answer(tx.conn, who, run, req):
         raise Forbidden(NOT_AUTHORIZED)
     assert who.user_id is not None  # may_answer holds for people only
-    if not key or not key.strip():
-        raise ValidationFailed(
-            "send an Idempotency-Key header (any unique string, reused only to retry "
-            "this same answer)",
-            field="Idempotency-Key",
-        )
-    ik = IdempotencyKey(who.tenant_id, who.user_id, idempotency.check_key(key) or key, digest)
+    ik = idempotency.answer_key(who.tenant_id, who.user_id, key, digest)
     replay = idempotency.stored(tx.conn, core.box, ik)
     if replay is not None:
         return replay
