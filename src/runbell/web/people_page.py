@@ -128,7 +128,7 @@ def grant_form(signed: Checked, core: CoreDep) -> Response:
     try:
         answer = grants.grant(core, v.who, _body(draft))
     except ValidationFailed as exc:
-        text = "That grant was not made: " + wording.conflict_text(exc.detail)
+        text = f"That grant was not made: {exc.detail.strip().rstrip('.')}. Nothing changed."
         return people_page(core, v, error=text, draft=draft, status=422)
     made: dict[str, Any] = json.loads(answer.body)
     saved = "granted" if answer.status == 201 else "existing"
