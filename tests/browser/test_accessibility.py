@@ -5,7 +5,8 @@ and found nothing the two did not; colour contrast follows the theme, reflow the
 
 The pages: sign-in (plain, from a deep link), an expired sign-in link, a wrong address,
 the inbox (needs you, for your information, earlier), the runs overview, settings (with
-the attention policy), a run page in each state (working with progress, waiting for an
+the attention policy), the people page (with a grant), a run page in each state (working
+with progress and delegated tokens, waiting for an
 approval, waiting for a choice, finished under review, finished after a settled lookup,
 failed, cancelled, a pending proposed change), a stale deep link, a digest, the "no
 access" page, the demo mailbox, and the API reference (/docs, /redoc) whole: the Swagger
@@ -125,6 +126,15 @@ def scenario(
     try:
         runtime.create_run("a11y-working", title="Refactor the billing module")
         runtime.progress("a11y-working", "running tests", done=2, total=5, unit="test files")
+        # Delegated tokens on the working run: one active, one revoked.
+        for name in ("test helper", "linter"):
+            made = ok(
+                runtime.http.post(
+                    "/v1/runs/a11y-working/delegations",
+                    json={"capabilities": ["runs.read"], "expires_in": 3600, "name": name},
+                )
+            )
+        ok(admin.delete(f"/v1/delegations/{made['id']}"))
 
         runtime.create_run("a11y-ask", title="Deploy the API to staging")
         expires = (core.db.clock() + timedelta(hours=1)).isoformat()
@@ -181,6 +191,17 @@ def scenario(
             )
         )
         bobs.close()
+        # The people page with a grant.
+        ok(
+            admin.post(
+                "/v1/subject-grants",
+                json={
+                    "user": "bob@a11y.test",
+                    "subject": {"type": "project", "id": "a11y"},
+                    "role": "amender",
+                },
+            )
+        )
 
         # A digest of two quiet completions.
         rule = {
@@ -214,6 +235,7 @@ def scenario(
             "inbox": "/",
             "runs": "/runs",
             "settings": "/settings",
+            "people": "/people",
             "stale deep link": f"/n/{stale}",
             "digest": f"/n/{digest}",
             "no access": "/runs/nobody-has-this",

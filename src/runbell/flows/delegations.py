@@ -23,7 +23,7 @@ from runbell.domain.text import public_text
 from runbell.flows import scope, views
 from runbell.flows.context import Core
 from runbell.flows.inputs import DelegationBody
-from runbell.store import delegations, runs
+from runbell.store import accounts, delegations, runs
 from runbell.store.delegations import Delegation
 
 
@@ -134,6 +134,36 @@ def list_for_run(core: Core, who: Principal, run_id: str) -> DelegationList:
     return {"run_id": run_id, "delegations": [view(d, now) for d in found]}
 
 
+class DelegationShown(DelegationView):
+    """A delegated token on the run page: with the name of the key that minted it, and
+    whether this caller may revoke it (:func:`revoke` decides the same way)."""
+
+    minted_by_name: str | None
+    may_revoke: bool
+
+
+def _may_revoke(who: Principal, key_id: str) -> bool:
+    """The key that minted a token, or an admin (a person or an admin key)."""
+    minter = who.kind == "key" and who.token_id is None and who.key_id == key_id
+    return minter or who.is_admin
+
+
+def shown_for_run(core: Core, who: Principal, run_id: str) -> list[DelegationShown]:
+    """The run page's Delegated tokens: :func:`list_for_run`'s (the same 404 for whoever
+    may not see them), each with the name of the key that minted it (never a secret)."""
+    listed = list_for_run(core, who, run_id)["delegations"]
+    with core.db.read() as conn:
+        names = accounts.key_names(conn, who.tenant_id, {d["minted_by"] for d in listed})
+    return [
+        {
+            **d,
+            "minted_by_name": names.get(d["minted_by"]),
+            "may_revoke": _may_revoke(who, d["minted_by"]),
+        }
+        for d in listed
+    ]
+
+
 def revoke(core: Core, who: Principal, delegation_id: str) -> DelegationView:
     """Revoke a token at once (its next request is 401): by the key that minted it or an
     admin. 404 for an unknown token, another tenant's, or one of a run outside the
@@ -146,8 +176,7 @@ def revoke(core: Core, who: Principal, delegation_id: str) -> DelegationView:
         run = runs.get_run(tx.conn, who.tenant_id, found.run_id)
         if run is not None and not scope.in_scope(who, run):
             raise NotFound(f"no delegated token {delegation_id!r}")
-        minter = who.kind == "key" and who.token_id is None and who.key_id == found.key_id
-        if not (minter or who.is_admin):
+        if not _may_revoke(who, found.key_id):
             raise Forbidden("only the key that minted a delegated token, or an admin, revokes it")
         if found.revoked_at is None:
             delegations.revoke(tx.conn, who.tenant_id, delegation_id, tx.now)

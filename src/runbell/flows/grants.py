@@ -22,7 +22,7 @@ from typing import TypedDict
 
 import structlog
 
-from runbell.domain.errors import NotFound, ValidationFailed
+from runbell.domain.errors import Forbidden, NotFound, ValidationFailed
 from runbell.domain.people import ROLES
 from runbell.domain.principal import Principal
 from runbell.flows import views
@@ -133,6 +133,55 @@ def list_grants(core: Core, who: Principal, user: str | None = None) -> GrantLis
         rows = store.listed(conn, who.tenant_id, user_id=user_id)
         emails = {g.user_id: destinations.email_of(conn, g.user_id) for g in rows}
     return {"grants": [_shown(g, emails.get(g.user_id)) for g in rows]}
+
+
+class MemberGrants(TypedDict):
+    """A current member of the tenant with their role and their subject grants."""
+
+    id: str
+    email: str
+    name: str | None
+    role: str  # owner | admin | member
+    grants: list[GrantView]
+
+
+class People(TypedDict):
+    """The web app's people page: every current member with their grants, and the grants
+    of people who are no longer members (still listed, so an admin can revoke them)."""
+
+    members: list[MemberGrants]
+    former: list[GrantView]
+    roles: list[str]
+
+
+def people(core: Core, who: Principal) -> People:
+    """The tenant's members and their subject grants: admins only (403), as the API's
+    ``/v1/subject-grants``."""
+    if not who.is_admin:
+        raise Forbidden("only administrators manage subject grants")
+    with core.db.read() as conn:
+        members = accounts.current_members(conn, who.tenant_id)
+        rows = store.listed(conn, who.tenant_id)
+        current = {m.user_id for m in members}
+        emails: dict[str, str | None] = {m.user_id: m.email for m in members}
+        for g in rows:
+            if g.user_id not in emails:
+                emails[g.user_id] = destinations.email_of(conn, g.user_id)
+    shown = [_shown(g, emails.get(g.user_id)) for g in rows]
+    return {
+        "members": [
+            {
+                "id": m.user_id,
+                "email": m.email,
+                "name": m.name,
+                "role": m.role,
+                "grants": [g for g in shown if g["user"]["id"] == m.user_id],
+            }
+            for m in members
+        ],
+        "former": [g for g in shown if g["user"]["id"] not in current],
+        "roles": list(ROLES),
+    }
 
 
 def revoke(core: Core, who: Principal, grant_id: str) -> GrantView:

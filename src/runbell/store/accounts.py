@@ -289,6 +289,39 @@ def find_user(conn: Connection, tenant_id: str, ref: str) -> str:
     return str(row[0])
 
 
+@dataclass(frozen=True, slots=True)
+class MemberRow:
+    """A current member of a tenant, as the people page lists them."""
+
+    user_id: str
+    email: str
+    name: str | None
+    role: str  # owner | admin | member
+
+
+def current_members(conn: Connection, tenant_id: str) -> list[MemberRow]:
+    """The tenant's current members (not revoked), by email."""
+    m, u = t.memberships, t.users
+    rows = conn.execute(
+        sa.select(u.c.id, u.c.email, u.c.name, m.c.role)
+        .join(m, m.c.user_id == u.c.id)
+        .where(m.c.tenant_id == tenant_id, m.c.revoked_at.is_(None))
+        .order_by(u.c.email)
+    ).all()
+    return [MemberRow(str(r.id), str(r.email), r.name, str(r.role)) for r in rows]
+
+
+def key_names(conn: Connection, tenant_id: str, key_ids: set[str]) -> dict[str, str | None]:
+    """The names of some of the tenant's API keys (never a secret or a hash), by id."""
+    if not key_ids:
+        return {}
+    k = t.api_keys
+    rows = conn.execute(
+        sa.select(k.c.id, k.c.name).where(k.c.tenant_id == tenant_id, k.c.id.in_(sorted(key_ids)))
+    ).all()
+    return {str(r.id): r.name for r in rows}
+
+
 def first_owner(conn: Connection, tenant_id: str) -> str:
     """The tenant's longest-standing current owner (on a first start: its first user)."""
     m = t.memberships

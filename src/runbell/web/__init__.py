@@ -13,7 +13,9 @@ part of the app, each with its routes (no ``/v1`` prefix, not in the OpenAPI doc
   operation that was in doubt)
 - :mod:`~runbell.web.cancel_form`: cancelling from the run page
 - :mod:`~runbell.web.amend_form`: proposing a change from the run page
+- :mod:`~runbell.web.delegation_form`: revoking a delegated token from the run page
 - :mod:`~runbell.web.settings`: ``/settings`` and what hangs off it
+- :mod:`~runbell.web.people_page`: ``/people``, members and their subject grants (admins)
 - :mod:`~runbell.web.assets`: ``/sw.js``, ``/favicon.ico``, ``/static``
 - :mod:`~runbell.web.apidocs`: ``/docs`` and ``/redoc``
 
@@ -39,15 +41,28 @@ def install(app: FastAPI) -> None:
         apidocs,
         assets,
         cancel_form,
+        delegation_form,
         forms,
         inbox,
+        people_page,
         run_page,
         runs_page,
         settings,
         signin,
     )
 
-    for part in (signin, inbox, runs_page, run_page, cancel_form, amend_form, settings, assets):
+    for part in (
+        signin,
+        inbox,
+        runs_page,
+        run_page,
+        cancel_form,
+        amend_form,
+        delegation_form,
+        settings,
+        people_page,
+        assets,
+    ):
         app.include_router(part.router)
     app.mount("/static", StaticFiles(directory=assets.STATIC_DIR), name="static")
     forms.install_handlers(app)

@@ -27,7 +27,7 @@ from fastapi.responses import RedirectResponse, Response
 from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.flows import answers, inbox, pages, receipts, views
+from runbell.flows import answers, delegations, inbox, pages, receipts, views
 from runbell.flows.context import Core
 from runbell.flows.inbox import NotificationDetail
 from runbell.flows.inputs import AnswerBody
@@ -55,6 +55,7 @@ class RunPageState:
     form_error: str | None = None
     cancel_error: str | None = None
     amend_error: str | None = None
+    delegation_error: str | None = None
     status: int = 200
 
 
@@ -134,6 +135,8 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         may_propose=not snapshot["terminal"] and shown["amend_refusal"] is None,
         amend_refusal=None if snapshot["terminal"] else shown["amend_refusal"],
         amend_error=state.amend_error,
+        delegations=parts.delegations_view(v, _delegations(core, v.who, run_id)),
+        delegation_error=state.delegation_error,
         idempotency_key=secrets.token_urlsafe(24),
         timeline=trace.timeline(
             v, shown["trace"], shown["asked"], shown["people"], shown["credentials"]
@@ -191,6 +194,15 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         },
     )
     return render("run.html.j2", ctx, status=state.status)
+
+
+def _delegations(core: Core, who: Principal, run_id: str) -> list[delegations.DelegationShown]:
+    """This run's delegated tokens for those the flow shows them to (admins); nobody else
+    learns whether there are any."""
+    try:
+        return delegations.shown_for_run(core, who, run_id)
+    except (NotFound, Forbidden):
+        return []
 
 
 @router.get("/runs/{run_id}")

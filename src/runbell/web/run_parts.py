@@ -12,6 +12,7 @@ from urllib.parse import quote, urlsplit
 
 from runbell.domain.records import DeliveryAttempts, InputRequest, Run, Transition
 from runbell.flows import views
+from runbell.flows.delegations import DelegationShown
 from runbell.flows.pages import RunPageShown
 from runbell.flows.runs import RunSnapshot
 from runbell.web import wording
@@ -183,3 +184,32 @@ def deliveries_view(
             }
         )
     return out
+
+
+DELEGATION_STATE = {"active": "Active", "expired": "Expired", "revoked": "Revoked"}
+
+
+def delegations_view(v: Viewer, found: list[DelegationShown]) -> list[dict[str, Any]]:
+    """The Delegated tokens block: each token's name, the key that minted it (its name,
+    never a secret), what it may do, when it expires, its state and whether this person
+    may revoke it. Never the token's secret or hash (the flow never returns them)."""
+
+    def at(value: str | None) -> str | None:
+        return v.time(datetime.fromisoformat(value)) if value else None
+
+    return [
+        {
+            "id": d["id"],
+            "name": d["name"],
+            "minted_by": d["minted_by_name"] or "an unnamed key",
+            "key_id": d["minted_by"],
+            "capabilities": ", ".join(d["capabilities"]),
+            "created": at(d["created_at"]),
+            "expires": at(d["expires_at"]),
+            "revoked": at(d["revoked_at"]),
+            "state": d["state"],
+            "state_label": DELEGATION_STATE.get(d["state"], d["state"]),
+            "may_revoke": d["may_revoke"] and d["state"] == "active",
+        }
+        for d in found
+    ]

@@ -9,6 +9,9 @@ destinations, and the browsers that get notifications.
                                                             the last 7 days, then save it
 =========================================================  =================================
 
+It also lists, read-only, the subjects an administrator granted this person (granted and
+revoked on the people page, :mod:`runbell.web.people_page`).
+
 The form is validated as the API validates ``PUT /v1/me/preferences``; a refused form is
 shown again as it was sent, with why.
 """
@@ -29,7 +32,7 @@ from runbell.domain.channels import ALL_URGENCIES, PERSON_CHANNELS
 from runbell.domain.errors import Forbidden, RunbellError, ValidationFailed
 from runbell.domain.policy import TenantPolicy
 from runbell.domain.quiet_hours import quiet_windows
-from runbell.flows import dry_run, policy, preferences
+from runbell.flows import dry_run, grants, policy, preferences
 from runbell.flows.context import Core
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
@@ -87,6 +90,8 @@ def settings_page(
     chats = [{**c, "mine": not c["shared"]} for c in preferences.chat_destinations(core, v.who)]
     devices = preferences.subscriptions(core, v.who)
     windows = [*prefs["quiet_hours"], {"start": "", "end": ""}]
+    assert v.who.user_id is not None  # a signed-in person
+    mine = grants.list_grants(core, v.who, v.who.user_id)["grants"]
     ctx = v.base("settings", "Settings")
     ctx.update(
         prefs=draft or {**prefs, "quiet_hours": windows},
@@ -106,6 +111,9 @@ def settings_page(
         error=error,
         saved=saved,
         is_admin=v.who.is_admin,
+        my_grants=[
+            {**g, "role_text": wording.GRANT_ROLE_TEXT.get(g["role"], g["role"])} for g in mine
+        ],
         policy_text=policy_draft if policy_draft is not None else _own_policy(core, v),
         preview=preview,
         policy_error=policy_error,

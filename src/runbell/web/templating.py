@@ -68,6 +68,7 @@ def render(
         "signed_in": False,
         "csrf_token": "",
         "me_email": "",
+        "nav_people": False,
         "page": "message",
         "body_data": {},
     }

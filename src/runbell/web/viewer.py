@@ -45,6 +45,8 @@ class Viewer:
             "csrf_token": self.session.csrf_token,
             "me_email": self.email,
             "body_data": {},
+            # The People page is for administrators (as /v1/subject-grants).
+            "nav_people": self.who.is_admin,
         }
 
 

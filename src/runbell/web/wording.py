@@ -307,3 +307,11 @@ WEBHOOK_EVENT_LABEL = {
     "notification.created": "new notification",
     "notification.closed": "notification closed",
 }
+
+
+#: What each role of a subject grant lets the member do (domain.people), in words.
+GRANT_ROLE_TEXT = {
+    "viewer": "Viewer: sees its runs",
+    "approver": "Approver: sees its runs and answers their requests",
+    "amender": "Amender: sees its runs and proposes changes to them",
+}
