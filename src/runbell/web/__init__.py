@@ -13,6 +13,8 @@ part of the app, each with its routes (no ``/v1`` prefix, not in the OpenAPI doc
   operation that was in doubt)
 - :mod:`~runbell.web.cancel_form`: cancelling from the run page
 - :mod:`~runbell.web.amend_form`: proposing a change from the run page
+- :mod:`~runbell.web.schedules_page`: ``/schedules`` and ``/schedules/{id}``, scheduled
+  work: list, create, a new instruction version, pause, resume, revoke
 - :mod:`~runbell.web.settings`: ``/settings`` and what hangs off it
 - :mod:`~runbell.web.assets`: ``/sw.js``, ``/favicon.ico``, ``/static``
 - :mod:`~runbell.web.apidocs`: ``/docs`` and ``/redoc``
@@ -43,11 +45,23 @@ def install(app: FastAPI) -> None:
         inbox,
         run_page,
         runs_page,
+        schedules_page,
         settings,
         signin,
     )
 
-    for part in (signin, inbox, runs_page, run_page, cancel_form, amend_form, settings, assets):
+    parts = (
+        signin,
+        inbox,
+        runs_page,
+        run_page,
+        cancel_form,
+        amend_form,
+        schedules_page,
+        settings,
+        assets,
+    )
+    for part in parts:
         app.include_router(part.router)
     app.mount("/static", StaticFiles(directory=assets.STATIC_DIR), name="static")
     forms.install_handlers(app)
