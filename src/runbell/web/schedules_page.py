@@ -39,6 +39,7 @@ from runbell.flows.inputs import ScheduleBody, ScheduleEdit
 from runbell.flows.schedule_views import ScheduleView, StartedRun
 from runbell.web import wording
 from runbell.web.forms import Checked, Form, Session
+from runbell.web.runs_page import ago
 from runbell.web.templating import render
 from runbell.web.viewer import Viewer, no_access, viewer
 
@@ -73,10 +74,12 @@ EMPTY_DRAFT = {
 
 
 def _at(v: Viewer, value: str | None) -> dict[str, str] | None:
+    """An instant as the page shows it: local time, and how long ago or until."""
     if not value:
         return None
     at = datetime.fromisoformat(value)
-    return {"iso": value, "time": v.time(at), "relative": wording.relative(at, v.now)}
+    relative = wording.relative(at, v.now) if at > v.now else ago(at, v.now)
+    return {"iso": value, "time": v.time(at), "relative": relative}
 
 
 def _who(people: dict[str, str], ref: str) -> str:
