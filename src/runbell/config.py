@@ -66,6 +66,7 @@ class Settings(BaseSettings):
     retention_receipts_days: int = Field(default=90, ge=1)
     retention_mismatches_days: int = Field(default=30, ge=1)
     retention_operator_events_days: int = Field(default=90, ge=1)
+    retention_schedule_firings_days: int = Field(default=90, ge=1)
     retention_batch: int = Field(
         default=1000, ge=1, le=10_000, description="Rows per prune statement (one transaction)."
     )

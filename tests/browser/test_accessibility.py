@@ -5,13 +5,13 @@ and found nothing the two did not; colour contrast follows the theme, reflow the
 
 The pages: sign-in (plain, from a deep link), an expired sign-in link, a wrong address,
 the inbox (needs you, for your information, earlier), the runs overview, settings (with
-the attention policy), the people page (with a grant), a run page in each state (working
-with progress and delegated tokens, waiting for an
-approval, waiting for a choice, finished under review, finished after a settled lookup,
-failed, cancelled, a pending proposed change), a stale deep link, a digest, the "no
-access" page, the demo mailbox, and the API reference (/docs, /redoc) whole: the Swagger
-UI and ReDoc bundles inside it are checked like our own markup (their colours are put right
-by apidocs.css and ReDoc's theme, their markup by the fix-up in apidocs.js).
+the attention policy), the people page (with a grant), the schedules list and a paused
+schedule, a run page in each state (working with progress and delegated tokens, waiting
+for an approval, waiting for a choice, finished under review, finished after a settled
+lookup, failed, cancelled, a pending proposed change), a stale deep link, a digest, the
+"no access" page, the demo mailbox, and the API reference (/docs, /redoc) whole: the
+Swagger UI and ReDoc bundles inside it are checked like our own markup (their colours are
+put right by apidocs.css and ReDoc's theme, their markup by the fix-up in apidocs.js).
 
 The theme is the browser's (app.css follows ``prefers-color-scheme``); Playwright emulates
 it per context. axe-core is the ``axe.min.js`` of the ``axe-playwright-python`` dev
@@ -223,6 +223,22 @@ def scenario(
             if n["attention_type"] == "digest"
         ]
         ok(admin.put("/v1/policy", json={"rules": []}))
+
+        # A schedule with two instruction versions and a run it started, paused.
+        schedule = ok(
+            me.post(
+                "/v1/schedules",
+                json={
+                    "name": "Invoice reconciliation",
+                    "instruction": "Reconcile yesterday's invoices against the ledger",
+                    "cadence": "0 9 * * 1-5",
+                    "authority": {"users": ["bob@a11y.test"]},
+                },
+            )
+        )["id"]
+        ok(me.patch(f"/v1/schedules/{schedule}", json={"instruction": "Reconcile and flag"}))
+        runtime.create_run("a11y-scheduled", title="Invoices of Monday", schedule={"id": schedule})
+        ok(me.post(f"/v1/schedules/{schedule}/pause", json={"reason": "quarter close"}))
     finally:
         me.close()
         admin.close()
@@ -236,6 +252,8 @@ def scenario(
             "runs": "/runs",
             "settings": "/settings",
             "people": "/people",
+            "schedules": "/schedules",
+            "schedule": f"/schedules/{schedule}",
             "stale deep link": f"/n/{stale}",
             "digest": f"/n/{digest}",
             "no access": "/runs/nobody-has-this",

@@ -7,7 +7,7 @@ cursors older than what is kept. Every test runs on SQLite and PostgreSQL.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from runbell.app import build, create_app
 from runbell.dispatch.scheduler import LOCK_IDS, Scheduler
-from runbell.flows import retention
+from runbell.flows import retention, schedule_firing
 from runbell.flows.context import Core
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import bearer, free_port, make_settings
@@ -592,6 +592,53 @@ def test_a_scheduler_that_is_not_the_leader_skips_retention(
     assert rows(core, "transitions", creds.tenant_id) == 2
 
 
+def test_fired_occurrences_of_a_schedule_past_their_period_are_pruned(
+    client: TestClient, core: Core, clock: Clock, creds: TenantCreds
+) -> None:
+    """A webhook schedule's firings (schedule_firings) go with the tenant's period, like
+    any other history: an old occurrence is pruned, the recent one and the schedule stay;
+    a tenant that keeps them longer keeps them, and another tenant's are never touched."""
+    beta = make_tenant(core, "beta")
+    nine = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
+    clock.freeze(nine - timedelta(minutes=2))
+    with WebhookReceiver() as rx:
+        made = {}
+        for who in (creds, beta):
+            body = {
+                "instruction": "Reconcile yesterday's invoices",
+                "cadence": "0 9 * * *",
+                "mode": "webhook",
+                "url": rx.url("/start"),
+            }
+            made[who.tenant_id] = ok(
+                client.post("/v1/schedules", json=body, headers=bearer(who.owner_token)), 201
+            )
+        rx.secrets = [m["secret"] for m in made.values()]
+        clock.freeze(nine + timedelta(seconds=30))
+        assert schedule_firing.sweep(core, clock()) == 2  # one occurrence each
+        clock.advance(100 * DAY.total_seconds())  # past the 90-day default
+        assert schedule_firing.sweep(core, clock()) == 2  # the latest missed one, each
+    assert rows(core, "schedule_firings", creds.tenant_id) == 2
+
+    # acme keeps its firings 200 days: nothing of its goes; beta's old one does.
+    retention.set_override(core, creds.tenant_id, {"schedule_firings": 200})
+    assert retention.run(core, clock()).counts["schedule_firings"] == 1
+    assert rows(core, "schedule_firings", creds.tenant_id) == 2
+    assert rows(core, "schedule_firings", beta.tenant_id) == 1
+    assert retention.periods(core, creds.tenant_id)["schedule_firings"] == (200, "tenant")
+
+    # Back to the default: acme's old occurrence goes, its recent one and the schedule stay.
+    retention.set_override(core, creds.tenant_id, {"schedule_firings": None})
+    assert retention.run(core, clock(), dry_run=True).counts["schedule_firings"] == 1
+    assert retention.run(core, clock()).counts["schedule_firings"] == 1
+    sched_id = made[creds.tenant_id]["id"]
+    shown = ok(client.get(f"/v1/schedules/{sched_id}", headers=bearer(creds.owner_token)))
+    assert [f["due_at"] for f in shown["firings"]] == [
+        (nine + timedelta(days=100)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ]
+    assert retention.run(core, clock()).counts["schedule_firings"] == 0
+
+
 # --- plans --------------------------------------------------------------------------------
 
 PRUNE_INDEX = {
@@ -603,6 +650,7 @@ PRUNE_INDEX = {
     "notifications": "ix_notifications_tenant_closed",
     "transitions": "ix_transitions_tenant_at",
     "mismatches": "ix_mismatches_tenant_created",
+    "schedule_firings": "ix_schedule_firings_tenant_created",
     "operator_events": "ix_operator_events_created",
 }
 HISTORY_ROWS = 20_000
@@ -633,6 +681,10 @@ SEED = (
          now() - i * :s""",
     """INSERT INTO operator_events (id, tenant_id, kind, detail, created_at)
          SELECT 'o' || i, :t, 'k', '{}', now() - i * :s""",
+    """INSERT INTO schedule_firings (tenant_id, schedule_id, due_at, webhook_id,
+         instruction_version, authority_version, status, status_code, created_at,
+         settled_at) SELECT :t, 'sch', now() - i * :s, 'w' || i, 1, 1, 'sent', 200,
+         now() - i * :s, now() - i * :s""",
     """INSERT INTO feed_events (tenant_id, seq, type, data, created_at)
          SELECT :t, i, 'run.transitioned', '{}', now() - (:n - i) * :s""",
     """INSERT INTO input_requests (tenant_id, id, run_id, kind, summary, version,

@@ -27,6 +27,7 @@ TABLES: tuple[str, ...] = (
     "notifications",
     "transitions",
     "mismatches",
+    "schedule_firings",
     "operator_events",
 )
 

@@ -18,8 +18,9 @@ from runbell.domain.errors import Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import Run
 from runbell.flows.context import Core
+from runbell.flows.trail import members
 from runbell.flows.views import iso
-from runbell.store import accounts
+from runbell.store import accounts, runs
 from runbell.store import schedules as store
 from runbell.store.db import Tx
 from runbell.store.schedules import Schedule
@@ -67,6 +68,33 @@ class ScheduleView(TypedDict):
 class ScheduleList(TypedDict):
     schedules: list[ScheduleView]
     next_cursor: str | None
+
+
+class StartedRun(TypedDict):
+    """A run a schedule started, as the schedule's page lists it."""
+
+    run_id: str
+    title: str | None
+    state: str
+    instruction_version: int | None
+    created_at: str | None
+
+
+class SchedulesPage(TypedDict):
+    """The schedules page: the list, each one's latest runs, and who the ids are."""
+
+    schedules: list[ScheduleView]
+    next_cursor: str | None
+    runs: dict[str, list[StartedRun]]  # schedule id -> its latest runs the viewer may see
+    people: dict[str, str]  # user id -> email (members only)
+
+
+class SchedulePage(TypedDict):
+    """One schedule's page: every instruction version, its firings, the runs it started."""
+
+    schedule: ScheduleView
+    runs: list[StartedRun]
+    people: dict[str, str]
 
 
 class RunSchedule(TypedDict):
@@ -179,14 +207,84 @@ def get_schedule(core: Core, who: Principal, schedule_id: str) -> ScheduleView:
         return schedule_view(conn, visible(conn, who, schedule_id, for_update=False), full=True)
 
 
-def list_schedules(core: Core, who: Principal, *, after: str | None, limit: int) -> ScheduleList:
+def _listed(conn: Connection, who: Principal, after: str | None, limit: int) -> ScheduleList:
     mine = None if who.sees_all_runs else (who.user_id or "")
+    rows = store.list_for(conn, who.tenant_id, mine, after, limit + 1)
+    page = rows[:limit]
+    return {
+        "schedules": [schedule_view(conn, s) for s in page],
+        "next_cursor": page[-1].id if len(rows) > limit else None,
+    }
+
+
+def list_schedules(core: Core, who: Principal, *, after: str | None, limit: int) -> ScheduleList:
     with core.db.read() as conn:
-        rows = store.list_for(conn, who.tenant_id, mine, after, limit + 1)
-        page = rows[:limit]
+        return _listed(conn, who, after, limit)
+
+
+def started_runs(
+    conn: Connection, who: Principal, schedule_id: str, limit: int
+) -> list[StartedRun]:
+    """The latest runs started under the schedule that ``who`` may see (a member sees the
+    runs of their schedule only where they may see the run itself)."""
+    return [
+        {
+            "run_id": run_id,
+            "title": title,
+            "state": state,
+            "instruction_version": version,
+            "created_at": iso(created_at),
+        }
+        for run_id, title, state, version, created_at in runs.started_under(
+            conn, who, schedule_id, limit
+        )
+    ]
+
+
+def _named(view: ScheduleView) -> set[str]:
+    """The user ids a schedule view names: its owner, the people its authority names, the
+    authors of its versions (``members`` keeps only this tenant's members)."""
+    ids = {view["owner"]}
+    for named in (view["authority"] or {}).values():
+        if isinstance(named, list):
+            ids.update(str(n) for n in named)
+    for version in [view["instruction"], *view.get("versions", [])]:
+        by = version["created_by"] or {}
+        if by.get("user_id"):
+            ids.add(by["user_id"])
+    return ids
+
+
+def schedules_page(
+    core: Core, who: Principal, *, after: str | None, limit: int, runs_each: int = 3
+) -> SchedulesPage:
+    """What ``GET /schedules`` shows: :func:`list_schedules` with each schedule's latest
+    runs and the emails of the people named, in one read."""
+    with core.db.read() as conn:
+        listed = _listed(conn, who, after, limit)
+        named: set[str] = set()
+        for view in listed["schedules"]:
+            named |= _named(view)
         return {
-            "schedules": [schedule_view(conn, s) for s in page],
-            "next_cursor": page[-1].id if len(rows) > limit else None,
+            **listed,
+            "runs": {
+                v["id"]: started_runs(conn, who, v["id"], runs_each) for v in listed["schedules"]
+            },
+            "people": members(conn, who.tenant_id, named),
+        }
+
+
+def schedule_page(
+    core: Core, who: Principal, schedule_id: str, runs_limit: int = 20
+) -> SchedulePage:
+    """What ``GET /schedules/{id}`` shows: :func:`get_schedule` (404 as the API) with the
+    runs it started and the emails of the people named, in one read."""
+    with core.db.read() as conn:
+        view = schedule_view(conn, visible(conn, who, schedule_id, for_update=False), full=True)
+        return {
+            "schedule": view,
+            "runs": started_runs(conn, who, view["id"], runs_limit),
+            "people": members(conn, who.tenant_id, _named(view)),
         }
 
 

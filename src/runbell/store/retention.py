@@ -40,6 +40,7 @@ _TABLES: dict[str, sa.Table] = {
     "notifications": t.notifications,
     "transitions": t.transitions,
     "mismatches": t.mismatches,
+    "schedule_firings": t.schedule_firings,
     "operator_events": t.operator_events,
 }
 _AGE = {
@@ -51,6 +52,7 @@ _AGE = {
     "notifications": "closed_at",
     "transitions": "at",
     "mismatches": "created_at",
+    "schedule_firings": "created_at",
     "operator_events": "created_at",
 }
 
@@ -133,6 +135,9 @@ def eligible(table: str, x: FromClause, tenant_id: str | None, cutoff: datetime)
         ]
     elif table == "mismatches":
         where.append(c.status != "open")
+    # schedule_firings: no guard. Nothing points at a fired occurrence (a run names its
+    # schedule, not the occurrence), and a schedule's next_fire_at is always after every
+    # occurrence it recorded, so a pruned one is never fired again.
     return sa.and_(*where)
 
 

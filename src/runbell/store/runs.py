@@ -218,6 +218,22 @@ def visible_run_ids(who: Principal) -> sa.Select[tuple[str]]:
     )
 
 
+def started_under(
+    conn: Connection, who: Principal, schedule_id: str, limit: int
+) -> list[tuple[str, str | None, str, int | None, datetime]]:
+    """The latest runs started under a schedule that ``who`` may see, newest first:
+    ``(run_id, title, state, instruction version, created_at)`` (a walk of
+    ``ix_runs_tenant_schedule``)."""
+    r = t.runs
+    q = sa.select(
+        r.c.run_id, r.c.title, r.c.state, r.c.schedule_instruction_version, r.c.created_at
+    ).where(r.c.tenant_id == who.tenant_id, r.c.schedule_id == schedule_id)
+    if not who.sees_all_runs:
+        q = q.where(r.c.run_id.in_(visible_run_ids(who)))
+    rows = conn.execute(q.order_by(r.c.created_at.desc(), r.c.run_id).limit(limit)).all()
+    return [(row[0], row[1], row[2], row[3], row[4]) for row in rows]
+
+
 def list_runs(
     conn: Connection,
     who: Principal,

@@ -931,6 +931,13 @@ schedule_firings = sa.Table(
     sa.PrimaryKeyConstraint("tenant_id", "schedule_id", "due_at"),
     sa.CheckConstraint("status in ('sending','sent','failed')", name="status"),
 )
+# Retention walks a tenant's firings oldest first (store.retention): migration
+# 0022_schedule_pages.
+sa.Index(
+    "ix_schedule_firings_tenant_created",
+    schedule_firings.c.tenant_id,
+    schedule_firings.c.created_at,
+)
 
 # A run started under a schedule: which one, the instruction version and the authority in
 # force when it started ({"version": n, "authority": {...}}); the run view flags it when
@@ -938,6 +945,8 @@ schedule_firings = sa.Table(
 runs.append_column(sa.Column("schedule_id", Id, nullable=True))
 runs.append_column(sa.Column("schedule_instruction_version", sa.Integer, nullable=True))
 runs.append_column(sa.Column("schedule_authority", JSON, nullable=True))
+# A schedule's page lists the runs it started, newest first (migration 0022_schedule_pages).
+sa.Index("ix_runs_tenant_schedule", runs.c.tenant_id, runs.c.schedule_id, runs.c.created_at)
 # --- scoped credentials and delegated tokens (issue 18 item 1, runbell.flows.delegations)
 
 # A runtime key's scope (domain.capabilities): NULL capabilities and run_patterns mean

@@ -14,6 +14,8 @@ part of the app, each with its routes (no ``/v1`` prefix, not in the OpenAPI doc
 - :mod:`~runbell.web.cancel_form`: cancelling from the run page
 - :mod:`~runbell.web.amend_form`: proposing a change from the run page
 - :mod:`~runbell.web.delegation_form`: revoking a delegated token from the run page
+- :mod:`~runbell.web.schedules_page`: ``/schedules`` and ``/schedules/{id}``, scheduled
+  work: list, create, a new instruction version, pause, resume, revoke
 - :mod:`~runbell.web.settings`: ``/settings`` and what hangs off it
 - :mod:`~runbell.web.people_page`: ``/people``, members and their subject grants (admins)
 - :mod:`~runbell.web.assets`: ``/sw.js``, ``/favicon.ico``, ``/static``
@@ -47,11 +49,12 @@ def install(app: FastAPI) -> None:
         people_page,
         run_page,
         runs_page,
+        schedules_page,
         settings,
         signin,
     )
 
-    for part in (
+    parts = (
         signin,
         inbox,
         runs_page,
@@ -59,10 +62,12 @@ def install(app: FastAPI) -> None:
         cancel_form,
         amend_form,
         delegation_form,
+        schedules_page,
         settings,
         people_page,
         assets,
-    ):
+    )
+    for part in parts:
         app.include_router(part.router)
     app.mount("/static", StaticFiles(directory=assets.STATIC_DIR), name="static")
     forms.install_handlers(app)
