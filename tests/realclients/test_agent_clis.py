@@ -32,7 +32,7 @@ from tests.realclients.harness import (
     runbell_serve,
 )
 from tests.realclients.model import COMMAND, ScriptedModel
-from tests.realclients.tmux import Tmux
+from tests.realclients.tmux import Tmux, require_tmux
 from tests.timeouts import scaled
 
 pytestmark = pytest.mark.realclients
@@ -78,10 +78,11 @@ def install_claude_hooks(session: Session, key: str) -> None:
 def start_claude(session: Session, key: str) -> str:
     """Claude Code in tmux, asked to write out.txt; its session id."""
     claude = npm.install(*npm.CLAUDE_CODE)
+    require_tmux()
     install_claude_hooks(session, key)
     claude_home(session)
     session_id = new_session_id()
-    session.tmux = Tmux(session.root)
+    session.tmux = Tmux()
     argv = [str(claude), "--session-id", session_id]
     session.tmux.start(argv, claude_env(session, key), session.project)
     session.tmux.wait_for("Claude Code's prompt", lambda pane: CLAUDE_PROMPT in pane)

@@ -5,21 +5,31 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tests.realclients.npm import unavailable
 from tests.timeouts import WAIT
 
 TMUX = shutil.which("tmux") or "/usr/bin/tmux"
 
 
+def require_tmux() -> None:
+    """Skip without tmux locally; fail in CI (see :func:`tests.realclients.npm.unavailable`)."""
+    if not Path(TMUX).exists():
+        unavailable("tmux is not installed (Claude Code runs interactively in it)")
+
+
 class Tmux:
     """One tmux server of its own (a private socket), with one window running ``argv``."""
 
-    def __init__(self, socket_dir: Path) -> None:
-        self.socket = socket_dir / f"tmux-{uuid.uuid4().hex[:8]}"
+    def __init__(self) -> None:
+        # A short path of its own: a Unix socket's path may not exceed ~100 bytes, and a
+        # test's tmp_path under xdist can come close.
+        self.dir = Path(tempfile.mkdtemp(prefix="rb-tmux-"))
+        self.socket = self.dir / "s"
         self.started = False
 
     def _tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -74,3 +84,4 @@ class Tmux:
         if self.started:
             self._tmux("kill-server", check=False)
             self.started = False
+        shutil.rmtree(self.dir, ignore_errors=True)
