@@ -133,7 +133,7 @@ def test_claude_code_key_without_input_requests_create_leaves_the_dialog(
         run_id = f"cc-{start_claude(session, key)}"
         session.wait(
             "the hook log to name the missing capability",
-            lambda: "input_requests.create" in session.hook_log_text(),
+            lambda: "RUNBELL_KEY lacks input_requests.create" in session.hook_log_text(),
         )
         assert session.tmux is not None
         pane = session.tmux.wait_for(
