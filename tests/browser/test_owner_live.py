@@ -44,12 +44,12 @@ def test_the_run_page_follows_a_takeover_and_a_supersede_live(
     expect(page.locator("#previous-owner")).to_have_count(0)
     page.evaluate("window.__sameDocument = true")
 
-    helper_id, helper = accounts.create_key(core, creds.tenant_id, "runtime", name="helper")
+    _, helper = accounts.create_key(core, creds.tenant_id, "runtime", name="helper")
     with httpx.Client(base_url=web.url, headers=bearer(helper), timeout=WAIT) as other:
         taken = other.post(f"/v1/runs/{run_id}/claim", json={"worker_id": "worker-b"})
         assert taken.status_code == 200 and taken.json()["takeover"], taken.text
         expect(owner).to_contain_text("worker-b")
-        expect(owner).to_contain_text(helper_id)
+        expect(owner).to_contain_text("runtime key “helper”")  # named, not its id
         expect(page.locator("#previous-owner")).to_be_visible()
 
         why = "looked it up in the tracker: the old request never arrived"
