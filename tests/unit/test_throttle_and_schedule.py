@@ -150,3 +150,18 @@ def test_weekdays_and_a_time_a_dst_change_skips() -> None:
         with pytest.raises(ValidationFailed) as err:
             DigestSchedule.parse(at, days, "r")
         assert err.value.extra["field"] == field
+
+
+def test_every_toml_rule_in_docs_policy_is_a_valid_policy() -> None:
+    """docs/policy.md's ```toml examples are files, never run by the docs test: each is
+    parsed and validated here as `runbell tenant policy` would (its sh block stores one)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "policy.md").read_text()
+    blocks = re.findall(r"^```toml\n(.*?)^```", text, flags=re.S | re.M)
+    assert len(blocks) >= 6
+    for block in blocks:
+        Policy.from_toml(block, base=Policy.default())
+    # The throttle and schedule examples say what the prose says they do.
+    assert any("throttle = {" in b for b in blocks) and any("digest_at" in b for b in blocks)
