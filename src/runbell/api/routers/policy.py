@@ -167,7 +167,8 @@ POLICY_RULES = rules(
     rule("escalation", "after_s increases from step to step; each channel at most once"),
     rule("fallback", "a rule with a fallback has an escalation ladder"),
     rule("throttle", "only on a rule that decides push or digest"),
-    rule("digest_at", "not with digest_window_s; digest_days only with digest_at"),
+    rule("digest_at", "not with digest_window_s"),
+    rule("digest_days", "only with digest_at"),
 )
 
 
