@@ -141,6 +141,12 @@ def test_a_throttle_is_validated(env: Env) -> None:
     inbox_rule = {**rule(), "decision": "inbox", "urgency": "low"}
     r = env.client.put("/v1/policy", json={"rules": [inbox_rule]}, headers=env.admin)
     assert r.status_code == 422 and "throttle" in r.text
+    # The dry-run (and the settings page's preview, which calls it) takes the same fields.
+    preview = {"rules": [rule(), {**rule(), "id": "acme.x", "throttle": {"limit": 0}}]}
+    r = env.client.post("/v1/policy/dry-run", json=preview, headers=env.admin)
+    assert r.status_code == 422 and "throttle.limit" in r.text
+    report = ok(env.client.post("/v1/policy/dry-run", json={"rules": [rule()]}, headers=env.admin))
+    assert "throttles are not counted" in report["limits"]
     # The effective rules show the throttle as written (defaults filled in).
     ok(env.client.put("/v1/policy", json={"rules": [rule()]}, headers=env.admin))
     effective = ok(env.client.get("/v1/policy", headers=env.admin))["effective"][0]
