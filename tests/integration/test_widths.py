@@ -29,6 +29,7 @@ from runbell.api.schemas import (
 )
 from runbell.app import create_app
 from runbell.domain import limits as L
+from runbell.domain import notify_throttle
 from runbell.flows.context import Core
 from runbell.store import tables as t
 from runbell.store.tables import metadata
@@ -223,6 +224,10 @@ def stored_widths() -> dict[str, int]:
         "delegated_tokens.key_id": L.ID,
         "delegated_tokens.name": L.NAME,
         "escalation_steps.trigger": ENUM,
+        # throttles (issue 19 item 5): a rule id, a key name, a run id / run kind / key id
+        "throttle_counts.rule_id": L.RULE_ID,
+        "throttle_counts.throttle_key": max(len(k) for k in notify_throttle.KEYS),
+        "throttle_counts.key_value": max(L.RUN_ID, api_max(RunPut, "kind"), L.ID),
     }
     out: dict[str, int] = {}
     for table in metadata.sorted_tables:

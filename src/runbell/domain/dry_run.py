@@ -34,7 +34,9 @@ LIMITS = (
     f"({', '.join(sorted(FACT_NAMES))}). Not replayable: owner presence is as recorded at "
     "the time; recent_completions was counted only up to the bound the policy of the time "
     "compared it with; transitions that raised no attention are skipped; the candidate's "
-    "own decisions do not change the counts later transitions saw; nothing is sent or "
+    "own decisions do not change the counts later transitions saw; throttles are not "
+    "counted (a throttled push shows as a push: whether it folds depends on each "
+    "recipient's count at the time) and digests are not scheduled; nothing is sent or "
     "written."
 )
 

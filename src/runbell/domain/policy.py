@@ -24,8 +24,10 @@ from importlib import resources
 from typing import Any, Literal, TypedDict, cast
 
 from runbell.domain import digests, limits
+from runbell.domain.digest_schedule import DigestSchedule
 from runbell.domain.errors import ValidationFailed
 from runbell.domain.escalation import Fallback, Step, parse_fallback, parse_ladder
+from runbell.domain.notify_throttle import Throttle, parse_throttle
 
 DecisionKind = Literal["push", "digest", "inbox", "live", "suppress"]
 Urgency = Literal["low", "normal", "time_sensitive", "urgent"]
@@ -101,6 +103,10 @@ class Decision:
     digest_max_items: int | None = None
     escalation: tuple[Step, ...] = ()  # not acknowledged by then → that channel
     fallback: Fallback | None = None  # a channel failed for good → the next rung at once
+    # Issue 19: at most N pushes per recipient per key per window (domain.notify_throttle),
+    # and a digest sent at a local time instead of by window (domain.digest_schedule).
+    throttle: Throttle | None = None
+    digest_schedule: DigestSchedule | None = None
 
     @property
     def notifies(self) -> bool:
@@ -112,7 +118,17 @@ class Decision:
         out["inputs"] = dict(self.inputs)
         out["escalation"] = tuple(dataclasses.asdict(step) for step in self.escalation)
         out["fallback"] = None if self.fallback is None else dataclasses.asdict(self.fallback)
+        out["throttle"] = None if self.throttle is None else dataclasses.asdict(self.throttle)
+        out["digest_schedule"] = schedule_dict(self.digest_schedule)
         return out
+
+
+def schedule_dict(schedule: DigestSchedule | None) -> dict[str, Any] | None:
+    """A digest schedule as a rule document writes it: ``{at, days}``."""
+    if schedule is None:
+        return None
+    days = None if schedule.days is None else sorted(schedule.days)
+    return {"at": schedule.as_text(), "days": days}
 
 
 _DECISION_FIELDS = tuple(f.name for f in dataclasses.fields(Decision))
@@ -130,6 +146,14 @@ class Rule:
     digest_max_items: int | None = None
     escalation: tuple[Step, ...] = ()
     fallback: Fallback | None = None
+    throttle: Throttle | None = None
+    digest_schedule: DigestSchedule | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The rule's fields, JSON-ready (``GET /v1/policy``'s ``effective``)."""
+        out = dataclasses.asdict(self)
+        out["digest_schedule"] = schedule_dict(self.digest_schedule)
+        return out
 
     def matches(self, facts: Mapping[str, Any]) -> bool:
         return all(_match(facts.get(name), cond) for name, cond in self.when.items())
@@ -180,6 +204,9 @@ class Rule:
             "digest_max_items",
             "escalation",
             "fallback",
+            "throttle",
+            "digest_at",
+            "digest_days",
         }
         if unknown:
             raise ValidationFailed(
@@ -189,6 +216,25 @@ class Rule:
         max_items = _opt_int(raw.get("digest_max_items"), rule_id, "digest_max_items")
         digests.check_rule(rule_id, raw.get("digest_key"), window, max_items)
         ladder = parse_ladder(raw.get("escalation"), rule_id)
+        throttle = parse_throttle(raw.get("throttle"), rule_id)
+        if throttle is not None and decision not in ("push", "digest"):
+            raise ValidationFailed(
+                f"rule {rule_id!r}: throttle applies to a rule that pushes (push or digest)",
+                field="throttle",
+            )
+        schedule = None
+        if raw.get("digest_at") is not None:
+            if window is not None:
+                raise ValidationFailed(
+                    f"rule {rule_id!r}: a digest is sent either at digest_at or every "
+                    "digest_window_s, not both",
+                    field="digest_at",
+                )
+            schedule = DigestSchedule.parse(raw.get("digest_at"), raw.get("digest_days"), rule_id)
+        elif raw.get("digest_days") is not None:
+            raise ValidationFailed(
+                f"rule {rule_id!r}: digest_days needs digest_at", field="digest_days"
+            )
         return cls(
             id=rule_id,
             decision=cast(DecisionKind, decision),
@@ -200,6 +246,8 @@ class Rule:
             digest_max_items=max_items,
             escalation=ladder,
             fallback=parse_fallback(raw.get("fallback"), rule_id, ladder),
+            throttle=throttle,
+            digest_schedule=schedule,
         )
 
 
@@ -306,19 +354,34 @@ class Policy:
                         rule_id=rule.id,
                         inputs=seen,
                         expires_after_s=rule.expires_after_s,
-                        digest_window_s=rule.digest_window_s or digests.DEFAULT_WINDOW_S,
+                        digest_window_s=None
+                        if rule.digest_schedule
+                        else rule.digest_window_s or digests.DEFAULT_WINDOW_S,
                         digest_key=rule.digest_key or facts.attention,
                         digest_max_items=rule.digest_max_items or digests.DEFAULT_MAX_ITEMS,
+                        digest_schedule=rule.digest_schedule,
                     )
-                return Decision(
-                    # Urgent and time-sensitive attention never waits for a digest.
-                    kind="push" if rule.decision == "digest" else rule.decision,
+                kind: DecisionKind = "push" if rule.decision == "digest" else rule.decision
+                # Urgent and time-sensitive attention never waits for a digest.
+                decision = Decision(
+                    kind=kind,
                     urgency=rule.urgency,
                     rule_id=rule.id,
                     inputs=seen,
                     expires_after_s=rule.expires_after_s,
                     escalation=rule.escalation,
                     fallback=rule.fallback,
+                )
+                if rule.throttle is None or kind != "push":
+                    return decision
+                # Over its throttle, a push folds into the digest this rule describes.
+                return dataclasses.replace(
+                    decision,
+                    throttle=rule.throttle,
+                    digest_window_s=None if rule.digest_schedule else rule.digest_window_s,
+                    digest_key=rule.digest_key,
+                    digest_max_items=rule.digest_max_items,
+                    digest_schedule=rule.digest_schedule,
                 )
         # Unreachable with the default set (it ends in a catch-all), but a tenant that
         # replaced the defaults may leave gaps: keep the record in the inbox, never drop it.

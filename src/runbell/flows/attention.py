@@ -24,6 +24,7 @@ from runbell.domain.channels import INBOX, PERSON_CHANNELS, consented_urgencies
 from runbell.domain.escalation import held_back, schedule
 from runbell.domain.policy import Decision, Facts, Policy, TransitionFacts
 from runbell.domain.records import Delivery, Notification, Run
+from runbell.flows import pacing
 from runbell.ids import new_id
 from runbell.store import accounts, destinations, digests, escalations, outbox
 from runbell.store import notifications as notes
@@ -229,9 +230,11 @@ def _raise_for(
     if not created:
         tx.after_commit.append(lambda: metrics.DUPLICATES.labels("notification").inc())
         return Raised(decision, note_id, False)
-    tx.after_commit.append(lambda: metrics.NOTIFICATIONS.labels(attention, decision.kind).inc())
-    queue_deliveries(tx, values, decision, channels)
-    follow_up(tx, values, decision, channels)
+    # Over its throttle (counted once the notification exists), a push is folded.
+    sent = pacing.throttled(tx, run, values, decision) or decision
+    tx.after_commit.append(lambda: metrics.NOTIFICATIONS.labels(attention, sent.kind).inc())
+    queue_deliveries(tx, values, sent, channels)
+    follow_up(tx, values, sent, channels)
     announce_created(tx, values)
     return Raised(decision, note_id, True, note=values)
 
@@ -399,8 +402,7 @@ def _collect(tx: Tx, decision: Decision, note: Notification) -> None:
     """A digest decision: the item waits for its recipient's digest of its key, written
     in this transaction (its own notification stays in the inbox, never pushed; the
     digest that lists it is what goes out on the channels — ``flows.digests``)."""
-    window_s = decision.digest_window_s or digest_rules.DEFAULT_WINDOW_S
-    start, end = digest_rules.window_of(tx.now, window_s)
+    start, end = pacing.digest_window(tx, decision, note["tenant_id"], note["recipient_user_id"])
     digests.add_item(
         tx.conn,
         {

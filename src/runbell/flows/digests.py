@@ -36,6 +36,7 @@ from runbell.domain import digests as rules
 from runbell.domain.channels import INBOX, offered
 from runbell.domain.principal import Principal
 from runbell.domain.records import DigestGroup, Notification
+from runbell.flows import pacing
 from runbell.flows.attention import _push_deliveries, notification_event
 from runbell.flows.context import Core
 from runbell.flows.views import iso
@@ -53,7 +54,9 @@ class _Lost(Exception):
 
 def flush_due(core: Core, now: datetime, limit: int = 100) -> int:
     """Send every digest whose window closed by ``now`` or that is full; returns how many
-    were created. Each in its own transaction; a lost race counts nothing."""
+    were created. Each in its own transaction; a lost race counts nothing. Throttle
+    counts of closed windows are pruned here too."""
+    pacing.prune(core, now)
     with core.db.read() as conn:
         groups = digests.due_groups(conn, now, limit)
     sent = 0

@@ -10,7 +10,6 @@ Invariants kept here (DESIGN §2):
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, TypedDict
 
 from sqlalchemy.engine import Connection
@@ -49,7 +48,7 @@ def view(policy: Policy, own: TenantPolicy | None) -> PolicyView:
         "quiet_hours_bypass": sorted(policy.quiet_bypass),
         "stall_after_seconds": policy.stall_after_s,
         "tenant_rules": own or {"rules": []},
-        "effective": [dataclasses.asdict(r) for r in policy.rules],
+        "effective": [r.as_dict() for r in policy.rules],
     }
 
 

@@ -43,6 +43,8 @@ class Why(TypedDict):
     rule_id: str
     decision: str
     inputs: dict[str, Any]
+    # Why a push was not pushed: its rule's throttle folded it (flows.pacing).
+    throttled: NotRequired[str]
 
 
 # ("from" is a keyword: the functional form can name it.)
@@ -177,6 +179,9 @@ def trail(core: Core, who: Principal, notification_id: str) -> Trail:
     }
     if digest is not None:
         out["digest"] = digest
+    folded = (note["inputs"] or {}).get("throttled")
+    if isinstance(folded, dict) and folded.get("reason"):
+        out["why"]["throttled"] = str(folded["reason"])
     return out
 
 

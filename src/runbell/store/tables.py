@@ -1057,3 +1057,26 @@ owner_changes = sa.Table(
     sa.CheckConstraint("kind in ('claim','takeover')", name="kind"),
 )
 sa.Index("ix_owner_changes_tenant_at", owner_changes.c.tenant_id, owner_changes.c.at)
+
+# --- throttles (issue 19 item 5) ------------------------------------------------------
+#
+# How many notifications a throttled rule decided for one recipient and one key value in
+# one epoch-aligned window (domain.notify_throttle). Counted by an upsert that returns the
+# new count, so two workers can never both see themselves under the limit; rows of closed
+# windows are pruned by the digest sweep (flows.pacing.prune).
+throttle_counts = sa.Table(
+    "throttle_counts",
+    metadata,
+    _tenant(),
+    sa.Column("recipient_user_id", Id, nullable=False),
+    sa.Column("rule_id", sa.String(limits.RULE_ID), nullable=False),
+    sa.Column("throttle_key", sa.String(20), nullable=False),  # run | agent | kind | …
+    sa.Column("key_value", sa.String(limits.RUN_ID), nullable=False),
+    sa.Column("window_start", UTCDateTime, nullable=False),
+    sa.Column("window_end", UTCDateTime, nullable=False),
+    sa.Column("hits", sa.Integer, nullable=False),
+    sa.PrimaryKeyConstraint(
+        "tenant_id", "recipient_user_id", "rule_id", "throttle_key", "key_value", "window_start"
+    ),
+)
+sa.Index("ix_throttle_counts_window_end", throttle_counts.c.window_end)

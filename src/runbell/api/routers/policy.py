@@ -14,7 +14,7 @@ from runbell.api.deps import Admin, CoreDep
 from runbell.api.jsonschema import Integer, StallSeconds, refine
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.schemas import Storable, Urgency
-from runbell.domain import digests, escalation
+from runbell.domain import digest_schedule, digests, escalation, notify_throttle
 from runbell.domain import limits as L
 from runbell.domain import policy as policy_rules
 from runbell.domain import retention as retention_rules
@@ -71,6 +71,49 @@ def _rule_schema() -> Mapping[str, Any]:
                     {"type": "null"},
                 ]
             },
+            "digest_at": {
+                "description": "send the digest at this local time of the recipient "
+                "(instead of every digest_window_s)",
+                "anyOf": [{"type": "string", "pattern": digest_schedule.PATTERN}, {"type": "null"}],
+            },
+            "digest_days": {
+                "description": "with digest_at: the weekdays it is sent, 0 (Monday) to 6",
+                "anyOf": [
+                    {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": 7,
+                        "items": {"type": "integer", "minimum": 0, "maximum": 6},
+                    },
+                    {"type": "null"},
+                ],
+            },
+            "throttle": {
+                "description": "at most limit pushes per recipient per key per window_s; "
+                "the rest fold into the digest or stay in the inbox (then)",
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "required": ["limit"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "limit": {
+                                "type": "integer",
+                                "minimum": 1,
+                                "maximum": notify_throttle.MAX_LIMIT,
+                            },
+                            "window_s": {
+                                "type": "integer",
+                                "minimum": 1,
+                                "maximum": notify_throttle.MAX_WINDOW_S,
+                            },
+                            "key": {"enum": list(notify_throttle.KEYS)},
+                            "then": {"enum": list(notify_throttle.THEN)},
+                        },
+                    },
+                    {"type": "null"},
+                ],
+            },
             "escalation": {
                 "anyOf": [
                     {
@@ -123,6 +166,9 @@ POLICY_RULES = rules(
     rule("id", "rule ids are unique in the document"),
     rule("escalation", "after_s increases from step to step; each channel at most once"),
     rule("fallback", "a rule with a fallback has an escalation ladder"),
+    rule("throttle", "only on a rule that decides push or digest"),
+    rule("digest_at", "not with digest_window_s"),
+    rule("digest_days", "only with digest_at"),
 )
 
 
