@@ -1057,3 +1057,11 @@ owner_changes = sa.Table(
     sa.CheckConstraint("kind in ('claim','takeover')", name="kind"),
 )
 sa.Index("ix_owner_changes_tenant_at", owner_changes.c.tenant_id, owner_changes.c.at)
+
+# --- what a request will do (issue 19 item 1) -------------------------------------------
+#
+# An input request's typed action (runbell.domain.actions: a shell command, a file write or
+# edit, a web fetch, a tool call) and the risks flagged in it when it was opened. Sensitive
+# like details: never in the feed, logs or channels. NULL on requests without an action.
+input_requests.append_column(sa.Column("action", JSON, nullable=True))
+input_requests.append_column(sa.Column("risks", JSON, nullable=True))
