@@ -167,7 +167,7 @@ def test_a_long_command_opens_with_show_all_without_javascript(
     sign_in(page, core, creds.tenant_id, creds.owner_id)
     page.goto("/runs/preview-nojs")
     head = page.locator("#action-command")
-    expect(head).to_contain_text("make target-8")
+    expect(head).to_contain_text("make target-6")
     expect(head).not_to_contain_text("make target-40")
     every = page.locator("#action-command-all")
     expect(every.locator("pre")).to_be_hidden()

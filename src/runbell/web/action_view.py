@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 
 # What stays on screen before "Show all": a phone screen holds the command, the risk
 # line and the buttons together.
-HEAD_LINES = 8
+HEAD_LINES = 6
 HEAD_CHARS = 600
-DIFF_HEAD_LINES = 14
+DIFF_HEAD_LINES = 10
 
 KIND_LABEL = {
     "shell": "Runs a command",
