@@ -31,16 +31,20 @@ Example::
     ['recursive_delete']
 """
 
+# size: an action's shape, its checks and what is risky in it are read together (a new kind
+# needs all three); the shell reader under the classifier is its own module (shell_words).
+
 from __future__ import annotations
 
 import json
 import posixpath
 import re
-import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
+
+from runbell.domain import shell_words
 
 __all__ = [
     "ACTION_KINDS",
@@ -284,13 +288,6 @@ MAX_EVIDENCE = 200
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "ash", "busybox"})
 _INTERPRETERS = _SHELLS | {"python", "python3", "perl", "ruby", "node", "php"}
 _DOWNLOADERS = frozenset({"curl", "wget", "fetch", "iwr", "invoke-webrequest"})
-# Words that run the rest of the line as a command (their own options skipped).
-_WRAPPERS = frozenset(
-    {"command", "exec", "nice", "nohup", "time", "env", "xargs", "timeout", "stdbuf", "ionice"}
-)
-_PRIVILEGED = frozenset({"sudo", "doas", "pkexec", "run0"})
-_SEPARATORS = frozenset(";&|()\n")
-_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<>"})
 _SAFE_TARGETS = re.compile(r"^/dev/(null|stdout|stderr|tty|fd/\d+)$|^/(var/)?tmp(/|$)")
 _SUBSTITUTION = re.compile(r"\$\(([^()]*)\)|`([^`]*)`|<\(([^()]*)\)")
 # Commands whose non-option arguments are all paths written (or removed).
@@ -299,7 +296,6 @@ _WRITES_ALL = frozenset(
 )
 # Commands whose last non-option argument is the path written.
 _WRITES_LAST = frozenset({"cp", "mv", "install", "ln", "rsync"})
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _DISK = re.compile(r"^/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|rdisk|md|dm-|mapper/)")
 
 
@@ -369,105 +365,6 @@ def _outside(path: str, base: str | None, project: str | None, *, ignore_temp: b
     return not (resolved == project or resolved.startswith(project.rstrip("/") + "/"))
 
 
-# --- the shell reader ----------------------------------------------------------------
-
-
-def _tokens(command: str) -> list[str]:
-    """The command split as a shell would (quotes removed, operators apart); newlines are
-    separators. Unbalanced quotes fall back to splitting on whitespace."""
-    lex = shlex.shlex(command, posix=True, punctuation_chars=";&|()<>\n")
-    lex.whitespace = " \t\r"
-    lex.whitespace_split = True
-    lex.commenters = ""  # "#" starts a comment only at a word's start; URLs carry it too
-    try:
-        return list(lex)
-    except ValueError:
-        return command.split()
-
-
-@dataclass
-class _Segment:
-    """One simple command: its words, where its output goes, what feeds it."""
-
-    words: list[str] = field(default_factory=list)
-    redirects: list[str] = field(default_factory=list)
-    piped_from: _Segment | None = None
-
-
-def _segments(tokens: list[str]) -> Iterator[_Segment]:
-    current = _Segment()
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        operator = bool(tok) and set(tok) <= set("<>&|") and ("<" in tok or ">" in tok)
-        if operator and ">" in tok:  # output: the next word is the file written
-            target = tokens[i + 1] if i + 1 < len(tokens) else ""
-            if target and not target.isdigit() and target != "-":
-                current.redirects.append(target)
-            i += 2
-            continue
-        if operator and tok.startswith("<<") and tok != "<<<":  # a here-document
-            i = _after_heredoc(tokens, i + 1)
-            continue
-        if operator:  # input: the next word is only read
-            i += 2
-            continue
-        if tok and set(tok) <= _SEPARATORS | {"<", ">"}:
-            pipe = "|" in tok and "||" not in tok
-            yield current
-            current = _Segment(piped_from=current if pipe else None)
-            i += 1
-            continue
-        current.words.append(tok)
-        i += 1
-    yield current
-
-
-def _after_heredoc(tokens: list[str], i: int) -> int:
-    """The index after a here-document's body (its lines are text, not commands)."""
-    if i >= len(tokens):
-        return i
-    delimiter = tokens[i].lstrip("-")
-    j = i + 1
-    while j < len(tokens) and "\n" not in tokens[j]:
-        j += 1  # the rest of the command line
-    while j < len(tokens):
-        if "\n" in tokens[j] and j + 1 < len(tokens) and tokens[j + 1] == delimiter:
-            return j + 2
-        j += 1
-    return j
-
-
-def _base(word: str) -> str:
-    return posixpath.basename(word).lower()
-
-
-def _strip_wrappers(words: list[str]) -> tuple[list[str], bool]:
-    """The command under ``sudo``, ``env X=1``, ``xargs -0``…; and whether it runs
-    privileged."""
-    privileged = False
-    i = 0
-    while i < len(words):
-        name = _base(words[i])
-        if _ASSIGNMENT.match(words[i]):
-            i += 1  # VAR=value before the command
-            continue
-        if name in _PRIVILEGED or name in _WRAPPERS:
-            privileged = privileged or name in _PRIVILEGED
-            i += 1
-            while i < len(words) and (words[i].startswith("-") or "=" in words[i]):
-                takes_value = words[i] in ("-u", "-g", "-n", "-s", "-I", "-d", "-P", "-L")
-                i += 2 if takes_value else 1
-            if name == "timeout" and i < len(words):
-                i += 1  # its duration
-            continue
-        if name == "su" and "-c" in words[i:]:
-            rest = words[words.index("-c", i) + 1 :]
-            return ["sh", "-c", *rest[:1]], True  # su's -c string is a shell command
-        break
-    return words[i:], privileged
-
-
 def _shell_risks(
     command: str, cwd: str | None, project: str | None, depth: int = 0
 ) -> Iterator[Risk]:
@@ -481,18 +378,18 @@ def _shell_risks(
     ):
         yield _risk("pipe_to_shell", command)
     here = cwd
-    for seg in _segments(_tokens(command)):
+    for seg in shell_words.segments(shell_words.tokens(command)):
         for target in seg.redirects:
             if _outside(target, here, project, ignore_temp=True):
                 yield _risk("outside_project", f"> {target}")
             if _DISK.match(target):
                 yield _risk("disk_write", f"> {target}")
-        words, privileged = _strip_wrappers(seg.words)
+        words, privileged = shell_words.strip_wrappers(seg.words)
         if privileged:
             yield _risk("privileged", " ".join(seg.words))
         if not words:
             continue
-        name = _base(words[0])
+        name = shell_words.base_name(words[0])
         args = words[1:]
         evidence = " ".join(words)
         if name == "cd":
@@ -507,31 +404,16 @@ def _shell_risks(
         yield from _command_risks(name, args, evidence, seg, here, project, depth)
 
 
-def _short_flags(args: Sequence[str]) -> str:
-    return "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
-
-
-def _operands(args: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    ended = False
-    for a in args:
-        if not ended and a == "--":
-            ended = True
-        elif ended or not a.startswith("-"):
-            out.append(a)
-    return out
-
-
 def _command_risks(
     name: str,
     args: list[str],
     evidence: str,
-    seg: _Segment,
+    seg: shell_words.Segment,
     here: str | None,
     project: str | None,
     depth: int,
 ) -> Iterator[Risk]:
-    flags = _short_flags(args)
+    flags = shell_words.short_flags(args)
     longs = {a.split("=", 1)[0] for a in args if a.startswith("--")}
     if name in ("rm", "rimraf") and (
         name == "rimraf" or "r" in flags or "R" in flags or "--recursive" in longs
@@ -546,8 +428,8 @@ def _command_risks(
     if name in _INTERPRETERS:
         feeder = seg.piped_from
         while feeder is not None:  # curl … | tee x | sh: any download up the pipeline
-            source, _ = _strip_wrappers(feeder.words)
-            if source and _base(source[0]) in _DOWNLOADERS:
+            source, _ = shell_words.strip_wrappers(feeder.words)
+            if source and shell_words.base_name(source[0]) in _DOWNLOADERS:
                 yield _risk("pipe_to_shell", " ".join(source) + " | " + evidence)
                 break
             feeder = feeder.piped_from
@@ -564,7 +446,7 @@ def _command_risks(
     if name.startswith("mkfs") or name in ("fdisk", "parted", "wipefs", "sgdisk"):
         yield _risk("disk_write", evidence)
     if name in _WRITES_ALL or name in _WRITES_LAST:
-        operands = _operands(args)
+        operands = shell_words.operands(args)
         if name in ("chmod", "chown", "chgrp") and operands:
             operands = operands[1:]  # the mode or the owner
         if name in _WRITES_LAST:
@@ -580,7 +462,7 @@ def _command_risks(
 def _find_execs_rm(args: Sequence[str]) -> bool:
     for i, a in enumerate(args):
         runs = a in ("-exec", "-execdir", "-ok", "-okdir") and i + 1 < len(args)
-        if runs and _base(args[i + 1]) in ("rm", "rmdir", "shred"):
+        if runs and shell_words.base_name(args[i + 1]) in ("rm", "rmdir", "shred"):
             return True
     return False
 
@@ -595,12 +477,12 @@ def _git_risks(args: list[str], evidence: str) -> Iterator[Risk]:
     if i >= len(args):
         return
     sub, rest = args[i], args[i + 1 :]
-    flags = _short_flags(rest)
+    flags = shell_words.short_flags(rest)
     longs = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
     if sub == "push" and (
         "f" in flags
         or longs & {"--force", "--force-with-lease", "--force-if-includes", "--mirror"}
-        or any(a.startswith("+") for a in _operands(rest))
+        or any(a.startswith("+") for a in shell_words.operands(rest))
     ):
         yield _risk("force_push", evidence)
     if sub == "clean" and "f" in flags and ("d" in flags or "x" in flags):
@@ -609,12 +491,16 @@ def _git_risks(args: list[str], evidence: str) -> Iterator[Risk]:
         yield _risk("discard_changes", evidence)
     if sub == "checkout" and (("--" in rest and "." in rest) or "f" in flags or "--force" in longs):
         yield _risk("discard_changes", evidence)
-    if sub == "restore" and not ({"--staged"} & longs or "S" in flags) and _operands(rest):
+    if (
+        sub == "restore"
+        and not ({"--staged"} & longs or "S" in flags)
+        and shell_words.operands(rest)
+    ):
         yield _risk("discard_changes", evidence)
 
 
 def _world_writable(args: Sequence[str]) -> bool:
-    operands = _operands(args)
+    operands = shell_words.operands(args)
     if not operands:
         return False
     mode = operands[0]

@@ -347,7 +347,21 @@ def _request_fields(body: RequestBody) -> RequestFields:
                 "expires_at must carry a timezone offset (e.g. Z)", field="expires_at"
             )
         expires_at = expires_at.astimezone(UTC)
-    action, risks = _action(body.get("action"))
+    # The action, checked, and the risks flagged in it now (kept with it, so the page shows
+    # what was flagged when the person was asked). Advice only: nothing is answered
+    # because of them.
+    action: dict[str, Any] | None = None
+    risks: list[dict[str, str]] | None = None
+    raw_action = body.get("action")
+    if raw_action is not None:
+        if isinstance(raw_action, dict):  # a face's model dump names unset fields as None
+            raw_action = {k: v for k, v in raw_action.items() if v is not None}
+        try:
+            checked = actions.parse_action(raw_action)
+        except actions.ActionInvalid as exc:
+            raise ValidationFailed(str(exc), field=exc.field) from exc
+        action = actions.action_json(checked)
+        risks = [r.to_json() for r in actions.risks(checked)]
     return {
         "id": request_id,
         "kind": kind,
@@ -360,23 +374,6 @@ def _request_fields(body: RequestBody) -> RequestFields:
         "expires_at": expires_at,
         "approvers": approvers.refs(body.get("approvers")),
     }
-
-
-def _action(
-    data: object,
-) -> tuple[dict[str, Any] | None, list[dict[str, str]] | None]:
-    """The request's action, checked, and the risks flagged in it now (kept with it, so
-    the page shows what was flagged when the person was asked). Advice only: nothing is
-    answered because of them."""
-    if data is None:
-        return None, None
-    if isinstance(data, dict):  # a face's model dump names every field, unset ones None
-        data = {k: v for k, v in data.items() if v is not None}
-    try:
-        action = actions.parse_action(data)
-    except actions.ActionInvalid as exc:
-        raise ValidationFailed(str(exc), field=exc.field) from exc
-    return actions.action_json(action), [r.to_json() for r in actions.risks(action)]
 
 
 # --- reading -------------------------------------------------------------------------
