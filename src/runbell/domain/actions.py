@@ -219,8 +219,11 @@ def parse_action(data: Any) -> Action:
         return FileEdit(**values)
     if kind == "web_fetch":
         url = values["url"]
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            parts = urlsplit("")
+        if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
             raise ActionInvalid("action.url must be an http or https URL", "action.url")
         method = values.get("method", "GET").upper()
         if method not in METHODS:

@@ -73,8 +73,10 @@ def diff_lines(diff: str) -> list[dict[str, str]]:
 def url_parts(url: str) -> dict[str, str]:
     """The URL split so the host can stand out: ``before`` (scheme and ``//``, any user
     info), ``host`` (with its port) and ``after`` (path, query, fragment)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        netloc = ""
     host_at = url.find(netloc) if netloc else -1
     if host_at < 0:
         return {"before": "", "host": url, "after": ""}
