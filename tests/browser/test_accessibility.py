@@ -7,7 +7,8 @@ The pages: sign-in (plain, from a deep link), an expired sign-in link, a wrong a
 the inbox (needs you, for your information, earlier), the runs overview, settings (with
 the attention policy), the people page (with a grant), the schedules list and a paused
 schedule, a run page in each state (working with progress and delegated tokens, waiting
-for an approval, waiting for a choice, finished under review, finished after a settled
+for an approval, waiting for an approval of a risky shell command, waiting for a choice,
+finished under review, finished after a settled
 lookup, failed, cancelled, a pending proposed change), a stale deep link, a digest, the
 "no access" page, the demo mailbox, and the API reference (/docs, /redoc) whole: the
 Swagger UI and ReDoc bundles inside it are checked like our own markup (their colours are
@@ -145,6 +146,15 @@ def scenario(
             details={"command": "deploy --env staging", "risk": "rollback takes a minute"},
             expires_at=expires,
         )
+        # A request whose action is a risky shell command (issue 19 item 1: the preview).
+        runtime.create_run("a11y-action", title="Clean the build")
+        runtime.open_request(
+            "a11y-action",
+            "a11y-shell",
+            summary="Claude Code wants to use Bash",
+            details={"tool_name": "Bash", "cwd": "/home/dev/shop"},
+            action={"kind": "shell", "command": "rm -rf ./build", "cwd": "/home/dev/shop"},
+        )
         runtime.create_run("a11y-choice", title="Pick a release window")
         runtime.open_request(
             "a11y-choice",
@@ -244,7 +254,17 @@ def scenario(
         admin.close()
     pages = {
         f"run {r}": f"/runs/a11y-{r}"
-        for r in ("working", "ask", "choice", "review", "settled", "failed", "cancelled", "amend")
+        for r in (
+            "working",
+            "ask",
+            "action",
+            "choice",
+            "review",
+            "settled",
+            "failed",
+            "cancelled",
+            "amend",
+        )
     }
     pages.update(
         {

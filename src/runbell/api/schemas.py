@@ -45,6 +45,7 @@ from runbell.api.jsonschema import (
     refine,
     timezones,
 )
+from runbell.domain import actions as A
 from runbell.domain import limits as L
 from runbell.domain.channels import ALL_URGENCIES, PERSON_CHANNELS, RECEIPT_CHANNELS
 
@@ -412,6 +413,77 @@ class OptionIn(Strict):
     label: str = Field(min_length=1, max_length=L.OPTION_LABEL)
 
 
+# --- an input request's action (issue 19 item 1; runbell.domain.actions) --------------
+
+
+class ShellActionIn(Strict):
+    kind: Literal["shell"]
+    command: str = Field(min_length=1, max_length=A.MAX_COMMAND, description="as a shell runs it")
+    cwd: str | None = Field(default=None, max_length=A.MAX_PATH, description="where it runs")
+
+
+class FileWriteActionIn(Strict):
+    kind: Literal["file_write"]
+    path: str = Field(min_length=1, max_length=A.MAX_PATH)
+    content: str | None = Field(default=None, max_length=A.MAX_CONTENT)
+    cwd: str | None = Field(default=None, max_length=A.MAX_PATH, description="the project")
+
+
+class FileEditActionIn(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [
+                {
+                    "required": ["diff"],
+                    "not": {"anyOf": [{"required": ["old"]}, {"required": ["new"]}]},
+                },
+                {"required": ["old", "new"], "not": {"required": ["diff"]}},
+            ]
+        },
+    )
+    kind: Literal["file_edit"]
+    path: str = Field(min_length=1, max_length=A.MAX_PATH)
+    diff: str | None = Field(default=None, max_length=A.MAX_CONTENT, description="unified")
+    old: str | None = Field(default=None, max_length=A.MAX_EDIT_STRING)
+    new: str | None = Field(default=None, max_length=A.MAX_EDIT_STRING)
+    cwd: str | None = Field(default=None, max_length=A.MAX_PATH, description="the project")
+
+
+HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+assert HttpMethod.__args__ == A.METHODS  # type: ignore[attr-defined]
+
+
+class WebFetchActionIn(Strict):
+    kind: Literal["web_fetch"]
+    url: str = Field(min_length=1, max_length=A.MAX_URL, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://")
+    method: HttpMethod | None = Field(default=None, description="default GET")
+
+
+class McpToolActionIn(Strict):
+    kind: Literal["mcp_tool"]
+    server: str | None = Field(default=None, min_length=1, max_length=A.MAX_TOOL)
+    tool: str = Field(min_length=1, max_length=A.MAX_TOOL)
+    arguments: dict[str, Any] | None = None
+
+
+class GenericActionIn(Strict):
+    kind: Literal["generic"]
+    tool: str = Field(min_length=1, max_length=A.MAX_TOOL)
+    arguments: dict[str, Any] | None = None
+
+
+ActionIn = Annotated[
+    ShellActionIn
+    | FileWriteActionIn
+    | FileEditActionIn
+    | WebFetchActionIn
+    | McpToolActionIn
+    | GenericActionIn,
+    Field(discriminator="kind"),
+]
+
+
 class InputRequestIn(Strict):
     model_config = ConfigDict(
         extra="forbid",
@@ -449,6 +521,12 @@ class InputRequestIn(Strict):
         max_length=100,
         description="who may answer this request (user ids or emails of members who may "
         "see the run); default: the run's approvers",
+    )
+    action: ActionIn | None = Field(
+        default=None,
+        description="sensitive, like details: what approving lets happen (a shell command, a "
+        "file write or edit, a web fetch, a tool call), shown first to the person; risky "
+        "patterns in it are flagged (``risks`` in the answer), never approved by themselves",
     )
 
     @field_validator("expires_at")

@@ -427,11 +427,14 @@ class AsyncClient:
         expires_at: datetime | str | None = None,
         blocks_work: bool | None = None,
         approvers: Sequence[str] | None = None,
+        action: Mapping[str, Any] | None = None,
     ) -> OpenedInputRequest:
         """Open an input request (the run moves to ``input_required``). ``options``
         (for ``choice``) are ids or ``{id, label}``. ``approvers`` (user ids or
         emails of members who may see the run): only they may answer it, and only they
-        are notified; omitted, the run's approvers answer."""
+        are notified; omitted, the run's approvers answer. ``action``: what approving
+        lets happen, shown first to the person (``{"kind": "shell", "command": …}``;
+        see docs/api.md for the kinds); the server flags risky patterns in it."""
         body = _core.input_request_body(
             request_id or new_id("ask"),
             kind,
@@ -442,6 +445,7 @@ class AsyncClient:
             expires_at,
             blocks_work,
             approvers,
+            action,
         )
         call = Call(
             "POST", f"/v1/runs/{_p(run_id)}/input-requests", body, idempotency_key=new_id("open")
@@ -580,12 +584,15 @@ class AsyncClient:
         expires_in: float | None = None,
         expires_at: datetime | str | None = None,
         timeout: float | None = None,
+        action: Mapping[str, Any] | None = None,
     ) -> Answer:
         """Open an input request and wait for how it ends, on the long-poll feed.
         Returns an :class:`Answer`: ``answered`` (see ``approved``, ``decision``,
         ``value``), ``expired``, ``superseded``, ``cancelled``, or ``timeout`` after
         ``timeout`` seconds (None: until the request ends). Asking again under a
-        ``request_id`` already used for this run waits on that request instead."""
+        ``request_id`` already used for this run waits on that request instead.
+        ``action`` (``{"kind": "shell", "command": "make deploy"}``…) is what approving
+        lets happen: the person sees it first, above the buttons."""
         deadline = None if timeout is None else time.monotonic() + timeout
         cursor = await self.head_cursor()
         try:
@@ -598,6 +605,7 @@ class AsyncClient:
                 options=options,
                 expires_in=expires_in,
                 expires_at=expires_at,
+                action=action,
             )
         except errors.Conflict as exc:
             # Asked before under this request_id (a re-run script): wait on that request.

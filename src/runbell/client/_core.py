@@ -323,8 +323,10 @@ def input_request_body(
     expires_at_: datetime | str | None,
     blocks_work: bool | None,
     approvers: Any = None,
+    action: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``approvers``: user ids or emails; only they may answer (None: the run's)."""
+    """``approvers``: user ids or emails; only they may answer (None: the run's).
+    ``action``: what approving lets happen (``{"kind": "shell", "command": …}``)."""
     return compact(
         input_request_id=request_id,
         kind=kind,
@@ -334,6 +336,7 @@ def input_request_body(
         expires_at=expires_at(expires_in, expires_at_),
         blocks_work=blocks_work,
         approvers=[approvers] if isinstance(approvers, str) else _list_or_none(approvers),
+        action=dict(action) if action is not None else None,
     )
 
 

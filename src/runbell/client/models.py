@@ -51,6 +51,8 @@ class InputRequest:
     answered_by: dict[str, Any] | None = None
     superseded_by: str | None = None
     approvers: list[str] | None = None
+    action: dict[str, Any] | None = None  # with details: what approving lets happen
+    risks: list[dict[str, Any]] = field(default_factory=list)  # flagged in the action
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -71,6 +73,8 @@ class InputRequest:
             answered_by=data.get("answered_by"),
             superseded_by=data.get("superseded_by"),
             approvers=data.get("approvers"),
+            action=data.get("action"),
+            risks=list(data.get("risks") or []),
             raw=data,
         )
 

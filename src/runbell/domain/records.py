@@ -207,6 +207,8 @@ class InputRequest:
     decision: str | None = None
     value: Any = None
     approvers: list[str] | None = None  # who may answer (user ids); None: the run's approvers
+    action: dict[str, Any] | None = None  # what approving lets happen (domain.actions)
+    risks: list[dict[str, str]] | None = None  # flagged in the action when it was opened
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from typing import Any, TypedDict
 import structlog
 
 from runbell import metrics
-from runbell.domain import capabilities
+from runbell.domain import actions, capabilities
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Notification, Run
@@ -73,6 +73,8 @@ class RequestFields(TypedDict):
     blocks_work: bool
     expires_at: datetime | None
     approvers: list[str] | None  # as given (ids or emails); resolved against the run
+    action: dict[str, Any] | None  # checked (domain.actions), as stored
+    risks: list[dict[str, str]] | None  # what the classifier flagged in the action
 
 
 class Opened(TypedDict):
@@ -159,6 +161,9 @@ def _opening(
     hashed: dict[str, Any] = {**fields, "expires_at": views.iso(fields["expires_at"])}
     if hashed["approvers"] is None:  # as before approvers existed: old retries still match
         del hashed["approvers"]
+    del hashed["risks"]  # derived from the action
+    if hashed["action"] is None:  # as before actions existed
+        del hashed["action"]
     digest = fingerprint({"run_id": run_id, **hashed})
 
     def act(tx: Tx) -> tuple[int, Opened]:
@@ -215,6 +220,8 @@ def _open_in(
         "request_hash": digest,
         "created_at": tx.now,
         "approvers": named,
+        "action": fields["action"],
+        "risks": fields["risks"],
     }
     requests.insert(conn, values)
     tx.emit(
@@ -340,11 +347,28 @@ def _request_fields(body: RequestBody) -> RequestFields:
                 "expires_at must carry a timezone offset (e.g. Z)", field="expires_at"
             )
         expires_at = expires_at.astimezone(UTC)
+    # The action, checked, and the risks flagged in it now (kept with it, so the page shows
+    # what was flagged when the person was asked). Advice only: nothing is answered
+    # because of them.
+    action: dict[str, Any] | None = None
+    risks: list[dict[str, str]] | None = None
+    raw_action = body.get("action")
+    if raw_action is not None:
+        if isinstance(raw_action, dict):  # a face's model dump names unset fields as None
+            raw_action = {k: v for k, v in raw_action.items() if v is not None}
+        try:
+            checked = actions.parse_action(raw_action)
+        except actions.ActionInvalid as exc:
+            raise ValidationFailed(str(exc), field=exc.field) from exc
+        action = actions.action_json(checked)
+        risks = [r.to_json() for r in actions.risks(checked)]
     return {
         "id": request_id,
         "kind": kind,
         "summary": summary,
         "details": details,
+        "action": action,
+        "risks": risks,
         "options": [{"id": o["id"], "label": o["label"]} for o in options] or None,
         "blocks_work": bool(body.get("blocks_work", True)),
         "expires_at": expires_at,

@@ -91,6 +91,7 @@ class RequestBody(TypedDict, total=False):
     expires_at: datetime | str | None
     blocks_work: bool
     approvers: list[str] | None  # who may answer it (ids or emails); None: the run's
+    action: dict[str, Any] | None  # what approving lets happen (domain.actions)
 
 
 class OperationBody(TypedDict, total=False):

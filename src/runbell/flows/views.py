@@ -176,6 +176,8 @@ class InputRequestView(TypedDict):
     superseded_by: str | None
     approvers: list[str] | None  # who may answer it, when the request names them
     details: NotRequired[dict[str, Any] | None]  # only when asked for
+    action: NotRequired[dict[str, Any] | None]  # with details: as sensitive
+    risks: NotRequired[list[dict[str, str]]]  # with details: flagged in the action
 
 
 class ReceiptView(TypedDict):
@@ -353,6 +355,9 @@ def input_request_view(req: InputRequest, *, include_details: bool = False) -> I
     }
     if include_details:
         out["details"] = req.details
+        # What approving lets happen, and what was flagged in it: as sensitive as details.
+        out["action"] = req.action
+        out["risks"] = req.risks or []
     return out
 
 

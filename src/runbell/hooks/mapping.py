@@ -35,12 +35,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any, Literal
 
+# The action builder and the detail bounds live in their own module; re-exported here.
+from runbell.hooks.tool_actions import MAX_DETAIL_CHARS as MAX_DETAIL_CHARS
+from runbell.hooks.tool_actions import approval_action as approval_action
+from runbell.hooks.tool_actions import clip as clip
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._:@~-]+")
 MAX_ID = 200
-# Sensitive details are capped so that a huge tool input (a Write of a whole file) still
-# fits the API's body limit; the person sees the start of each long string.
-MAX_DETAIL_CHARS = 4000
-MAX_DETAIL_ITEMS = 50
 
 # The Notification types that mean "the agent waits for you", with the public reason.
 WAITING = {
@@ -132,6 +133,7 @@ class Approval:
     request_id: str
     summary: str
     details: dict[str, Any]
+    action: dict[str, Any] | None = None  # what approving lets happen, shown first
 
 
 Action = EnsureRun | HookSignal | Progress
@@ -172,25 +174,6 @@ def event_id(run_id: str, payload: Mapping[str, Any], what: str) -> str:
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     digest = hashlib.sha256(f"{run_id}\n{what}\n{canonical}".encode()).hexdigest()[:32]
     return f"hook-{digest}"
-
-
-def clip(value: Any, depth: int = 0) -> Any:
-    """``value`` made safe to store as sensitive details: long strings cut, long lists and
-    deep nesting bounded."""
-    if isinstance(value, str):
-        if len(value) <= MAX_DETAIL_CHARS:
-            return value
-        return value[:MAX_DETAIL_CHARS] + f"… ({len(value) - MAX_DETAIL_CHARS} more characters)"
-    if depth >= 6:
-        return "…"
-    if isinstance(value, Mapping):
-        items = list(value.items())[:MAX_DETAIL_ITEMS]
-        return {str(k): clip(v, depth + 1) for k, v in items}
-    if isinstance(value, list | tuple):
-        return [clip(v, depth + 1) for v in list(value)[:MAX_DETAIL_ITEMS]]
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    return str(value)
 
 
 def _text(payload: Mapping[str, Any], key: str) -> str | None:
@@ -252,6 +235,7 @@ def _approval(runtime: str, label: str, run_id: str, payload: Mapping[str, Any])
         request_id=request_id,
         summary=f"{label} wants to use {tool}"[:300],
         details=approval_details(runtime, payload),
+        action=approval_action(payload),
     )
 
 

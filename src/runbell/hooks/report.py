@@ -124,6 +124,7 @@ def decide(rb: Client, approval: Approval, timeout: float) -> dict[str, Any] | N
         kind="approval",
         request_id=approval.request_id,
         details=approval.details,
+        action=approval.action,
         expires_in=timeout,
         timeout=timeout,
     )

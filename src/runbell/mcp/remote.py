@@ -67,6 +67,7 @@ class RemoteBackend:
             details=body.get("details"),
             options=body.get("options"),
             expires_at=body.get("expires_at"),
+            action=body.get("action"),
         )
         return (await self._do(opened)).raw
 

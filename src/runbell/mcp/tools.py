@@ -213,6 +213,16 @@ class Tools:
             dict[str, Any] | None,
             Field(description="sensitive context (arguments, risk), shown after sign-in only"),
         ] = None,
+        action: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description="what approving lets happen, shown first to the person: "
+                '{"kind": "shell", "command": …, "cwd"?}, {"kind": "file_write", "path", '
+                '"content"?}, {"kind": "file_edit", "path", "diff"}, {"kind": "web_fetch", '
+                '"url"}, {"kind": "mcp_tool", "server"?, "tool", "arguments"} or '
+                '{"kind": "generic", "tool", "arguments"}; sensitive like details'
+            ),
+        ] = None,
         expires_in_seconds: Annotated[StrictInt | None, Field(ge=30, le=30 * 86_400)] = None,
         handle: Annotated[
             StrictStr | None,
@@ -241,6 +251,8 @@ class Tools:
                 "summary": summary,
                 "details": details,
             }
+            if action is not None:
+                body["action"] = action
             if options:
                 body["options"] = [{"id": o, "label": o} for o in options]
             if expires_in_seconds:

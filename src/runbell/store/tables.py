@@ -1080,3 +1080,11 @@ throttle_counts = sa.Table(
     ),
 )
 sa.Index("ix_throttle_counts_window_end", throttle_counts.c.window_end)
+
+# --- what a request will do (issue 19 item 1) -------------------------------------------
+#
+# An input request's typed action (runbell.domain.actions: a shell command, a file write or
+# edit, a web fetch, a tool call) and the risks flagged in it when it was opened. Sensitive
+# like details: never in the feed, logs or channels. NULL on requests without an action.
+input_requests.append_column(sa.Column("action", JSON, nullable=True))
+input_requests.append_column(sa.Column("risks", JSON, nullable=True))

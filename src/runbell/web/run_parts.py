@@ -16,6 +16,7 @@ from runbell.flows.delegations import DelegationShown
 from runbell.flows.pages import RunPageShown
 from runbell.flows.runs import RunSnapshot
 from runbell.web import wording
+from runbell.web.action_view import action_view
 from runbell.web.viewer import Viewer
 
 
@@ -126,6 +127,7 @@ def request_view(v: Viewer, req: InputRequest) -> dict[str, Any]:
         "kind": req.kind,
         "summary": req.summary,
         "details": details_text(req.details),
+        "action": action_view(req.action, req.risks),  # shown first (issue 19 item 1)
         "options": [
             {"id": str(o.get("id")), "label": str(o.get("label") or o.get("id"))}
             for o in options

@@ -33,6 +33,11 @@ RequestId = Annotated[str, Path(max_length=200, description="the runtime's input
         rule("options", "option ids are unique within the request"),
         rule("summary", "not blank: at least one character that is not whitespace"),
         rule("approvers", "each a current member who may see the run (by id or email)"),
+        rule(
+            "action.*",
+            "command, path, url, tool, server and cwd not blank; a URL with a host that "
+            "parses; arguments at most 50000 characters as JSON",
+        ),
     ),
 )
 def open_request(
