@@ -26,7 +26,7 @@ from runbell.domain.errors import ValidationFailed
 from runbell.domain.policy import Decision
 from runbell.domain.records import Notification, Run
 from runbell.flows.context import Core
-from runbell.store import destinations, throttles
+from runbell.store import destinations, notifications, throttles
 from runbell.store.db import Tx
 
 
@@ -67,7 +67,7 @@ def throttled(tx: Tx, run: Run, note: Notification, decision: Decision) -> Decis
             "window_end": end.isoformat(),
         },
     }
-    throttles.fold(tx.conn, note["tenant_id"], note["id"], throttle.then, inputs)
+    notifications.fold_throttled(tx.conn, note["tenant_id"], note["id"], throttle.then, inputs)
     note["decision"] = throttle.then
     note["inputs"] = inputs
     # Not pushed now, and never later by a ladder: the digest (or the inbox) is where it is.

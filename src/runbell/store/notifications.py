@@ -319,3 +319,16 @@ def due_for_expiry(conn: Connection, now: datetime, limit: int) -> list[Notifica
 
 def _row(mapping: RowMapping) -> Notification:
     return cast(Notification, dict(mapping))  # every column of notifications
+
+
+def fold_throttled(
+    conn: Connection, tenant_id: str, notification_id: str, decision: str, inputs: dict[str, Any]
+) -> None:
+    """A notification its throttle folded: the decision it ended with and why (its
+    ``inputs`` gain ``throttled``, which its trail shows)."""
+    n = t.notifications
+    conn.execute(
+        sa.update(n)
+        .where(n.c.tenant_id == tenant_id, n.c.id == notification_id)
+        .values(decision=decision, inputs=inputs)
+    )

@@ -11,7 +11,6 @@ IMMEDIATE``). Either way every notification gets its own number, and exactly the
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -52,19 +51,6 @@ def bump(
         .returning(_T.c.hits)
     )
     return int(conn.execute(stmt).scalar_one())
-
-
-def fold(
-    conn: Connection, tenant_id: str, notification_id: str, decision: str, inputs: dict[str, Any]
-) -> None:
-    """A notification its throttle folded: the decision it ended with and why (its
-    ``inputs`` gain ``throttled``, which its trail shows)."""
-    n = t.notifications
-    conn.execute(
-        sa.update(n)
-        .where(n.c.tenant_id == tenant_id, n.c.id == notification_id)
-        .values(decision=decision, inputs=inputs)
-    )
 
 
 def prune(conn: Connection, before: datetime) -> int:
