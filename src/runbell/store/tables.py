@@ -1057,3 +1057,11 @@ owner_changes = sa.Table(
     sa.CheckConstraint("kind in ('claim','takeover')", name="kind"),
 )
 sa.Index("ix_owner_changes_tenant_at", owner_changes.c.tenant_id, owner_changes.c.at)
+
+# --- the inbox's groups (issue 19 item 7, migration 0023) ----------------------------
+#
+# Which digest folds a notification: the inbox lists an open digest as one entry and hides
+# the notifications it folds (store.inbox).
+sa.Index(
+    "ix_digest_items_notification", digest_items.c.tenant_id, digest_items.c.notification_id
+)
