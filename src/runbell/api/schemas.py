@@ -700,7 +700,7 @@ class DelegationIn(Strict):
 InboxFilterName = Literal["needs_me", "failures", "finished"]
 
 
-class SubjectRef(Strict):
+class InboxSubject(Strict):
     type: str = Field(min_length=1, max_length=L.SUBJECT_TYPE)
     id: str = Field(min_length=1, max_length=L.SUBJECT_ID)
 
@@ -721,7 +721,7 @@ class InboxAckIn(Strict):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_one_selector)
 
     run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
-    subject: SubjectRef | None = None
+    subject: InboxSubject | None = None
     notification_ids: list[Annotated[str, Field(min_length=1, max_length=L.ID)]] | None = Field(
         default=None, min_length=1, max_length=1000
     )
