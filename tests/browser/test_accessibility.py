@@ -4,7 +4,7 @@ at desktop size, dark at phone size (the four combinations cost the suite twice 
 and found nothing the two did not; colour contrast follows the theme, reflow the size).
 
 The pages: sign-in (plain, from a deep link), an expired sign-in link, a wrong address,
-the inbox (needs you, for your information, earlier), the runs overview, settings (with
+the inbox (needs you, for your information, earlier; grouped by agent with a filter), the runs overview, settings (with
 the attention policy), the people page (with a grant), the schedules list and a paused
 schedule, a run page in each state (working with progress and delegated tokens, waiting
 for an approval, waiting for a choice, finished under review, finished after a settled
@@ -249,6 +249,8 @@ def scenario(
     pages.update(
         {
             "inbox": "/",
+            # Grouped by agent or project, the digest folded, one filter chosen.
+            "inbox by agent": "/?group=agent&show=finished",
             "runs": "/runs",
             "settings": "/settings",
             "people": "/people",
