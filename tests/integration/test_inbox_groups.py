@@ -9,7 +9,6 @@ import re
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from runbell.flows import digests as digest_flow
@@ -67,9 +66,7 @@ def listed(client: TestClient, token: str, query: str = "") -> list[dict[str, An
 
 
 def ack_group(client: TestClient, token: str, body: dict[str, Any], status: int = 200) -> Any:
-    return ok(
-        client.post("/v1/notifications/acknowledge", json=body, headers=bearer(token)), status
-    )
+    return ok(client.post("/v1/inbox/acknowledge", json=body, headers=bearer(token)), status)
 
 
 def states(client: TestClient, token: str) -> dict[str, str]:
@@ -192,13 +189,11 @@ def test_a_bulk_acknowledgement_names_exactly_one_group(
         {"run_id": "a", "subject": {"type": "agent", "id": "x"}},
         {"run_id": "a", "notification_ids": ["ntf_x"]},
     ):
-        r = client.post(
-            "/v1/notifications/acknowledge", json=body, headers=bearer(creds.owner_token)
-        )
+        r = client.post("/v1/inbox/acknowledge", json=body, headers=bearer(creds.owner_token))
         assert r.status_code == 422, (body, r.text)
         assert r.headers["content-type"].startswith("application/problem+json")
     r = client.post(
-        "/v1/notifications/acknowledge",
+        "/v1/inbox/acknowledge",
         json={"run_id": "a", "filter": "everything"},
         headers=bearer(creds.owner_token),
     )
@@ -233,9 +228,8 @@ def test_filters_on_the_api_and_the_page(
     assert ids("?filter=finished") == [done]
     assert ids("?subject_type=agent&subject_id=alpha") == [ask, done]
     assert ids("?run_id=f-fail") == [failed]
-    r = client.get("/v1/notifications?subject_type=agent", headers=bearer(creds.owner_token))
-    assert r.status_code == 422
-    assert r.json()["field"] == "subject_id"
+    assert ids("?subject_type=agent") == [ask, failed, done]  # every agent
+    assert ids("?subject_id=beta&filter=failures") == [failed]
 
     sign_in(client, core, creds.tenant_id, creds.owner_id)
     page = client.get("/?show=failures").text

@@ -36,14 +36,35 @@ Subject = tuple[str, str]
 @dataclass(frozen=True)
 class InboxFilter:
     """What the person asked to see: a filter of :data:`FILTERS` (None: everything), one
-    run, one subject (an agent or a project: its type and id)."""
+    run, the runs of a subject (an agent or a project: its type, its id, or both)."""
 
     show: str | None = None
     run_id: str | None = None
-    subject: Subject | None = None
+    subject_type: str | None = None
+    subject_id: str | None = None
 
     def types(self) -> tuple[str, ...] | None:
         return None if self.show is None else FILTERS[self.show]
+
+    @property
+    def subject(self) -> Subject | None:
+        """The one subject asked for (type and id both given), else None."""
+        if self.subject_type is None or self.subject_id is None:
+            return None
+        return self.subject_type, self.subject_id
+
+    @property
+    def by_subject(self) -> bool:
+        return self.subject_type is not None or self.subject_id is not None
+
+    def subject_matches(self, subject: Subject | None) -> bool:
+        """Whether a run of ``subject`` is among those asked for (type, id, or both)."""
+        if not self.by_subject:
+            return True
+        return subject is not None and (
+            (self.subject_type is None or subject[0] == self.subject_type)
+            and (self.subject_id is None or subject[1] == self.subject_id)
+        )
 
 
 def shows(show: str | None, attention_type: str) -> bool:

@@ -89,13 +89,14 @@ def list_notifications(
             states=states,
             types=only.types(),
             run_id=only.run_id,
-            subject=only.subject,
+            subject_type=only.subject_type,
+            subject_id=only.subject_id,
             before=before,
             fold=fold,
             limit=limit + 1,
         )
         page = rows[:limit]
-        if only.subject is not None:
+        if only.by_subject:
             # A run the person may no longer see does not say which subject it was of.
             seen = runs.visible_among(conn, who, {n["run_id"] for n in page})
             page = [n for n in page if n["run_id"] in seen]

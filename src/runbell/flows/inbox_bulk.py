@@ -115,7 +115,8 @@ def acknowledge_many_in(tx: Tx, who: Principal, sel: Selection) -> Acknowledged:
             states=["open"],
             types=sel.types,
             run_id=sel.run_id,
-            subject=sel.subject,
+            subject_type=sel.subject[0] if sel.subject else None,
+            subject_id=sel.subject[1] if sel.subject else None,
             up_to=sel.up_to,
             fold=True,  # what an open digest folds goes with the digest, not the group
             limit=BULK_LIMIT + 1,

@@ -95,7 +95,7 @@ def inbox_view(core: Core, who: Principal, now: datetime, only: InboxFilter) -> 
         def narrowed(run_id: str) -> bool:
             if only.run_id is not None and run_id != only.run_id:
                 return False
-            return only.subject is None or subjects.get(run_id) == only.subject
+            return only.subject_matches(subjects.get(run_id))
 
         counts = {"all": 0, **dict.fromkeys(FILTERS, 0)}
         by_subject: dict[Subject, int] = {}

@@ -13,7 +13,6 @@ from typing import cast
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from runbell.domain.inbox import Subject
 from runbell.domain.records import Notification
 from runbell.store import tables as t
 
@@ -48,15 +47,16 @@ def select(
     states: list[str] | None = None,
     types: tuple[str, ...] | None = None,
     run_id: str | None = None,
-    subject: Subject | None = None,
+    subject_type: str | None = None,
+    subject_id: str | None = None,
     before: str | None = None,
     up_to: str | None = None,
     fold: bool = False,
     limit: int,
 ) -> list[Notification]:
-    """The person's notifications, newest first: in ``states``, of attention ``types``, about
-    ``run_id`` or about runs of ``subject``, older than ``before``, no newer than ``up_to``,
-    without those an open digest folds when ``fold``."""
+    """The person's notifications, newest first: in ``states``, of attention ``types``,
+    about ``run_id`` or about runs of a subject (its type, its id, or both), older than
+    ``before``, no newer than ``up_to``, without those an open digest folds when ``fold``."""
     q = sa.select(_N).where(_N.c.tenant_id == tenant_id, _N.c.recipient_user_id == user_id)
     if states:
         q = q.where(_N.c.state.in_(states))
@@ -64,18 +64,14 @@ def select(
         q = q.where(_N.c.attention_type.in_(types))
     if run_id is not None:
         q = q.where(_N.c.run_id == run_id)
-    if subject is not None:
+    if subject_type is not None or subject_id is not None:
         r = t.runs
-        q = q.where(
-            sa.exists(
-                sa.select(sa.literal(1)).where(
-                    r.c.tenant_id == _N.c.tenant_id,
-                    r.c.run_id == _N.c.run_id,
-                    r.c.subject["type"].as_string() == subject[0],
-                    r.c.subject["id"].as_string() == subject[1],
-                )
-            )
-        )
+        match = [r.c.tenant_id == _N.c.tenant_id, r.c.run_id == _N.c.run_id]
+        if subject_type is not None:
+            match.append(r.c.subject["type"].as_string() == subject_type)
+        if subject_id is not None:
+            match.append(r.c.subject["id"].as_string() == subject_id)
+        q = q.where(sa.exists(sa.select(sa.literal(1)).where(*match)))
     if before is not None:
         q = q.where(_N.c.id < before)
     if up_to is not None:

@@ -1062,6 +1062,4 @@ sa.Index("ix_owner_changes_tenant_at", owner_changes.c.tenant_id, owner_changes.
 #
 # Which digest folds a notification: the inbox lists an open digest as one entry and hides
 # the notifications it folds (store.inbox).
-sa.Index(
-    "ix_digest_items_notification", digest_items.c.tenant_id, digest_items.c.notification_id
-)
+sa.Index("ix_digest_items_notification", digest_items.c.tenant_id, digest_items.c.notification_id)

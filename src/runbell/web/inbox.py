@@ -113,7 +113,8 @@ def _only(request: Request) -> tuple[InboxFilter, str]:
     only = InboxFilter(
         show=show if show in FILTERS else None,
         run_id=q.get("run") or None,
-        subject=(subject_type, subject_id) if subject_type and subject_id else None,
+        subject_type=subject_type or None,
+        subject_id=subject_id or None,
     )
     group = q.get("group")
     return only, group if group in GROUP_LABEL else "run"
@@ -125,8 +126,8 @@ def _href(only: InboxFilter, by: str, **change: Any) -> str:
         "show": only.show,
         "group": None if by == "run" else by,
         "run": only.run_id,
-        "subject_type": only.subject[0] if only.subject else None,
-        "subject_id": only.subject[1] if only.subject else None,
+        "subject_type": only.subject_type,
+        "subject_id": only.subject_id,
     }
     params.update(change)
     if params["group"] == "run":
@@ -200,8 +201,9 @@ def inbox_page(request: Request, session: Session, core: CoreDep) -> Response:
 def _narrowed(only: InboxFilter, titles: dict[str, str | None]) -> str | None:
     if only.run_id is not None:
         return f"Run: {titles.get(only.run_id) or only.run_id}"
-    if only.subject is not None:
-        return f"Agent or project: {_subject_label(only.subject)}"
+    if only.by_subject:
+        label = _subject_label((only.subject_type or "any", only.subject_id or "any"))
+        return f"Agent or project: {label}"
     return None
 
 

@@ -13,13 +13,14 @@ from runbell.api.openapi import problems
 from runbell.api.responses import answered
 from runbell.api.schemas import RUN_ID_PATTERN, InboxAckIn, InboxFilterName, ReceiptIn
 from runbell.domain import limits as L
-from runbell.domain.errors import ValidationFailed
 from runbell.domain.inbox import FILTERS, InboxFilter
 from runbell.flows import inbox as inbox_flow
 from runbell.flows import inbox_bulk, receipts
 from runbell.flows import trail as trail_flow
 
 router = APIRouter(prefix="/v1/notifications", tags=["notifications"])
+# The inbox as a whole: a path of its own (under /v1/notifications/ a word is an id).
+inbox_router = APIRouter(prefix="/v1/inbox", tags=["notifications"])
 NoteState = Literal["open", "acknowledged", "resolved", "expired", "superseded", "revoked"]
 
 
@@ -40,10 +41,14 @@ def inbox(
     ] = None,
     run_id: Annotated[str | None, Query(max_length=L.RUN_ID, pattern=RUN_ID_PATTERN)] = None,
     subject_type: Annotated[
-        str | None, Query(min_length=1, max_length=L.SUBJECT_TYPE, description="with subject_id")
+        str | None,
+        Query(
+            min_length=1, max_length=L.SUBJECT_TYPE, description="runs whose subject has this type"
+        ),
     ] = None,
     subject_id: Annotated[
-        str | None, Query(min_length=1, max_length=L.SUBJECT_ID, description="with subject_type")
+        str | None,
+        Query(min_length=1, max_length=L.SUBJECT_ID, description="runs whose subject has this id"),
     ] = None,
     fold: Annotated[
         bool,
@@ -55,18 +60,9 @@ def inbox(
 ) -> Mapping[str, Any]:
     """Your notifications, newest first. Pass ``next_cursor`` back as ``cursor``.
 
-    ``filter``, ``run_id`` and ``subject_type`` with ``subject_id`` (an agent or a project)
+    ``filter``, ``run_id``, ``subject_type`` and ``subject_id`` (an agent or a project)
     narrow the list; a page may then hold fewer than ``limit`` though more follow."""
-    if (subject_type is None) != (subject_id is None):
-        raise ValidationFailed(
-            "give subject_type and subject_id together",
-            field="subject_id" if subject_id is None else "subject_type",
-        )
-    only = InboxFilter(
-        show=show,
-        run_id=run_id,
-        subject=(subject_type, subject_id) if subject_type and subject_id else None,
-    )
+    only = InboxFilter(show=show, run_id=run_id, subject_type=subject_type, subject_id=subject_id)
     return inbox_flow.list_notifications(
         core,
         who,
@@ -78,7 +74,7 @@ def inbox(
     )
 
 
-@router.post("/acknowledge", response_model=None, responses=problems(401, 403, 413, 422, 503))
+@inbox_router.post("/acknowledge", response_model=None, responses=problems(401, 403, 413, 422, 503))
 def acknowledge_group(body: InboxAckIn, who: User, core: CoreDep, key: IdemKey) -> Response:
     """Acknowledge one group of your open notifications at once: one run's, one
     subject's, or the ids named; only a filter's with ``filter``; none newer than
