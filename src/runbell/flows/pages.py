@@ -1,5 +1,6 @@
-"""What the web app's pages show: the reads behind the viewer bar, the inbox and a run
-page, as plain dicts the web face turns into template context (wording, local times).
+"""What the web app's pages show: the reads behind the viewer bar and a run page (the
+inbox's are ``flows.inbox_view``), as plain dicts the web face turns into template context
+(wording, local times).
 
 Read-only: nothing here changes a row. Each page is read in one read transaction, after
 the access check where the page has one.
