@@ -4,15 +4,15 @@ at desktop size, dark at phone size (the four combinations cost the suite twice 
 and found nothing the two did not; colour contrast follows the theme, reflow the size).
 
 The pages: sign-in (plain, from a deep link), an expired sign-in link, a wrong address,
-the inbox (needs you, for your information, earlier), the runs overview, settings (with
-the attention policy), the people page (with a grant), the schedules list and a paused
-schedule, a run page in each state (working with progress and delegated tokens, waiting
-for an approval, waiting for an approval of a risky shell command, waiting for a choice,
-finished under review, finished after a settled
-lookup, failed, cancelled, a pending proposed change), a stale deep link, a digest, the
-"no access" page, the demo mailbox, and the API reference (/docs, /redoc) whole: the
-Swagger UI and ReDoc bundles inside it are checked like our own markup (their colours are
-put right by apidocs.css and ReDoc's theme, their markup by the fix-up in apidocs.js).
+the inbox (needs you, for your information, earlier; grouped by agent with a filter), the
+runs overview, settings (with the attention policy), the people page (with a grant), the
+schedules list and a paused schedule, a run page in each state (working with progress and
+delegated tokens, waiting for an approval, waiting for an approval of a risky shell
+command, waiting for a choice, finished under review, finished after a settled lookup,
+failed, cancelled, a pending proposed change), a stale deep link, a digest, the "no
+access" page, the demo mailbox, and the API reference (/docs, /redoc) whole: the Swagger
+UI and ReDoc bundles inside it are checked like our own markup (their colours are put
+right by apidocs.css and ReDoc's theme, their markup by the fix-up in apidocs.js).
 
 The theme is the browser's (app.css follows ``prefers-color-scheme``); Playwright emulates
 it per context. axe-core is the ``axe.min.js`` of the ``axe-playwright-python`` dev
@@ -269,6 +269,8 @@ def scenario(
     pages.update(
         {
             "inbox": "/",
+            # Grouped by agent or project, the digest folded, one filter chosen.
+            "inbox by agent": "/?group=agent&show=finished",
             "runs": "/runs",
             "settings": "/settings",
             "people": "/people",

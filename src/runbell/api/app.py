@@ -53,6 +53,7 @@ def install(app: FastAPI, core: Core, *, listen_host: str | None = None) -> None
         operations.router,
         sources.router,
         notifications.router,
+        notifications.inbox_router,
         events.router,
         policy.router,
         deliveries.router,

@@ -771,3 +771,44 @@ class DelegationIn(Strict):
         ge=60, le=7 * 24 * 3600, description="seconds until the token stops working"
     )
     name: str = Field(min_length=1, max_length=L.NAME, description="who the token is for")
+
+
+# --- the inbox: acknowledging a group at once (issue 19 item 7) -----------------------
+
+InboxFilterName = Literal["needs_me", "failures", "finished"]
+
+
+class InboxSubject(Strict):
+    type: str = Field(min_length=1, max_length=L.SUBJECT_TYPE)
+    id: str = Field(min_length=1, max_length=L.SUBJECT_ID)
+
+
+def _one_selector(schema: dict[str, Any]) -> None:
+    # Exactly one of run_id, subject, notification_ids (flows.inbox_bulk checks it too).
+    schema["oneOf"] = [
+        {"required": ["run_id"], "properties": {"run_id": {"type": "string"}}},
+        {"required": ["subject"], "properties": {"subject": {"type": "object"}}},
+        {"required": ["notification_ids"], "properties": {"notification_ids": {"type": "array"}}},
+    ]
+
+
+class InboxAckIn(Strict):
+    """Acknowledge one group of your open notifications: one run's, one subject's, or the
+    ids named (exactly one of the three)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_selector)
+
+    run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
+    subject: InboxSubject | None = None
+    notification_ids: list[Annotated[str, Field(min_length=1, max_length=L.ID)]] | None = Field(
+        default=None, min_length=1, max_length=1000
+    )
+    filter: InboxFilterName | None = Field(
+        default=None, description="only the notifications this inbox filter shows"
+    )
+    up_to: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=L.ID,
+        description="the newest notification id to include (the newest you saw)",
+    )

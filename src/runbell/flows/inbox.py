@@ -14,21 +14,22 @@ Invariants kept here (DESIGN §2):
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import NotRequired, TypedDict, cast
 
 from sqlalchemy.engine import Connection
 
 from runbell import metrics
 from runbell.domain.errors import NotFound
+from runbell.domain.inbox import InboxFilter
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Notification, Run
-from runbell.flows import digests, views
-from runbell.flows.attention import close_notification
+from runbell.flows import digests, inbox_ack, views
 from runbell.flows.context import Core
 from runbell.flows.digests import DigestView
 from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
 from runbell.flows.input_requests import get_for_notification
 from runbell.store import accounts, runs
+from runbell.store import inbox as inbox_store
 from runbell.store import notifications as notes
 from runbell.store.db import Tx
 
@@ -40,8 +41,16 @@ def own_note(conn: Connection, who: Principal, notification_id: str) -> Notifica
     return note
 
 
+class Listed(views.NotificationView):
+    """A notification as ``GET /v1/notifications`` lists it; with ``fold``, a digest also
+    says how many notifications it folds and how many of them are still open."""
+
+    folded: NotRequired[int]
+    folded_open: NotRequired[int]
+
+
 class NotificationPage(TypedDict):
-    notifications: list[views.NotificationView]
+    notifications: list[Listed]
     next_cursor: str | None
 
 
@@ -58,18 +67,61 @@ class NotificationDetail(views.NotificationView):
 
 
 def list_notifications(
-    core: Core, who: Principal, *, states: list[str] | None, before: str | None, limit: int
+    core: Core,
+    who: Principal,
+    *,
+    states: list[str] | None,
+    before: str | None,
+    limit: int,
+    only: InboxFilter | None = None,
+    fold: bool = False,
 ) -> NotificationPage:
+    """A page of the person's notifications, newest first; ``only`` narrows it (a filter,
+    a run, a subject: see ``domain.inbox``), ``fold`` hides what an open digest folds and
+    says on each digest how many it folds (``folded``, ``folded_open``)."""
     assert who.user_id is not None
+    only = only or InboxFilter()
     with core.db.read() as conn:
-        rows = notes.list_for_recipient(
-            conn, who.tenant_id, who.user_id, states=states, before=before, limit=limit + 1
+        rows = inbox_store.select(
+            conn,
+            who.tenant_id,
+            who.user_id,
+            states=states,
+            types=only.types(),
+            run_id=only.run_id,
+            subject_type=only.subject_type,
+            subject_id=only.subject_id,
+            before=before,
+            fold=fold,
+            limit=limit + 1,
         )
-    page = rows[:limit]
+        page = rows[:limit]
+        if only.by_subject:
+            # A run the person may no longer see does not say which subject it was of.
+            seen = runs.visible_among(conn, who, {n["run_id"] for n in page})
+            page = [n for n in page if n["run_id"] in seen]
+        # (the digest counts are added below, when folding)
+        listed = [cast(Listed, views.notification_view(n)) for n in page]
+        if fold:
+            _fold_counts(conn, who, listed)
     return {
-        "notifications": [views.notification_view(n) for n in page],
-        "next_cursor": page[-1]["id"] if len(rows) > limit else None,
+        "notifications": listed,
+        "next_cursor": rows[limit - 1]["id"] if len(rows) > limit else None,
     }
+
+
+def _fold_counts(conn: Connection, who: Principal, listed: list[Listed]) -> None:
+    ids = [n["id"] for n in listed if n["attention_type"] == "digest"]
+    members = inbox_store.folded_by(conn, who.tenant_id, ids)
+    states = {
+        m["id"]: m["state"]
+        for m in notes.get_many(conn, who.tenant_id, [i for v in members.values() for i in v])
+    }
+    for n in listed:
+        if n["id"] in members:
+            folded = members[n["id"]]
+            n["folded"] = len(folded)
+            n["folded_open"] = sum(states.get(i) == "open" for i in folded)
 
 
 def get_notification(
@@ -161,12 +213,11 @@ def acknowledge(
 def acknowledge_in(
     core: Core, tx: Tx, who: Principal, notification_id: str
 ) -> views.NotificationView:
-    """Acknowledge inside ``tx`` (an Idempotency-Key record commits with it)."""
+    """Acknowledge inside ``tx`` (an Idempotency-Key record commits with it); a digest
+    acknowledges the notifications it folds with it."""
     note = own_note(tx.conn, who, notification_id)
-    if close_notification(tx, note, "acknowledged", f"acknowledged by {who.user_id or who.key_id}"):
-        notes.mark_seen(tx.conn, who.tenant_id, notification_id, tx.now)
-        waited = (tx.now - note["created_at"]).total_seconds()
-        kind = note["attention_type"]
-        tx.after_commit.append(lambda: metrics.ACK_SECONDS.labels(kind).observe(waited))
+    if inbox_ack.close_one(tx, who, note, inbox_ack.acknowledged_by(who)):
+        # A digest folds its items: acknowledging it acknowledges them, in this transaction.
+        inbox_ack.close_folded(tx, who, note)
         note = notes.get(tx.conn, who.tenant_id, notification_id)
     return views.notification_view(note)

@@ -1,5 +1,6 @@
-"""What the web app's pages show: the reads behind the viewer bar, the inbox and a run
-page, as plain dicts the web face turns into template context (wording, local times).
+"""What the web app's pages show: the reads behind the viewer bar and a run page (the
+inbox's are ``flows.inbox_view``), as plain dicts the web face turns into template context
+(wording, local times).
 
 Read-only: nothing here changes a row. Each page is read in one read transaction, after
 the access check where the page has one.
@@ -36,7 +37,6 @@ from runbell.flows import amendment_changes as change_rules
 from runbell.flows import review, views
 from runbell.flows.approvers import answer_refusal, may_answer
 from runbell.flows.context import Core
-from runbell.flows.input_requests import get_for_notification
 from runbell.flows.operation_views import OperationView, operation_view
 from runbell.flows.run_history import TraceStep, run_history
 from runbell.flows.runs import RunSnapshot, get_run
@@ -47,7 +47,6 @@ from runbell.store import notifications as notes
 from runbell.store.amendments import Amendment
 
 CLOSED_STATES = ("acknowledged", "resolved", "expired", "superseded", "revoked")
-INBOX_OPEN_LIMIT = 200
 INBOX_CLOSED_LIMIT = 20
 RUN_NOTES_LIMIT = 50
 
@@ -57,13 +56,6 @@ class Standing(Notification):
 
     actionable: bool
     actionable_reason: str
-
-
-class InboxPage(TypedDict):
-    head_cursor: int
-    open: list[Standing]
-    closed: list[Standing]
-    titles: dict[str, str | None]  # run id -> title (its id when untitled), None: unseen
 
 
 class NotificationDeliveries(Notification):
@@ -107,51 +99,7 @@ def viewer(core: Core, who: Principal) -> dict[str, str]:
     return {"email": str(email), "timezone": timezone}
 
 
-def inbox_page(core: Core, who: Principal, now: datetime) -> InboxPage:
-    """The person's inbox as of ``now``.
-
-    ``{head_cursor, open, closed, titles}``: ``open`` (up to 200) and ``closed`` (the 20
-    most recently made of those closed) are notification rows, newest first, each with
-    ``actionable`` and ``actionable_reason`` (a closed one is judged without its request);
-    ``titles`` maps every run they name to its title (its id when untitled), or to None
-    for a run the person may not see now.
-    """
-    assert who.user_id is not None
-    with core.db.read() as conn:
-        head, _ = feed.bounds(conn, who.tenant_id)  # before the reads: no gap to the stream
-        opened = notes.list_for_recipient(
-            conn, who.tenant_id, who.user_id, states=["open"], before=None, limit=INBOX_OPEN_LIMIT
-        )
-        closed = notes.list_for_recipient(
-            conn,
-            who.tenant_id,
-            who.user_id,
-            states=list(CLOSED_STATES),
-            before=None,
-            limit=INBOX_CLOSED_LIMIT,
-        )
-        run_ids = {n["run_id"] for n in opened + closed if n["attention_type"] != "digest"}
-        run_rows = runs.runs_by_id(conn, who.tenant_id, run_ids)
-        visible = runs.visible_among(conn, who, run_ids)
-        asks = {n["id"]: get_for_notification(conn, n) for n in opened}
-    return {
-        "head_cursor": head,
-        "open": [
-            _standing(n, run_rows.get(n["run_id"]), n["run_id"] in visible, now, asks[n["id"]])
-            for n in opened
-        ],
-        "closed": [
-            _standing(n, run_rows.get(n["run_id"]), n["run_id"] in visible, now) for n in closed
-        ],
-        "titles": {
-            **{rid: (run_rows[rid].title or rid) if rid in visible else None for rid in run_ids},
-            # A digest's synthetic run id is never a run: its group is the digest itself.
-            **{n["run_id"]: "Digest" for n in opened + closed if n["attention_type"] == "digest"},
-        },
-    }
-
-
-def _standing(
+def standing(
     note: Notification,
     run: Run | None,
     visible: bool,

@@ -1088,3 +1088,9 @@ sa.Index("ix_throttle_counts_window_end", throttle_counts.c.window_end)
 # like details: never in the feed, logs or channels. NULL on requests without an action.
 input_requests.append_column(sa.Column("action", JSON, nullable=True))
 input_requests.append_column(sa.Column("risks", JSON, nullable=True))
+
+# --- the inbox's groups (issue 19 item 7, migration 0023) ----------------------------
+#
+# Which digest folds a notification: the inbox lists an open digest as one entry and hides
+# the notifications it folds (store.inbox).
+sa.Index("ix_digest_items_notification", digest_items.c.tenant_id, digest_items.c.notification_id)

@@ -110,6 +110,14 @@
         const group = item.closest(".run-group");
         item.remove();
         if (group && !group.querySelector(".item")) group.remove();
+        else if (group) {
+          // The group's count stays in view when it is collapsed: keep it true.
+          const count = group.querySelector(".group-count");
+          const left = group.querySelectorAll(".item").length;
+          if (count) count.textContent = left + " open";
+          const ack = group.querySelector(".group-ack");
+          if (ack && left < 2) ack.remove();
+        }
         updateCounts();
         if (hadFocus) heading.focus();
       },
