@@ -412,6 +412,44 @@ class OptionIn(Strict):
     label: str = Field(min_length=1, max_length=L.OPTION_LABEL)
 
 
+# --- edit before approving; machines that answer (issue 19 items 3, 4) ---------------
+
+EDITABLE: dict[str, Any] = {
+    "required": ["schema"],
+    "properties": {"schema": {"type": "object"}, "value": {}},
+    "additionalProperties": False,
+}
+Decision = Literal["approve", "reject", "answer"]
+#: A response's value: an option id or text (choice, text), or an approved editable
+#: request's value, whatever its schema's type.
+AnswerValue = (
+    Annotated[StrictStr, Field(max_length=L.ANSWER_VALUE)]
+    | dict[str, Any]
+    | list[Any]
+    | StrictBool
+    | StrictInt
+    | float
+    | None
+)
+
+
+class CallbackIn(Strict):
+    decisions: list[Decision] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=3,
+        description="the decisions the URL may give; omitted: all the request's kind takes",
+    )
+
+
+class CallbackAnswerIn(Strict):
+    decision: Decision
+    value: AnswerValue = Field(
+        default=None,
+        description="choice: an option id; text: the answer; approval: the edited value",
+    )
+
+
 class InputRequestIn(Strict):
     model_config = ConfigDict(
         extra="forbid",
@@ -450,6 +488,17 @@ class InputRequestIn(Strict):
         description="who may answer this request (user ids or emails of members who may "
         "see the run); default: the run's approvers",
     )
+    editable: dict[str, Any] | None = Field(
+        default=None,
+        description="approval: a value the person may edit before approving, "
+        '{"schema": <JSON Schema subset>, "value": <initial value>} (docs/api.md)',
+        json_schema_extra=EDITABLE,
+    )
+    callback: CallbackIn | None = Field(
+        default=None,
+        description="mint a single-use callback URL with the request (shown once, in the "
+        "201's callback.url)",
+    )
 
     @field_validator("expires_at")
     @classmethod
@@ -461,10 +510,10 @@ class InputRequestIn(Strict):
 
 class ResponseIn(Strict):
     decision: Literal["approve", "reject", "answer"]
-    value: str | None = Field(
+    value: AnswerValue = Field(
         default=None,
-        max_length=L.ANSWER_VALUE,
-        description="choice: an option id; text: the answer",
+        description="choice: an option id; text: the answer; an approval of a request with "
+        "an editable value: the (edited) value, checked against its schema",
     )
     expected_run_version: PositiveInteger
     expected_request_version: PositiveInteger
@@ -663,6 +712,7 @@ Capability = Literal[
     "runs.cancel",
     "input_requests.create",
     "runs.read",
+    "input_requests.answer",  # never implied by an unscoped key (issue 19 item 4)
 ]
 
 
@@ -671,8 +721,9 @@ class KeyIn(Strict):
     name: str | None = Field(default=None, max_length=L.NAME)
     capabilities: list[Capability] | None = Field(
         default=None,
-        max_length=6,
-        description="a runtime key's capabilities; omitted or null: every capability",
+        max_length=7,
+        description="a runtime key's capabilities; omitted or null: every capability but "
+        "input_requests.answer, which is held only when named",
     )
     run_patterns: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._:@~*?-]{1,200}$")]] | None = (
         Field(
@@ -688,7 +739,7 @@ class KeyIn(Strict):
 
 
 class DelegationIn(Strict):
-    capabilities: list[Capability] = Field(min_length=1, max_length=6)
+    capabilities: list[Capability] = Field(min_length=1, max_length=7)
     expires_in: Annotated[StrictInt, BeforeValidator(integral)] = Field(
         ge=60, le=7 * 24 * 3600, description="seconds until the token stops working"
     )

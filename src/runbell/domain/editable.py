@@ -104,6 +104,13 @@ def parse_spec(given: object, field: str = "editable") -> Editable | None:
     return spec
 
 
+def parse_stored(stored: object) -> Editable | None:
+    """A request's stored ``editable`` (checked when the request was opened), or None."""
+    if not isinstance(stored, dict) or "schema" not in stored:
+        return None
+    return Editable(schema=stored["schema"], value=stored.get("value"))
+
+
 def check_value(spec: Editable, value: object) -> tuple[str, str] | None:
     """None when ``value`` fits the schema, else (the path to the first problem, dotted,
     "" for the value itself; the message)."""

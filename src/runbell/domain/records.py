@@ -207,6 +207,9 @@ class InputRequest:
     decision: str | None = None
     value: Any = None
     approvers: list[str] | None = None  # who may answer (user ids); None: the run's approvers
+    editable: dict[str, Any] | None = None  # {schema, value}: the person may edit the value
+    edited: bool | None = None  # the answer approved an edited value
+    answered_by_machine: str | None = None  # a machine answered: "callback" or "key"
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,6 +176,9 @@ class InputRequestView(TypedDict):
     superseded_by: str | None
     approvers: list[str] | None  # who may answer it, when the request names them
     details: NotRequired[dict[str, Any] | None]  # only when asked for
+    edited: bool | None  # the approval carried an edited value (issue 19 item 3)
+    answered_by_machine: str | None  # "callback" or "key": a machine answered (item 4)
+    editable: NotRequired[dict[str, Any] | None]  # {schema, value}; with the details
 
 
 class ReceiptView(TypedDict):
@@ -350,9 +353,12 @@ def input_request_view(req: InputRequest, *, include_details: bool = False) -> I
         "expired_at": iso(req.expires_at) if req.state == "expired" else None,
         "superseded_by": req.superseded_by,
         "approvers": req.approvers,
+        "edited": req.edited,
+        "answered_by_machine": req.answered_by_machine,
     }
     if include_details:
         out["details"] = req.details
+        out["editable"] = req.editable  # the value is as sensitive as the details
     return out
 
 
