@@ -7,7 +7,7 @@ from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Header, Path, Response
 
-from runbell.api.deps import CoreDep, Runtime, User, Who
+from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
