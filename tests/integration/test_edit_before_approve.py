@@ -148,6 +148,11 @@ def test_approve_an_edited_value(
     assert answered and answered[-1]["data"]["edited"] is True
     assert answered[-1]["data"]["value"] == edited
 
+    # The trace's answer step says the person approved an edited value.
+    steps = client.get("/v1/runs/edit-1/history", headers=bearer(creds.runtime_key)).json()
+    step = [s for s in steps["steps"] if s["kind"] == "answer"][-1]
+    assert step["edited"] is True and step["user_id"] == creds.owner_id
+
 
 def test_approving_the_value_unchanged_is_not_an_edit(
     core: Core, client: TestClient, creds: TenantCreds, clock: Clock
