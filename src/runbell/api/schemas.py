@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -23,6 +24,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -420,17 +422,32 @@ EDITABLE: dict[str, Any] = {
     "additionalProperties": False,
 }
 Decision = Literal["approve", "reject", "answer"]
+
+
+def _answer_value(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > L.ANSWER_VALUE:
+        raise ValueError(f"value is at most {L.ANSWER_VALUE} characters")
+    return value
+
+
 #: A response's value: an option id or text (choice, text), or an approved editable
-#: request's value, whatever its schema's type.
-AnswerValue = (
-    Annotated[StrictStr, Field(max_length=L.ANSWER_VALUE)]
-    | dict[str, Any]
-    | list[Any]
-    | StrictBool
-    | StrictInt
-    | float
-    | None
-)
+#: request's value, whatever its schema's type (checked against it by the flow).
+AnswerValue = Annotated[
+    Any,
+    AfterValidator(_answer_value),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "maxLength": L.ANSWER_VALUE},
+                {"type": "object"},
+                {"type": "array"},
+                {"type": "number"},
+                {"type": "boolean"},
+                {"type": "null"},
+            ]
+        }
+    ),
+]
 
 
 class CallbackIn(Strict):
