@@ -47,10 +47,12 @@ class InputRequest:
     details: dict[str, Any] | None = None
     expires_at: datetime | None = None
     decision: str | None = None
-    value: str | None = None
+    value: Any = None  # an option id, a text, or an approved editable value
     answered_by: dict[str, Any] | None = None
     superseded_by: str | None = None
     approvers: list[str] | None = None
+    editable: dict[str, Any] | None = None  # {schema, value}: what the person may edit
+    edited: bool = False  # the approval carries an edited value
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -71,6 +73,8 @@ class InputRequest:
             answered_by=data.get("answered_by"),
             superseded_by=data.get("superseded_by"),
             approvers=data.get("approvers"),
+            editable=data.get("editable"),
+            edited=bool(data.get("edited")),
             raw=data,
         )
 
@@ -185,6 +189,12 @@ class OpenedInputRequest:
     notifications: list[dict[str, Any]] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    @property
+    def callback_url(self) -> str | None:
+        """The callback URL minted with the request (``callback=``), shown this once."""
+        callback = self.raw.get("callback")
+        return str(callback["url"]) if isinstance(callback, dict) else None
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OpenedInputRequest:
         return cls(
@@ -201,17 +211,20 @@ class Answer:
     """How an input request ended, as the runtime learns it.
 
     ``outcome``: ``answered`` (``decision`` is ``approve``, ``reject`` or ``answer``;
-    ``value`` the option id or text), ``expired``, ``superseded``, ``cancelled``, or
-    ``timeout`` (the client stopped waiting; the request may still be pending).
+    ``value`` the option id or text, or for a request with an ``editable`` value the
+    approved value, ``edited`` True when the person changed it), ``expired``,
+    ``superseded``, ``cancelled``, or ``timeout`` (the client stopped waiting; the
+    request may still be pending).
     """
 
     outcome: AnswerOutcome
     request_id: str
     run_id: str
     decision: str | None = None
-    value: str | None = None
+    value: Any = None
     answered_by: str | None = None
     answered_at: datetime | None = None
+    edited: bool = False
 
     @property
     def approved(self) -> bool:

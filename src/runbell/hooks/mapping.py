@@ -132,6 +132,11 @@ class Approval:
     request_id: str
     summary: str
     details: dict[str, Any]
+    # What the person may edit before approving (``{schema, value}``; None: nothing),
+    # the tool's input it is laid over, and whose hook asks (claude-code, codex).
+    editable: dict[str, Any] | None = None
+    tool_input: dict[str, Any] | None = None
+    runtime: str = "claude-code"
 
 
 Action = EnsureRun | HookSignal | Progress
@@ -247,12 +252,49 @@ def _approval(runtime: str, label: str, run_id: str, payload: Mapping[str, Any])
     # Bound to this one prompt: a different prompt is a different request id, so opening
     # it supersedes the previous one on the same run.
     request_id = "perm-" + event_id(run_id, payload, "permission")[5:29]
+    tool_input = payload.get("tool_input")
+    tool_input = dict(tool_input) if isinstance(tool_input, Mapping) else None
     return Approval(
         run_id=run_id,
         request_id=request_id,
         summary=f"{label} wants to use {tool}"[:300],
         details=approval_details(runtime, payload),
+        editable=editable_input(tool, tool_input),
+        tool_input=tool_input,
+        runtime=runtime,
     )
+
+
+#: The fields of a tool's input the person may edit before approving, by tool. Values
+#: longer than :data:`MAX_EDITABLE` are not offered (the form must show all of it).
+EDITABLE_FIELDS: dict[str, tuple[str, ...]] = {
+    "Bash": ("command",),
+    "Write": ("file_path", "content"),
+    "Edit": ("file_path", "new_string"),
+}
+MAX_EDITABLE = 20_000
+
+
+def editable_input(tool: str, tool_input: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The ``editable`` of a permission prompt: the tool's string fields the person may
+    change (``{command}`` for Bash, the path and the text for Write and Edit), with a
+    schema that keeps them strings; None when the tool or its input does not fit."""
+    names = EDITABLE_FIELDS.get(tool)
+    if names is None or tool_input is None:
+        return None
+    value = {name: tool_input.get(name) for name in names}
+    if not all(isinstance(v, str) and len(v) <= MAX_EDITABLE for v in value.values()):
+        return None
+    properties = {
+        name: {
+            "type": "string",
+            "maxLength": MAX_EDITABLE,
+            **({"minLength": 1} if name != "new_string" else {}),
+        }
+        for name in names
+    }
+    schema = {"type": "object", "properties": properties, "required": list(names)}
+    return {"schema": schema, "value": value}
 
 
 # ----------------------------------------------------------------------------- Claude Code
@@ -463,12 +505,34 @@ def plan_codex_hook(payload: Mapping[str, Any]) -> HookPlan:
 # ----------------------------------------------------------------------------- output
 
 
-def permission_output(approved: bool, message: str | None = None) -> dict[str, Any]:
+def permission_output(
+    approved: bool, message: str | None = None, updated_input: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The documented PermissionRequest answer, the same for Claude Code and Codex:
     ``hookSpecificOutput.decision.behavior`` ``allow`` or ``deny`` (with a ``message``).
-    Nothing else: Codex fails closed on ``updatedInput``, ``updatedPermissions`` and
-    ``interrupt``, and Claude Code needs none of them to allow or deny."""
+    ``updated_input`` (Claude Code only: the person edited the tool's input before
+    approving) adds ``decision.updatedInput``; never for Codex, which fails closed on
+    ``updatedInput``, ``updatedPermissions`` and ``interrupt``."""
     decision: dict[str, Any] = {"behavior": "allow" if approved else "deny"}
+    if approved and updated_input is not None:
+        decision["updatedInput"] = dict(updated_input)
     if not approved:
         decision["message"] = message or "Denied in Runbell"
     return {"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}}
+
+
+def edited_output(approval: Approval, value: Any) -> dict[str, Any]:
+    """The answer to a prompt the person approved with an edited input: Claude Code runs
+    the edited input (``updatedInput``: the tool's input with the edited fields laid
+    over it). Codex reserves ``updatedInput`` (it fails closed), so there the edit is a
+    deny whose message carries the edited command for the model to run instead."""
+    edited = dict(value) if isinstance(value, Mapping) else {}
+    if approval.runtime == "codex":
+        shown = edited.get("command")
+        text = shown if isinstance(shown, str) else json.dumps(edited, sort_keys=True)
+        return permission_output(
+            False,
+            "Edited in Runbell: not run as asked. The person approved this instead; "
+            f"run exactly this if it still fits: {text}",
+        )
+    return permission_output(True, updated_input={**(approval.tool_input or {}), **edited})

@@ -24,6 +24,7 @@ from runbell.hooks.mapping import (
     HookPlan,
     HookSignal,
     Progress,
+    edited_output,
     event_id,
     permission_output,
 )
@@ -116,8 +117,9 @@ def carry_out(rb: Client, plan: HookPlan) -> None:
 
 def decide(rb: Client, approval: Approval, timeout: float) -> dict[str, Any] | None:
     """Put the prompt to the person and wait up to ``timeout`` seconds: the documented
-    allow or deny output, or None (no answer in time, a newer prompt replaced this one,
-    the run moved on) so the agent shows its own dialog."""
+    allow or deny output (an approval of an edited input: :func:`edited_output`), or None
+    (no answer in time, a newer prompt replaced this one, the run moved on) so the agent
+    shows its own dialog."""
     answer = rb.ask(
         approval.run_id,
         approval.summary,
@@ -126,8 +128,11 @@ def decide(rb: Client, approval: Approval, timeout: float) -> dict[str, Any] | N
         details=approval.details,
         expires_in=timeout,
         timeout=timeout,
+        editable=approval.editable,
     )
     if answer.outcome == "answered" and answer.decision == "approve":
+        if answer.edited and isinstance(answer.value, dict):
+            return edited_output(approval, answer.value)
         return permission_output(True)
     if answer.outcome == "answered" and answer.decision == "reject":
         return permission_output(False, "Denied in Runbell")
