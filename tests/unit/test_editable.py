@@ -11,7 +11,7 @@ import pytest
 
 from runbell.domain import editable
 from runbell.domain.errors import ValidationFailed
-from runbell.hooks.mapping import Approval, editable_input, edited_output
+from runbell.hooks.editing import editable_input, edited_output
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 COMMAND = {
@@ -86,8 +86,7 @@ def test_the_hook_offers_bash_write_and_edit_inputs() -> None:
 
 def test_an_edited_approval_is_updated_input_for_claude_code_and_a_deny_for_codex() -> None:
     tool_input = {"command": "rm -rf node_modules && npm ci", "description": "Reinstall"}
-    approval = Approval("run", "perm-1", "s", {}, None, tool_input, "claude-code")
-    out = edited_output(approval, {"command": "npm ci"})
+    out = edited_output("claude-code", tool_input, {"command": "npm ci"})
     assert out == {
         "hookSpecificOutput": {
             "hookEventName": "PermissionRequest",
@@ -97,7 +96,8 @@ def test_an_edited_approval_is_updated_input_for_claude_code_and_a_deny_for_code
             },
         }
     }
-    codex = Approval("run", "perm-1", "s", {}, None, tool_input, "codex")
-    decision = edited_output(codex, {"command": "npm ci"})["hookSpecificOutput"]["decision"]
+    decision = edited_output("codex", tool_input, {"command": "npm ci"})["hookSpecificOutput"][
+        "decision"
+    ]
     assert decision["behavior"] == "deny" and "updatedInput" not in decision
     assert "npm ci" in decision["message"]

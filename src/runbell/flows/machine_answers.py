@@ -11,7 +11,7 @@ Two kinds of machine answer an input request, through the same answer flow as a 
   unscoped key), on ``POST /v1/input-requests/{id}/responses``.
 
 Both are recorded as answered by the machine (the trace's actor: its kind and id), and a
-tenant can turn both off (``runbell tenant machine-answers off``).
+tenant can turn both off (``runbell tenant machines off``).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def mint(core: Core, who: Principal, request_id: str, body: dict[str, Any]) -> C
 
 
 def set_allowed(core: Core, tenant_id: str, allowed: bool) -> None:
-    """Turn machine answers on or off for a tenant (the CLI's ``tenant machine-answers``)."""
+    """Turn machine answers on or off for a tenant (the CLI's ``tenant machines``)."""
     with core.db.transaction() as tx:
         store.set_machine_answers(tx.conn, tenant_id, allowed)
     log.info("tenant.machine_answers", tenant_id=tenant_id, allowed=allowed)

@@ -18,13 +18,13 @@ from typing import Any
 
 from runbell.client import Client, RetryPolicy
 from runbell.client.errors import Conflict, ValidationFailed
+from runbell.hooks.editing import edited_output
 from runbell.hooks.mapping import (
     Approval,
     EnsureRun,
     HookPlan,
     HookSignal,
     Progress,
-    edited_output,
     event_id,
     permission_output,
 )
@@ -132,7 +132,7 @@ def decide(rb: Client, approval: Approval, timeout: float) -> dict[str, Any] | N
     )
     if answer.outcome == "answered" and answer.decision == "approve":
         if answer.edited and isinstance(answer.value, dict):
-            return edited_output(approval, answer.value)
+            return edited_output(approval.runtime, approval.tool_input, answer.value)
         return permission_output(True)
     if answer.outcome == "answered" and answer.decision == "reject":
         return permission_output(False, "Denied in Runbell")
