@@ -145,6 +145,22 @@ def scenario(
             details={"command": "deploy --env staging", "risk": "rollback takes a minute"},
             expires_at=expires,
         )
+        # Edit before approving (issue 19 item 3): the command in an editable form.
+        runtime.create_run("a11y-edit", title="Clean the build")
+        runtime.open_request(
+            "a11y-edit",
+            "a11y-bash",
+            summary="Claude Code wants to use Bash",
+            editable={
+                "schema": {
+                    "type": "object",
+                    "properties": {"command": {"type": "string", "maxLength": 10000}},
+                    "required": ["command"],
+                },
+                "value": {"command": "rm -rf ./build"},
+            },
+            expires_at=expires,
+        )
         runtime.create_run("a11y-choice", title="Pick a release window")
         runtime.open_request(
             "a11y-choice",
@@ -244,7 +260,17 @@ def scenario(
         admin.close()
     pages = {
         f"run {r}": f"/runs/a11y-{r}"
-        for r in ("working", "ask", "choice", "review", "settled", "failed", "cancelled", "amend")
+        for r in (
+            "working",
+            "ask",
+            "edit",
+            "choice",
+            "review",
+            "settled",
+            "failed",
+            "cancelled",
+            "amend",
+        )
     }
     pages.update(
         {
