@@ -88,6 +88,19 @@ def test_a_callback_answers_once_without_a_key(
     assert again.headers["content-type"].startswith("application/problem+json")
     assert "already used" in again.json()["detail"]
 
+    # A person arriving late is told a machine answered.
+    late = client.post(
+        "/v1/input-requests/deploy-1/responses",
+        json={
+            "decision": "reject",
+            "expected_run_version": callback["run_version"],
+            "expected_request_version": 1,
+        },
+        headers={**bearer(creds.owner_token), "Idempotency-Key": "late"},
+    )
+    assert late.status_code == 409, late.text
+    assert f"a machine (callback {callback['id']})" in late.json()["detail"]
+
     # The trace records the machine as the actor, of the answer and of the run's step.
     steps = client.get("/v1/runs/ci-1/history", headers=bearer(creds.runtime_key)).json()
     machine = {"kind": "callback", "credential_id": callback["id"], "role": "machine"}

@@ -307,7 +307,7 @@ def _checkcurrent_of(
     state = req.state
     if state == "answered":
         raise Conflict(
-            f"This request was already answered by {req.answered_by_email} "
+            f"This request was already answered by {_answered_by(req)} "
             f"at {_words(req.answered_at)}.",
             current=current_of(run, req),
         )
@@ -415,6 +415,12 @@ def _edited(req: InputRequest, answer: AnswerFields) -> bool:
     spec = editable.parse_stored(req.editable)
     value = answer["value"]
     return spec is not None and value is not None and editable.is_edited(spec, value)
+
+
+def _answered_by(req: InputRequest) -> str:
+    if req.answered_by_machine is not None:  # a callback URL or a key (issue 19 item 4)
+        return f"a machine ({req.answered_by_machine} {req.answered_by_id})"
+    return str(req.answered_by_email)
 
 
 def _answerer(who: Principal) -> str:

@@ -266,7 +266,7 @@ def deep_link(notification_id: str, session: Session, core: CoreDep) -> Response
         request = note.get("input_request")
         by = request["answered_by"] if request else None
         if request and by:
-            who_answered = "you" if by["id"] == v.who.user_id else by["email"]
+            who_answered = "you" if by["id"] == v.who.user_id else by["email"] or "a machine"
             banner.append(
                 f"This request was already answered by {who_answered} on "
                 f"{v.time(_when(request['answered_at']))} ({request['decision']}), here or "
@@ -316,7 +316,7 @@ def refusal_text(v: Viewer, exc: Conflict) -> str:
     state = req.get("state")
     if state == "answered" and req.get("answered_by"):
         by = req["answered_by"]
-        who_answered = "you" if by.get("id") == v.who.user_id else by.get("email")
+        who_answered = "you" if by.get("id") == v.who.user_id else by.get("email") or "a machine"
         text = (
             f"This request was already answered by {who_answered} on "
             f"{v.time(_when(req.get('answered_at')))} ({req.get('decision')})."
