@@ -149,3 +149,21 @@ def test_no_edit_form_without_an_editable_value(
     assert r.status_code == 201
     page = client.get("/runs/web-e3")
     assert 'id="respond-form"' in page.text and 'id="edit-form"' not in page.text
+
+
+def test_the_timeline_names_the_machine_that_answered(
+    client: TestClient, creds: TenantCreds, clock: Clock, owner_csrf: str
+) -> None:
+    make_run(client, creds, "web-e4")
+    r = client.post(
+        "/v1/runs/web-e4/input-requests",
+        json={"input_request_id": "ci-ask", "kind": "approval", "summary": "Go?", "callback": {}},
+        headers=bearer(creds.runtime_key),
+    )
+    assert r.status_code == 201, r.text
+    callback = r.json()["callback"]
+    path = callback["url"][callback["url"].index("/v1/callbacks/") :]
+    assert client.post(path, json={"decision": "approve"}).status_code == 200
+    page = client.get("/runs/web-e4")
+    assert page.status_code == 200
+    assert f"callback URL {callback['id']}" in page.text
