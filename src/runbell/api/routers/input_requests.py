@@ -39,6 +39,12 @@ RequestId = Annotated[str, Path(max_length=200, description="the runtime's input
         rule("options", "option ids are unique within the request"),
         rule("summary", "not blank: at least one character that is not whitespace"),
         rule("approvers", "each a current member who may see the run (by id or email)"),
+        rule(
+            "editable*",
+            "approvals only; the schema within the supported JSON Schema subset and the "
+            "value valid against it (docs/api.md 24.1); the field names the part",
+        ),
+        rule("callback*", "decisions the request's kind takes (approve/reject, or answer)"),
     ),
 )
 def open_request(
@@ -63,7 +69,7 @@ def get_request(request_id: RequestId, who: Who, core: CoreDep) -> Mapping[str, 
         rule("decision", "approve or reject an approval; answer a choice or a text request"),
         rule("value", "none for an approval; an option id of a choice; non-blank text"),
         rule("Idempotency-Key", "required"),
-        rule("value", "approving a request with an editable value: fits its schema"),
+        rule("value*", "approving a request with an editable value: fits its schema"),
         rule("caller", "a person, or a runtime key whose scope names input_requests.answer"),
     ),
 )
@@ -92,6 +98,9 @@ def respond(
     "/v1/input-requests/{request_id}/callback-urls",
     status_code=201,
     responses=problems(401, 403, 404, 409, 413, 422, 503),
+    openapi_extra=rules(
+        rule("body.decisions", "decisions the request's kind takes (approve/reject, or answer)")
+    ),
 )
 def mint_callback(
     request_id: RequestId, body: CallbackIn, who: Runtime, core: CoreDep
@@ -105,6 +114,14 @@ def mint_callback(
     "/v1/callbacks/{token}",
     response_model=None,
     responses=problems(403, 404, 409, 410, 413, 422, 503),
+    openapi_extra=rules(
+        rule("decision", "one the request's kind takes"),
+        rule(
+            "value*",
+            "none for an approval unless it is editable (then it fits its schema); "
+            "an option id of a choice; non-blank text",
+        ),
+    ),
 )
 def use_callback(
     token: Annotated[str, Path(max_length=200, description="the token of a callback URL")],
