@@ -56,7 +56,8 @@ RUNTIME_ONLY = (
     r"^(PUT /v1/runs/\{run_id\}"
     r"|POST /v1/runs/\{run_id\}/(signals|progress|input-requests|claim|operations|delegations)"
     r"|PATCH /v1/runs/\{run_id\}/operations/\{operation_id\}"
-    r"|POST /v1/runs/\{run_id\}/operations/\{operation_id\}/supersede)$"
+    r"|POST /v1/runs/\{run_id\}/operations/\{operation_id\}/supersede"
+    r"|POST /v1/input-requests/\{request_id\}/callback-urls)$"
 )
 
 
