@@ -146,7 +146,8 @@ def scenario(
             details={"command": "deploy --env staging", "risk": "rollback takes a minute"},
             expires_at=expires,
         )
-        # A request whose action is a risky shell command (issue 19 item 1: the preview).
+        # A risky shell command (issue 19 item 1: the preview), editable before approving
+        # (item 3: the command in a form), as the Claude Code hook opens it.
         runtime.create_run("a11y-action", title="Clean the build")
         runtime.open_request(
             "a11y-action",
@@ -154,6 +155,15 @@ def scenario(
             summary="Claude Code wants to use Bash",
             details={"tool_name": "Bash", "cwd": "/home/dev/shop"},
             action={"kind": "shell", "command": "rm -rf ./build", "cwd": "/home/dev/shop"},
+            editable={
+                "schema": {
+                    "type": "object",
+                    "properties": {"command": {"type": "string", "maxLength": 10000}},
+                    "required": ["command"],
+                },
+                "value": {"command": "rm -rf ./build"},
+            },
+            expires_at=expires,
         )
         runtime.create_run("a11y-choice", title="Pick a release window")
         runtime.open_request(

@@ -176,6 +176,10 @@ CAN_RETURN: dict[tuple[str, str], set[int]] = {
     ("post", "/v1/subject-grants"): {*WRITE},
     ("get", "/v1/subject-grants"): {*ROLE},
     ("delete", "/v1/subject-grants/{grant_id}"): {*ROLE, 404, 413},
+    # Edit before approving, machines that answer (issue 19): a callback URL is its own
+    # credential (no 401), used once (410).
+    ("post", "/v1/input-requests/{request_id}/callback-urls"): {*WRITE, 404, 409},
+    ("post", "/v1/callbacks/{token}"): {403, 404, 409, 410, 413, 503},
     ("get", "/healthz"): set(),
     ("get", "/readyz"): {503},
 }

@@ -51,8 +51,8 @@ def test_the_walk_finds_every_command() -> None:
     ):
         assert expected in names
     # issue 18: schedule …, delegate, undelegate, grant add|list|revoke, history, claim,
-    # supersede, finding
-    assert len(names) == 56
+    # supersede, finding; issue 19: tenant machines show|on|off
+    assert len(names) == 60
 
 
 @pytest.mark.parametrize("path", PATHS, ids=_name)

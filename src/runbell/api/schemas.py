@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -23,6 +24,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -484,6 +486,59 @@ ActionIn = Annotated[
 ]
 
 
+# --- edit before approving; machines that answer (issue 19 items 3, 4) ---------------
+
+EDITABLE: dict[str, Any] = {
+    "required": ["schema"],
+    "properties": {"schema": {"type": "object"}, "value": {}},
+    "additionalProperties": False,
+}
+Decision = Literal["approve", "reject", "answer"]
+
+
+def _answer_value(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > L.ANSWER_VALUE:
+        raise ValueError(f"value is at most {L.ANSWER_VALUE} characters")
+    return value
+
+
+#: A response's value: an option id or text (choice, text), or an approved editable
+#: request's value, whatever its schema's type (checked against it by the flow).
+AnswerValue = Annotated[
+    Any,
+    AfterValidator(_answer_value),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "maxLength": L.ANSWER_VALUE},
+                {"type": "object"},
+                {"type": "array"},
+                {"type": "number"},
+                {"type": "boolean"},
+                {"type": "null"},
+            ]
+        }
+    ),
+]
+
+
+class CallbackIn(Strict):
+    decisions: list[Decision] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=3,
+        description="the decisions the URL may give; omitted: all the request's kind takes",
+    )
+
+
+class CallbackAnswerIn(Strict):
+    decision: Decision
+    value: AnswerValue = Field(
+        default=None,
+        description="choice: an option id; text: the answer; approval: the edited value",
+    )
+
+
 class InputRequestIn(Strict):
     model_config = ConfigDict(
         extra="forbid",
@@ -528,6 +583,17 @@ class InputRequestIn(Strict):
         "file write or edit, a web fetch, a tool call), shown first to the person; risky "
         "patterns in it are flagged (``risks`` in the answer), never approved by themselves",
     )
+    editable: dict[str, Any] | None = Field(
+        default=None,
+        description="approval: a value the person may edit before approving, "
+        '{"schema": <JSON Schema subset>, "value": <initial value>} (docs/api.md)',
+        json_schema_extra=EDITABLE,
+    )
+    callback: CallbackIn | None = Field(
+        default=None,
+        description="mint a single-use callback URL with the request (shown once, in the "
+        "201's callback.url)",
+    )
 
     @field_validator("expires_at")
     @classmethod
@@ -539,10 +605,10 @@ class InputRequestIn(Strict):
 
 class ResponseIn(Strict):
     decision: Literal["approve", "reject", "answer"]
-    value: str | None = Field(
+    value: AnswerValue = Field(
         default=None,
-        max_length=L.ANSWER_VALUE,
-        description="choice: an option id; text: the answer",
+        description="choice: an option id; text: the answer; an approval of a request with "
+        "an editable value: the (edited) value, checked against its schema",
     )
     expected_run_version: PositiveInteger
     expected_request_version: PositiveInteger
@@ -741,6 +807,7 @@ Capability = Literal[
     "runs.cancel",
     "input_requests.create",
     "runs.read",
+    "input_requests.answer",  # never implied by an unscoped key (issue 19 item 4)
 ]
 
 
@@ -749,8 +816,9 @@ class KeyIn(Strict):
     name: str | None = Field(default=None, max_length=L.NAME)
     capabilities: list[Capability] | None = Field(
         default=None,
-        max_length=6,
-        description="a runtime key's capabilities; omitted or null: every capability",
+        max_length=7,
+        description="a runtime key's capabilities; omitted or null: every capability but "
+        "input_requests.answer, which is held only when named",
     )
     run_patterns: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._:@~*?-]{1,200}$")]] | None = (
         Field(
@@ -766,7 +834,7 @@ class KeyIn(Strict):
 
 
 class DelegationIn(Strict):
-    capabilities: list[Capability] = Field(min_length=1, max_length=6)
+    capabilities: list[Capability] = Field(min_length=1, max_length=7)
     expires_in: Annotated[StrictInt, BeforeValidator(integral)] = Field(
         ge=60, le=7 * 24 * 3600, description="seconds until the token stops working"
     )

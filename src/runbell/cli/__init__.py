@@ -4,7 +4,8 @@ scripts and CI jobs report with.
 One module per concept: :mod:`~runbell.cli.serve` (``migrate``, ``serve``, ``api``,
 ``worker``), :mod:`~runbell.cli.admin` (``tenant``, ``key``, ``user``, ``source``,
 ``secret-key``), :mod:`~runbell.cli.deliveries` (``deliveries``),
-:mod:`~runbell.cli.retention` (``tenant retention``, ``prune``), :mod:`~runbell.cli.agent`
+:mod:`~runbell.cli.retention` (``tenant retention``, ``prune``),
+:mod:`~runbell.cli.machine_answers` (``tenant machines``), :mod:`~runbell.cli.agent`
 (``login``, ``report``, ``progress``, ``ask``, ``wait``: for scripts and CI, on
 :mod:`runbell.client`), :mod:`~runbell.cli.ownership` (``history``, ``claim``,
 ``supersede``, ``finding``: who may finish a run and who did what, on the SDK too),
@@ -38,6 +39,7 @@ from runbell.cli import (
     completion,
     deliveries,
     hooks,
+    machine_answers,
     mcp,
     ownership,
     people,
@@ -72,7 +74,7 @@ root.add(
     schedules.group,
     hooks.group,
 )
-admin.tenants.add(retention.group)
+admin.tenants.add(retention.group, machine_answers.group)
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "runbell") -> int:

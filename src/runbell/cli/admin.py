@@ -92,7 +92,7 @@ def tenant_policy(file: Path, tenant: str) -> None:
         "--capability",
         "limit a runtime key to this capability (repeatable): runs.report, "
         "operations.declare, operations.settle, runs.cancel, input_requests.create, "
-        "runs.read",
+        "runs.read, input_requests.answer (named only: never implied)",
         metavar="NAME",
         repeat=True,
     ),

@@ -428,13 +428,19 @@ class AsyncClient:
         blocks_work: bool | None = None,
         approvers: Sequence[str] | None = None,
         action: Mapping[str, Any] | None = None,
+        editable: Mapping[str, Any] | None = None,
+        callback: Sequence[str] | bool = False,
     ) -> OpenedInputRequest:
         """Open an input request (the run moves to ``input_required``). ``options``
         (for ``choice``) are ids or ``{id, label}``. ``approvers`` (user ids or
         emails of members who may see the run): only they may answer it, and only they
         are notified; omitted, the run's approvers answer. ``action``: what approving
         lets happen, shown first to the person (``{"kind": "shell", "command": …}``;
-        see docs/api.md for the kinds); the server flags risky patterns in it."""
+        see docs/api.md for the kinds); the server flags risky patterns in it.
+        ``editable`` (an approval): ``{"schema": ..., "value": ...}``, a value the person
+        may edit before approving.
+        ``callback``: True (or the decisions it may give) mints a single-use callback
+        URL, in the result's ``callback_url``."""
         body = _core.input_request_body(
             request_id or new_id("ask"),
             kind,
@@ -447,6 +453,10 @@ class AsyncClient:
             approvers,
             action,
         )
+        if editable is not None:
+            body["editable"] = dict(editable)
+        if callback:
+            body["callback"] = {} if callback is True else {"decisions": list(callback)}
         call = Call(
             "POST", f"/v1/runs/{_p(run_id)}/input-requests", body, idempotency_key=new_id("open")
         )
@@ -456,9 +466,7 @@ class AsyncClient:
         data = await self._send(Call("GET", f"/v1/input-requests/{_p(request_id)}"))
         return InputRequest.from_json(data["input_request"])
 
-    async def respond(
-        self, request_id: str, decision: str, *, value: str | None = None
-    ) -> InputRequest:
+    async def respond(self, request_id: str, decision: str, *, value: Any = None) -> InputRequest:
         """Answer an input request as the person whose token this client holds
         (``approve``/``reject``, or ``answer`` with ``value``), bound to the run and
         request versions read just before. Someone who may see the run but not answer
@@ -585,6 +593,7 @@ class AsyncClient:
         expires_at: datetime | str | None = None,
         timeout: float | None = None,
         action: Mapping[str, Any] | None = None,
+        editable: Mapping[str, Any] | None = None,
     ) -> Answer:
         """Open an input request and wait for how it ends, on the long-poll feed.
         Returns an :class:`Answer`: ``answered`` (see ``approved``, ``decision``,
@@ -592,7 +601,10 @@ class AsyncClient:
         ``timeout`` seconds (None: until the request ends). Asking again under a
         ``request_id`` already used for this run waits on that request instead.
         ``action`` (``{"kind": "shell", "command": "make deploy"}``…) is what approving
-        lets happen: the person sees it first, above the buttons."""
+        lets happen: the person sees it first, above the buttons. With ``editable``
+        (``{"schema": ..., "value": ...}``) the person may edit the value before
+        approving: the answer's ``value`` is then what they approved and ``edited`` says
+        whether they changed it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         cursor = await self.head_cursor()
         try:
@@ -606,6 +618,7 @@ class AsyncClient:
                 expires_in=expires_in,
                 expires_at=expires_at,
                 action=action,
+                editable=editable,
             )
         except errors.Conflict as exc:
             # Asked before under this request_id (a re-run script): wait on that request.

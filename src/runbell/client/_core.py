@@ -181,6 +181,7 @@ def answer_from_event(event: Event, request_id: str) -> Answer | None:
         value=event.data.get("value"),
         answered_by=event.data.get("answered_by"),
         answered_at=_time(event.data.get("answered_at")),
+        edited=bool(event.data.get("edited")),
     )
 
 
@@ -197,6 +198,7 @@ def answer_from_request(request: InputRequest) -> Answer | None:
         value=request.value,
         answered_by=by.get("id") if isinstance(by, dict) else None,
         answered_at=_time(request.raw.get("answered_at")),
+        edited=request.edited,
     )
 
 
@@ -355,7 +357,7 @@ def grant_body(user: str, subject: Any, role: str) -> dict[str, Any]:
 
 
 def response_body(
-    decision: str, value: str | None, run_version: int, request_version: int
+    decision: str, value: Any, run_version: int, request_version: int
 ) -> dict[str, Any]:
     """``POST /v1/input-requests/{id}/responses``, bound to the versions read."""
     return compact(

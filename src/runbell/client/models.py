@@ -47,12 +47,14 @@ class InputRequest:
     details: dict[str, Any] | None = None
     expires_at: datetime | None = None
     decision: str | None = None
-    value: str | None = None
+    value: Any = None  # an option id, a text, or an approved editable value
     answered_by: dict[str, Any] | None = None
     superseded_by: str | None = None
     approvers: list[str] | None = None
     action: dict[str, Any] | None = None  # with details: what approving lets happen
     risks: list[dict[str, Any]] = field(default_factory=list)  # flagged in the action
+    editable: dict[str, Any] | None = None  # {schema, value}: what the person may edit
+    edited: bool = False  # the approval carries an edited value
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -75,6 +77,8 @@ class InputRequest:
             approvers=data.get("approvers"),
             action=data.get("action"),
             risks=list(data.get("risks") or []),
+            editable=data.get("editable"),
+            edited=bool(data.get("edited")),
             raw=data,
         )
 
@@ -189,6 +193,12 @@ class OpenedInputRequest:
     notifications: list[dict[str, Any]] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    @property
+    def callback_url(self) -> str | None:
+        """The callback URL minted with the request (``callback=``), shown this once."""
+        callback = self.raw.get("callback")
+        return str(callback["url"]) if isinstance(callback, dict) else None
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OpenedInputRequest:
         return cls(
@@ -205,17 +215,20 @@ class Answer:
     """How an input request ended, as the runtime learns it.
 
     ``outcome``: ``answered`` (``decision`` is ``approve``, ``reject`` or ``answer``;
-    ``value`` the option id or text), ``expired``, ``superseded``, ``cancelled``, or
-    ``timeout`` (the client stopped waiting; the request may still be pending).
+    ``value`` the option id or text, or for a request with an ``editable`` value the
+    approved value, ``edited`` True when the person changed it), ``expired``,
+    ``superseded``, ``cancelled``, or ``timeout`` (the client stopped waiting; the
+    request may still be pending).
     """
 
     outcome: AnswerOutcome
     request_id: str
     run_id: str
     decision: str | None = None
-    value: str | None = None
+    value: Any = None
     answered_by: str | None = None
     answered_at: datetime | None = None
+    edited: bool = False
 
     @property
     def approved(self) -> bool:

@@ -27,8 +27,11 @@ SETTLE = "operations.settle"  # moving operations
 CANCEL = "runs.cancel"
 ASK = "input_requests.create"  # opening (and cancelling) input requests
 READ = "runs.read"  # the run, listings, the ledger, the feed
+# Answering input requests as a machine (issue 19 item 4). Never implied: a key without a
+# scope holds every other capability, but answers only when its scope names this one.
+ANSWER = "input_requests.answer"
 
-CAPABILITIES: tuple[str, ...] = (REPORT, DECLARE, SETTLE, CANCEL, ASK, READ)
+CAPABILITIES: tuple[str, ...] = (REPORT, DECLARE, SETTLE, CANCEL, ASK, READ, ANSWER)
 
 #: What a run id may contain (api.schemas.RUN_ID_PATTERN), plus the glob's ``*`` and ``?``.
 _PATTERN = re.compile(r"^[A-Za-z0-9._:@~*?-]{1,200}$")
@@ -57,6 +60,10 @@ class Scope:
 
     def holds(self, capability: str) -> bool:
         return self.capabilities is None or capability in self.capabilities
+
+    def names(self, capability: str) -> bool:
+        """Whether the scope names ``capability`` explicitly (an unscoped list: no)."""
+        return self.capabilities is not None and capability in self.capabilities
 
     def id_in_scope(self, run_id: str) -> bool:
         """Whether ``run_id`` passes the limits that need no run row (patterns, binding)."""
@@ -135,9 +142,17 @@ def refuse(capability: str) -> Forbidden:
 def wider_than(parent: Scope | None, wanted: frozenset[str]) -> str | None:
     """The first capability of ``wanted`` that ``parent`` does not hold (None: a subset)."""
     for capability in ordered(wanted):
+        if capability == ANSWER and not (parent is not None and parent.names(ANSWER)):
+            return capability  # never implied, so never passed on unless named
         if parent is not None and not parent.holds(capability):
             return capability
     return None
+
+
+def may_answer(scope: Scope | None) -> bool:
+    """Whether a credential answers input requests: only when its scope names
+    ``input_requests.answer`` (an unscoped key holds every other capability, not this)."""
+    return scope is not None and scope.names(ANSWER)
 
 
 def delegation_lifetime(seconds: int) -> int:

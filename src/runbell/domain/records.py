@@ -209,6 +209,9 @@ class InputRequest:
     approvers: list[str] | None = None  # who may answer (user ids); None: the run's approvers
     action: dict[str, Any] | None = None  # what approving lets happen (domain.actions)
     risks: list[dict[str, str]] | None = None  # flagged in the action when it was opened
+    editable: dict[str, Any] | None = None  # {schema, value}: the person may edit the value
+    edited: bool | None = None  # the answer approved an edited value
+    answered_by_machine: str | None = None  # a machine answered: "callback" or "key"
 
 
 @dataclass(frozen=True, slots=True)

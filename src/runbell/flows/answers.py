@@ -38,11 +38,20 @@ from typing import Any
 import structlog
 from sqlalchemy.exc import IntegrityError
 
+from runbell.domain import editable
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import RunState
-from runbell.flows import amendments, dependencies, idempotency, review_answer, transitions, views
+from runbell.flows import (
+    amendments,
+    dependencies,
+    idempotency,
+    machine_answers,
+    review_answer,
+    transitions,
+    views,
+)
 from runbell.flows.approvers import answer_refusal
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
@@ -117,15 +126,18 @@ class Asked:
 
 def _respond(core: Core, asked: Asked) -> Answer:
     with core.db.transaction() as tx:
-        outcome = _respond_in_tx(core, tx, asked)
+        outcome = respond_in_tx(core, tx, asked)
     if isinstance(outcome, Conflict):
         raise outcome  # raised after commit: the request was marked expired
     return outcome
 
 
-def _respond_in_tx(core: Core, tx: Tx, asked: Asked) -> Answer | Conflict:
-    """The steps of one answer, in one transaction: lock, check, record, move on."""
+def respond_in_tx(core: Core, tx: Tx, asked: Asked) -> Answer | Conflict:
+    """The steps of one answer, in one transaction: lock, check, record, move on. Also
+    what a callback URL's use runs (flows.callbacks), in its own transaction."""
     run, req = _locked(tx, asked)
+    if req.purpose != "run" and machine_answers.is_machine(asked.who):
+        raise Forbidden("a machine answers a run's own requests, not amendments or reviews")
     if req.purpose == "amendment":
         # A proposed change put to the owner: it binds to other versions and never moves
         # the run's state (flows.amendments says which).
@@ -180,6 +192,12 @@ def _authorized_key(tx: Tx, asked: Asked, run: Run, req: InputRequest) -> Idempo
     the run's lock: a concurrent answer under it has committed (and is replayed) or has
     not started."""
     who = asked.who
+    if machine_answers.is_machine(who):
+        # A callback URL or a key that names input_requests.answer (issue 19 item 4):
+        # then every check below, as for a person.
+        machine_answers.check_machine(tx.conn, who, run)
+        assert who.credential_id is not None
+        return idempotency.answer_key(who.tenant_id, who.credential_id, asked.key, asked.digest)
     refusal = answer_refusal(tx.conn, who, run, req)
     if refusal is not None:
         if not who.is_user:
@@ -209,6 +227,7 @@ def _record(tx: Tx, asked: Asked, run: Run, req: InputRequest) -> None:
             "idempotency_key": asked.key,
             "created_at": tx.now,
             "actor": actor_of(asked.who),
+            "edited": _edited(req, answer),
         },
     )
     requests.close(tx.conn, tenant_id, request_id, "answered", tx.now)
@@ -221,7 +240,8 @@ def _record(tx: Tx, asked: Asked, run: Run, req: InputRequest) -> None:
                 "run_id": run.run_id,
                 "decision": answer["decision"],
                 "value": answer["value"],
-                "answered_by": asked.who.user_id,
+                "edited": _edited(req, answer),
+                "answered_by": asked.who.user_id or asked.who.credential_id,
                 "answered_at": views.iso(tx.now),
                 "version": run.version + 1,
                 "request_version": req.version,
@@ -231,7 +251,7 @@ def _record(tx: Tx, asked: Asked, run: Run, req: InputRequest) -> None:
     )
     for note in notes.open_for_run(tx.conn, tenant_id, run.run_id):
         if note.get("input_request_id") == request_id:
-            close_notification(tx, note, "resolved", f"answered by {asked.who.user_id}")
+            close_notification(tx, note, "resolved", f"answered by {_answerer(asked.who)}")
 
 
 def _move_on(core: Core, tx: Tx, asked: Asked, run: Run) -> Run:
@@ -263,7 +283,9 @@ def _result(tx: Tx, asked: Asked, run: Run) -> Answered:
             "input_request_id": asked.request_id,
             "decision": answer["decision"],
             "value": answer["value"],
+            "edited": bool(req.edited),
             "answered_by": {"id": req.answered_by_id, "email": req.answered_by_email},
+            "answered_by_machine": req.answered_by_machine,
             "answered_at": views.iso(req.answered_at),
             "expected_run_version": answer["expected_run_version"],
             "expected_request_version": answer["expected_request_version"],
@@ -285,7 +307,7 @@ def _checkcurrent_of(
     state = req.state
     if state == "answered":
         raise Conflict(
-            f"This request was already answered by {req.answered_by_email} "
+            f"This request was already answered by {_answered_by(req)} "
             f"at {_words(req.answered_at)}.",
             current=current_of(run, req),
         )
@@ -340,8 +362,16 @@ def _check_decision(req: InputRequest, answer: AnswerFields) -> None:
             field="decision",
         )
     if kind == "approval":
-        if value is not None:
-            raise ValidationFailed("an approval takes no value", field="value")
+        spec = editable.parse_stored(req.editable)
+        if value is not None and (spec is None or decision != "approve"):
+            raise ValidationFailed(
+                "an approval takes no value"
+                if spec is None
+                else "only an approval carries the edited value; a rejection takes none",
+                field="value",
+            )
+        if value is not None and spec is not None:
+            editable.require_value(spec, value)  # 422 naming the path (value.command)
     elif kind == "choice":
         ids = [o["id"] for o in req.options or []]
         if value not in ids:
@@ -357,9 +387,9 @@ def _answer_fields(body: AnswerBody) -> AnswerFields:
     if decision not in ("approve", "reject", "answer"):
         raise ValidationFailed("decision must be approve, reject or answer", field="decision")
     value = body.get("value")
-    if value is not None and not isinstance(value, str):
-        raise ValidationFailed("value must be a string", field="value")
-    if value is not None and len(value) > MAX_TEXT:
+    # A string (an option id, a text answer) or, approving an editable request, the
+    # edited JSON value (checked against its schema with the request).
+    if isinstance(value, str) and len(value) > MAX_TEXT:
         raise ValidationFailed(f"value is at most {MAX_TEXT} characters", field="value")
     run_version, request_version = (
         _version(body, "expected_run_version"),
@@ -378,6 +408,25 @@ def _version(body: AnswerBody, name: str) -> int:
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
         raise ValidationFailed(f"{name} must be a positive integer", field=name)
     return given
+
+
+def _edited(req: InputRequest, answer: AnswerFields) -> bool:
+    """Whether the answer approved another value than the request's editable one."""
+    spec = editable.parse_stored(req.editable)
+    value = answer["value"]
+    return spec is not None and value is not None and editable.is_edited(spec, value)
+
+
+def _answered_by(req: InputRequest) -> str:
+    if req.answered_by_machine is not None:  # a callback URL or a key (issue 19 item 4)
+        return f"a machine ({req.answered_by_machine} {req.answered_by_id})"
+    return str(req.answered_by_email)
+
+
+def _answerer(who: Principal) -> str:
+    if who.user_id is not None:
+        return who.user_id
+    return f"{who.credential_kind} {who.credential_id}"
 
 
 def _canonical(doc: Any) -> Any:

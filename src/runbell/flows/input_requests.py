@@ -31,17 +31,17 @@ import hashlib
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import structlog
 
 from runbell import metrics
-from runbell.domain import actions, capabilities
+from runbell.domain import actions, capabilities, editable
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Notification, Run
 from runbell.domain.runs import RunState, is_terminal
-from runbell.flows import approvers, dependencies, scope, transitions, views
+from runbell.flows import approvers, dependencies, machine_answers, scope, transitions, views
 from runbell.flows.approvers import may_answer
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Core
@@ -75,16 +75,20 @@ class RequestFields(TypedDict):
     approvers: list[str] | None  # as given (ids or emails); resolved against the run
     action: dict[str, Any] | None  # checked (domain.actions), as stored
     risks: list[dict[str, str]] | None  # what the classifier flagged in the action
+    editable: dict[str, Any] | None  # {schema, value}, checked (domain.editable)
+    callback: list[str] | None  # the decisions a callback URL minted with it may give
 
 
 class Opened(TypedDict):
     """``POST /v1/runs/{id}/input-requests``: the request, the run at its new version and
-    the notifications raised (``created: false`` for a retry of the same id)."""
+    the notifications raised (``created: false`` for a retry of the same id); with
+    ``callback``, the callback URL, shown this once."""
 
     input_request: views.InputRequestView
     run: views.RunView
     notifications: list[views.NotificationView]
     created: bool
+    callback: NotRequired[machine_answers.CallbackView]
 
 
 class RequestDetail(TypedDict):
@@ -101,7 +105,7 @@ class AnswerFields(TypedDict):
     """An answer's body, checked: the decision and the versions the person saw."""
 
     decision: str  # approve | reject | answer
-    value: str | None
+    value: Any  # an option id or text; an approved editable request's (edited) value
     expected_run_version: int
     expected_request_version: int
 
@@ -109,8 +113,12 @@ class AnswerFields(TypedDict):
 class ResponseView(TypedDict):
     input_request_id: str
     decision: str
-    value: str | None
+    value: Any  # an option id, a text, or an approved editable value
+    # The approval carries an edited value (issue 19 item 3); "callback" or "key" when a
+    # machine answered (item 4). A run's own requests only (not amendments, reviews).
+    edited: NotRequired[bool]
     answered_by: views.Person
+    answered_by_machine: NotRequired[str | None]
     answered_at: str | None
     expected_run_version: int
     expected_request_version: int
@@ -159,11 +167,10 @@ def _opening(
     (201, the result) or (200, the request as it is) for a retry of the same id."""
     fields = _request_fields(body)
     hashed: dict[str, Any] = {**fields, "expires_at": views.iso(fields["expires_at"])}
-    if hashed["approvers"] is None:  # as before approvers existed: old retries still match
-        del hashed["approvers"]
     del hashed["risks"]  # derived from the action
-    if hashed["action"] is None:  # as before actions existed
-        del hashed["action"]
+    for added in ("approvers", "action", "editable", "callback"):
+        if hashed[added] is None:  # as before these existed: old retries still match
+            del hashed[added]
     digest = fingerprint({"run_id": run_id, **hashed})
 
     def act(tx: Tx) -> tuple[int, Opened]:
@@ -222,6 +229,7 @@ def _open_in(
         "approvers": named,
         "action": fields["action"],
         "risks": fields["risks"],
+        "editable": fields["editable"],
     }
     requests.insert(conn, values)
     tx.emit(
@@ -291,7 +299,10 @@ def _open_in(
     )
     req = requests.get(conn, tenant_id, request_id)
     assert req is not None
-    return _opened(conn, req, run, ids, created=True)
+    opened = _opened(conn, req, run, ids, created=True)
+    if fields["callback"] is not None:
+        opened["callback"] = machine_answers.mint_in_tx(core, tx, who, run, req, fields["callback"])
+    return opened
 
 
 def _opened(conn: Any, req: InputRequest, run: Run, ids: list[str], *, created: bool) -> Opened:
@@ -373,7 +384,19 @@ def _request_fields(body: RequestBody) -> RequestFields:
         "blocks_work": bool(body.get("blocks_work", True)),
         "expires_at": expires_at,
         "approvers": approvers.refs(body.get("approvers")),
+        "editable": _editable(body.get("editable"), kind),
+        "callback": machine_answers.parse_callback(body.get("callback"), kind),
     }
+
+
+def _editable(given: object, kind: str) -> dict[str, Any] | None:
+    """A checked ``editable`` (only an approval offers a value to edit), or None."""
+    spec = editable.parse_spec(given)
+    if spec is None:
+        return None
+    if kind != "approval":
+        raise ValidationFailed(f"editable is for kind approval, not {kind}", field="editable")
+    return spec.as_json()
 
 
 # --- reading -------------------------------------------------------------------------

@@ -70,7 +70,7 @@ class AnswerBody(TypedDict, total=False):
     """An answer to an input request, bound to the versions the person saw."""
 
     decision: str  # approve | reject | answer
-    value: str | None
+    value: Any  # an option id, a text, or an approved editable request's (edited) value
     expected_run_version: int
     expected_request_version: int
 
@@ -92,6 +92,8 @@ class RequestBody(TypedDict, total=False):
     blocks_work: bool
     approvers: list[str] | None  # who may answer it (ids or emails); None: the run's
     action: dict[str, Any] | None  # what approving lets happen (domain.actions)
+    editable: dict[str, Any] | None  # {schema, value}: a value the person may edit
+    callback: dict[str, Any] | None  # {decisions?}: mint a callback URL with the request
 
 
 class OperationBody(TypedDict, total=False):

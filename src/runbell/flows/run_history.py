@@ -58,6 +58,7 @@ class TraceStep(TypedDict, total=False):
     purpose: str
     decision: str
     user_id: str | None
+    edited: bool  # an approval of an edited value (issue 19 item 3)
     amendment_id: str
 
 
@@ -137,6 +138,7 @@ def run_history(core: Core, who: Principal, run_id: str) -> History:
                     "purpose": answer["purpose"],
                     "decision": answer["decision"],
                     "user_id": answer["user_id"],
+                    "edited": bool(answer["edited"]),
                     "actor": answer["actor"] or {"kind": "user", "user_id": answer["user_id"]},
                 },
             )

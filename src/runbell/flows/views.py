@@ -178,6 +178,9 @@ class InputRequestView(TypedDict):
     details: NotRequired[dict[str, Any] | None]  # only when asked for
     action: NotRequired[dict[str, Any] | None]  # with details: as sensitive
     risks: NotRequired[list[dict[str, str]]]  # with details: flagged in the action
+    edited: bool | None  # the approval carried an edited value (issue 19 item 3)
+    answered_by_machine: str | None  # "callback" or "key": a machine answered (item 4)
+    editable: NotRequired[dict[str, Any] | None]  # {schema, value}; with the details
 
 
 class ReceiptView(TypedDict):
@@ -352,12 +355,15 @@ def input_request_view(req: InputRequest, *, include_details: bool = False) -> I
         "expired_at": iso(req.expires_at) if req.state == "expired" else None,
         "superseded_by": req.superseded_by,
         "approvers": req.approvers,
+        "edited": req.edited,
+        "answered_by_machine": req.answered_by_machine,
     }
     if include_details:
         out["details"] = req.details
         # What approving lets happen, and what was flagged in it: as sensitive as details.
         out["action"] = req.action
         out["risks"] = req.risks or []
+        out["editable"] = req.editable  # the value is as sensitive as the details
     return out
 
 

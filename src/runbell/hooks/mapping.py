@@ -35,6 +35,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any, Literal
 
+# The output (permission_output) and what a person may edit live in hooks.editing;
+# permission_output is re-exported here, where callers have always found it.
+from runbell.hooks.editing import editable_input
+from runbell.hooks.editing import permission_output as permission_output
+
 # The action builder and the detail bounds live in their own module; re-exported here.
 from runbell.hooks.tool_actions import MAX_DETAIL_CHARS as MAX_DETAIL_CHARS
 from runbell.hooks.tool_actions import approval_action as approval_action
@@ -134,6 +139,11 @@ class Approval:
     summary: str
     details: dict[str, Any]
     action: dict[str, Any] | None = None  # what approving lets happen, shown first
+    # What the person may edit before approving (``{schema, value}``; None: nothing),
+    # the tool's input it is laid over, and whose hook asks (claude-code, codex).
+    editable: dict[str, Any] | None = None
+    tool_input: dict[str, Any] | None = None
+    runtime: str = "claude-code"
 
 
 Action = EnsureRun | HookSignal | Progress
@@ -230,12 +240,17 @@ def _approval(runtime: str, label: str, run_id: str, payload: Mapping[str, Any])
     # Bound to this one prompt: a different prompt is a different request id, so opening
     # it supersedes the previous one on the same run.
     request_id = "perm-" + event_id(run_id, payload, "permission")[5:29]
+    tool_input = payload.get("tool_input")
+    tool_input = dict(tool_input) if isinstance(tool_input, Mapping) else None
     return Approval(
         run_id=run_id,
         request_id=request_id,
         summary=f"{label} wants to use {tool}"[:300],
         details=approval_details(runtime, payload),
         action=approval_action(payload),
+        editable=editable_input(tool, tool_input),
+        tool_input=tool_input,
+        runtime=runtime,
     )
 
 
@@ -442,17 +457,3 @@ def plan_codex_hook(payload: Mapping[str, Any]) -> HookPlan:
         done = HookSignal(run_id, "completed", event_id(run_id, payload, "stop"), "turn finished")
         return HookPlan((ensure, done))
     return NOTHING
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def permission_output(approved: bool, message: str | None = None) -> dict[str, Any]:
-    """The documented PermissionRequest answer, the same for Claude Code and Codex:
-    ``hookSpecificOutput.decision.behavior`` ``allow`` or ``deny`` (with a ``message``).
-    Nothing else: Codex fails closed on ``updatedInput``, ``updatedPermissions`` and
-    ``interrupt``, and Claude Code needs none of them to allow or deny."""
-    decision: dict[str, Any] = {"behavior": "allow" if approved else "deny"}
-    if not approved:
-        decision["message"] = message or "Denied in Runbell"
-    return {"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}}

@@ -18,6 +18,7 @@ from typing import Any
 
 from runbell.client import Client, RetryPolicy
 from runbell.client.errors import Conflict, ValidationFailed
+from runbell.hooks.editing import edited_output
 from runbell.hooks.mapping import (
     Approval,
     EnsureRun,
@@ -116,8 +117,9 @@ def carry_out(rb: Client, plan: HookPlan) -> None:
 
 def decide(rb: Client, approval: Approval, timeout: float) -> dict[str, Any] | None:
     """Put the prompt to the person and wait up to ``timeout`` seconds: the documented
-    allow or deny output, or None (no answer in time, a newer prompt replaced this one,
-    the run moved on) so the agent shows its own dialog."""
+    allow or deny output (an approval of an edited input: :func:`edited_output`), or None
+    (no answer in time, a newer prompt replaced this one, the run moved on) so the agent
+    shows its own dialog."""
     answer = rb.ask(
         approval.run_id,
         approval.summary,
@@ -127,8 +129,11 @@ def decide(rb: Client, approval: Approval, timeout: float) -> dict[str, Any] | N
         action=approval.action,
         expires_in=timeout,
         timeout=timeout,
+        editable=approval.editable,
     )
     if answer.outcome == "answered" and answer.decision == "approve":
+        if answer.edited and isinstance(answer.value, dict):
+            return edited_output(approval.runtime, approval.tool_input, answer.value)
         return permission_output(True)
     if answer.outcome == "answered" and answer.decision == "reject":
         return permission_output(False, "Denied in Runbell")

@@ -233,13 +233,22 @@ class Tools:
         ] = None,
         wait_seconds: Wait = WAIT_DEFAULT,
         owner: Annotated[StrictStr | None, Field(description="email, for a new run")] = None,
+        editable: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description='kind=approval: {"schema": <JSON Schema subset>, "value": ...}, '
+                "a value (a command, a task list) the person may edit before approving"
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Ask the person for an approval, a choice or a text answer, and wait for it.
 
         They are notified (phone, inbox) and answer from any device. Returns the answer
         (status "answered", with decision and value), or "expired"/"superseded"/
         "cancelled", or status "waiting" with a handle: then call request_input again with
-        that handle (and no summary) to keep waiting. Never ask twice for one question."""
+        that handle (and no summary) to keep waiting. Never ask twice for one question.
+        With ``editable``, an approval may come back ``edited: true`` with the edited
+        value: use that value, not the one you proposed."""
         b = self.backend()
         body: dict[str, Any] | None = None
         if handle is None:
@@ -255,6 +264,8 @@ class Tools:
                 body["action"] = action
             if options:
                 body["options"] = [{"id": o, "label": o} for o in options]
+            if editable is not None:
+                body["editable"] = editable
             if expires_in_seconds:
                 at = datetime.now(UTC) + timedelta(seconds=expires_in_seconds)
                 body["expires_at"] = at.isoformat().replace("+00:00", "Z")
@@ -295,12 +306,20 @@ class Tools:
         }
         if state == "answered":
             who = req.get("answered_by") or {}
+            edited = bool(req.get("edited"))
+            value = req.get("value")
+            shown = value if isinstance(value, str) else json.dumps(value)
             out |= {
                 "decision": req.get("decision"),
-                "value": req.get("value"),
-                "answered_by": who.get("email"),
+                "value": value,
+                "edited": edited,
+                "answered_by": who.get("email") or who.get("id"),
                 "message": f"The person answered: {req.get('decision')}"
-                + (f" ({req.get('value')})" if req.get("value") else "")
+                + (
+                    f" with an edited value: {shown}. Use exactly this value"
+                    if edited
+                    else (f" ({shown})" if value is not None else "")
+                )
                 + ".",
             }
         else:

@@ -53,6 +53,7 @@ def answers_for_run(conn: Connection, tenant_id: str, run_id: str) -> list[dict[
             r.c.decision,
             r.c.actor,
             r.c.created_at,
+            r.c.edited,
         )
         .join(q, sa.and_(q.c.tenant_id == r.c.tenant_id, q.c.id == r.c.input_request_id))
         .where(r.c.tenant_id == tenant_id, q.c.run_id == run_id)

@@ -31,19 +31,32 @@ def get(
 def _with_answer(conn: Connection, row: RowMapping) -> InputRequest:
     r = t.responses
     answer = conn.execute(
-        sa.select(r.c.user_id, r.c.created_at, r.c.decision, r.c.value, t.users.c.email)
-        .join(t.users, t.users.c.id == r.c.user_id)
+        sa.select(
+            r.c.user_id,
+            r.c.created_at,
+            r.c.decision,
+            r.c.value,
+            r.c.edited,
+            r.c.actor,
+            t.users.c.email,
+        )
+        .outerjoin(t.users, t.users.c.id == r.c.user_id)
         .where(r.c.tenant_id == row["tenant_id"], r.c.input_request_id == row["id"])
     ).first()
     if answer is None:
         return InputRequest(**row)
+    # A machine's answer (no person): the callback's or the key's id stands in.
+    actor = answer.actor or {}
+    machine = None if answer.user_id is not None else str(actor.get("kind") or "machine")
     return InputRequest(
         **row,
-        answered_by_id=answer.user_id,
+        answered_by_id=answer.user_id or actor.get("credential_id") or "machine",
         answered_by_email=answer.email,
         answered_at=answer.created_at,
         decision=answer.decision,
         value=answer.value,
+        edited=bool(answer.edited),
+        answered_by_machine=machine,
     )
 
 

@@ -539,7 +539,9 @@ responses = sa.Table(
     _tenant(),
     sa.Column("input_request_id", sa.String(limits.RUN_ID), nullable=False),
     sa.Column("id", Id, nullable=False, unique=True),
-    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=False),
+    # NULL: a machine answered (a callback URL, a key with input_requests.answer): ``actor``
+    # says which (issue 19 item 4).
+    sa.Column("user_id", Id, sa.ForeignKey("users.id"), nullable=True),
     sa.Column("decision", sa.String(16), nullable=False),  # approve | reject | answer
     sa.Column("value", JSON, nullable=True),
     sa.Column("expected_run_version", sa.Integer, nullable=False),
@@ -1094,3 +1096,38 @@ input_requests.append_column(sa.Column("risks", JSON, nullable=True))
 # Which digest folds a notification: the inbox lists an open digest as one entry and hides
 # the notifications it folds (store.inbox).
 sa.Index("ix_digest_items_notification", digest_items.c.tenant_id, digest_items.c.notification_id)
+# --- edit before approving; machines that answer (issue 19 items 3, 4) -------------------
+#
+# A request's editable value ({schema, value}, domain.editable): the person may change it
+# and approve the edited version; the response says whether it was edited.
+input_requests.append_column(sa.Column("editable", JSON, nullable=True))
+responses.append_column(sa.Column("edited", sa.Boolean, nullable=False, server_default=sa.false()))
+# Whether machines (callback URLs, keys with input_requests.answer) may answer this
+# tenant's requests.
+tenants.append_column(
+    sa.Column("machine_answers", sa.Boolean, nullable=False, server_default=sa.true())
+)
+
+# A pre-signed callback URL: answers one request once, at the versions it was minted at,
+# until the request expires; only the hash of its token is kept.
+callback_urls = sa.Table(
+    "callback_urls",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    _tenant(),
+    sa.Column("input_request_id", sa.String(limits.RUN_ID), nullable=False),
+    sa.Column("run_id", sa.String(limits.RUN_ID), nullable=False),
+    sa.Column("run_version", sa.Integer, nullable=False),
+    sa.Column("request_version", sa.Integer, nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("decisions", JSON, nullable=False),  # ["approve", "reject"] or a subset
+    sa.Column("created_by", JSON, nullable=True),  # the actor that minted it
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=True),  # the request's
+    sa.Column("used_at", UTCDateTime, nullable=True),
+)
+sa.Index(
+    "ix_callback_urls_request",
+    callback_urls.c.tenant_id,
+    callback_urls.c.input_request_id,
+)

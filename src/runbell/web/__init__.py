@@ -13,6 +13,7 @@ part of the app, each with its routes (no ``/v1`` prefix, not in the OpenAPI doc
   operation that was in doubt)
 - :mod:`~runbell.web.cancel_form`: cancelling from the run page
 - :mod:`~runbell.web.amend_form`: proposing a change from the run page
+- :mod:`~runbell.web.edit_form`: approving an edited value from the run page
 - :mod:`~runbell.web.delegation_form`: revoking a delegated token from the run page
 - :mod:`~runbell.web.schedules_page`: ``/schedules`` and ``/schedules/{id}``, scheduled
   work: list, create, a new instruction version, pause, resume, revoke
@@ -44,6 +45,7 @@ def install(app: FastAPI) -> None:
         assets,
         cancel_form,
         delegation_form,
+        edit_form,
         forms,
         inbox,
         people_page,
@@ -62,6 +64,7 @@ def install(app: FastAPI) -> None:
         cancel_form,
         amend_form,
         delegation_form,
+        edit_form,
         schedules_page,
         settings,
         people_page,

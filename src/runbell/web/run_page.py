@@ -33,6 +33,7 @@ from runbell.flows.inbox import NotificationDetail
 from runbell.flows.inputs import AnswerBody
 from runbell.web import run_parts as parts
 from runbell.web import trace, wording
+from runbell.web.edit_view import edit_view
 from runbell.web.forms import Checked, Session
 from runbell.web.ledger import ledger_view
 from runbell.web.templating import render
@@ -56,6 +57,8 @@ class RunPageState:
     cancel_error: str | None = None
     amend_error: str | None = None
     delegation_error: str | None = None
+    edit_text: str | None = None  # an edited value refused: as typed (web.edit_form)
+    edit_error: str | None = None
     status: int = 200
 
 
@@ -101,6 +104,8 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
             "stalled": v.time(run.stalled_at) if run.stalled_at else None,
         },
         request=request_view,
+        # The editable value, when the request offers one (issue 19 item 3).
+        edit=edit_view(pending, state.edit_text, state.edit_error) if pending else None,
         badge=snapshot["badge"],
         badge_settled=snapshot["badge"]["key"].startswith("state-"),
         review_decided=parts.decided_view(v, shown["decided_review"]),
@@ -261,7 +266,7 @@ def deep_link(notification_id: str, session: Session, core: CoreDep) -> Response
         request = note.get("input_request")
         by = request["answered_by"] if request else None
         if request and by:
-            who_answered = "you" if by["id"] == v.who.user_id else by["email"]
+            who_answered = "you" if by["id"] == v.who.user_id else by["email"] or "a machine"
             banner.append(
                 f"This request was already answered by {who_answered} on "
                 f"{v.time(_when(request['answered_at']))} ({request['decision']}), here or "
@@ -311,7 +316,7 @@ def refusal_text(v: Viewer, exc: Conflict) -> str:
     state = req.get("state")
     if state == "answered" and req.get("answered_by"):
         by = req["answered_by"]
-        who_answered = "you" if by.get("id") == v.who.user_id else by.get("email")
+        who_answered = "you" if by.get("id") == v.who.user_id else by.get("email") or "a machine"
         text = (
             f"This request was already answered by {who_answered} on "
             f"{v.time(_when(req.get('answered_at')))} ({req.get('decision')})."

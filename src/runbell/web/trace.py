@@ -51,6 +51,8 @@ def actor_text(
     credential = actor.get("credential_id")
     if kind == "delegated":
         what = "delegated token"
+    elif kind == "callback":  # a machine answered through a callback URL (issue 19)
+        what = "callback URL"
     else:
         what = _CREDENTIAL.get(str(actor.get("role")), "credential")
     name = names.get(str(credential)) if credential else None
@@ -150,7 +152,8 @@ def _what(
         decision = step.get("decision", "")
         word = wording.DECISION_WORD.get(decision, decision)
         about = "a proposed change" if step.get("purpose") == "amendment" else "a request"
-        return {"what": f"{about} was {word}"}
+        edited = " with an edited value" if step.get("edited") else ""
+        return {"what": f"{about} was {word}{edited}"}
     if kind == "amendment":
         return {"what": f"a change was proposed (now {step.get('state')})"}
     return {"what": kind}

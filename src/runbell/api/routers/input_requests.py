@@ -7,12 +7,18 @@ from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Header, Path, Response
 
-from runbell.api.deps import CoreDep, Runtime, User, Who
+from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.idempotent import IdemKey
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import answered
-from runbell.api.schemas import RUN_ID_PATTERN, InputRequestIn, ResponseIn
-from runbell.flows import answers
+from runbell.api.schemas import (
+    RUN_ID_PATTERN,
+    CallbackAnswerIn,
+    CallbackIn,
+    InputRequestIn,
+    ResponseIn,
+)
+from runbell.flows import answers, callbacks, machine_answers
 from runbell.flows import input_requests as actions
 from runbell.flows.inputs import AnswerBody, RequestBody
 
@@ -38,6 +44,12 @@ RequestId = Annotated[str, Path(max_length=200, description="the runtime's input
             "command, path, url, tool, server and cwd not blank; a URL with a host that "
             "parses; arguments at most 50000 characters as JSON",
         ),
+        rule(
+            "editable*",
+            "approvals only; the schema within the supported JSON Schema subset and the "
+            "value valid against it (docs/api.md 24.1); the field names the part",
+        ),
+        rule("callback*", "decisions the request's kind takes (approve/reject, or answer)"),
     ),
 )
 def open_request(
@@ -62,12 +74,14 @@ def get_request(request_id: RequestId, who: Who, core: CoreDep) -> Mapping[str, 
         rule("decision", "approve or reject an approval; answer a choice or a text request"),
         rule("value", "none for an approval; an option id of a choice; non-blank text"),
         rule("Idempotency-Key", "required"),
+        rule("value*", "approving a request with an editable value: fits its schema"),
+        rule("caller", "a person, or a runtime key whose scope names input_requests.answer"),
     ),
 )
 def respond(
     request_id: RequestId,
     body: ResponseIn,
-    who: User,
+    who: Who,
     core: CoreDep,
     idempotency_key: Annotated[
         str | None,
@@ -79,6 +93,46 @@ def respond(
         ),
     ] = None,
 ) -> Response:
-    """Answer once. 409 with ``current`` when the request or run moved on."""
+    """Answer once. 409 with ``current`` when the request or run moved on. A person, or a
+    runtime key whose scope names ``input_requests.answer`` (recorded as the machine)."""
     answer = cast(AnswerBody, body.model_dump())  # ResponseIn's fields
     return answered(answers.answer(core, who, request_id, answer, idempotency_key))
+
+
+@router.post(
+    "/v1/input-requests/{request_id}/callback-urls",
+    status_code=201,
+    responses=problems(401, 403, 404, 409, 413, 422, 503),
+    openapi_extra=rules(
+        rule("body.decisions", "decisions the request's kind takes (approve/reject, or answer)")
+    ),
+)
+def mint_callback(
+    request_id: RequestId, body: CallbackIn, who: Runtime, core: CoreDep
+) -> Mapping[str, Any]:
+    """A single-use callback URL that answers this pending request with one POST and no
+    API key; ``url`` is shown this once."""
+    return dict(machine_answers.mint(core, who, request_id, body.model_dump()))
+
+
+@router.post(
+    "/v1/callbacks/{token}",
+    response_model=None,
+    responses=problems(403, 404, 409, 410, 413, 422, 503),
+    openapi_extra=rules(
+        rule("decision", "one the request's kind takes"),
+        rule(
+            "value*",
+            "none for an approval unless it is editable (then it fits its schema); "
+            "an option id of a choice; non-blank text",
+        ),
+    ),
+)
+def use_callback(
+    token: Annotated[str, Path(max_length=200, description="the token of a callback URL")],
+    body: CallbackAnswerIn,
+    core: CoreDep,
+) -> Response:
+    """Answer the callback URL's request, once, without an API key (the URL is the
+    credential). 410 when it was used or has expired."""
+    return answered(callbacks.answer(core, token, body.model_dump()))
