@@ -25,7 +25,7 @@ from tests.conftest import bearer
     [
         ("/v1/deliveries?notification_id=ntf_nonexistent", ["notification_id"], "admin_key"),
         ("/v1/runs?stat=working&limit=5&colour=red", ["colour", "stat"], "runtime_key"),
-        ("/v1/notifications?run_id=r1", ["run_id"], "owner_token"),
+        ("/v1/notifications?runid=r1", ["runid"], "owner_token"),
         ("/v1/events?after=earliest&since=0", ["since"], "runtime_key"),
         ("/v1/me?x=1", ["x"], "owner_token"),
         ("/healthz?verbose=1", ["verbose"], "admin_key"),

@@ -129,6 +129,7 @@ CAN_RETURN: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/notifications"): {*ROLE, 422},
     ("get", "/v1/notifications/{notification_id}"): {*ROLE, 404},
     ("post", "/v1/notifications/{notification_id}/ack"): {*WRITE, 404},
+    ("post", "/v1/inbox/acknowledge"): {*WRITE},
     ("post", "/v1/notifications/{notification_id}/receipts"): {*WRITE, 404},
     ("get", "/v1/notifications/{notification_id}/trail"): {*ROLE, 404},
     ("get", "/v1/events"): {*ROLE, 410, 422},
@@ -210,6 +211,7 @@ IDEMPOTENT = {
     "/v1/deliveries/{delivery_id}/replay",
     "/v1/subject-grants",
     "/v1/notifications/{notification_id}/ack",
+    "/v1/inbox/acknowledge",
     "/v1/notifications/{notification_id}/receipts",
     "/v1/schedules",
 }

@@ -162,6 +162,7 @@ def stored_widths() -> dict[str, int]:
         "input_requests.summary": api_max(InputRequestIn, "summary"),
         "input_requests.superseded_by": api_max(InputRequestIn, "input_request_id"),
         "responses.input_request_id": run,
+        "callback_urls.input_request_id": api_max(InputRequestIn, "input_request_id"),
         "responses.idempotency_key": L.IDEMPOTENCY_KEY,  # the header's max_length
         "idempotency_keys.key": L.IDEMPOTENCY_KEY,
         "idempotency_keys.principal": L.ID,

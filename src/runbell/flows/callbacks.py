@@ -24,6 +24,7 @@ from runbell.flows import answers, machine_answers
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer
 from runbell.flows.input_requests import AnswerFields, fingerprint
+from runbell.flows.inputs import CallbackAnswerBody
 from runbell.store import machine_answers as store
 from runbell.store.db import Tx
 
@@ -32,7 +33,7 @@ log = structlog.get_logger(__name__)
 MAX_TOKEN = 200
 
 
-def answer(core: Core, token: str, body: dict[str, Any]) -> Answer:
+def answer(core: Core, token: str, body: CallbackAnswerBody) -> Answer:
     """Answer the callback's request once; the answer's 200 (the same body as a person's
     answer). 404 for an unknown token, 410 when used or expired, 403 when the tenant
     turned machine answers off or the decision is not one the URL allows, 409 when the

@@ -373,6 +373,7 @@ def _request_fields(body: RequestBody) -> RequestFields:
             raise ValidationFailed(str(exc), field=exc.field) from exc
         action = actions.action_json(checked)
         risks = [r.to_json() for r in actions.risks(checked)]
+    offered = _editable(body.get("editable"), kind)
     return {
         "id": request_id,
         "kind": kind,
@@ -384,19 +385,19 @@ def _request_fields(body: RequestBody) -> RequestFields:
         "blocks_work": bool(body.get("blocks_work", True)),
         "expires_at": expires_at,
         "approvers": approvers.refs(body.get("approvers")),
-        "editable": _editable(body.get("editable"), kind),
+        "editable": None if offered is None else offered.as_json(),
         "callback": machine_answers.parse_callback(body.get("callback"), kind),
     }
 
 
-def _editable(given: object, kind: str) -> dict[str, Any] | None:
+def _editable(given: object, kind: str) -> editable.Editable | None:
     """A checked ``editable`` (only an approval offers a value to edit), or None."""
     spec = editable.parse_spec(given)
     if spec is None:
         return None
     if kind != "approval":
         raise ValidationFailed(f"editable is for kind approval, not {kind}", field="editable")
-    return spec.as_json()
+    return spec
 
 
 # --- reading -------------------------------------------------------------------------

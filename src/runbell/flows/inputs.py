@@ -80,6 +80,19 @@ class OptionBody(TypedDict):
     label: str
 
 
+class CallbackBody(TypedDict, total=False):
+    """``POST /v1/input-requests/{id}/callback-urls`` (and ``callback`` on create)."""
+
+    decisions: list[str] | None  # the decisions the URL may give; None: the kind's all
+
+
+class CallbackAnswerBody(TypedDict, total=False):
+    """``POST /v1/callbacks/{token}``: what a machine answers."""
+
+    decision: str  # approve | reject | answer
+    value: Any  # an option id or text, or an approval's edited value
+
+
 class RequestBody(TypedDict, total=False):
     """``POST /v1/runs/{id}/input-requests``."""
 

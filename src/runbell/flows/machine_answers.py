@@ -26,7 +26,9 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run
 from runbell.flows import scope, views
 from runbell.flows.context import Core
+from runbell.flows.inputs import CallbackBody
 from runbell.flows.ownership import actor_of
+from runbell.store import accounts
 from runbell.store import input_requests as requests
 from runbell.store import machine_answers as store
 from runbell.store.db import Tx
@@ -78,7 +80,7 @@ def check_machine(conn: Any, who: Principal, run: Run) -> None:
         scope.check_run(who, run, run.run_id)
     elif who.kind != CALLBACK:
         raise Forbidden("only a person, a callback URL or a key may answer")
-    if not store.machine_answers(conn, who.tenant_id):
+    if not accounts.machine_answers(conn, who.tenant_id):
         raise Forbidden(DISABLED)
 
 
@@ -110,7 +112,7 @@ def mint_in_tx(
 ) -> CallbackView:
     """A callback URL for ``req`` at the run's current version, in the caller's
     transaction (the run locked). 403 when the tenant turned machine answers off."""
-    if not store.machine_answers(tx.conn, who.tenant_id):
+    if not accounts.machine_answers(tx.conn, who.tenant_id):
         raise Forbidden(DISABLED)
     callback, token = store.create(
         tx.conn,
@@ -136,7 +138,7 @@ def mint_in_tx(
     }
 
 
-def mint(core: Core, who: Principal, request_id: str, body: dict[str, Any]) -> CallbackView:
+def mint(core: Core, who: Principal, request_id: str, body: CallbackBody) -> CallbackView:
     """``POST /v1/input-requests/{id}/callback-urls``: a new callback URL for a pending
     request of a run the credential may ask on (``input_requests.create``). 404 outside
     its scope, 409 when the request is no longer pending or has expired."""
@@ -164,10 +166,10 @@ def mint(core: Core, who: Principal, request_id: str, body: dict[str, Any]) -> C
 def set_allowed(core: Core, tenant_id: str, allowed: bool) -> None:
     """Turn machine answers on or off for a tenant (the CLI's ``tenant machines``)."""
     with core.db.transaction() as tx:
-        store.set_machine_answers(tx.conn, tenant_id, allowed)
+        accounts.set_machine_answers(tx.conn, tenant_id, allowed)
     log.info("tenant.machine_answers", tenant_id=tenant_id, allowed=allowed)
 
 
 def allowed(core: Core, tenant_id: str) -> bool:
     with core.db.read() as conn:
-        return store.machine_answers(conn, tenant_id)
+        return accounts.machine_answers(conn, tenant_id)

@@ -508,3 +508,17 @@ def tenant_policy(conn: Connection, tenant_id: str) -> TenantPolicy | None:
 
 def set_tenant_policy(conn: Connection, tenant_id: str, doc: TenantPolicy) -> None:
     conn.execute(sa.update(t.tenants).where(t.tenants.c.id == tenant_id).values(policy=doc))
+
+
+def machine_answers(conn: Connection, tenant_id: str) -> bool:
+    """Whether machines may answer the tenant's requests (the default: yes)."""
+    value = conn.execute(
+        sa.select(t.tenants.c.machine_answers).where(t.tenants.c.id == tenant_id)
+    ).scalar_one_or_none()
+    return value is None or bool(value)
+
+
+def set_machine_answers(conn: Connection, tenant_id: str, allowed: bool) -> None:
+    conn.execute(
+        sa.update(t.tenants).where(t.tenants.c.id == tenant_id).values(machine_answers=allowed)
+    )

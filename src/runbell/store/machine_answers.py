@@ -89,17 +89,3 @@ def use(conn: Connection, callback_id: str, now: datetime) -> bool:
         sa.update(cb).where(cb.c.id == callback_id, cb.c.used_at.is_(None)).values(used_at=now)
     )
     return bool(res.rowcount)
-
-
-def machine_answers(conn: Connection, tenant_id: str) -> bool:
-    """Whether machines may answer the tenant's requests (the default: yes)."""
-    value = conn.execute(
-        sa.select(t.tenants.c.machine_answers).where(t.tenants.c.id == tenant_id)
-    ).scalar_one_or_none()
-    return value is None or bool(value)
-
-
-def set_machine_answers(conn: Connection, tenant_id: str, allowed: bool) -> None:
-    conn.execute(
-        sa.update(t.tenants).where(t.tenants.c.id == tenant_id).values(machine_answers=allowed)
-    )

@@ -20,7 +20,7 @@ from runbell.api.schemas import (
 )
 from runbell.flows import answers, callbacks, machine_answers
 from runbell.flows import input_requests as actions
-from runbell.flows.inputs import AnswerBody, RequestBody
+from runbell.flows.inputs import AnswerBody, CallbackAnswerBody, CallbackBody, RequestBody
 
 router = APIRouter(tags=["input requests"])
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
@@ -112,7 +112,7 @@ def mint_callback(
 ) -> Mapping[str, Any]:
     """A single-use callback URL that answers this pending request with one POST and no
     API key; ``url`` is shown this once."""
-    return dict(machine_answers.mint(core, who, request_id, body.model_dump()))
+    return dict(machine_answers.mint(core, who, request_id, cast(CallbackBody, body.model_dump())))
 
 
 @router.post(
@@ -135,4 +135,4 @@ def use_callback(
 ) -> Response:
     """Answer the callback URL's request, once, without an API key (the URL is the
     credential). 410 when it was used or has expired."""
-    return answered(callbacks.answer(core, token, body.model_dump()))
+    return answered(callbacks.answer(core, token, cast(CallbackAnswerBody, body.model_dump())))
