@@ -693,3 +693,14 @@ class DelegationIn(Strict):
         ge=60, le=7 * 24 * 3600, description="seconds until the token stops working"
     )
     name: str = Field(min_length=1, max_length=L.NAME, description="who the token is for")
+
+
+# --- acting from a web push (issue 19 item 2) ------------------------------------------
+
+
+class PushActionIn(Strict):
+    """``POST /v1/push-actions``: what the service worker sends when a notification's
+    button is pressed. The token (from the encrypted push payload) is the credential."""
+
+    token: Annotated[StrictStr, Field(min_length=1, max_length=2000)]
+    action: Literal["acknowledge", "snooze", "approve", "reject"]
