@@ -35,13 +35,13 @@ from runbell.domain.principal import Principal
 from runbell.domain.push_actions import REPUSHED
 from runbell.domain.quiet_hours import QuietWindow
 from runbell.domain.records import Delivery, Destination, Endpoint
+from runbell.flows import push_actions
 from runbell.flows.attention import (
     NEUTRAL_BODY,
     NEUTRAL_SUMMARY,
     RETRACTED_BODY,
     RETRACTED_TITLE,
 )
-from runbell.flows import push_actions
 from runbell.flows.context import Core
 from runbell.flows.policy import policy_for
 from runbell.flows.sessions import LINK_TTL, open_links

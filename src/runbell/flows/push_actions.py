@@ -31,7 +31,7 @@ answer given twice.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import structlog
 from sqlalchemy.engine import Connection
@@ -51,6 +51,7 @@ from runbell.domain.records import Delivery, Notification, Run
 from runbell.flows import answers, inbox, views
 from runbell.flows.context import Core
 from runbell.flows.input_requests import get_for_notification
+from runbell.flows.inputs import AnswerBody
 from runbell.flows.policy import policy_for
 from runbell.ids import token_hash
 from runbell.store import accounts, escalations, outbox
@@ -210,7 +211,8 @@ def _answer(
     digest: str,
 ) -> ActionResult:
     assert claims.request_id is not None  # ``answers`` is only offered with a request
-    body: dict[str, Any] = {
+    assert claims.run_version is not None and claims.request_version is not None
+    body: AnswerBody = {
         "decision": action,
         "expected_run_version": claims.run_version,
         "expected_request_version": claims.request_version,
