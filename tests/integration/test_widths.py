@@ -223,6 +223,8 @@ def stored_widths() -> dict[str, int]:
         "delegated_tokens.key_id": L.ID,
         "delegated_tokens.name": L.NAME,
         "escalation_steps.trigger": ENUM,
+        # acting from a web push (issue 19 item 2)
+        "push_action_uses.action": ENUM,
     }
     out: dict[str, int] = {}
     for table in metadata.sorted_tables:
