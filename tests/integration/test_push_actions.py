@@ -16,7 +16,10 @@ import sqlalchemy as sa
 
 from runbell.dispatch.scheduler import Scheduler
 from runbell.domain import push_actions as pa
+from runbell.flows import retention
 from runbell.flows.attention import RETRACTED_BODY, RETRACTED_TITLE
+from runbell.ids import token_hash
+from runbell.store import tables as t
 from runbell.testing import make_tenant
 from tests.channels.push_receiver import PushReceiver, Received
 from tests.conftest import Env
@@ -124,7 +127,7 @@ def setup(env: Env, push: PushReceiver, rule: dict[str, Any] | None) -> None:
 
 def test_approve_from_the_notification_answers_once(make_env: Callable[..., Env]) -> None:
     env = make_env()
-    env.clock.freeze(datetime.now(UTC).replace(microsecond=0))
+    t0 = env.clock.freeze(datetime.now(UTC).replace(microsecond=0))
     with (
         PushReceiver(expected_vapid_key=vapid_key(env)) as push,
         Dispatcher(env.core, env.clock) as d,
@@ -151,6 +154,18 @@ def test_approve_from_the_notification_answers_once(make_env: Callable[..., Env]
         again = problem(act(env, got.payload["token"], "reject"), 409)
         assert "used already" in again["detail"]
         problem(act(env, got.payload["token"], "acknowledge"), 409)
+
+    # Only the token's hash is kept, until the token expires; the retention sweep forgets it.
+    assert used_tokens(env) == [token_hash(got.payload["token"])]
+    env.clock.freeze(t0 + timedelta(seconds=1801))
+    retention.sweep(env.core, env.clock())
+    assert used_tokens(env) == []
+
+
+def used_tokens(env: Env) -> list[str]:
+    u = t.push_action_uses
+    with env.core.db.read() as conn:
+        return [str(h) for h in conn.execute(sa.select(u.c.token_hash)).scalars()]
 
 
 def test_rule_flag_off_offers_no_answers(make_env: Callable[..., Env]) -> None:
@@ -384,7 +399,6 @@ def test_a_retried_send_carries_the_same_token(make_env: Callable[..., Env]) -> 
     """The token is made from the delivery, not per try: a push sent twice (after an
     unknown outcome) offers one action, not two."""
     from runbell.flows import delivery_prepare
-    from runbell.store import tables as t
 
     env = make_env()
     env.clock.freeze(datetime.now(UTC).replace(microsecond=0))
