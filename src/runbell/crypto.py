@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 from pathlib import Path
 
@@ -12,7 +14,15 @@ from runbell.domain.errors import RunbellError
 
 class SecretBox:
     def __init__(self, key: str | bytes) -> None:
-        self._fernet = Fernet(key if isinstance(key, bytes) else key.encode())
+        raw = key if isinstance(key, bytes) else key.encode()
+        self._fernet = Fernet(raw)
+        self._key = raw
+
+    def derive(self, purpose: str) -> bytes:
+        """A key for ``purpose`` (e.g. signing push-action tokens), derived from this
+        box's key with HMAC-SHA256: the sealing key itself is never used for anything
+        else."""
+        return hmac.new(self._key, b"runbell-derive:" + purpose.encode(), hashlib.sha256).digest()
 
     def seal(self, plaintext: str) -> str:
         return self._fernet.encrypt(plaintext.encode()).decode()

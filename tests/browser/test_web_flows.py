@@ -416,7 +416,10 @@ def test_push_subscribe_receive_replace_and_click(
     first_id = only_notification(runtime.open_request(run_id, "approve-3a"))
     (first,) = pushes(page, push_service, 1)
     pointer = first.payload
-    assert set(pointer) == POINTER_FIELDS
+    # A person's alert also has its buttons and their token (issue 19 item 2; the default
+    # policy offers no answers from the lock screen).
+    assert set(pointer) == POINTER_FIELDS | {"actions", "token"}
+    assert [a["action"] for a in pointer["actions"]] == ["acknowledge", "snooze"]
     assert pointer["id"] == first_id
     assert pointer["tag"] == tag == first.topic  # notification tag == push Topic
     assert pointer["url"] == f"{base}/n/{first_id}"
@@ -437,6 +440,8 @@ def test_push_subscribe_receive_replace_and_click(
             notification_id=first_id,
             run_id=run_id,
             collapse_key=f"{creds.tenant_id}:{run_id}",
+            actions=tuple((a["action"], a["title"]) for a in pointer["actions"]),
+            action_token=pointer["token"],
         )
     )
     assert {**pointer, "ts": 0} == {**expected, "ts": 0}

@@ -183,6 +183,8 @@ CAN_RETURN: dict[tuple[str, str], set[int]] = {
     ("post", "/v1/callbacks/{token}"): {403, 404, 409, 410, 413, 503},
     ("get", "/healthz"): set(),
     ("get", "/readyz"): {503},
+    # Acting from a web push (issue 19 item 2): the token is the credential.
+    ("post", "/v1/push-actions"): {401, 403, 404, 409, 410, 413, 422, 503},
 }
 # Whatever can refuse a credential (401) refuses a guessed one with 429 past the
 # failed-authentication burst (docs/api.md 1.1).

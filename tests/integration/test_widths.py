@@ -229,6 +229,8 @@ def stored_widths() -> dict[str, int]:
         "throttle_counts.rule_id": L.RULE_ID,
         "throttle_counts.throttle_key": max(len(k) for k in notify_throttle.KEYS),
         "throttle_counts.key_value": max(L.RUN_ID, api_max(RunPut, "kind"), L.ID),
+        # acting from a web push (issue 19 item 2)
+        "push_action_uses.action": ENUM,
     }
     out: dict[str, int] = {}
     for table in metadata.sorted_tables:

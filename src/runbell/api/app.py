@@ -24,6 +24,7 @@ from runbell.api.routers import (
     notifications,
     operations,
     policy,
+    push_actions,
     runs,
     schedules,
     sources,
@@ -64,6 +65,7 @@ def install(app: FastAPI, core: Core, *, listen_host: str | None = None) -> None
         me.router,
         health.router,
         credentials.router,
+        push_actions.router,
     ):
         app.include_router(router, dependencies=[KnownQuery])
     app.add_middleware(BodyLimit, max_bytes=core.settings.max_body_bytes)

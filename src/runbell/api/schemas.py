@@ -880,3 +880,14 @@ class InboxAckIn(Strict):
         max_length=L.ID,
         description="the newest notification id to include (the newest you saw)",
     )
+
+
+# --- acting from a web push (issue 19 item 2) ------------------------------------------
+
+
+class PushActionIn(Strict):
+    """``POST /v1/push-actions``: what the service worker sends when a notification's
+    button is pressed. The token (from the encrypted push payload) is the credential."""
+
+    token: Annotated[StrictStr, Field(min_length=1, max_length=2000)]
+    action: Literal["acknowledge", "snooze", "approve", "reject"]

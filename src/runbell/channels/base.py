@@ -90,6 +90,12 @@ class Outbound:
     event_type: str | None = None
     payload: dict[str, Any] | None = None
     target: dict[str, Any] = field(default_factory=dict)  # channel-specific, e.g. keys
+    # Web push only (flows.push_actions): the (action, neutral title) buttons, the
+    # single-use token they carry (a credential: never in the repr), and whether the
+    # message only replaces one already shown (a re-push after a refused action).
+    actions: tuple[tuple[str, str], ...] = ()
+    action_token: str | None = None
+    replace_only: bool = False
 
     def __repr__(self) -> str:
         facts = FACTS.get(self.channel)
@@ -99,6 +105,8 @@ class Outbound:
             value = getattr(self, f.name)
             if f.name == "target":
                 value = {k: "[secret]" if k in secret else v for k, v in value.items()}
+            elif f.name == "action_token" and value is not None:
+                value = "[secret]"
             elif f.name == "payload" and value is not None:
                 value = f"<{len(value)} keys>"  # a sign-in mail's links are in here
             shown.append(f"{f.name}={value!r}")

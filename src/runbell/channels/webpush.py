@@ -146,8 +146,13 @@ def push_payload(msg: Outbound) -> dict[str, Any]:
         "require_interaction": msg.urgency in _INTERRUPTING and msg.event_type != RETRACTED,
         "ts": int(msg.now.timestamp()),
     }
-    if msg.event_type == RETRACTED:
+    if msg.event_type == RETRACTED or msg.replace_only:
         payload["replace_only"] = True
+    if msg.actions and msg.action_token:
+        # Inside the encrypted payload only (RFC 8291): the token is the actions'
+        # credential, so it never goes in a URL, a title or a body (flows.push_actions).
+        payload["actions"] = [{"action": a, "title": title} for a, title in msg.actions]
+        payload["token"] = msg.action_token
     return payload
 
 

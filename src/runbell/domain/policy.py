@@ -38,6 +38,9 @@ URGENCIES: tuple[str, ...] = ("low", "normal", "time_sensitive", "urgent")
 NOTIFYING: frozenset[str] = frozenset({"push", "digest", "inbox"})
 # A working run that reports nothing for this long is stalled (tenant policy may change it).
 DEFAULT_STALL_AFTER_S = 900
+# Bounds of a rule's snooze_s (a minute to a day).
+MIN_SNOOZE_S = 60
+MAX_SNOOZE_S = 86400
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,11 @@ class Rule:
     fallback: Fallback | None = None
     throttle: Throttle | None = None
     digest_schedule: DigestSchedule | None = None
+    # Acting from a web push (domain.push_actions): Approve/Reject on the notification
+    # itself (off unless the rule says so; never for a request flagged risky), and how
+    # long Snooze hides it (None: DEFAULT_SNOOZE_S).
+    lock_screen_answers: bool = False
+    snooze_s: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The rule's fields, JSON-ready (``GET /v1/policy``'s ``effective``)."""
@@ -207,6 +215,8 @@ class Rule:
             "throttle",
             "digest_at",
             "digest_days",
+            "lock_screen_answers",
+            "snooze_s",
         }
         if unknown:
             raise ValidationFailed(
@@ -235,6 +245,19 @@ class Rule:
             raise ValidationFailed(
                 f"rule {rule_id!r}: digest_days needs digest_at", field="digest_days"
             )
+        lock_screen = raw.get("lock_screen_answers", False)
+        if not isinstance(lock_screen, bool):
+            raise ValidationFailed(
+                f"rule {rule_id!r}: lock_screen_answers must be true or false",
+                field="lock_screen_answers",
+            )
+        snooze_s = _opt_int(raw.get("snooze_s"), rule_id, "snooze_s")
+        if snooze_s is not None and not MIN_SNOOZE_S <= snooze_s <= MAX_SNOOZE_S:
+            raise ValidationFailed(
+                f"rule {rule_id!r}: snooze_s must be between {MIN_SNOOZE_S} and "
+                f"{MAX_SNOOZE_S} seconds",
+                field="snooze_s",
+            )
         return cls(
             id=rule_id,
             decision=cast(DecisionKind, decision),
@@ -248,6 +271,8 @@ class Rule:
             fallback=parse_fallback(raw.get("fallback"), rule_id, ladder),
             throttle=throttle,
             digest_schedule=schedule,
+            lock_screen_answers=lock_screen,
+            snooze_s=snooze_s,
         )
 
 
@@ -342,6 +367,13 @@ class Policy:
         self.recent_completions_cap = count_cap(self.rules, "recent_completions")
         # A working run silent this long is stalled, unless the run sets its own (0: never).
         self.stall_after_s = stall_after_s
+
+    def rule(self, rule_id: str | None) -> Rule | None:
+        """The rule of this id, or None (a builtin decision, or a rule since removed)."""
+        for rule in self.rules:
+            if rule.id == rule_id:
+                return rule
+        return None
 
     def decide(self, facts: Facts) -> Decision:
         seen = facts.as_dict()

@@ -424,6 +424,7 @@ class EscalationStep(TypedDict):
     on_failure: bool  # may fire at once when an earlier channel failed (fallback)
     unknown_after_s: int | None  # ... or stayed unknown this long
     trigger: str | None  # what fired it: time | failed | dead | unknown
+    purpose: str | None  # 'snooze': pushes the notification again (flows.push_actions)
 
 
 class DigestGroup(TypedDict):

@@ -32,8 +32,10 @@ from runbell.domain.channels import FACTS, SIGN_IN, consented_urgencies, facts_o
 from runbell.domain.dispatch import DispatchContext, Gate, gate
 from runbell.domain.escalation import RETRACTED
 from runbell.domain.principal import Principal
+from runbell.domain.push_actions import REPUSHED
 from runbell.domain.quiet_hours import QuietWindow
 from runbell.domain.records import Delivery, Destination, Endpoint
+from runbell.flows import push_actions
 from runbell.flows.attention import (
     NEUTRAL_BODY,
     NEUTRAL_SUMMARY,
@@ -131,6 +133,9 @@ def _open(core: Core, sealed: str, opened: dict[str, str] | None) -> str:
 
 def _prepare_person(core: Core, conn: Connection, row: Delivery, now: datetime) -> Prepared:
     tenant_id, notification_id = row["tenant_id"], row["notification_id"]
+    again = row["event_type"] == REPUSHED  # a snooze's re-push, or a refused action's
+    if again:
+        notification_id = (row["payload"] or {}).get("notification_id")
     assert notification_id is not None  # a person channel's delivery carries its notification
     n = notes.find(conn, tenant_id, notification_id)
     if n is None:
@@ -179,6 +184,10 @@ def _prepare_person(core: Core, conn: Connection, row: Delivery, now: datetime) 
     )
     if decided.action != "send":
         return prepared
+    actions: tuple[tuple[str, str], ...] = ()
+    token = None
+    if row["channel"] == push_actions.WEBPUSH and not digest:
+        actions, token = push_actions.offer(core, conn, n, run, row)
     prepared.message = Outbound(
         delivery_id=row["id"],
         tenant_id=tenant_id,
@@ -201,6 +210,9 @@ def _prepare_person(core: Core, conn: Connection, row: Delivery, now: datetime) 
         collapse_key=f"{tenant_id}:{n['run_id']}",
         expires_at=n["expires_at"],
         target={} if found is None else registry.spec(row["channel"]).target(found, core.box.open),
+        actions=actions,
+        action_token=token,
+        replace_only=again and bool((row["payload"] or {}).get("replace_only")),
     )
     return prepared
 

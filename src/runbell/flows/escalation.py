@@ -27,7 +27,7 @@ import structlog
 from runbell import metrics
 from runbell.domain.channels import offered
 from runbell.domain.records import EscalationStep, Notification
-from runbell.flows import views
+from runbell.flows import push_actions, views
 from runbell.flows.attention import notification_event
 from runbell.flows.context import Core
 from runbell.store import destinations, escalations, outbox
@@ -72,14 +72,19 @@ def fire(
     (a fallback, ``flows.fallback``), as the trail says it."""
     tenant_id, user_id, channel = note["tenant_id"], note["recipient_user_id"], step["channel"]
     targets = _destinations(core, tx, tenant_id, user_id, channel)
-    used = escalations.destinations_used(tx.conn, tenant_id, note["id"], channel)
-    rows = [
-        outbox.delivery_row(tenant_id, note["id"], channel, dest, "queued", tx.now)
-        for dest in targets
-        if dest not in used
-    ]
-    for row in rows:
-        row.update({"run_id": note["run_id"], "urgency": note["urgency"]})
+    if step.get("purpose") == push_actions.SNOOZE:
+        # A snoozed notification comes back to the person's browsers, shown before or not.
+        rows = push_actions.repush_rows(note, targets, step["step_no"], tx.now)
+        because, trigger = because or step["reason"] or "snoozed", "snooze"
+    else:
+        used = escalations.destinations_used(tx.conn, tenant_id, note["id"], channel)
+        rows = [
+            outbox.delivery_row(tenant_id, note["id"], channel, dest, "queued", tx.now)
+            for dest in targets
+            if dest not in used
+        ]
+        for row in rows:
+            row.update({"run_id": note["run_id"], "urgency": note["urgency"]})
     outbox.add_deliveries(tx.conn, rows)
     if rows:
         tx.wake_outbox = True

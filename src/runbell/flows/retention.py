@@ -29,6 +29,7 @@ from runbell.domain import retention as policy
 from runbell.flows import auth_failures
 from runbell.flows.context import Core
 from runbell.store import kv
+from runbell.store import push_actions as push_action_uses
 from runbell.store import retention as store
 
 log = structlog.get_logger(__name__)
@@ -141,7 +142,11 @@ def sweep(core: Core, now: datetime, max_batches: int = 50) -> int:
             return 0
     with core.db.transaction() as tx:
         kv.put(tx.conn, LAST_RUN_KEY, {"at": now.isoformat()})
-    return run(core, now, max_batches=max_batches).total + auth_failures.prune(core, now)
+    pruned = run(core, now, max_batches=max_batches).total + auth_failures.prune(core, now)
+    with core.db.transaction(now=now) as tx:
+        # Uses of push-action tokens that have expired: refused anyway, so forgotten.
+        pruned += push_action_uses.prune(tx.conn, now)
+    return pruned
 
 
 # --- a tenant's override --------------------------------------------------------------

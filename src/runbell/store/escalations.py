@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.channels import COLLAPSING
 from runbell.domain.escalation import RETRACTED
+from runbell.domain.push_actions import REPUSHED
 from runbell.domain.records import EscalationStep, Notification
 from runbell.ids import new_id
 from runbell.store import fast, outbox
@@ -35,9 +36,13 @@ def add_steps(
     *,
     on_failure: bool = False,
     unknown_after_s: int | None = None,
+    purpose: str | None = None,
+    reason: str | None = None,
 ) -> None:
     """The ladder's rows, ``steps`` = (step number, channel, after_s, due time);
-    ``on_failure``/``unknown_after_s``: the rule's fallback (``flows.fallback``)."""
+    ``on_failure``/``unknown_after_s``: the rule's fallback (``flows.fallback``);
+    ``purpose``/``reason``: a snooze rung and what the trail says of it
+    (``flows.push_actions``)."""
     if not steps:
         return
     conn.execute(
@@ -55,6 +60,8 @@ def add_steps(
                 "created_at": note["created_at"],
                 "on_failure": on_failure,
                 "unknown_after_s": unknown_after_s,
+                "purpose": purpose,
+                "reason": reason,
             }
             for no, channel, after_s, due in steps
         ],
@@ -196,17 +203,22 @@ def delivered_collapsing(
 ) -> list[tuple[str, str]]:
     """(channel, destination) of every send of the notification that a device may still
     show and a newer message can replace (channels with ``collapse``: web push), accepted
-    by its service."""
+    by its service: its own deliveries and its re-pushes after a snooze, once each."""
     d = t.deliveries
     rows = conn.execute(
-        sa.select(d.c.channel, d.c.destination).where(
+        sa.select(d.c.channel, d.c.destination)
+        .where(
             d.c.tenant_id == tenant_id,
-            d.c.notification_id == notification_id,
+            sa.or_(
+                d.c.notification_id == notification_id,
+                d.c.event_key.like(f"{REPUSHED}:{notification_id}:%"),
+            ),
             d.c.channel.in_(COLLAPSING),
             d.c.status == "accepted",
         )
+        .distinct()
     ).all()
-    return [(str(r.channel), str(r.destination)) for r in rows]
+    return sorted({(str(r.channel), str(r.destination)) for r in rows})
 
 
 def retraction_key(notification_id: str) -> str:

@@ -1131,3 +1131,23 @@ sa.Index(
     callback_urls.c.tenant_id,
     callback_urls.c.input_request_id,
 )
+# --- acting from a web push (issue 19 item 2, runbell.flows.push_actions) --------------
+
+# A snooze rung (``purpose`` = 'snooze'): fired by the escalation sweep like any rung, it
+# pushes the notification again to the person's browsers instead of adding a channel.
+escalation_steps.append_column(sa.Column("purpose", sa.String(16), nullable=True))
+
+# One row per push-action token used: only its hash (the token is the action's whole
+# credential, made deterministically from its delivery: nothing is stored when it is made).
+# The primary key is what makes a token single use; rows go once the token has expired.
+push_action_uses = sa.Table(
+    "push_action_uses",
+    metadata,
+    sa.Column("token_hash", sa.String(64), primary_key=True),
+    _tenant(),
+    sa.Column("notification_id", Id, nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    sa.Column("used_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+)
+sa.Index("ix_push_action_uses_expires", push_action_uses.c.expires_at)

@@ -136,6 +136,22 @@ def _rule_schema() -> Mapping[str, Any]:
                     {"type": "null"},
                 ]
             },
+            "lock_screen_answers": {
+                "type": "boolean",
+                "description": "web push offers Approve/Reject on the notification itself "
+                "(approvals only, never for a request flagged risky); default false",
+            },
+            "snooze_s": {
+                "anyOf": [
+                    {
+                        "type": "integer",
+                        "minimum": policy_rules.MIN_SNOOZE_S,
+                        "maximum": policy_rules.MAX_SNOOZE_S,
+                    },
+                    {"type": "null"},
+                ],
+                "description": "how long a push's Snooze hides it (default 3600)",
+            },
             "fallback": {
                 "description": "a channel failed for good (or its receipt stayed unknown "
                 "unknown_after_s) → the ladder's next consented channel at once",

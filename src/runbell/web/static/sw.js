@@ -9,10 +9,22 @@
 // `replace_only: true` marks a retraction: someone handled the notification on another
 // device, so the one shown here (same tag) is swapped for a neutral "handled" text,
 // silently; when none is shown (already opened or dismissed here) nothing new appears.
+//
+// `actions` ([{action, title}], neutral titles) and `token` let a person act from the
+// notification itself (runbell/flows/push_actions.py): a button click posts
+// {token, action} to /v1/push-actions, no session needed (the token is the credential,
+// single use, and exists only inside the encrypted push and this notification's data).
+// Acknowledge and Snooze are always offered; Approve/Reject only where the request's
+// policy rule allows it. A device shows the first `Notification.maxActions` (Chromium: 2).
+// A refused action (changed since, used, expired) leaves a neutral "not done" notice
+// under the same tag; the server also pushes the current state in its place.
 "use strict";
 
 const FALLBACK_TITLE = "Runbell";
 const FALLBACK_BODY = "Something may need your attention. Open Runbell to see it.";
+const ACTIONS = ["acknowledge", "snooze", "approve", "reject"];
+const NOT_DONE_TITLE = "Not done";
+const NOT_DONE_BODY = "This changed since it was sent. Open Runbell to see it now.";
 
 self.addEventListener("install", function () {
   self.skipWaiting();
@@ -67,14 +79,77 @@ self.runbellReplaceShown = function (data) {
   return self.registration.getNotifications({ tag: data.tag }).then(function (shown) {
     if (!shown.length) return undefined;
     const title = typeof data.title === "string" && data.title ? data.title : FALLBACK_TITLE;
-    return self.registration.showNotification(title, {
-      body: typeof data.body === "string" ? data.body : "",
-      tag: data.tag,
-      silent: true,
-      renotify: false,
-      data: { url: self.runbellUrlFor(data), id: data.id || null, retracted: true },
-    });
+    // A retraction says "handled"; a newer notification sent in place of a refused
+    // action's brings its own buttons (runbellOptions).
+    const options = self.runbellOptions(data);
+    options.body = typeof data.body === "string" ? data.body : "";
+    options.tag = data.tag;
+    options.silent = true;
+    options.renotify = false;
+    options.requireInteraction = false;
+    if (!options.actions) options.data.retracted = true;
+    return self.registration.showNotification(title, options);
   });
+};
+
+// The options of a shown notification: its buttons and their token when the push has
+// them (only well-formed ones; the token stays in `data`, never in a visible text).
+self.runbellOptions = function (data) {
+  const options = {
+    body: typeof data.body === "string" && data.body ? data.body : FALLBACK_BODY,
+    requireInteraction: data.require_interaction === true,
+    data: { url: self.runbellUrlFor(data), id: data.id || null },
+  };
+  if (typeof data.token === "string" && data.token && Array.isArray(data.actions)) {
+    const actions = data.actions.filter(function (a) {
+      return a && ACTIONS.indexOf(a.action) >= 0 && typeof a.title === "string";
+    });
+    if (actions.length) {
+      options.actions = actions.map(function (a) {
+        return { action: a.action, title: a.title };
+      });
+      options.data.token = data.token;
+      options.data.tag = typeof data.tag === "string" ? data.tag : null;
+    }
+  }
+  return options;
+};
+
+// A button was pressed: post it with the token. Resolves to the server's answer
+// ({ok, status, body}); a refusal leaves a neutral notice under the same tag.
+self.runbellAct = function (data, action) {
+  return fetch("/v1/push-actions", {
+    method: "POST",
+    credentials: "omit",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ token: data.token, action: action }),
+  })
+    .then(function (response) {
+      return response
+        .json()
+        .catch(function () {
+          return null;
+        })
+        .then(function (body) {
+          return { ok: response.ok, status: response.status, body: body };
+        });
+    })
+    .catch(function () {
+      return { ok: false, status: 0, body: null };
+    })
+    .then(function (outcome) {
+      self.runbellLastAction = outcome;
+      if (outcome.ok) return outcome;
+      const options = {
+        body: NOT_DONE_BODY,
+        silent: true,
+        data: { url: data.url || self.runbellUrlFor(data), id: data.id || null },
+      };
+      if (data.tag) options.tag = data.tag;
+      return self.registration.showNotification(NOT_DONE_TITLE, options).then(function () {
+        return outcome;
+      });
+    });
 };
 
 self.addEventListener("push", function (event) {
@@ -83,11 +158,7 @@ self.addEventListener("push", function (event) {
     event.waitUntil(self.runbellReplaceShown(data));
     return;
   }
-  const options = {
-    body: typeof data.body === "string" && data.body ? data.body : FALLBACK_BODY,
-    requireInteraction: data.require_interaction === true,
-    data: { url: self.runbellUrlFor(data), id: data.id || null },
-  };
+  const options = self.runbellOptions(data);
   if (typeof data.tag === "string" && data.tag) options.tag = data.tag;
   const title = typeof data.title === "string" && data.title ? data.title : FALLBACK_TITLE;
   event.waitUntil(
@@ -102,6 +173,10 @@ self.addEventListener("notificationclick", function (event) {
   const data = notification.data || {};
   const url = data.url || self.runbellUrlFor(data);
   notification.close();
+  if (event.action && ACTIONS.indexOf(event.action) >= 0 && data.token) {
+    event.waitUntil(self.runbellAct(data, event.action));
+    return;
+  }
   event.waitUntil(
     Promise.all([
       self.clients
