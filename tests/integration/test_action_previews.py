@@ -21,7 +21,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from runbell.client import RetryPolicy
 from runbell.domain.errors import ValidationFailed
-from runbell.flows import input_requests
+from runbell.flows import request_fields
 from runbell.hooks.mapping import Turn, approval_action, plan_claude_code, plan_codex_hook
 from runbell.testing import TenantCreds, add_user, make_tenant
 from tests.conftest import LiveServer, bearer
@@ -161,7 +161,7 @@ def test_the_flow_checks_an_action_that_skipped_the_schema() -> None:
         "action": {"kind": "file_edit", "path": "a", "old": "x", "new": None},
     }
     with pytest.raises(ValidationFailed) as caught:
-        input_requests._request_fields(body)
+        request_fields.checked(body)
     assert caught.value.extra["field"] == "action.new"
 
 

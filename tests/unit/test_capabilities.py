@@ -58,7 +58,10 @@ def test_never_wider() -> None:
     parent = Scope(capabilities=frozenset({"runs.report", "runs.read"}))
     assert wider_than(parent, frozenset({"runs.read"})) is None
     assert wider_than(parent, frozenset({"runs.read", "runs.cancel"})) == "runs.cancel"
-    assert wider_than(None, frozenset(CAPABILITIES)) is None
+    # An unscoped key holds every capability but input_requests.answer, which is never
+    # implied (a machine's answer must be granted by name), so it cannot pass that on.
+    assert wider_than(None, frozenset(CAPABILITIES) - {"input_requests.answer"}) is None
+    assert wider_than(None, frozenset(CAPABILITIES)) == "input_requests.answer"
 
 
 def test_principal_names_its_credential() -> None:

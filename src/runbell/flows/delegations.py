@@ -23,7 +23,7 @@ from runbell.domain.text import public_text
 from runbell.flows import scope, views
 from runbell.flows.context import Core
 from runbell.flows.inputs import DelegationBody
-from runbell.store import accounts, delegations, runs
+from runbell.store import credential_names, delegations, runs
 from runbell.store.delegations import Delegation
 
 
@@ -153,7 +153,7 @@ def shown_for_run(core: Core, who: Principal, run_id: str) -> list[DelegationSho
     may not see them), each with the name of the key that minted it (never a secret)."""
     listed = list_for_run(core, who, run_id)["delegations"]
     with core.db.read() as conn:
-        names = accounts.key_names(conn, who.tenant_id, {d["minted_by"] for d in listed})
+        names = credential_names.key_names(conn, who.tenant_id, {d["minted_by"] for d in listed})
     return [
         {
             **d,

@@ -41,7 +41,15 @@ from runbell.flows.operation_views import OperationView, operation_view
 from runbell.flows.run_history import TraceStep, run_history
 from runbell.flows.runs import RunSnapshot, get_run
 from runbell.flows.trail import members
-from runbell.store import accounts, amendments, destinations, endpoints, feed, operations, runs
+from runbell.store import (
+    amendments,
+    credential_names,
+    destinations,
+    endpoints,
+    feed,
+    operations,
+    runs,
+)
 from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 from runbell.store.amendments import Amendment
@@ -173,7 +181,7 @@ def run_page(
                 named.add(str(user_id))
         people = members(conn, who.tenant_id, named)
         owner_credential = snapshot["completion_owner"].get("credential_id")
-        credentials = accounts.credential_names(
+        credentials = credential_names.credential_names(
             conn,
             who.tenant_id,
             {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -136,23 +135,6 @@ def key_scope(
         own_runs=bool(own_runs),
         creator_id=key_id,
     )
-
-
-def credential_names(conn: Connection, tenant_id: str, ids: Iterable[str]) -> dict[str, str]:
-    """``{credential id: name}`` for the tenant's API keys and delegated tokens among
-    ``ids`` that have a name (at most 50 looked up; the trace names credentials by it)."""
-    wanted = sorted(set(ids))[:50]
-    if not wanted:
-        return {}
-    out: dict[str, str] = {}
-    for table in (t.api_keys, t.delegated_tokens):
-        rows = conn.execute(
-            sa.select(table.c.id, table.c.name).where(
-                table.c.tenant_id == tenant_id, table.c.id.in_(wanted), table.c.name.is_not(None)
-            )
-        ).all()
-        out.update({str(i): str(n) for i, n in rows if n})
-    return out
 
 
 def revoke_api_key(conn: Connection, tenant_id: str, key_id: str, now: datetime) -> None:
@@ -309,17 +291,6 @@ def current_members(conn: Connection, tenant_id: str) -> list[MemberRow]:
         .order_by(u.c.email)
     ).all()
     return [MemberRow(str(r.id), str(r.email), r.name, str(r.role)) for r in rows]
-
-
-def key_names(conn: Connection, tenant_id: str, key_ids: set[str]) -> dict[str, str | None]:
-    """The names of some of the tenant's API keys (never a secret or a hash), by id."""
-    if not key_ids:
-        return {}
-    k = t.api_keys
-    rows = conn.execute(
-        sa.select(k.c.id, k.c.name).where(k.c.tenant_id == tenant_id, k.c.id.in_(sorted(key_ids)))
-    ).all()
-    return {str(r.id): r.name for r in rows}
 
 
 def first_owner(conn: Connection, tenant_id: str) -> str:
