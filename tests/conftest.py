@@ -77,6 +77,37 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.testrunuid = uuid.uuid4().hex
 
 
+#: The files that take longest (each runs as one unit on one xdist worker: --dist
+#: loadfile), longest first. They are handed out before everything else, so the suite
+#: does not end waiting for one of them that was collected last: collected in path order,
+#: the two schemathesis runs started a dozen minutes into a run and were its tail.
+FIRST = (
+    "tests/integration/test_schemathesis_postgres.py",
+    "tests/integration/test_schemathesis.py",
+    "tests/acceptance/test_scaleout.py",
+    "tests/acceptance/test_worker_processes.py",
+    "tests/browser/test_accessibility.py",
+    "tests/acceptance/test_start_banner.py",
+    "tests/acceptance/test_docs_run.py",
+    "tests/acceptance/test_bench_smoke.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the longest files first (:data:`FIRST`), the rest in their collected order."""
+    rank = {path: i for i, path in enumerate(FIRST)}
+    root = config.rootpath
+
+    def key(item: pytest.Item) -> int:
+        try:
+            path = item.path.relative_to(root).as_posix()
+        except ValueError:
+            return len(FIRST)
+        return rank.get(path, len(FIRST))
+
+    items.sort(key=key)  # stable: each file keeps its own order
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Drop every database this run made that is still there (a worker that crashed, a
     drop that failed): in the xdist controller once all workers are done, else here."""
