@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from runbell import i18n
+
 URGENCY_LABEL = {
     "low": "Low",
     "normal": "Normal",
@@ -155,11 +157,7 @@ def conflict_text(detail: str) -> str:
 def local_time(value: datetime | None, tz: ZoneInfo, *, seconds: bool = False) -> str:
     """An absolute time in the person's timezone, e.g. ``29 Nov 2026, 14:05 CET``
     (``14:05:09`` with ``seconds``: steps a few seconds apart, like an operation's)."""
-    if value is None:
-        return ""
-    local = value.astimezone(tz)
-    clock = f"{local:%H:%M:%S}" if seconds else f"{local:%H:%M}"
-    return f"{local.day} {local:%b %Y}, {clock} {local.tzname() or ''}".rstrip()
+    return i18n.format_time(value, None, tz, seconds=seconds)
 
 
 def relative(value: datetime, now: datetime) -> str:
