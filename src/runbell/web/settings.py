@@ -26,6 +26,7 @@ from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 
+from runbell import i18n
 from runbell.api.deps import CoreDep
 from runbell.api.schemas import ChatIn, PreferencesIn
 from runbell.domain.channels import ALL_URGENCIES, PERSON_CHANNELS
@@ -98,6 +99,8 @@ def settings_page(
         channels=CHANNELS,
         urgencies=URGENCIES,
         zones=COMMON_ZONES,
+        languages=[(code, i18n.NATIVE_NAME[code]) for code in i18n.SUPPORTED],
+        chosen_locale=i18n.normalize((draft or prefs).get("locale")),
         chats=chats,
         devices=[
             {
@@ -153,6 +156,8 @@ def settings_save(signed: Checked, core: CoreDep) -> Response:
             windows.append(window)
         i += 1
     tz_name = form.first("timezone").strip()
+    # A form without the field (an older page) leaves the language as it is.
+    locale = form.first("locale").strip() if "locale" in form else None
     current = preferences.preferences_of(core, v.who)["consent"]
     # Only channels whose urgencies changed get a new consent record (when and how).
     changed = {c: u for c, u in consent.items() if set(u) != set(current.get(c, []))}
@@ -160,12 +165,15 @@ def settings_save(signed: Checked, core: CoreDep) -> Response:
         body = PreferencesIn.model_validate(
             {"consent": changed, "quiet_hours": windows, "timezone": tz_name}
         )
+        if locale is not None and locale not in i18n.SUPPORTED:
+            raise ValidationFailed(i18n._("choose one of the languages offered"), field="locale")
         preferences.save_preferences(
             core,
             v.who,
             consent=preferences.consent_of(body.consent),
             quiet_hours=quiet_windows(body.quiet_hours),
             timezone=body.timezone,
+            locale=locale,
         )
     except (ValidationFailed, ValidationError) as exc:
         text = exc.detail if isinstance(exc, ValidationFailed) else _first_error(exc)
@@ -174,6 +182,7 @@ def settings_save(signed: Checked, core: CoreDep) -> Response:
             "consent": consent,
             "quiet_hours": [*windows, {"start": "", "end": ""}],
             "timezone": tz_name,
+            "locale": locale or v.locale,
         }
         return settings_page(core, v, error=wording.conflict_text(text), draft=draft, status=422)
     return RedirectResponse("/settings?saved=prefs", status_code=303)
