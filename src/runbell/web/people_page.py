@@ -27,6 +27,7 @@ from runbell.domain.errors import NotFound, ValidationFailed
 from runbell.flows import grants
 from runbell.flows.context import Core
 from runbell.flows.grants import GrantBody
+from runbell.i18n import _
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
 from runbell.web.templating import render
@@ -48,7 +49,7 @@ def people_page(
     status: int = 200,
 ) -> Response:
     shown = grants.people(core, v.who)
-    ctx = v.base("people", "People")
+    ctx = v.base("people", _("People"))
     ctx.update(
         members=shown["members"],
         former=shown["former"],

@@ -37,6 +37,7 @@ from runbell.flows.context import Core
 from runbell.flows.idempotency import IdempotencyKey
 from runbell.flows.inputs import ScheduleBody, ScheduleEdit
 from runbell.flows.schedule_views import ScheduleView, StartedRun
+from runbell.i18n import _
 from runbell.web import wording
 from runbell.web.forms import Checked, Form, Session
 from runbell.web.runs_page import ago
@@ -179,7 +180,7 @@ def schedules_view(
         {**_shown(v, s, people), "runs": _runs(v, shown["runs"].get(s["id"], []))}
         for s in shown["schedules"]
     ]
-    ctx = v.base("schedules", "Schedules")
+    ctx = v.base("schedules", _("Schedules"))
     ctx.update(
         schedules=rows,
         next_cursor=shown["next_cursor"],

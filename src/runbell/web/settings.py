@@ -35,6 +35,7 @@ from runbell.domain.policy import TenantPolicy
 from runbell.domain.quiet_hours import quiet_windows
 from runbell.flows import dry_run, grants, policy, preferences
 from runbell.flows.context import Core
+from runbell.i18n import _
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
 from runbell.web.templating import render
@@ -43,7 +44,7 @@ from runbell.web.viewer import Viewer, viewer
 URGENCIES = ALL_URGENCIES
 # The settings page's labels, in the order the channels are declared.
 CHANNELS = (("email", "Email"), ("webpush", "Browser notifications"), ("chat", "Chat"))
-assert tuple(c for c, _ in CHANNELS) == PERSON_CHANNELS
+assert tuple(c for c, _label in CHANNELS) == PERSON_CHANNELS
 COMMON_ZONES = (
     "UTC",
     "Europe/London",
@@ -93,7 +94,7 @@ def settings_page(
     windows = [*prefs["quiet_hours"], {"start": "", "end": ""}]
     assert v.who.user_id is not None  # a signed-in person
     mine = grants.list_grants(core, v.who, v.who.user_id)["grants"]
-    ctx = v.base("settings", "Settings")
+    ctx = v.base("settings", _("Settings"))
     ctx.update(
         prefs=draft or {**prefs, "quiet_hours": windows},
         channels=CHANNELS,
@@ -140,7 +141,7 @@ def settings_view(session: Session, core: CoreDep, saved: str | None = None) -> 
 def settings_save(signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     form = signed.form
-    consent = {c: [u for u in form.all(f"consent_{c}") if u in URGENCIES] for c, _ in CHANNELS}
+    consent = {c: [u for u in form.all(f"consent_{c}") if u in URGENCIES] for c, _label in CHANNELS}
     windows = []
     i = 0
     while f"quiet_start_{i}" in form and i < 14:
