@@ -35,7 +35,7 @@ from runbell.domain.policy import TenantPolicy
 from runbell.domain.quiet_hours import quiet_windows
 from runbell.flows import dry_run, grants, policy, preferences
 from runbell.flows.context import Core
-from runbell.i18n import _
+from runbell.i18n import N_, _
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
 from runbell.web.templating import render
@@ -43,7 +43,11 @@ from runbell.web.viewer import Viewer, viewer
 
 URGENCIES = ALL_URGENCIES
 # The settings page's labels, in the order the channels are declared.
-CHANNELS = (("email", "Email"), ("webpush", "Browser notifications"), ("chat", "Chat"))
+CHANNELS = (
+    ("email", N_("Email")),
+    ("webpush", N_("Browser notifications")),
+    ("chat", N_("Chat")),
+)
 assert tuple(c for c, _label in CHANNELS) == PERSON_CHANNELS
 COMMON_ZONES = (
     "UTC",
@@ -116,7 +120,7 @@ def settings_page(
         saved=saved,
         is_admin=v.who.is_admin,
         my_grants=[
-            {**g, "role_text": wording.GRANT_ROLE_TEXT.get(g["role"], g["role"])} for g in mine
+            {**g, "role_text": _(wording.GRANT_ROLE_TEXT.get(g["role"], g["role"]))} for g in mine
         ],
         policy_text=policy_draft if policy_draft is not None else _own_policy(core, v),
         preview=preview,
@@ -128,13 +132,15 @@ def settings_page(
 @router.get("/settings")
 def settings_view(session: Session, core: CoreDep, saved: str | None = None) -> Response:
     words = {
-        "prefs": "Your notification settings were saved.",
-        "chat": "Chat destination added.",
-        "chat-removed": "Chat destination removed.",
-        "device-removed": "That browser will no longer get notifications.",
-        "policy": "The attention policy was saved.",
+        "prefs": N_("Your notification settings were saved."),
+        "chat": N_("Chat destination added."),
+        "chat-removed": N_("Chat destination removed."),
+        "device-removed": N_("That browser will no longer get notifications."),
+        "policy": N_("The attention policy was saved."),
     }
-    return settings_page(core, viewer(core, session), saved=words.get(saved or ""))
+    v = viewer(core, session)
+    said = words.get(saved or "")
+    return settings_page(core, v, saved=_(said) if said else None)
 
 
 @router.post("/settings")
@@ -210,7 +216,7 @@ def settings_add_chat(signed: Checked, core: CoreDep) -> Response:
     except (RunbellError, ValidationError) as exc:
         text = exc.detail if isinstance(exc, RunbellError) else _first_error(exc)
         return settings_page(
-            core, v, error="That chat destination was not added: " + text, status=422
+            core, v, error=_("That chat destination was not added:") + " " + text, status=422
         )
     return RedirectResponse("/settings?saved=chat", status_code=303)
 
