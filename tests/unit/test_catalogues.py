@@ -142,3 +142,21 @@ def test_a_marked_text_without_translation_fails(tmp_path: Path) -> None:
     complete.add("Welcome back", "Willkommen zurück")
     complete.add("Fuzzy one", "Scharf")
     assert problems(complete, wanted) == []
+
+
+def test_the_domains_words_are_in_the_catalogue() -> None:
+    """The domain is pure and marks nothing; the words it gives a person (badges, risk
+    labels, push buttons) are marked where they are shown and must stay the same text."""
+    from runbell.domain import actions, badges
+    from runbell.domain import push_actions as pa
+    from runbell.flows.neutral_words import BUTTONS
+    from runbell.web.action_view import RISK_WORDS
+    from runbell.web.wording import BADGE_WORDS, STATE_LABEL
+
+    assert set(actions.RISK_CODES.values()) <= set(RISK_WORDS)
+    assert set(badges.STATE_BADGES.values()) <= set(STATE_LABEL.values())
+    assert {b["title"] for b in pa.offered(True, 600)} - {pa.snooze_title(600)} <= set(BUTTONS)
+    catalog = shipped("de")
+    for text in (*RISK_WORDS, *BADGE_WORDS, *BUTTONS):
+        entry = catalog.get(text)
+        assert entry is not None and entry.string, text

@@ -75,6 +75,10 @@ CHANNEL_LABEL = {
     "webhook": N_("Webhook"),
 }
 
+#: The run badges' words beyond the states (domain.badges, which marks nothing: the domain
+#: is pure), for the catalogue; the templates show ``_(badge.label)``.
+BADGE_WORDS = (N_("Completed with conflicts"), N_("Outcome unknown"), N_("Needs review"))
+
 _CHANGED = re.compile(r"run changed since \(version (\d+) -> (\d+)\)")
 _NOW = re.compile(r"run is now (\w+)")
 
