@@ -160,3 +160,17 @@ def test_the_domains_words_are_in_the_catalogue() -> None:
     for text in (*RISK_WORDS, *BADGE_WORDS, *BUTTONS):
         entry = catalog.get(text)
         assert entry is not None and entry.string, text
+
+
+def test_every_word_app_js_writes_is_in_the_catalogue() -> None:
+    """app.js words what it writes with ``t("…")`` (one string literal each); each must
+    be one of web.js_words.JS_WORDS, which the catalogue translates like any text."""
+    import re
+
+    from runbell.web.js_words import JS_WORDS
+
+    script = (SRC / "web" / "static" / "app.js").read_text()
+    used = set(re.findall(r'\bt\("((?:[^"\\]|\\.)*)"', script))
+    assert used, "app.js words nothing through t()"
+    assert used <= set(JS_WORDS), sorted(used - set(JS_WORDS))
+    assert set(JS_WORDS) <= used, sorted(set(JS_WORDS) - used)

@@ -10,7 +10,7 @@ import jinja2
 from fastapi.responses import HTMLResponse
 
 from runbell import __version__, i18n
-from runbell.web import wording
+from runbell.web import js_words, wording
 
 PAGE_HEADERS = {
     "Content-Security-Policy": (
@@ -85,6 +85,8 @@ def render(
         # <html lang>: the language the page's texts are in (screen readers pick their
         # voice by it; axe's html-has-lang / valid-lang rules).
         "lang": i18n.current(),
+        # What app.js writes into the page, in that language (web.js_words).
+        "js_words": js_words.words(),
     }
     html = env.get_template(name).render({**defaults, **context})
     return HTMLResponse(html, status_code=status, headers={**PAGE_HEADERS, **(headers or {})})
