@@ -147,17 +147,19 @@ def test_a_marked_text_without_translation_fails(tmp_path: Path) -> None:
 def test_the_domains_words_are_in_the_catalogue() -> None:
     """The domain is pure and marks nothing; the words it gives a person (badges, risk
     labels, push buttons) are marked where they are shown and must stay the same text."""
-    from runbell.domain import actions, badges
+    from runbell.domain import actions, badges, people
     from runbell.domain import push_actions as pa
     from runbell.flows.neutral_words import BUTTONS
     from runbell.web.action_view import RISK_WORDS
-    from runbell.web.wording import BADGE_WORDS, STATE_LABEL
+    from runbell.web.wording import BADGE_WORDS, REFUSAL_WORDS, STATE_LABEL
 
     assert set(actions.RISK_CODES.values()) <= set(RISK_WORDS)
     assert set(badges.STATE_BADGES.values()) <= set(STATE_LABEL.values())
     assert {b["title"] for b in pa.offered(True, 600)} - {pa.snooze_title(600)} <= set(BUTTONS)
+    refusals = {people.NOT_AN_APPROVER, people.NOT_THIS_REQUESTS_APPROVER, people.NOT_AN_AMENDER}
+    assert refusals == set(REFUSAL_WORDS)
     catalog = shipped("de")
-    for text in (*RISK_WORDS, *BADGE_WORDS, *BUTTONS):
+    for text in (*RISK_WORDS, *BADGE_WORDS, *BUTTONS, *REFUSAL_WORDS):
         entry = catalog.get(text)
         assert entry is not None and entry.string, text
 

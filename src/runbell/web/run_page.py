@@ -116,7 +116,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
             snapshot, shown["operations"], v, {**shown["people"], **shown["credentials"]}
         ),
         may_answer=shown["answer_refusal"] is None,
-        answer_refusal=shown["answer_refusal"],
+        answer_refusal=_(shown["answer_refusal"]) if shown["answer_refusal"] else None,
         cancel=parts.cancel_view(v, run, snapshot, shown, state.cancel_error),
         amendments=[
             {
@@ -139,7 +139,11 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         ],
         may_decide_amendments=run.owner_user_id == v.who.user_id,
         may_propose=not snapshot["terminal"] and shown["amend_refusal"] is None,
-        amend_refusal=None if snapshot["terminal"] else shown["amend_refusal"],
+        amend_refusal=(
+            _(shown["amend_refusal"])
+            if shown["amend_refusal"] and not snapshot["terminal"]
+            else None
+        ),
         amend_error=state.amend_error,
         delegations=parts.delegations_view(v, _delegations(core, v.who, run_id)),
         delegation_error=state.delegation_error,

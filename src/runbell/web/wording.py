@@ -79,6 +79,20 @@ CHANNEL_LABEL = {
 #: is pure), for the catalogue; the templates show ``_(badge.label)``.
 BADGE_WORDS = (N_("Completed with conflicts"), N_("Outcome unknown"), N_("Needs review"))
 
+#: Why a person may not answer or propose (domain.people), shown on the run page as
+#: ``_(refusal)``; tests/unit/test_catalogues.py checks they stay the domain's words.
+REFUSAL_WORDS = (
+    N_(
+        "You may see this run but not answer its requests: ask its owner to name you an "
+        "approver (authority.approvers) or an admin to grant you its subject as approver"
+    ),
+    N_("You may see this run but not answer this request: it names who may answer it"),
+    N_(
+        "You may see this run but not propose amendments to it: ask its owner to name you an "
+        "amender (authority.amenders) or an admin to grant you its subject as amender"
+    ),
+)
+
 _CHANGED = re.compile(r"run changed since \(version (\d+) -> (\d+)\)")
 _NOW = re.compile(r"run is now (\w+)")
 
