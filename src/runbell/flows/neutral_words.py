@@ -9,8 +9,7 @@ current language, so a German recipient of an English-written row reads German.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
 
 from runbell.domain.records import Notification
 from runbell.flows.attention import NEUTRAL_BODY, NEUTRAL_SUMMARY, RETRACTED_BODY, RETRACTED_TITLE
@@ -20,25 +19,39 @@ FALLBACK_SUMMARY = N_("A run changed")
 FALLBACK_BODY = N_("Open Runbell for details.")
 
 
-def digest_summary(inputs: Mapping[str, Any] | None) -> str | None:
-    """A digest's count in words, from the facts it was made of (``domain.digests.summary``
-    in the current language): how many, never which. None when the facts are missing."""
-    counts = (inputs or {}).get("attention_types")
-    if not isinstance(counts, dict) or not counts:
+def digest_summary(attention_types: Sequence[str]) -> str | None:
+    """A digest's count in words, from the kinds of attention it folds
+    (``domain.digests.summary`` in the current language): how many, never which. None
+    when there is nothing to count."""
+    n = len(attention_types)
+    if not n:
         return None
-    n = sum(int(c) for c in counts.values())
-    if set(counts) == {"completed"}:
+    if all(a == "completed" for a in attention_types):
         return ngettext("{n} run finished", "{n} runs finished", n).format(n=n)
     return ngettext("{n} update on your runs", "{n} updates on your runs", n).format(n=n)
 
 
-def summary(note: Notification) -> str:
-    """The notification's neutral summary as a person reads it."""
-    if note["attention_type"] == "digest":
-        counted = digest_summary(note.get("inputs"))
+def summary_words(attention_type: str, stored: str, folded: Sequence[str] = ()) -> str:
+    """A notification's stored (English) summary as a person reads it; a digest's from
+    the kinds of attention it folds (``folded``) when given."""
+    if attention_type == "digest":
+        counted = digest_summary(folded)
         if counted is not None:
             return counted
-    return _(note["summary"]) if note["summary"] else note["summary"]
+    return _(stored) if stored else stored
+
+
+def _folded(inputs: object) -> list[str]:
+    """The kinds of attention a digest notification's ``inputs`` counted."""
+    counts = inputs.get("attention_types") if isinstance(inputs, dict) else None
+    if not isinstance(counts, dict):
+        return []
+    return [str(kind) for kind, n in counts.items() for _i in range(int(n))]
+
+
+def summary(note: Notification) -> str:
+    """The notification's neutral summary as a person reads it."""
+    return summary_words(note["attention_type"], note["summary"], _folded(note.get("inputs")))
 
 
 def push_title(note: Notification) -> str:

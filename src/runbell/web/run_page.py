@@ -293,7 +293,7 @@ def deep_link(notification_id: str, session: Session, core: CoreDep) -> Response
             )
     highlight = {
         "id": note["id"],
-        "summary": neutral_words.summary(note),
+        "summary": neutral_words.summary_words(note["attention_type"], note["summary"]),
         "attention": note["attention_type"],
         "urgency": note["urgency"],
         "state": note["state"],
@@ -305,7 +305,8 @@ def deep_link(notification_id: str, session: Session, core: CoreDep) -> Response
 def digest_page(v: Viewer, note: NotificationDetail) -> Response:
     """A digest's own page: what it collected, each item a link to its run."""
     digest = note["digest"]
-    summary = neutral_words.summary(note)
+    folded = [str(item["attention_type"]) for item in digest["items"]]
+    summary = neutral_words.summary_words("digest", note["summary"], folded)
     ctx = v.base("digest", summary)
     ctx.update(
         note={**note, "summary": summary},
