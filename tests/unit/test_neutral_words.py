@@ -70,3 +70,21 @@ def test_dates_and_numbers_in_the_readers_way() -> None:
     assert i18n.negotiate("en;q=0, de;q=0.1") == "de"
     assert i18n.negotiate("de;q=oops") == "en"  # an unreadable quality counts as 0
     assert i18n.normalize("de_CH") == "de" and i18n.normalize("xx") == "en"
+
+
+def test_operation_counts_in_english_are_the_domains_words() -> None:
+    from runbell.domain.badges import badge
+    from runbell.domain.operations import COUNT_ORDER, counts_text
+    from runbell.web import run_page, wording
+
+    assert wording.operation_counts({}) == counts_text({})
+    for n in (1, 2):
+        for state in COUNT_ORDER:
+            assert wording.operation_counts({state: n}) == counts_text({state: n})
+    counts = {"confirmed": 9, "conflict": 2, "uncertain": 1}
+    assert wording.operation_counts(counts) == counts_text(counts)
+    assert wording.operation_counts({"mystery": 1}) is None  # the stored text shows
+    with i18n.using("de"):
+        assert wording.operation_counts(counts) == "9 bestätigt, 2 Konflikte, 1 unsicher"
+    doubted = badge("completed", "needs_review", {"confirmed": 1}).because
+    assert doubted is not None and run_page.AGENT_DOUBTED in doubted

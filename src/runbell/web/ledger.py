@@ -164,7 +164,7 @@ def ledger_view(
     summary = snapshot.get("operations") or {}
     outcome = snapshot.get("outcome")
     return {
-        "text": summary.get("text"),
+        "text": wording.operation_counts(summary.get("counts") or {}) or summary.get("text"),
         "outcome": outcome,
         "outcome_line": _label(OUTCOME_LINE, outcome) if ops and outcome in OUTCOME_LINE else None,
         "settled_note": _settled_note(ops),

@@ -31,6 +31,7 @@ from runbell.flows import answers, delegations, inbox, neutral_words, pages, rec
 from runbell.flows.context import Core
 from runbell.flows.inbox import NotificationDetail
 from runbell.flows.inputs import AnswerBody
+from runbell.flows.runs import RunSnapshot
 from runbell.i18n import N_, _
 from runbell.web import run_parts as parts
 from runbell.web import trace, wording
@@ -107,7 +108,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         request=request_view,
         # The editable value, when the request offers one (issue 19 item 3).
         edit=edit_view(pending, state.edit_text, state.edit_error) if pending else None,
-        badge=snapshot["badge"],
+        badge=_badge(snapshot),
         badge_settled=snapshot["badge"]["key"].startswith("state-"),
         review_decided=parts.decided_view(v, shown["decided_review"]),
         job=parts.job_view(snapshot),
@@ -350,6 +351,27 @@ def refusal_text(v: Viewer, exc: Conflict) -> str:
     return (
         text + " " + _("Your answer was not recorded and nothing ran. The current state is below.")
     )
+
+
+#: What domain.badges adds when the ledger is clean but the agent doubted its own work.
+AGENT_DOUBTED = N_("the agent reported that its effects are not verified")
+
+
+def _badge(snapshot: RunSnapshot) -> dict[str, Any]:
+    """The run's badge with its "because" in the reader's language: the ledger's counts
+    worded again (web.wording.operation_counts), and the agent's doubt."""
+    badge: dict[str, Any] = dict(snapshot["badge"])
+    because = badge.get("because")
+    if not because:
+        return badge
+    summary = snapshot.get("operations") or {}
+    text, counts = summary.get("text"), summary.get("counts")
+    worded = wording.operation_counts(counts) if isinstance(counts, dict) and counts else None
+    if worded and text and because.startswith(text):
+        because = worded + because[len(text) :]
+    because = because.replace(AGENT_DOUBTED, _(AGENT_DOUBTED))
+    badge["because"] = because
+    return badge
 
 
 #: The decisions as recorded (``approve``), shown as such in English and worded in others.

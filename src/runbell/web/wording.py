@@ -345,6 +345,36 @@ def operation_line(intent: str, target: Mapping[str, Any]) -> tuple[str, str | N
     return intent, on or None
 
 
+#: An operation count in words, per state, in domain.operations.COUNT_ORDER's order (the
+#: English is exactly domain.operations.counts_text's; tests/unit/test_neutral_words.py).
+_COUNTED = {
+    "confirmed": lambda n: ngettext("{n} confirmed", "{n} confirmed", n),
+    "absent": lambda n: ngettext("{n} confirmed absent", "{n} confirmed absent", n),
+    "conflict": lambda n: ngettext("{n} conflict", "{n} conflicts", n),
+    "failed": lambda n: ngettext("{n} failed", "{n} failed", n),
+    "uncertain": lambda n: ngettext("{n} uncertain", "{n} uncertain", n),
+    "unresolved": lambda n: ngettext(
+        "{n} unresolved after lookup", "{n} unresolved after lookup", n
+    ),
+    "sent": lambda n: ngettext("{n} sent without a reply yet", "{n} sent without a reply yet", n),
+    "planned": lambda n: ngettext("{n} planned", "{n} planned", n),
+    "not_started": lambda n: ngettext("{n} not started", "{n} not started", n),
+}
+
+
+def operation_counts(counts: Mapping[str, Any]) -> str | None:
+    """An operations ledger's counts in the current language (``9 confirmed, 2
+    conflicts``); None when a count is not one this knows (then the stored text shows)."""
+    if not isinstance(counts, Mapping) or set(counts) - set(_COUNTED):
+        return None
+    parts = [
+        str(_COUNTED[state](int(counts[state]))).format(n=int(counts[state]))
+        for state in _COUNTED
+        if counts.get(state)
+    ]
+    return ", ".join(parts) if parts else _("no operations")
+
+
 #: Which message a webhook delivery of a notification carried (two rows per endpoint).
 WEBHOOK_EVENT_LABEL = {
     "notification.created": N_("new notification"),
