@@ -213,7 +213,7 @@ def _documented_layers() -> list[set[str]]:
     text = (PACKAGE.parents[1] / "docs" / "architecture.md").read_text()
     section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # no header
-    return [set(re.findall(r"`([a-z_]+)`", row.split("|")[2])) for row in rows]
+    return [set(re.findall(r"`([a-z_][a-z0-9_]*)`", row.split("|")[2])) for row in rows]
 
 
 def test_the_documented_layers_are_the_checked_ones() -> None:

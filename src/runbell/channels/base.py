@@ -96,6 +96,9 @@ class Outbound:
     actions: tuple[tuple[str, str], ...] = ()
     action_token: str | None = None
     replace_only: bool = False
+    # The recipient's language (runbell.i18n): title and body come worded in it; a
+    # channel's own words (an email's greeting and footer) are worded in it at send time.
+    locale: str = "en"
 
     def __repr__(self) -> str:
         facts = FACTS.get(self.channel)

@@ -20,9 +20,11 @@ from urllib.parse import urlsplit
 
 import jinja2
 
+from runbell import i18n
 from runbell.channels.base import Outbound, PermanentDeliveryError
 from runbell.config import Settings
 from runbell.domain.channels import SIGN_IN
+from runbell.i18n import N_, _
 
 __all__ = [
     "SIGN_IN_SUBJECT",
@@ -37,9 +39,9 @@ __all__ = [
     "text_part",
 ]
 
-SIGN_IN_SUBJECT: Final = "Your Runbell sign-in link"
+SIGN_IN_SUBJECT: Final = N_("Your Runbell sign-in link")
 _SUBJECT_MAX_CHARS: Final = 200
-_DEFAULT_TITLE: Final = "Runbell notification"
+_DEFAULT_TITLE: Final = N_("Runbell notification")
 # Characters kept verbatim in the Message-ID's left part: a safe subset of RFC 5322
 # ``atext``. Everything else (and ``=`` itself) is escaped as ``=XX`` so the mapping
 # from identity to Message-ID is deterministic and injective.
@@ -47,10 +49,10 @@ _MSGID_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv
 _LOCAL_PART: Final = re.compile(r"^[!#$%&'*+/=?^_`{|}~.A-Za-z0-9-]+$")
 _DOMAIN: Final = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")
 _URGENCY_WORDS: Final = {
-    "low": "low-priority",
-    "normal": "normal",
-    "time_sensitive": "time-sensitive",
-    "urgent": "urgent",
+    "low": N_("low-priority"),
+    "normal": N_("normal"),
+    "time_sensitive": N_("time-sensitive"),
+    "urgent": N_("urgent"),
 }
 
 
@@ -135,15 +137,21 @@ def smtp_config(settings: Settings, public_url: str) -> SmtpConfig | None:
 
 
 def sign_in_text(links: list[tuple[str, str]]) -> str:
-    """The sign-in email's text; ``links`` = [(workspace name, absolute sign-in URL)]."""
-    lines = ["Someone (hopefully you) asked to sign in to Runbell with this address.", ""]
+    """The sign-in email's text; ``links`` = [(workspace name, absolute sign-in URL)], in
+    the current language (:mod:`runbell.i18n`)."""
+    lines = [_("Someone (hopefully you) asked to sign in to Runbell with this address."), ""]
     if len(links) == 1:
-        lines += ["Open this link to sign in. It works once, for 15 minutes:", links[0][1]]
+        lines += [_("Open this link to sign in. It works once, for 15 minutes:"), links[0][1]]
     else:
-        lines.append("Open the link for the workspace you want. Each works once, for 15 minutes:")
+        lines.append(
+            _("Open the link for the workspace you want. Each works once, for 15 minutes:")
+        )
         for name, url in links:
             lines += ["", f"{name}:", url]
-    lines += ["", "If you did not ask for this, ignore this email; nobody can sign in without it."]
+    lines += [
+        "",
+        _("If you did not ask for this, ignore this email; nobody can sign in without it."),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -191,27 +199,38 @@ class Templates:
             "keep_trailing_newline": True,
             "trim_blocks": True,
             "lstrip_blocks": True,
+            "extensions": ["jinja2.ext.i18n"],
         }
         text_env = jinja2.Environment(autoescape=False, **common)  # noqa: S701 - plain text part
+        html_env = jinja2.Environment(autoescape=True, **common)
+        for env in (text_env, html_env):
+            # Worded in the recipient's language: build_message sets it from msg.locale.
+            env.policies["ext.i18n.trimmed"] = True
+            env.install_gettext_callables(  # type: ignore[attr-defined]
+                i18n.gettext, i18n.ngettext, newstyle=True
+            )
         self.text = text_env.get_template("email.txt.j2")
-        self.html = jinja2.Environment(autoescape=True, **common).get_template("email.html.j2")
+        self.html = html_env.get_template("email.html.j2")
 
 
 def _context(msg: Outbound, config: SmtpConfig) -> dict[str, Any]:
+    word = _URGENCY_WORDS.get(msg.urgency)
     return {
-        "title": " ".join(msg.title.split())[:_SUBJECT_MAX_CHARS] or _DEFAULT_TITLE,
+        "title": " ".join(msg.title.split())[:_SUBJECT_MAX_CHARS] or _(_DEFAULT_TITLE),
         "body_lines": [line.strip() for line in msg.body.splitlines() if line.strip()],
         "deep_link": msg.deep_link,
         "unsubscribe_url": config.unsubscribe_url,
-        "urgency_word": _URGENCY_WORDS.get(msg.urgency),
+        "urgency_word": _(word) if word else None,
+        "lang": i18n.current(),
     }
 
 
 def text_part(msg: Outbound, config: SmtpConfig, tpl: Templates) -> str:
     """The plain-text part: what the person reads, and what counts as the payload."""
-    if msg.event_type == SIGN_IN:
-        return sign_in_text(_sign_in_links(msg))
-    return str(tpl.text.render(_context(msg, config)))
+    with i18n.using(msg.locale):
+        if msg.event_type == SIGN_IN:
+            return sign_in_text(_sign_in_links(msg))
+        return str(tpl.text.render(_context(msg, config)))
 
 
 def build_message(msg: Outbound, config: SmtpConfig, to: str, tpl: Templates) -> EmailMessage:
@@ -221,6 +240,11 @@ def build_message(msg: Outbound, config: SmtpConfig, to: str, tpl: Templates) ->
     ``msg.now``, ``Message-ID`` and the MIME boundary from ``msg.identity``), so a retry
     is recognizably the same message and previews match what is sent.
     """
+    with i18n.using(msg.locale):
+        return _build_message(msg, config, to, tpl)
+
+
+def _build_message(msg: Outbound, config: SmtpConfig, to: str, tpl: Templates) -> EmailMessage:
     sign_in = msg.event_type == SIGN_IN
     context = _context(msg, config)
     now = msg.now if msg.now.tzinfo is not None else msg.now.replace(tzinfo=UTC)
@@ -229,7 +253,7 @@ def build_message(msg: Outbound, config: SmtpConfig, to: str, tpl: Templates) ->
     em = EmailMessage(policy=email.policy.SMTP)
     em["From"] = config.from_address
     em["To"] = to
-    em["Subject"] = SIGN_IN_SUBJECT if sign_in else context["title"]
+    em["Subject"] = _(SIGN_IN_SUBJECT) if sign_in else context["title"]
     em["Date"] = format_datetime(now)
     em["Message-ID"] = message_id_for(msg.identity, config.message_id_domain)
     if not sign_in:

@@ -14,9 +14,10 @@ from runbell.domain.errors import NotFound, ValidationFailed
 from runbell.domain.people import NOT_AN_APPROVER, NOT_THIS_REQUESTS_APPROVER
 from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run
+from runbell.i18n import N_
 from runbell.store import access, accounts, runs
 
-NOT_A_PERSON = "only a person answers a request"
+NOT_A_PERSON = N_("only a person answers a request")  # worded for the reader by the page
 
 
 def may_answer(conn: Any, who: Principal, run: Run, req: InputRequest | None = None) -> bool:

@@ -25,6 +25,7 @@ from runbell.domain.escalation import held_back, schedule
 from runbell.domain.policy import Decision, Facts, Policy, TransitionFacts
 from runbell.domain.records import Delivery, Notification, Run
 from runbell.flows import pacing
+from runbell.i18n import N_
 from runbell.ids import new_id
 from runbell.store import accounts, destinations, digests, escalations, outbox
 from runbell.store import notifications as notes
@@ -32,36 +33,37 @@ from runbell.store.db import PendingEvent, Tx
 
 log = structlog.get_logger(__name__)
 
-# Lock-screen safe texts (invariant 11): no titles, no arguments, no run details.
+# Lock-screen safe texts (invariant 11): no titles, no arguments, no run details. Stored
+# and kept in English; flows.neutral_words words them in the recipient's language.
 NEUTRAL_BODY = {
-    "input_required": "A run is waiting for your decision. Open Runbell to see the request.",
-    "failed": "A run stopped with an error. Open Runbell for details.",
-    "completed": "A run finished. Open Runbell for the result.",
-    "needs_review": "A run finished, but its effects need a check. Open Runbell to review.",
-    "stalled": "A run has not reported progress for a while. Open Runbell to check on it.",
-    "cancelled": "A run was cancelled. Open Runbell for what was kept.",
-    "mismatch": "What a run reported and its actual state disagree. Open Runbell to check.",
-    "digest": "Several runs finished. Open Runbell to see them.",
-    "amendment": "Someone proposed a change to one of your runs. Open Runbell to decide.",
-    "dependency": "A proposal one of your runs depends on changed. Open Runbell to see it.",
+    "input_required": N_("A run is waiting for your decision. Open Runbell to see the request."),
+    "failed": N_("A run stopped with an error. Open Runbell for details."),
+    "completed": N_("A run finished. Open Runbell for the result."),
+    "needs_review": N_("A run finished, but its effects need a check. Open Runbell to review."),
+    "stalled": N_("A run has not reported progress for a while. Open Runbell to check on it."),
+    "cancelled": N_("A run was cancelled. Open Runbell for what was kept."),
+    "mismatch": N_("What a run reported and its actual state disagree. Open Runbell to check."),
+    "digest": N_("Several runs finished. Open Runbell to see them."),
+    "amendment": N_("Someone proposed a change to one of your runs. Open Runbell to decide."),
+    "dependency": N_("A proposal one of your runs depends on changed. Open Runbell to see it."),
 }
 
 NEUTRAL_SUMMARY = {
-    "input_required": "A run needs your input",
-    "failed": "A run failed",
-    "completed": "A run finished",
-    "needs_review": "A run finished and needs review",
-    "stalled": "A run has stopped making progress",
-    "cancelled": "A run was cancelled",
-    "mismatch": "A run's reported state could not be confirmed",
-    "digest": "Several runs finished",
-    "amendment": "A change to your run was proposed",
-    "dependency": "A proposal your run depends on changed",
+    "input_required": N_("A run needs your input"),
+    "failed": N_("A run failed"),
+    "completed": N_("A run finished"),
+    "needs_review": N_("A run finished and needs review"),
+    "stalled": N_("A run has stopped making progress"),
+    "cancelled": N_("A run was cancelled"),
+    "mismatch": N_("A run's reported state could not be confirmed"),
+    "digest": N_("Several runs finished"),
+    "amendment": N_("A change to your run was proposed"),
+    "dependency": N_("A proposal your run depends on changed"),
 }
 
 # What replaces a handled notification's push on every device that showed it (inv. 11).
-RETRACTED_TITLE = "Handled"
-RETRACTED_BODY = "This no longer needs your attention."
+RETRACTED_TITLE = N_("Handled")
+RETRACTED_BODY = N_("This no longer needs your attention.")
 # Closes by a person acting (an acknowledgement, an answer, a recovery that resolves it)
 # replace the push they made obsolete; an expiry or a newer alert for the run does not
 # need to (the newer alert replaces it by its tag anyway).

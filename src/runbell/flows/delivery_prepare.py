@@ -26,6 +26,7 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
+from runbell import i18n
 from runbell.channels import registry
 from runbell.channels.base import Outbound
 from runbell.domain.channels import FACTS, SIGN_IN, consented_urgencies, facts_of
@@ -35,16 +36,11 @@ from runbell.domain.principal import Principal
 from runbell.domain.push_actions import REPUSHED
 from runbell.domain.quiet_hours import QuietWindow
 from runbell.domain.records import Delivery, Destination, Endpoint
-from runbell.flows import push_actions
-from runbell.flows.attention import (
-    NEUTRAL_BODY,
-    NEUTRAL_SUMMARY,
-    RETRACTED_BODY,
-    RETRACTED_TITLE,
-)
+from runbell.flows import neutral_words, push_actions
 from runbell.flows.context import Core
 from runbell.flows.policy import policy_for
 from runbell.flows.sessions import LINK_TTL, open_links
+from runbell.i18n import _
 from runbell.store import accounts, destinations, endpoints, runs
 from runbell.store import notifications as notes
 
@@ -188,6 +184,12 @@ def _prepare_person(core: Core, conn: Connection, row: Delivery, now: datetime) 
     token = None
     if row["channel"] == push_actions.WEBPUSH and not digest:
         actions, token = push_actions.offer(core, conn, n, run, row)
+    # Worded in the recipient's language (the row's texts are English): title, body,
+    # the push's buttons, and the channel's own words (an email's) from ``locale``.
+    locale = i18n.normalize(prefs["locale"] if prefs else None)
+    with i18n.using(locale):
+        title, body = neutral_words.push_title(n), neutral_words.push_body(n)
+        actions = neutral_words.button_titles(actions)
     prepared.message = Outbound(
         delivery_id=row["id"],
         tenant_id=tenant_id,
@@ -198,12 +200,8 @@ def _prepare_person(core: Core, conn: Connection, row: Delivery, now: datetime) 
         now=now,
         urgency=n["urgency"],
         # A digest's summary is neutral too: how many, never which (flows.digests).
-        title=n["summary"] if digest else NEUTRAL_SUMMARY.get(n["attention_type"], "A run changed"),
-        body=(
-            f"{n['summary']}. Open Runbell to see them."
-            if digest
-            else NEUTRAL_BODY.get(n["attention_type"], "Open Runbell for details.")
-        ),
+        title=title,
+        body=body,
         deep_link=f"{core.public_url}/n/{n['id']}",
         notification_id=n["id"],
         run_id=n["run_id"],
@@ -213,6 +211,7 @@ def _prepare_person(core: Core, conn: Connection, row: Delivery, now: datetime) 
         actions=actions,
         action_token=token,
         replace_only=again and bool((row["payload"] or {}).get("replace_only")),
+        locale=locale,
     )
     return prepared
 
@@ -233,6 +232,10 @@ def _prepare_retraction(core: Core, conn: Connection, row: Delivery, now: dateti
     ):
         return Prepared(Gate("cancel", "recipient lost access"))
     note_id = (row["payload"] or {}).get("notification_id")
+    prefs = destinations.preferences(conn, row["tenant_id"], owner)
+    locale = i18n.normalize(prefs["locale"] if prefs else None)
+    with i18n.using(locale):
+        title, body = neutral_words.retracted()
     message = Outbound(
         delivery_id=row["id"],
         tenant_id=row["tenant_id"],
@@ -242,14 +245,15 @@ def _prepare_retraction(core: Core, conn: Connection, row: Delivery, now: dateti
         attempt_no=row["attempt_count"],
         now=now,
         urgency="normal",
-        title=RETRACTED_TITLE,
-        body=RETRACTED_BODY,
+        title=title,
+        body=body,
         deep_link=f"{core.public_url}/n/{note_id}",
         notification_id=note_id,
         run_id=row["run_id"],
         collapse_key=f"{row['tenant_id']}:{row['run_id']}",
         event_type=RETRACTED,
         target=registry.spec(channel).target(found, core.box.open),
+        locale=locale,
     )
     return Prepared(
         Gate("send", "replaces a handled notification"),
@@ -271,6 +275,9 @@ def _prepare_sign_in(core: Core, row: Delivery, now: datetime) -> Prepared:
             created_at=row["created_at"],
         )
     channel = row["channel"]
+    locale = i18n.normalize((row["payload"] or {}).get("locale"))
+    with i18n.using(locale):
+        title = _("Sign in to Runbell")
     message = Outbound(
         delivery_id=row["id"],
         tenant_id=row["tenant_id"],
@@ -280,13 +287,14 @@ def _prepare_sign_in(core: Core, row: Delivery, now: datetime) -> Prepared:
         attempt_no=row["attempt_count"],
         now=now,
         urgency="normal",
-        title="Sign in to Runbell",
+        title=title,
         body="",
         deep_link=f"{core.public_url}/login",
         expires_at=expires_at,
         event_type=SIGN_IN,
         payload={"links": open_links(core, row)},
         target=registry.spec(channel).target({"address": row["destination"]}, core.box.open),
+        locale=locale,
     )
     return Prepared(
         Gate("send", "a sign-in the person asked for"),

@@ -98,13 +98,14 @@ class RunPageShown(TypedDict):
 
 
 def viewer(core: Core, who: Principal) -> dict[str, str]:
-    """Who is looking: ``{email, timezone}`` (the timezone name as stored, ``UTC`` when
-    never set; whether it is a valid zone is the page's concern)."""
+    """Who is looking: ``{email, timezone, locale}`` (the timezone name and locale as
+    stored, ``UTC`` and ``en`` when never set; whether the zone is valid and the language
+    one we have is the page's concern)."""
     assert who.user_id is not None
     with core.db.read() as conn:
-        timezone = destinations.timezone_of(conn, who.tenant_id, who.user_id)
+        timezone, locale = destinations.timezone_and_locale(conn, who.tenant_id, who.user_id)
         email = destinations.email_of(conn, who.user_id)
-    return {"email": str(email), "timezone": timezone}
+    return {"email": str(email), "timezone": timezone, "locale": locale}
 
 
 def standing(

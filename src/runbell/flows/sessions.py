@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from runbell import i18n
 from runbell.domain.channels import SIGN_IN
 from runbell.domain.principal import LinkRefused, WebSession
 from runbell.domain.records import Delivery
@@ -115,7 +116,12 @@ def request_sign_in(core: Core, address: str, next_path: str = "/") -> str | Non
             {
                 "event_type": SIGN_IN,
                 "urgency": "normal",
-                "payload": {"sealed": core.box.seal(json.dumps({"links": links}))},
+                "payload": {
+                    "sealed": core.box.seal(json.dumps({"links": links})),
+                    # The language of the page that asked (runbell.i18n: Accept-Language
+                    # there): the email is worded in it.
+                    "locale": i18n.current(),
+                },
             }
         )
         outbox.add_deliveries(tx.conn, [row])

@@ -93,6 +93,20 @@ def timezone_of(conn: Connection, tenant_id: str, user_id: str) -> str:
     return str(found or "UTC")
 
 
+def timezone_and_locale(conn: Connection, tenant_id: str, user_id: str) -> tuple[str, str]:
+    """The person's IANA timezone name and locale as stored (``UTC`` and ``en`` when they
+    never set them): what every page they look at is worded and timed in."""
+    p = t.preferences
+    row = conn.execute(
+        sa.select(p.c.timezone, p.c.locale).where(
+            p.c.tenant_id == tenant_id, p.c.user_id == user_id
+        )
+    ).first()
+    if row is None:
+        return "UTC", "en"
+    return str(row[0] or "UTC"), str(row[1] or "en")
+
+
 def push_subscription_ids(conn: Connection, tenant_id: str, user_id: str) -> list[str]:
     p = t.push_subscriptions
     return [

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from runbell.domain.errors import NotFound
 from runbell.domain.records import Attempt, DeliveryAttempts, Notification
+from runbell.i18n import N_
 from runbell.store import fast, outbox
 from runbell.store import tables as t
 
@@ -280,7 +281,7 @@ def mark_delivered(conn: Connection, tenant_id: str, notification_id: str, now: 
     )
 
 
-WITHDRAWN_SUMMARY = "Notification withdrawn"
+WITHDRAWN_SUMMARY = N_("Notification withdrawn")  # worded for each reader (flows.neutral_words)
 
 
 def open_for_recipient(conn: Connection, tenant_id: str, user_id: str) -> list[Notification]:

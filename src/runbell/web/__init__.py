@@ -23,7 +23,8 @@ part of the app, each with its routes (no ``/v1`` prefix, not in the OpenAPI doc
 - :mod:`~runbell.web.apidocs`: ``/docs`` and ``/redoc``
 
 Around them: :mod:`~runbell.web.forms` (sessions, forms, CSRF), :mod:`~runbell.web.viewer`
-(who is looking; message pages), :mod:`~runbell.web.wording`, :mod:`~runbell.web.templating`.
+(who is looking; message pages), :mod:`~runbell.web.wording`, :mod:`~runbell.web.templating`,
+:mod:`~runbell.web.language` (``Accept-Language`` before sign-in).
 What the pages show is read by :mod:`runbell.flows.pages`.
 """
 
@@ -48,6 +49,7 @@ def install(app: FastAPI) -> None:
         edit_form,
         forms,
         inbox,
+        language,
         people_page,
         run_page,
         runs_page,
@@ -74,4 +76,5 @@ def install(app: FastAPI) -> None:
         app.include_router(part.router)
     app.mount("/static", StaticFiles(directory=assets.STATIC_DIR), name="static")
     forms.install_handlers(app)
+    app.add_middleware(language.AcceptLanguage)
     apidocs.install(app)

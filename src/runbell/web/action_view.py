@@ -19,6 +19,8 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
+from runbell.i18n import N_, _
+
 # What stays on screen before "Show all": a phone screen holds the command, the risk
 # line and the buttons together.
 HEAD_LINES = 6
@@ -26,13 +28,27 @@ HEAD_CHARS = 600
 DIFF_HEAD_LINES = 10
 
 KIND_LABEL = {
-    "shell": "Runs a command",
-    "file_write": "Writes a file",
-    "file_edit": "Edits a file",
-    "web_fetch": "Fetches a URL",
-    "mcp_tool": "Calls a tool",
-    "generic": "Uses a tool",
+    "shell": N_("Runs a command"),
+    "file_write": N_("Writes a file"),
+    "file_edit": N_("Edits a file"),
+    "web_fetch": N_("Fetches a URL"),
+    "mcp_tool": N_("Calls a tool"),
+    "generic": N_("Uses a tool"),
 }
+
+#: The risk labels domain.actions words (the domain is pure and marks nothing), for the
+#: catalogue: shown as ``_(label)`` (tests/unit/test_catalogues.py checks they match).
+RISK_WORDS = (
+    N_("Deletes recursively"),
+    N_("Force-pushes (rewrites remote history)"),
+    N_("Runs a script downloaded from the network"),
+    N_("Writes outside the project directory"),
+    N_("Makes files writable by everyone"),
+    N_("Runs with elevated privileges"),
+    N_("Writes to a raw disk or formats it"),
+    N_("Discards uncommitted changes"),
+    N_("Sends a request that may change something remotely"),
+)
 
 
 def cut(text: str, lines: int = HEAD_LINES, chars: int = HEAD_CHARS) -> dict[str, Any]:
@@ -98,7 +114,7 @@ def action_view(action: Any, risks: Any) -> dict[str, Any] | None:
     if not isinstance(action, dict) or action.get("kind") not in KIND_LABEL:
         return None
     kind = action["kind"]
-    out: dict[str, Any] = {"kind": kind, "label": KIND_LABEL[kind]}
+    out: dict[str, Any] = {"kind": kind, "label": _(KIND_LABEL[kind])}
     if kind == "shell":
         out["command"] = cut(str(action.get("command") or ""))
         out["cwd"] = action.get("cwd")
@@ -128,7 +144,7 @@ def action_view(action: Any, risks: Any) -> dict[str, Any] | None:
         arguments = action.get("arguments")
         out["arguments"] = cut(_json(arguments)) if arguments else None
     out["risks"] = [
-        {"code": str(r.get("code")), "label": str(r.get("label")), "evidence": r.get("evidence")}
+        {"code": str(r.get("code")), "label": _(str(r.get("label"))), "evidence": r.get("evidence")}
         for r in (risks or [])
         if isinstance(r, dict)
     ]

@@ -17,6 +17,7 @@ from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from runbell.flows import cancel_request, idempotency
 from runbell.flows.idempotency import IdempotencyKey
+from runbell.i18n import _
 from runbell.web import wording
 from runbell.web.forms import Checked
 from runbell.web.run_page import RunPageState, run_page
@@ -42,10 +43,10 @@ def cancel_form(run_id: str, signed: Checked, core: CoreDep) -> Response:
     except NotFound:
         return no_access(v, 404)
     except Conflict as exc:
-        text = wording.conflict_text(exc.detail) + " Nothing was changed."
+        text = wording.conflict_text(exc.detail) + " " + _("Nothing was changed.")
         return run_page(core, v, run_id, RunPageState(cancel_error=text, status=409))
     except Forbidden:
-        text = "You may not cancel this run: only its owner or the people it names can."
+        text = _("You may not cancel this run: only its owner or the people it names can.")
         return run_page(core, v, run_id, RunPageState(cancel_error=text, status=403))
     except ValidationFailed as exc:
         text = wording.conflict_text(exc.detail)

@@ -19,6 +19,7 @@ from runbell.api.deps import CoreDep
 from runbell.domain import limits
 from runbell.domain.errors import Forbidden, NotFound
 from runbell.flows import delegations
+from runbell.i18n import _
 from runbell.web import wording
 from runbell.web.forms import Checked
 from runbell.web.run_page import RunPageState, run_page
@@ -40,8 +41,11 @@ def revoke_delegation_form(
         return no_access(v, 404)
     except Forbidden as exc:
         text = (
-            "You may not revoke this token: " + wording.conflict_text(exc.detail) + " "
-            "Nothing was changed."
+            _("You may not revoke this token:")
+            + " "
+            + wording.conflict_text(exc.detail)
+            + " "
+            + _("Nothing was changed.")
         )
         return run_page(core, v, run_id, RunPageState(delegation_error=text, status=403))
     return RedirectResponse(

@@ -23,6 +23,7 @@ from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFaile
 from runbell.flows import answers
 from runbell.flows import input_requests as requests
 from runbell.flows.inputs import AnswerBody
+from runbell.i18n import _
 from runbell.web import wording
 from runbell.web.edit_view import edited_value
 from runbell.web.forms import Checked
@@ -36,17 +37,18 @@ router = APIRouter(include_in_schema=False)
 def approve_edited(run_id: str, request_id: str, signed: Checked, core: CoreDep) -> Response:
     who, form = signed.session.principal, signed.form
     typed = form.first("value")
+    v = viewer(core, signed.session)  # first: what this answers is in the person's language
 
     def again(**kw: Any) -> Response:
         state = RunPageState(edit_text=typed, **kw)
-        return run_page(core, viewer(core, signed.session), run_id, state)
+        return run_page(core, v, run_id, state)
 
     try:
         shown = requests.get_request(core, who, request_id)
     except NotFound:
-        return no_access(viewer(core, signed.session), 404)
+        return no_access(v, 404)
     if shown["run"]["run_id"] != run_id:
-        return no_access(viewer(core, signed.session), 404)
+        return no_access(v, 404)
     try:
         value = edited_value(shown["input_request"].get("editable"), typed)
         body: AnswerBody = {
@@ -61,16 +63,18 @@ def approve_edited(run_id: str, request_id: str, signed: Checked, core: CoreDep)
     try:
         answers.answer(core, who, request_id, body, key, run_id=run_id)
     except Conflict as exc:
-        return again(conflict=refusal_text(viewer(core, signed.session), exc), status=409)
+        return again(conflict=refusal_text(v, exc), status=409)
     except Forbidden as exc:
         return again(
-            conflict="You may not answer this request: " + wording.conflict_text(exc.detail),
+            conflict=" ".join(
+                (_("You may not answer this request:"), wording.conflict_text(exc.detail))
+            ),
             status=403,
         )
     except NotFound:
-        return no_access(viewer(core, signed.session), 404)
+        return no_access(v, 404)
     except ValidationFailed as exc:
-        text = wording.conflict_text(exc.detail) + " Nothing was approved."
+        text = wording.conflict_text(exc.detail) + " " + _("Nothing was approved.")
         return again(edit_error=text, status=422)
     return RedirectResponse(
         f"/runs/{quote(run_id, safe='')}?answered={quote(request_id, safe='')}",

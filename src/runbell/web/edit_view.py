@@ -14,6 +14,7 @@ from typing import Any
 
 from runbell.domain import editable
 from runbell.domain.records import InputRequest
+from runbell.i18n import _
 
 #: The textarea's limit: the schema's own limit when it has one, else the JSON limit.
 MAX_TEXT = editable.MAX_JSON
@@ -45,7 +46,7 @@ def edit_view(
     return {
         "mode": "json",
         "field": None,
-        "label": str(spec.schema.get("title") or "Value (JSON)"),
+        "label": str(spec.schema.get("title") or _("Value (JSON)")),
         "text": shown if typed is None else typed,
         "maxlength": MAX_TEXT,
         "rows": min(max(shown.count("\n") + 2, 4), 16),
@@ -59,7 +60,7 @@ def edited_value(stored: object, typed: str) -> Any:
     schema check is the answer flow's."""
     spec = editable.parse_stored(stored)
     if spec is None:
-        raise ValueError("This request has no value to edit.")
+        raise ValueError(_("This request has no value to edit."))
     text = typed.replace("\r\n", "\n")  # browsers send textarea lines with CRLF
     name = spec.single_string
     if name is not None:
@@ -69,5 +70,7 @@ def edited_value(stored: object, typed: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(
-            f"The value is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})."
+            _("The value is not valid JSON (line {line}, column {column}: {problem}).").format(
+                line=exc.lineno, column=exc.colno, problem=exc.msg
+            )
         ) from exc

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runbell.api.deps import web_session
 from runbell.domain.principal import Principal, WebSession
+from runbell.i18n import _
 from runbell.web.viewer import message
 
 
@@ -113,7 +114,7 @@ def install_handlers(app: FastAPI) -> None:
     with a 403 page that says nothing changed."""
 
     @app.exception_handler(SignInRequired)
-    async def _sign_in(_: Request, exc: SignInRequired) -> Response:
+    async def _sign_in(request: Request, exc: SignInRequired) -> Response:
         return RedirectResponse(f"/login?next={quote(exc.next_path, safe='/')}", status_code=303)
 
     api_answer = app.exception_handlers.get(StarletteHTTPException)
@@ -124,26 +125,28 @@ def install_handlers(app: FastAPI) -> None:
         # and every client that does not ask for HTML, keeps its problem+json answer.
         if exc.status_code in (404, 405) and _wants_page(request):
             return message(
-                "There is no page here",
+                _("There is no page here"),
                 [
-                    "The address may be mistyped, or the page may have moved.",
-                    "Runs and notifications are reached from your inbox.",
+                    _("The address may be mistyped, or the page may have moved."),
+                    _("Runs and notifications are reached from your inbox."),
                 ],
                 status=exc.status_code,
-                link=("/", "Go to your inbox"),
+                link=("/", _("Go to your inbox")),
             )
         assert api_answer is not None
         answer = api_answer(request, exc)
         return await answer if inspect.isawaitable(answer) else answer
 
     @app.exception_handler(CsrfRefused)
-    async def _csrf(_: Request, exc: CsrfRefused) -> Response:
+    async def _csrf(request: Request, exc: CsrfRefused) -> Response:
         return message(
-            "This form has expired",
+            _("This form has expired"),
             [
-                "Nothing was changed: the form was not sent from a current Runbell page "
-                "(it may be from an older tab, or another site).",
-                "Go back, reload the page and try again.",
+                _(
+                    "Nothing was changed: the form was not sent from a current Runbell page "
+                    "(it may be from an older tab, or another site)."
+                ),
+                _("Go back, reload the page and try again."),
             ],
             status=403,
         )

@@ -26,8 +26,9 @@ from fastapi.responses import RedirectResponse, Response
 from runbell.api.deps import CoreDep
 from runbell.domain.errors import NotFound, ValidationFailed
 from runbell.domain.inbox import DECISIONS, FILTERS, InboxFilter, collapsed
-from runbell.flows import inbox, inbox_bulk, inbox_view, views
+from runbell.flows import inbox, inbox_bulk, inbox_view, neutral_words, views
 from runbell.flows.pages import Standing
+from runbell.i18n import N_, _
 from runbell.web import wording
 from runbell.web.forms import Checked, Session, safe_next
 from runbell.web.templating import render
@@ -35,9 +36,14 @@ from runbell.web.viewer import Viewer, message, no_access, viewer
 
 router = APIRouter(include_in_schema=False)
 
-CANNOT_SEE = "A run you cannot see"
-FILTER_LABEL = {None: "All", "needs_me": "Needs me", "failures": "Failures", "finished": "Finished"}
-GROUP_LABEL = {"run": "Run", "agent": "Agent or project"}
+CANNOT_SEE = N_("A run you cannot see")
+FILTER_LABEL = {
+    None: N_("All"),
+    "needs_me": N_("Needs me"),
+    "failures": N_("Failures"),
+    "finished": N_("Finished"),
+}
+GROUP_LABEL = {"run": N_("Run"), "agent": N_("Agent or project")}
 
 
 def _item(v: Viewer, note: Standing, title: str | None, run_link: bool) -> dict[str, Any]:
@@ -45,7 +51,7 @@ def _item(v: Viewer, note: Standing, title: str | None, run_link: bool) -> dict[
     return {
         "id": note["id"],
         "run_id": note["run_id"],
-        "summary": note["summary"],
+        "summary": neutral_words.summary(note),
         "attention": note["attention_type"],
         "urgency": note["urgency"],
         "state": note["state"],
@@ -77,13 +83,13 @@ def _groups(
     for item in items:
         run_id, title = item["run_id"], item["title"]
         if item["attention"] == "digest":
-            key, group_title, link = f"digest:{run_id}", "Digests", None
+            key, group_title, link = f"digest:{run_id}", _("Digests"), None
         elif by == "agent":
             subject = shown["subjects"].get(run_id)
             if title is None:
-                key, group_title = "hidden", "Runs you cannot see"
+                key, group_title = "hidden", _("Runs you cannot see")
             elif subject is None:
-                key, group_title = "none", "No agent or project"
+                key, group_title = "none", _("No agent or project")
             else:
                 key, group_title = "s:" + "\x1f".join(subject), _subject_label(subject)
             link = (
@@ -92,7 +98,7 @@ def _groups(
                 else "/?" + urlencode({"subject_type": subject[0], "subject_id": subject[1]})
             )
         else:
-            key, group_title = f"run:{run_id}", title or CANNOT_SEE
+            key, group_title = f"run:{run_id}", title or _(CANNOT_SEE)
             link = f"/runs/{run_id}" if item["run_link"] else None
         group = groups.setdefault(
             key, {"key": key, "title": group_title, "link": link, "items": [], "by": by}
@@ -157,10 +163,12 @@ def inbox_page(request: Request, session: Session, core: CoreDep) -> Response:
     for n in shown["closed"]:
         title = titles.get(n["run_id"])
         earlier.append(
-            _item(v, n, title or CANNOT_SEE, n["attention_type"] != "digest" and title is not None)
+            _item(
+                v, n, title or _(CANNOT_SEE), n["attention_type"] != "digest" and title is not None
+            )
         )
     here = _href(only, by)
-    ctx = v.base("inbox", "Inbox")
+    ctx = v.base("inbox", _("Inbox"))
     ctx.update(
         needs=_groups(needs, shown, by),
         fyi=_groups(fyi, shown, by),
@@ -170,7 +178,7 @@ def inbox_page(request: Request, session: Session, core: CoreDep) -> Response:
         here=here,
         tabs=[
             {
-                "label": FILTER_LABEL[name],
+                "label": _(FILTER_LABEL[name]),
                 "count": shown["counts"]["all" if name is None else name],
                 "href": _href(only, by, show=name),
                 "current": only.show == name,
@@ -178,7 +186,7 @@ def inbox_page(request: Request, session: Session, core: CoreDep) -> Response:
             for name in (None, *FILTERS)
         ],
         group_links=[
-            {"label": label, "href": _href(only, by, group=name), "current": by == name}
+            {"label": _(label), "href": _href(only, by, group=name), "current": by == name}
             for name, label in GROUP_LABEL.items()
         ],
         agents=[
@@ -200,10 +208,10 @@ def inbox_page(request: Request, session: Session, core: CoreDep) -> Response:
 
 def _narrowed(only: InboxFilter, titles: dict[str, str | None]) -> str | None:
     if only.run_id is not None:
-        return f"Run: {titles.get(only.run_id) or only.run_id}"
+        return _("Run: {title}").format(title=titles.get(only.run_id) or only.run_id)
     if only.by_subject:
         label = _subject_label((only.subject_type or "any", only.subject_id or "any"))
-        return f"Agent or project: {label}"
+        return _("Agent or project: {label}").format(label=label)
     return None
 
 
@@ -225,10 +233,10 @@ def ack_group_form(signed: Checked, core: CoreDep) -> Response:
         inbox_bulk.acknowledge_many(core, signed.who, inbox_bulk.Selection(notification_ids=ids))
     except ValidationFailed as exc:
         return message(
-            "Nothing was acknowledged",
+            _("Nothing was acknowledged"),
             [exc.detail],
             status=422,
-            link=("/", "Back to the inbox"),
+            link=("/", _("Back to the inbox")),
             v=viewer(core, signed.session),
         )
     return RedirectResponse(safe_next(signed.form.first("next")), status_code=303)

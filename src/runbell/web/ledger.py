@@ -11,38 +11,39 @@ from typing import Any
 
 from runbell.flows import views
 from runbell.flows.operation_views import OperationView
+from runbell.i18n import N_, _, ngettext
 from runbell.web import wording
 from runbell.web.trace import actor_text
 from runbell.web.viewer import Viewer
 
 #: The Operations section's groups, in the order a reader needs them (issue 10).
 LEDGER_GROUPS = (
-    ("confirmed", "Confirmed", ("confirmed",)),
-    ("absent", "Confirmed absent", ("absent",)),
-    ("conflicts", "Conflicts", ("conflict",)),
-    ("uncertain", "Uncertain: may have landed, being checked", ("uncertain", "unresolved")),
-    ("in-flight", "Sent or planned, no reply yet", ("sent", "planned")),
-    ("not-started", "Not started", ("not_started",)),
-    ("failed", "Failed", ("failed",)),
+    ("confirmed", N_("Confirmed"), ("confirmed",)),
+    ("absent", N_("Confirmed absent"), ("absent",)),
+    ("conflicts", N_("Conflicts"), ("conflict",)),
+    ("uncertain", N_("Uncertain: may have landed, being checked"), ("uncertain", "unresolved")),
+    ("in-flight", N_("Sent or planned, no reply yet"), ("sent", "planned")),
+    ("not-started", N_("Not started"), ("not_started",)),
+    ("failed", N_("Failed"), ("failed",)),
 )
 OP_STATE_LABEL = {
-    "planned": "planned",
-    "sent": "sent",
-    "confirmed": "confirmed",
-    "conflict": "conflict",
-    "failed": "failed",
-    "uncertain": "uncertain",
-    "absent": "confirmed absent",
-    "unresolved": "unresolved after lookup",
-    "not_started": "not started",
+    "planned": N_("planned"),
+    "sent": N_("sent"),
+    "confirmed": N_("confirmed"),
+    "conflict": N_("conflict"),
+    "failed": N_("failed"),
+    "uncertain": N_("uncertain"),
+    "absent": N_("confirmed absent"),
+    "unresolved": N_("unresolved after lookup"),
+    "not_started": N_("not started"),
 }
 OUTCOME_LINE = {
-    "verified": "Verified: every operation is confirmed.",
-    "needs_review": (
+    "verified": N_("Verified: every operation is confirmed."),
+    "needs_review": N_(
         "Needs review: the run finished, but not every operation is confirmed. An "
         "uncertain one is looked up by the runtime; this page shows the answer when it comes."
     ),
-    "unknown": "Outcome unknown: the run finished while operations were still in flight.",
+    "unknown": N_("Outcome unknown: the run finished while operations were still in flight."),
 }
 
 
@@ -73,7 +74,7 @@ def _history_view(
         out.append(
             {
                 "state": state,
-                "state_label": OP_STATE_LABEL.get(state, state),
+                "state_label": _label(OP_STATE_LABEL, state),
                 "at": v.time(at, seconds=True),
                 "at_iso": views.iso(at),
                 "evidence": wording.evidence_rows(evidence, people),
@@ -116,11 +117,17 @@ def _settled_note(ops: Sequence[OperationView]) -> str | None:
         return None
     n = len(settled)
     which = ", ".join(op["operation_id"] for op in settled[:5]) + (" …" if n > 5 else "")
-    verb = "was" if n == 1 else "were"
-    return (
-        f"{n} operation{'s' if n != 1 else ''} ({which}) {verb} uncertain and "
-        f"{verb} settled by a lookup: see {'its' if n == 1 else 'their'} history below."
-    )
+    return ngettext(
+        "{n} operation ({which}) was uncertain and was settled by a lookup: see its history below.",
+        "{n} operations ({which}) were uncertain and were settled by a lookup: see "
+        "their history below.",
+        n,
+    ).format(n=n, which=which)
+
+
+def _label(table: Mapping[str, str], key: str) -> str:
+    known = table.get(key)
+    return _(known) if known else key
 
 
 def ledger_view(
@@ -144,7 +151,7 @@ def ledger_view(
                 {
                     "operation_id": op["operation_id"],
                     "state": op["state"],
-                    "state_label": OP_STATE_LABEL.get(op["state"], op["state"]),
+                    "state_label": _label(OP_STATE_LABEL, op["state"]),
                     "intent": intent,
                     "target": target,
                     "evidence": wording.evidence_rows(op.get("evidence"), people),
@@ -153,13 +160,13 @@ def ledger_view(
                 }
             )
         if items:
-            groups.append({"key": key, "label": label, "ops": items})
+            groups.append({"key": key, "label": _(label), "ops": items})
     summary = snapshot.get("operations") or {}
     outcome = snapshot.get("outcome")
     return {
-        "text": summary.get("text"),
+        "text": wording.operation_counts(summary.get("counts") or {}) or summary.get("text"),
         "outcome": outcome,
-        "outcome_line": OUTCOME_LINE.get(outcome) if ops and outcome else None,
+        "outcome_line": _label(OUTCOME_LINE, outcome) if ops and outcome in OUTCOME_LINE else None,
         "settled_note": _settled_note(ops),
         "previous_worker_may_still_act": bool(snapshot.get("previous_worker_may_still_act")),
         "groups": groups,

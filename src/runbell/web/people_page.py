@@ -21,12 +21,14 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 
+from runbell import i18n
 from runbell.api.deps import CoreDep
 from runbell.domain import limits
 from runbell.domain.errors import NotFound, ValidationFailed
 from runbell.flows import grants
 from runbell.flows.context import Core
 from runbell.flows.grants import GrantBody
+from runbell.i18n import N_, _, ngettext
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
 from runbell.web.templating import render
@@ -34,8 +36,10 @@ from runbell.web.viewer import Viewer, message, viewer
 
 router = APIRouter(include_in_schema=False)
 
-ROLE_TEXT = wording.GRANT_ROLE_TEXT
-MEMBER_ROLE = {"owner": "Owner", "admin": "Administrator", "member": "Member"}
+ROLE_TEXT = i18n.Labels(wording.GRANT_ROLE_TEXT)
+MEMBER_ROLE = i18n.Labels(
+    {"owner": N_("Owner"), "admin": N_("Administrator"), "member": N_("Member")}
+)
 
 
 def people_page(
@@ -48,7 +52,7 @@ def people_page(
     status: int = 200,
 ) -> Response:
     shown = grants.people(core, v.who)
-    ctx = v.base("people", "People")
+    ctx = v.base("people", _("People"))
     ctx.update(
         members=shown["members"],
         former=shown["former"],
@@ -66,14 +70,16 @@ def people_page(
 def admins_only(v: Viewer) -> Response:
     """The API's 403 for a member who is not an administrator, as a page."""
     return message(
-        "Only administrators manage people",
+        _("Only administrators manage people"),
         [
-            "Granting members a subject is for the workspace's owners and administrators. "
-            "Nothing was changed.",
-            "The subjects granted to you are listed on your settings page.",
+            _(
+                "Granting members a subject is for the workspace's owners and administrators. "
+                "Nothing was changed."
+            ),
+            _("The subjects granted to you are listed on your settings page."),
         ],
         status=403,
-        link=("/settings#my-grants", "Go to your settings"),
+        link=("/settings#my-grants", _("Go to your settings")),
         v=v,
     )
 
@@ -85,12 +91,18 @@ def people_view(
     v = viewer(core, session)
     if not v.who.is_admin:
         return admins_only(v)
-    covered = "" if runs is None else f" It covers {runs} run{'' if runs == 1 else 's'} now."
+    covered = (
+        ""
+        if runs is None
+        else " "
+        + ngettext("It covers {n} run now.", "It covers {n} runs now.", runs).format(n=runs)
+    )
     words = {
-        "granted": "The subject was granted." + covered,
-        "existing": "That member already had this grant; nothing changed." + covered,
-        "revoked": "The grant was revoked: what it gave is withdrawn from every run of the "
-        "subject.",
+        "granted": _("The subject was granted.") + covered,
+        "existing": _("That member already had this grant; nothing changed.") + covered,
+        "revoked": _(
+            "The grant was revoked: what it gave is withdrawn from every run of the subject."
+        ),
     }
     return people_page(core, v, saved=words.get(saved or ""))
 
@@ -128,7 +140,9 @@ def grant_form(signed: Checked, core: CoreDep) -> Response:
     try:
         answer = grants.grant(core, v.who, _body(draft))
     except ValidationFailed as exc:
-        text = f"That grant was not made: {exc.detail.strip().rstrip('.')}. Nothing changed."
+        text = _("That grant was not made: {why}. Nothing changed.").format(
+            why=exc.detail.strip().rstrip(".")
+        )
         return people_page(core, v, error=text, draft=draft, status=422)
     made: dict[str, Any] = json.loads(answer.body)
     saved = "granted" if answer.status == 201 else "existing"
@@ -147,6 +161,6 @@ def revoke_form(grant_id: str, signed: Checked, core: CoreDep) -> Response:
             raise NotFound("no such grant")
         grants.revoke(core, v.who, grant_id)
     except NotFound:
-        text = "There is no such grant: it may have been revoked already. Nothing was changed."
+        text = _("There is no such grant: it may have been revoked already. Nothing was changed.")
         return people_page(core, v, error=text, status=404)
     return RedirectResponse("/people?saved=revoked", status_code=303)

@@ -27,10 +27,12 @@ from fastapi.responses import RedirectResponse, Response
 from runbell.api.deps import CoreDep
 from runbell.domain.errors import Conflict, Forbidden, NotFound, RunbellError, ValidationFailed
 from runbell.domain.principal import Principal
-from runbell.flows import answers, delegations, inbox, pages, receipts, views
+from runbell.flows import answers, delegations, inbox, neutral_words, pages, receipts, views
 from runbell.flows.context import Core
 from runbell.flows.inbox import NotificationDetail
 from runbell.flows.inputs import AnswerBody
+from runbell.flows.runs import RunSnapshot
+from runbell.i18n import N_, _
 from runbell.web import run_parts as parts
 from runbell.web import trace, wording
 from runbell.web.edit_view import edit_view
@@ -106,7 +108,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         request=request_view,
         # The editable value, when the request offers one (issue 19 item 3).
         edit=edit_view(pending, state.edit_text, state.edit_error) if pending else None,
-        badge=snapshot["badge"],
+        badge=_badge(snapshot),
         badge_settled=snapshot["badge"]["key"].startswith("state-"),
         review_decided=parts.decided_view(v, shown["decided_review"]),
         job=parts.job_view(snapshot),
@@ -115,12 +117,12 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
             snapshot, shown["operations"], v, {**shown["people"], **shown["credentials"]}
         ),
         may_answer=shown["answer_refusal"] is None,
-        answer_refusal=shown["answer_refusal"],
+        answer_refusal=_(shown["answer_refusal"]) if shown["answer_refusal"] else None,
         cancel=parts.cancel_view(v, run, snapshot, shown, state.cancel_error),
         amendments=[
             {
                 "id": a.id,
-                "by": "you" if a.proposed_by == v.who.user_id else a.proposed_by_email,
+                "by": _("you") if a.proposed_by == v.who.user_id else a.proposed_by_email,
                 "at": v.time(a.created_at),
                 "text": a.text,
                 "changes": [
@@ -138,7 +140,11 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         ],
         may_decide_amendments=run.owner_user_id == v.who.user_id,
         may_propose=not snapshot["terminal"] and shown["amend_refusal"] is None,
-        amend_refusal=None if snapshot["terminal"] else shown["amend_refusal"],
+        amend_refusal=(
+            _(shown["amend_refusal"])
+            if shown["amend_refusal"] and not snapshot["terminal"]
+            else None
+        ),
         amend_error=state.amend_error,
         delegations=parts.delegations_view(v, _delegations(core, v.who, run_id)),
         delegation_error=state.delegation_error,
@@ -155,7 +161,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
         notes=[
             {
                 "id": n["id"],
-                "summary": n["summary"],
+                "summary": neutral_words.summary(n),
                 "attention": n["attention_type"],
                 "urgency": n["urgency"],
                 "state": n["state"],
@@ -266,24 +272,29 @@ def deep_link(notification_id: str, session: Session, core: CoreDep) -> Response
         request = note.get("input_request")
         by = request["answered_by"] if request else None
         if request and by:
-            who_answered = "you" if by["id"] == v.who.user_id else by["email"] or "a machine"
+            who_answered = _("you") if by["id"] == v.who.user_id else by["email"] or _("a machine")
             banner.append(
-                f"This request was already answered by {who_answered} on "
-                f"{v.time(_when(request['answered_at']))} ({request['decision']}), here or "
-                "on another device."
+                _(
+                    "This request was already answered by {who} on {at} ({decision}), here "
+                    "or on another device."
+                ).format(
+                    who=who_answered,
+                    at=v.time(_when(request["answered_at"])),
+                    decision=_decision(request["decision"]),
+                )
             )
         else:
             banner.append(wording.why_not_actionable(reason, note.get("closed_reason")))
         run = note["run"]
         if run is not None:  # (None only for a digest, shown above)
             banner.append(
-                "Below is the run as it is now: "
-                f"{wording.STATE_LABEL.get(run['state'], run['state']).lower()}, "
-                f"version {run['version']}."
+                _("Below is the run as it is now: {state}, version {version}.").format(
+                    state=wording.state_label(run["state"]).lower(), version=run["version"]
+                )
             )
     highlight = {
         "id": note["id"],
-        "summary": note["summary"],
+        "summary": neutral_words.summary_words(note["attention_type"], note["summary"]),
         "attention": note["attention_type"],
         "urgency": note["urgency"],
         "state": note["state"],
@@ -295,9 +306,11 @@ def deep_link(notification_id: str, session: Session, core: CoreDep) -> Response
 def digest_page(v: Viewer, note: NotificationDetail) -> Response:
     """A digest's own page: what it collected, each item a link to its run."""
     digest = note["digest"]
-    ctx = v.base("digest", note["summary"])
+    folded = [str(item["attention_type"]) for item in digest["items"]]
+    summary = neutral_words.summary_words("digest", note["summary"], folded)
+    ctx = v.base("digest", summary)
     ctx.update(
-        note=note,
+        note={**note, "summary": summary},
         items=[
             {**item, "when": v.time(_when(item["at"])) if item["at"] else None}
             for item in digest["items"]
@@ -316,23 +329,58 @@ def refusal_text(v: Viewer, exc: Conflict) -> str:
     state = req.get("state")
     if state == "answered" and req.get("answered_by"):
         by = req["answered_by"]
-        who_answered = "you" if by.get("id") == v.who.user_id else by.get("email") or "a machine"
-        text = (
-            f"This request was already answered by {who_answered} on "
-            f"{v.time(_when(req.get('answered_at')))} ({req.get('decision')})."
+        who_answered = (
+            _("you") if by.get("id") == v.who.user_id else by.get("email") or _("a machine")
+        )
+        text = _("This request was already answered by {who} on {at} ({decision}).").format(
+            who=who_answered,
+            at=v.time(_when(req.get("answered_at"))),
+            decision=_decision(req.get("decision")),
         )
     elif state == "superseded":
-        text = "A newer request replaced this one."
+        text = _("A newer request replaced this one.")
     elif state == "cancelled":
-        now = wording.STATE_LABEL.get(run.get("state", ""), run.get("state", "changed"))
-        text = (
-            f"This request was cancelled: the run stopped waiting for it (it is now {now.lower()})."
-        )
+        now = wording.state_label(run.get("state") or "changed")
+        text = _(
+            "This request was cancelled: the run stopped waiting for it (it is now {state})."
+        ).format(state=now.lower())
     elif state == "expired":
-        text = f"This request expired on {v.time(_when(req.get('expires_at')))}."
+        text = _("This request expired on {at}.").format(at=v.time(_when(req.get("expires_at"))))
     else:
         text = wording.conflict_text(exc.detail)
-    return text + " Your answer was not recorded and nothing ran. The current state is below."
+    return (
+        text + " " + _("Your answer was not recorded and nothing ran. The current state is below.")
+    )
+
+
+#: What domain.badges adds when the ledger is clean but the agent doubted its own work.
+AGENT_DOUBTED = N_("the agent reported that its effects are not verified")
+
+
+def _badge(snapshot: RunSnapshot) -> dict[str, Any]:
+    """The run's badge with its "because" in the reader's language: the ledger's counts
+    worded again (web.wording.operation_counts), and the agent's doubt."""
+    badge: dict[str, Any] = dict(snapshot["badge"])
+    because = badge.get("because")
+    if not because:
+        return badge
+    summary = snapshot.get("operations") or {}
+    text, counts = summary.get("text"), summary.get("counts")
+    worded = wording.operation_counts(counts) if isinstance(counts, dict) and counts else None
+    if worded and text and because.startswith(text):
+        because = worded + because[len(text) :]
+    because = because.replace(AGENT_DOUBTED, _(AGENT_DOUBTED))
+    badge["because"] = because
+    return badge
+
+
+#: The decisions as recorded (``approve``), shown as such in English and worded in others.
+DECISIONS_SHOWN = frozenset({N_("approve"), N_("reject"), N_("answer")})
+
+
+def _decision(decision: object) -> str:
+    """A recorded decision as the banner shows it, in the current language."""
+    return _(str(decision)) if decision in DECISIONS_SHOWN else str(decision)
 
 
 @router.post("/runs/{run_id}/input-requests/{request_id}/respond")
@@ -340,9 +388,10 @@ def respond_form(run_id: str, request_id: str, signed: Checked, core: CoreDep) -
     """One answer is one flow in one transaction (``flows.answers``, which also checks
     that the request is this run's); the page is read again only to show a refusal."""
     who, form = signed.session.principal, signed.form
+    v = viewer(core, signed.session)  # first: what this answers is in the person's language
 
     def again(**kw: Any) -> Response:
-        return run_page(core, viewer(core, signed.session), run_id, RunPageState(**kw))
+        return run_page(core, v, run_id, RunPageState(**kw))
 
     decision = form.first("decision")
     body: AnswerBody = {"decision": decision}
@@ -351,24 +400,26 @@ def respond_form(run_id: str, request_id: str, signed: Checked, core: CoreDep) -
         body["expected_request_version"] = int(form.first("expected_request_version"))
     except ValueError:
         return again(
-            form_error="The form was incomplete. Reload the page and try again.", status=422
+            form_error=_("The form was incomplete. Reload the page and try again."), status=422
         )
     if decision == "answer":
         body["value"] = value = form.first("value")
         if not value.strip():
-            return again(form_error="Choose an option or write an answer first.", status=422)
+            return again(form_error=_("Choose an option or write an answer first."), status=422)
     key = form.first("idempotency_key")[:200] or secrets.token_urlsafe(24)
     try:
         answers.answer(core, who, request_id, body, key, run_id=run_id)
     except Conflict as exc:
-        return again(conflict=refusal_text(viewer(core, signed.session), exc), status=409)
+        return again(conflict=refusal_text(v, exc), status=409)
     except Forbidden as exc:
         return again(
-            conflict="You may not answer this request: " + wording.conflict_text(exc.detail),
+            conflict=_("You may not answer this request:")
+            + " "
+            + wording.conflict_text(exc.detail),
             status=403,
         )
     except NotFound:
-        return no_access(viewer(core, signed.session), 404)
+        return no_access(v, 404)
     except ValidationFailed as exc:
         return again(form_error=wording.conflict_text(exc.detail), status=422)
     return RedirectResponse(

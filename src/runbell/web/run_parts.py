@@ -15,6 +15,7 @@ from runbell.flows import views
 from runbell.flows.delegations import DelegationShown
 from runbell.flows.pages import RunPageShown
 from runbell.flows.runs import RunSnapshot
+from runbell.i18n import N_, _
 from runbell.web import wording
 from runbell.web.action_view import action_view
 from runbell.web.viewer import Viewer
@@ -34,7 +35,7 @@ def cancel_view(
     by = None
     if requested:
         by = (
-            "the runtime"
+            _("the runtime")
             if requested["by_kind"] == "runtime"
             else shown["cancel_requested_by_email"]
         )
@@ -73,7 +74,8 @@ def shown(value: Any) -> Any:
     operations it needs confirmed; anything else as it is."""
     if isinstance(value, dict) and "text" in value:
         ops = value.get("operations") or []
-        return str(value["text"]) + (f" (needs confirmed: {', '.join(ops)})" if ops else "")
+        needs = " " + _("(needs confirmed: {ops})").format(ops=", ".join(ops)) if ops else ""
+        return str(value["text"]) + needs
     return value
 
 
@@ -147,7 +149,7 @@ def decided_view(v: Viewer, req: InputRequest | None) -> dict[str, Any] | None:
     """The last review decision: who chose what, when."""
     if req is None:
         return None
-    by = "you" if req.answered_by_id == v.who.user_id else req.answered_by_email
+    by = _("you") if req.answered_by_id == v.who.user_id else req.answered_by_email
     return {"by": by, "label": option_label(req, req.value), "at": v.time(req.answered_at)}
 
 
@@ -170,11 +172,12 @@ def deliveries_view(
     for d in deliveries:
         detail = None
         if d["channel"] == "webhook":
-            parts = [
-                wording.WEBHOOK_EVENT_LABEL.get(d.get("event_type") or "", d.get("event_type"))
-            ]
+            event = d.get("event_type") or ""
+            known = wording.WEBHOOK_EVENT_LABEL.get(event)
+            parts = [_(known) if known else d.get("event_type")]
             if len(hooks) > 1:
-                parts.append(f"to {endpoints.get(d['destination'], 'another endpoint')}")
+                where = endpoints.get(d["destination"]) or _("another endpoint")
+                parts.append(_("to {endpoint}").format(endpoint=where))
             detail = " ".join(p for p in parts if p) or None
         out.append(
             {
@@ -188,7 +191,7 @@ def deliveries_view(
     return out
 
 
-DELEGATION_STATE = {"active": "Active", "expired": "Expired", "revoked": "Revoked"}
+DELEGATION_STATE = {"active": N_("Active"), "expired": N_("Expired"), "revoked": N_("Revoked")}
 
 
 def delegations_view(v: Viewer, found: list[DelegationShown]) -> list[dict[str, Any]]:
@@ -203,14 +206,16 @@ def delegations_view(v: Viewer, found: list[DelegationShown]) -> list[dict[str, 
         {
             "id": d["id"],
             "name": d["name"],
-            "minted_by": d["minted_by_name"] or "an unnamed key",
+            "minted_by": d["minted_by_name"] or _("an unnamed key"),
             "key_id": d["minted_by"],
             "capabilities": ", ".join(d["capabilities"]),
             "created": at(d["created_at"]),
             "expires": at(d["expires_at"]),
             "revoked": at(d["revoked_at"]),
             "state": d["state"],
-            "state_label": DELEGATION_STATE.get(d["state"], d["state"]),
+            "state_label": _(DELEGATION_STATE[d["state"]])
+            if d["state"] in DELEGATION_STATE
+            else d["state"],
             "may_revoke": d["may_revoke"] and d["state"] == "active",
         }
         for d in found

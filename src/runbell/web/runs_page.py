@@ -23,6 +23,7 @@ from runbell.api.deps import CoreDep
 from runbell.domain.errors import ValidationFailed
 from runbell.flows import overview
 from runbell.flows.overview import OverviewRun
+from runbell.i18n import N_, _
 from runbell.web import wording
 from runbell.web.forms import Session
 from runbell.web.templating import render
@@ -31,18 +32,18 @@ from runbell.web.viewer import Viewer, message, viewer
 router = APIRouter(include_in_schema=False)
 
 GROUP_TITLE = {
-    "needs_you": "Needs you",
-    "stalled": "Stalled",
-    "needs_review": "Needs review",
-    "working": "Working",
-    "finished": "Finished",
+    "needs_you": N_("Needs you"),
+    "stalled": N_("Stalled"),
+    "needs_review": N_("Needs review"),
+    "working": N_("Working"),
+    "finished": N_("Finished"),
 }
 GROUP_EMPTY = {
-    "needs_you": "Nothing is waiting for your answer.",
-    "stalled": "No run has stopped making progress.",
-    "needs_review": "No finished run needs a check.",
-    "working": "No other run is in progress.",
-    "finished": "No run has finished yet.",
+    "needs_you": N_("Nothing is waiting for your answer."),
+    "stalled": N_("No run has stopped making progress."),
+    "needs_review": N_("No finished run needs a check."),
+    "working": N_("No other run is in progress."),
+    "finished": N_("No run has finished yet."),
 }
 
 
@@ -50,16 +51,16 @@ def ago(at: datetime, now: datetime) -> str:
     """How long ago ``at`` was: ``just now`` under a minute (and for a clock a little
     ahead), else ``wording.relative``'s ``5 minutes ago``."""
     if (now - at).total_seconds() < 60:
-        return "just now"
+        return _("just now")
     return wording.relative(at, now)
 
 
 def _age(v: Viewer, run: OverviewRun) -> dict[str, str | None]:
     """When the row's run last changed in the way that matters: finished, else started."""
     if run["terminal"] and run.get("finished_at"):
-        at_iso, verb = run["finished_at"], "finished"
+        at_iso, verb = run["finished_at"], _("finished")
     else:
-        at_iso, verb = run.get("started_at") or run.get("created_at"), "started"
+        at_iso, verb = run.get("started_at") or run.get("created_at"), _("started")
     at = datetime.fromisoformat(at_iso) if at_iso else None
     return {
         "verb": verb,
@@ -90,23 +91,23 @@ def runs_page(session: Session, core: CoreDep, after: str | None = None) -> Resp
         shown = overview.overview(core, v.who, after=after)
     except ValidationFailed:
         return message(
-            "This page of finished runs does not exist",
-            ["The link may be old. The overview starts from the most recent runs."],
+            _("This page of finished runs does not exist"),
+            [_("The link may be old. The overview starts from the most recent runs.")],
             status=422,
-            link=("/runs", "Go to the runs overview"),
+            link=("/runs", _("Go to the runs overview")),
             v=v,
         )
     groups = [
         {
             "id": name,
-            "title": GROUP_TITLE[name],
-            "empty": GROUP_EMPTY[name],
+            "title": _(GROUP_TITLE[name]),
+            "empty": _(GROUP_EMPTY[name]),
             "rows": [_row(v, run) for run in group["runs"]],
             "more": group["more"],
         }
         for name, group in shown["groups"].items()
     ]
-    ctx = v.base("runs", "Runs")
+    ctx = v.base("runs", _("Runs"))
     ctx.update(
         groups=groups,
         next_cursor=shown["next_cursor"],

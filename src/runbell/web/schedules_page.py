@@ -28,6 +28,7 @@ from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 
+from runbell import i18n
 from runbell.api.deps import CoreDep
 from runbell.api.routers.schedules import ScheduleIn, SchedulePatch, StateIn
 from runbell.domain.errors import NotFound, RunbellError
@@ -37,6 +38,7 @@ from runbell.flows.context import Core
 from runbell.flows.idempotency import IdempotencyKey
 from runbell.flows.inputs import ScheduleBody, ScheduleEdit
 from runbell.flows.schedule_views import ScheduleView, StartedRun
+from runbell.i18n import N_, _
 from runbell.web import wording
 from runbell.web.forms import Checked, Form, Session
 from runbell.web.runs_page import ago
@@ -46,21 +48,38 @@ from runbell.web.viewer import Viewer, no_access, viewer
 router = APIRouter(include_in_schema=False)
 
 PAGE_SIZE = 50
-STATE_LABEL = {"active": "Active", "paused": "Paused", "revoked": "Revoked"}
-MODE_LABEL = {"record_only": "Record only", "webhook": "Webhook"}
-MODE_HELP = {
-    "record_only": "Runbell fires nothing: your runtime starts runs itself and names this "
-    "schedule.",
-    "webhook": "When an occurrence is due, Runbell sends a signed request to your runtime's "
-    "URL; the runtime starts the run.",
-}
+STATE_LABEL = i18n.Labels(
+    {"active": N_("Active"), "paused": N_("Paused"), "revoked": N_("Revoked")}
+)
+MODE_LABEL = i18n.Labels({"record_only": N_("Record only"), "webhook": N_("Webhook")})
+MODE_HELP = i18n.Labels(
+    {
+        "record_only": N_(
+            "Runbell fires nothing: your runtime starts runs itself and names this schedule."
+        ),
+        "webhook": N_(
+            "When an occurrence is due, Runbell sends a signed request to your runtime's "
+            "URL; the runtime starts the run."
+        ),
+    }
+)
 ACTIONS = {"pause": "paused", "resume": "resumed", "revoke": "revoked"}
-SAVED = {
-    "created": "The schedule was created.",
-    "instruction": "The new instruction was saved as a new version.",
-    "paused": "The schedule is paused: it starts nothing until resumed.",
-    "resumed": "The schedule is active again, from its next occurrence.",
-    "revoked": "The schedule is revoked: it starts nothing, and runs started under it are flagged.",
+SAVED = i18n.Labels(
+    {
+        "created": N_("The schedule was created."),
+        "instruction": N_("The new instruction was saved as a new version."),
+        "paused": N_("The schedule is paused: it starts nothing until resumed."),
+        "resumed": N_("The schedule is active again, from its next occurrence."),
+        "revoked": N_(
+            "The schedule is revoked: it starts nothing, and runs started under it are flagged."
+        ),
+    }
+)
+#: Why a change of state was refused, per action.
+NOT_CHANGED = {
+    "pause": N_("The schedule was not paused:"),
+    "resume": N_("The schedule was not resumed:"),
+    "revoke": N_("The schedule was not revoked:"),
 }
 EMPTY_DRAFT = {
     "name": "",
@@ -90,15 +109,15 @@ def _authority(people: dict[str, str], authority: dict[str, Any] | None) -> list
     """``["Users: a@x, b@x", "Roles: admin"]``: what the authority names, for a person."""
     out = []
     for key, label in (
-        ("users", "Users"),
-        ("roles", "Roles"),
-        ("approvers", "Approvers"),
-        ("amenders", "Amenders"),
-        ("viewers", "Viewers"),
+        ("users", N_("Users")),
+        ("roles", N_("Roles")),
+        ("approvers", N_("Approvers")),
+        ("amenders", N_("Amenders")),
+        ("viewers", N_("Viewers")),
     ):
         named = (authority or {}).get(key) or []
         if isinstance(named, list) and named:
-            out.append(f"{label}: " + ", ".join(_who(people, str(n)) for n in named))
+            out.append(f"{_(label)}: " + ", ".join(_who(people, str(n)) for n in named))
     return out
 
 
@@ -150,7 +169,7 @@ def _error_text(exc: RunbellError | ValidationError) -> str:
         return wording.conflict_text(exc.detail)
     errors = exc.errors()
     if not errors:
-        return "The form is not valid."
+        return _("The form is not valid.")
     where = ".".join(str(p) for p in errors[0]["loc"])
     what = errors[0]["msg"]
     return wording.conflict_text(f"{where}: {what}" if where else what)
@@ -179,7 +198,7 @@ def schedules_view(
         {**_shown(v, s, people), "runs": _runs(v, shown["runs"].get(s["id"], []))}
         for s in shown["schedules"]
     ]
-    ctx = v.base("schedules", "Schedules")
+    ctx = v.base("schedules", _("Schedules"))
     ctx.update(
         schedules=rows,
         next_cursor=shown["next_cursor"],
@@ -238,7 +257,9 @@ def schedules_create(signed: Checked, core: CoreDep) -> Response:
         checked = cast(ScheduleBody, body.model_dump(exclude_unset=True, mode="json"))
         answer = schedule_create.create_schedule(core, v.who, checked, ik)
     except (RunbellError, ValidationError) as exc:
-        text = "The schedule was not created: " + _error_text(exc) + " Nothing was saved."
+        text = " ".join(
+            (_("The schedule was not created:"), _error_text(exc), _("Nothing was saved."))
+        )
         return schedules_view(core, v, error=text, draft=draft, status=_status(exc))
     made = json.loads(answer.body)
     if made.get("secret"):
@@ -300,7 +321,8 @@ def schedule_view(
 def schedule_detail(
     schedule_id: str, session: Session, core: CoreDep, saved: str | None = None
 ) -> Response:
-    return schedule_view(core, viewer(core, session), schedule_id, saved=SAVED.get(saved or ""))
+    v = viewer(core, session)
+    return schedule_view(core, v, schedule_id, saved=SAVED.get(saved or ""))
 
 
 @router.post("/schedules/{schedule_id}/instruction")
@@ -318,7 +340,9 @@ def schedule_instruction(schedule_id: str, signed: Checked, core: CoreDep) -> Re
             core,
             v,
             schedule_id,
-            error="The instruction was not changed: " + _error_text(exc) + " Nothing was saved.",
+            error=" ".join(
+                (_("The instruction was not changed:"), _error_text(exc), _("Nothing was saved."))
+            ),
             error_form="instruction",
             draft={"instruction": text},
             status=_status(exc),
@@ -340,9 +364,9 @@ def _state_route(action: str) -> None:
                 core,
                 v,
                 schedule_id,
-                error=f"The schedule was not {ACTIONS[action]}: "
-                + _error_text(exc)
-                + " Nothing was changed.",
+                error=" ".join(
+                    (_(NOT_CHANGED[action]), _error_text(exc), _("Nothing was changed."))
+                ),
                 error_form="state",
                 draft={"reason": reason or ""},
                 status=_status(exc),

@@ -26,6 +26,7 @@ from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 
+from runbell import i18n
 from runbell.api.deps import CoreDep
 from runbell.api.schemas import ChatIn, PreferencesIn
 from runbell.domain.channels import ALL_URGENCIES, PERSON_CHANNELS
@@ -34,6 +35,7 @@ from runbell.domain.policy import TenantPolicy
 from runbell.domain.quiet_hours import quiet_windows
 from runbell.flows import dry_run, grants, policy, preferences
 from runbell.flows.context import Core
+from runbell.i18n import N_, _
 from runbell.web import wording
 from runbell.web.forms import Checked, Session
 from runbell.web.templating import render
@@ -41,8 +43,12 @@ from runbell.web.viewer import Viewer, viewer
 
 URGENCIES = ALL_URGENCIES
 # The settings page's labels, in the order the channels are declared.
-CHANNELS = (("email", "Email"), ("webpush", "Browser notifications"), ("chat", "Chat"))
-assert tuple(c for c, _ in CHANNELS) == PERSON_CHANNELS
+CHANNELS = (
+    ("email", N_("Email")),
+    ("webpush", N_("Browser notifications")),
+    ("chat", N_("Chat")),
+)
+assert tuple(c for c, _label in CHANNELS) == PERSON_CHANNELS
 COMMON_ZONES = (
     "UTC",
     "Europe/London",
@@ -92,12 +98,14 @@ def settings_page(
     windows = [*prefs["quiet_hours"], {"start": "", "end": ""}]
     assert v.who.user_id is not None  # a signed-in person
     mine = grants.list_grants(core, v.who, v.who.user_id)["grants"]
-    ctx = v.base("settings", "Settings")
+    ctx = v.base("settings", _("Settings"))
     ctx.update(
         prefs=draft or {**prefs, "quiet_hours": windows},
         channels=CHANNELS,
         urgencies=URGENCIES,
         zones=COMMON_ZONES,
+        languages=[(code, i18n.NATIVE_NAME[code]) for code in i18n.SUPPORTED],
+        chosen_locale=i18n.normalize((draft or prefs).get("locale")),
         chats=chats,
         devices=[
             {
@@ -112,7 +120,7 @@ def settings_page(
         saved=saved,
         is_admin=v.who.is_admin,
         my_grants=[
-            {**g, "role_text": wording.GRANT_ROLE_TEXT.get(g["role"], g["role"])} for g in mine
+            {**g, "role_text": _(wording.GRANT_ROLE_TEXT.get(g["role"], g["role"]))} for g in mine
         ],
         policy_text=policy_draft if policy_draft is not None else _own_policy(core, v),
         preview=preview,
@@ -124,20 +132,22 @@ def settings_page(
 @router.get("/settings")
 def settings_view(session: Session, core: CoreDep, saved: str | None = None) -> Response:
     words = {
-        "prefs": "Your notification settings were saved.",
-        "chat": "Chat destination added.",
-        "chat-removed": "Chat destination removed.",
-        "device-removed": "That browser will no longer get notifications.",
-        "policy": "The attention policy was saved.",
+        "prefs": N_("Your notification settings were saved."),
+        "chat": N_("Chat destination added."),
+        "chat-removed": N_("Chat destination removed."),
+        "device-removed": N_("That browser will no longer get notifications."),
+        "policy": N_("The attention policy was saved."),
     }
-    return settings_page(core, viewer(core, session), saved=words.get(saved or ""))
+    v = viewer(core, session)
+    said = words.get(saved or "")
+    return settings_page(core, v, saved=_(said) if said else None)
 
 
 @router.post("/settings")
 def settings_save(signed: Checked, core: CoreDep) -> Response:
     v = viewer(core, signed.session)
     form = signed.form
-    consent = {c: [u for u in form.all(f"consent_{c}") if u in URGENCIES] for c, _ in CHANNELS}
+    consent = {c: [u for u in form.all(f"consent_{c}") if u in URGENCIES] for c, _label in CHANNELS}
     windows = []
     i = 0
     while f"quiet_start_{i}" in form and i < 14:
@@ -153,6 +163,8 @@ def settings_save(signed: Checked, core: CoreDep) -> Response:
             windows.append(window)
         i += 1
     tz_name = form.first("timezone").strip()
+    # A form without the field (an older page) leaves the language as it is.
+    locale = form.first("locale").strip() if "locale" in form else None
     current = preferences.preferences_of(core, v.who)["consent"]
     # Only channels whose urgencies changed get a new consent record (when and how).
     changed = {c: u for c, u in consent.items() if set(u) != set(current.get(c, []))}
@@ -160,12 +172,15 @@ def settings_save(signed: Checked, core: CoreDep) -> Response:
         body = PreferencesIn.model_validate(
             {"consent": changed, "quiet_hours": windows, "timezone": tz_name}
         )
+        if locale is not None and locale not in i18n.SUPPORTED:
+            raise ValidationFailed(i18n._("choose one of the languages offered"), field="locale")
         preferences.save_preferences(
             core,
             v.who,
             consent=preferences.consent_of(body.consent),
             quiet_hours=quiet_windows(body.quiet_hours),
             timezone=body.timezone,
+            locale=locale,
         )
     except (ValidationFailed, ValidationError) as exc:
         text = exc.detail if isinstance(exc, ValidationFailed) else _first_error(exc)
@@ -174,6 +189,7 @@ def settings_save(signed: Checked, core: CoreDep) -> Response:
             "consent": consent,
             "quiet_hours": [*windows, {"start": "", "end": ""}],
             "timezone": tz_name,
+            "locale": locale or v.locale,
         }
         return settings_page(core, v, error=wording.conflict_text(text), draft=draft, status=422)
     return RedirectResponse("/settings?saved=prefs", status_code=303)
@@ -200,7 +216,7 @@ def settings_add_chat(signed: Checked, core: CoreDep) -> Response:
     except (RunbellError, ValidationError) as exc:
         text = exc.detail if isinstance(exc, RunbellError) else _first_error(exc)
         return settings_page(
-            core, v, error="That chat destination was not added: " + text, status=422
+            core, v, error=_("That chat destination was not added:") + " " + text, status=422
         )
     return RedirectResponse("/settings?saved=chat", status_code=303)
 

@@ -31,6 +31,7 @@ from runbell.domain.errors import TooManyAttempts
 from runbell.flows import auth_failures, sessions
 from runbell.flows.channel_config import smtp_config
 from runbell.flows.context import Core
+from runbell.i18n import _
 from runbell.web import wording
 from runbell.web.forms import Checked, CsrfRefused, FormBody, safe_next
 from runbell.web.templating import render
@@ -87,7 +88,7 @@ def _login_form(
     response = render(
         "login.html.j2",
         {
-            "title": "Sign in",
+            "title": _("Sign in"),
             "page": "login",
             "next": target,
             "login_csrf": login_csrf,
@@ -139,8 +140,10 @@ def login_submit(
             request,
             target,
             notice=(
-                "Email sign-in is not set up on this server. Ask an administrator for a "
-                "sign-in link: they can make one with `runbell user login-link`."
+                _(
+                    "Email sign-in is not set up on this server. Ask an administrator for a "
+                    "sign-in link: they can make one with `runbell user login-link`."
+                )
             ),
         )
     address = form.first("email").strip()[:320]
@@ -152,15 +155,19 @@ def login_submit(
         background.add_task(Worker(core, {}).send_now, queued)
     # The same answer whether or not the address belongs to anyone.
     paragraphs = [
-        "If that address belongs to a member, a sign-in link is on its way. "
-        "It works once, for 15 minutes.",
+        _(
+            "If that address belongs to a member, a sign-in link is on its way. "
+            "It works once, for 15 minutes."
+        ),
     ]
-    link = ("/login", "Back to sign-in")
+    link = ("/login", _("Back to sign-in"))
     mailbox = mailbox_path(request)
     if mailbox:
-        paragraphs.append("This is the demo: the mail lands in the demo mailbox, not a real one.")
-        link = (mailbox, "Open the demo mailbox")
-    return message("Check your email", paragraphs, link=link)
+        paragraphs.append(
+            _("This is the demo: the mail lands in the demo mailbox, not a real one.")
+        )
+        link = (mailbox, _("Open the demo mailbox"))
+    return message(_("Check your email"), paragraphs, link=link)
 
 
 @router.get("/auth/{token}")
@@ -175,16 +182,16 @@ def use_link(token: str, request: Request, core: CoreDep, next: str | None = Non
             if throttled is not None:
                 return _too_many(request, throttled, private)
         text, status = {
-            "used": ("This sign-in link was already used. Each link works only once.", 410),
-            "expired": ("This sign-in link has expired. Links work for 15 minutes.", 410),
-            "no_access": ("This sign-in link is for a membership that was revoked.", 410),
-            "unknown": ("This is not a valid sign-in link.", 404),
+            "used": (_("This sign-in link was already used. Each link works only once."), 410),
+            "expired": (_("This sign-in link has expired. Links work for 15 minutes."), 410),
+            "no_access": (_("This sign-in link is for a membership that was revoked."), 410),
+            "unknown": (_("This is not a valid sign-in link."), 404),
         }[outcome.reason]
         return message(
-            "This sign-in link cannot be used",
-            [text, "Ask for a new link on the sign-in page."],
+            _("This sign-in link cannot be used"),
+            [text, _("Ask for a new link on the sign-in page.")],
             status=status,
-            link=("/login", "Get a new sign-in link"),
+            link=("/login", _("Get a new sign-in link")),
             headers=private,
         )
     remembered = unquote(request.cookies.get(NEXT_COOKIE, ""))
@@ -219,14 +226,16 @@ def _too_many(request: Request, refusal: TooManyAttempts, private: dict[str, str
             retry_after=retry,
         )
     return message(
-        "Too many sign-in links that do not work",
+        _("Too many sign-in links that do not work"),
         [
-            "This browser's address tried too many sign-in links that are not valid. "
-            f"Wait {retry} seconds, then open your link again.",
-            "Ask for a new link on the sign-in page if yours does not work.",
+            _(
+                "This browser's address tried too many sign-in links that are not valid. "
+                "Wait {seconds} seconds, then open your link again."
+            ).format(seconds=retry),
+            _("Ask for a new link on the sign-in page if yours does not work."),
         ],
         status=429,
-        link=("/login", "Get a new sign-in link"),
+        link=("/login", _("Get a new sign-in link")),
         headers={**private, "Retry-After": retry},
     )
 

@@ -9,8 +9,8 @@ from typing import Any
 import jinja2
 from fastapi.responses import HTMLResponse
 
-from runbell import __version__
-from runbell.web import wording
+from runbell import __version__, i18n
+from runbell.web import js_words, wording
 
 PAGE_HEADERS = {
     "Content-Security-Policy": (
@@ -43,15 +43,26 @@ env = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
+    extensions=["jinja2.ext.i18n"],
+)
+# {% trans %} blocks collapse their whitespace, as the extractor reads them
+# (tests/unit/test_catalogues.py extracts with trimmed=true too).
+env.policies["ext.i18n.trimmed"] = True
+# The callables read the language of the request being rendered (runbell.i18n's context
+# variable: Accept-Language before sign-in, the person's preference after), so one
+# compiled template serves every language. Newstyle: `_("%(n)s runs", n=3)` formats and
+# escapes the way `{% trans %}` does.
+env.install_gettext_callables(  # type: ignore[attr-defined]
+    i18n.gettext, i18n.ngettext, newstyle=True
 )
 env.globals.update(
     asset_version=__version__,
-    urgency_label=wording.URGENCY_LABEL,
-    state_label=wording.STATE_LABEL,
-    attention_label=wording.ATTENTION_LABEL,
-    note_state_label=wording.NOTE_STATE_LABEL,
-    delivery_label=wording.DELIVERY_STATUS_LABEL,
-    channel_label=wording.CHANNEL_LABEL,
+    urgency_label=i18n.Labels(wording.URGENCY_LABEL),
+    state_label=i18n.Labels(wording.STATE_LABEL),
+    attention_label=i18n.Labels(wording.ATTENTION_LABEL),
+    note_state_label=i18n.Labels(wording.NOTE_STATE_LABEL),
+    delivery_label=i18n.Labels(wording.DELIVERY_STATUS_LABEL),
+    channel_label=i18n.Labels(wording.CHANNEL_LABEL),
 )
 
 
@@ -71,6 +82,11 @@ def render(
         "nav_people": False,
         "page": "message",
         "body_data": {},
+        # <html lang>: the language the page's texts are in (screen readers pick their
+        # voice by it; axe's html-has-lang / valid-lang rules).
+        "lang": i18n.current(),
+        # What app.js writes into the page, in that language (web.js_words).
+        "js_words": js_words.words(),
     }
     html = env.get_template(name).render({**defaults, **context})
     return HTMLResponse(html, status_code=status, headers={**PAGE_HEADERS, **(headers or {})})

@@ -11,17 +11,19 @@ from datetime import datetime
 from typing import Any
 
 from runbell.flows.run_history import TraceStep
+from runbell.i18n import N_, _
 from runbell.web import wording
 from runbell.web.viewer import Viewer
 
 #: What each kind of credential is called on the page.
-_CREDENTIAL = {"admin": "admin key", "runtime": "runtime key"}
+_CREDENTIAL = {"admin": N_("admin key"), "runtime": N_("runtime key")}
+_ANY_CREDENTIAL = N_("credential")
 _NO_NAMES: Mapping[str, str] = {}
 _ACTION = {
-    "declared": "declared",
-    "moved": "moved",
-    "finding": "finding reported",
-    "superseded": "superseded: new work on its target may go ahead",
+    "declared": N_("declared"),
+    "moved": N_("moved"),
+    "finding": N_("finding reported"),
+    "superseded": N_("superseded: new work on its target may go ahead"),
 }
 
 
@@ -35,29 +37,31 @@ def actor_text(
     "delegated token “reviewer”", "the state reader"); "not recorded" for a step from
     before the trace. ``names``: credential id → its name (else the id is shown)."""
     if not actor:
-        return "not recorded"
+        return _("not recorded")
     kind = actor.get("kind")
     worker = actor.get("worker_id")
     if kind == "user":
         user = actor.get("user_id")
-        who = "you" if user and user == me else people.get(str(user), "a person")
-        return who if not worker else f"{who} (worker {worker})"
+        who = _("you") if user and user == me else people.get(str(user), _("a person"))
+        return who if not worker else _("{who} (worker {worker})").format(who=who, worker=worker)
     if kind == "source":
-        return f"the verified source {actor.get('source_id')}"
+        return _("the verified source {source}").format(source=actor.get("source_id"))
     if kind == "state_reader":
-        return "the state reader"
+        return _("the state reader")
     if kind == "sweep":
-        return f"the {actor.get('sweep', 'scheduled')} sweep"
+        return _("the {sweep} sweep").format(sweep=actor.get("sweep", "scheduled"))
     credential = actor.get("credential_id")
     if kind == "delegated":
-        what = "delegated token"
+        what = _("delegated token")
     elif kind == "callback":  # a machine answered through a callback URL (issue 19)
-        what = "callback URL"
+        what = _("callback URL")
     else:
-        what = _CREDENTIAL.get(str(actor.get("role")), "credential")
+        what = _(_CREDENTIAL.get(str(actor.get("role")), _ANY_CREDENTIAL))
     name = names.get(str(credential)) if credential else None
     named = f"{what} “{name}”" if name else f"{what} {credential}" if credential else what
-    return f"worker {worker} ({named})" if worker else named
+    if worker:
+        return _("worker {worker} ({named})").format(worker=worker, named=named)
+    return named
 
 
 def owner_text(
@@ -68,7 +72,7 @@ def owner_text(
 ) -> str:
     """The run's completion owner in words."""
     if not owner.get("credential_id"):
-        return "not recorded (any credential of the tenant may act, as before owners existed)"
+        return _("not recorded (any credential of the tenant may act, as before owners existed)")
     credential = str(owner["credential_id"])
     return actor_text(
         {
@@ -128,34 +132,54 @@ def _what(
         return {"version": step.get("version"), "what": what, "reason": why}
     if kind == "operation":
         action = step.get("action", "moved")
-        label = _ACTION.get(action, action)
-        what = f"operation {step.get('operation_id')}: {label}"
+        known = _ACTION.get(action)
+        label = _(known) if known else action
+        what = _("operation {id}: {label}").format(id=step.get("operation_id"), label=label)
         if action == "finding":
-            what += f" ({step.get('finding')}; its state stays {step.get('state')})"
+            what += " " + _("({finding}; its state stays {state})").format(
+                finding=step.get("finding"), state=step.get("state")
+            )
         elif action in ("declared", "moved"):
             what += f" → {step.get('state')}"
         return {"what": what, "reason": step.get("reason")}
     if kind == "owner_change":
         owner = step.get("owner") or {}
         previous = step.get("previous") or {}
-        took = "took the run over" if step.get("change") == "takeover" else "claimed the run"
-        what = f"{took} for worker {owner.get('worker_id')} (epoch {step.get('epoch')})"
+        if step.get("change") == "takeover":
+            what = _("took the run over for worker {worker} (epoch {epoch})")
+        else:
+            what = _("claimed the run for worker {worker} (epoch {epoch})")
+        what = what.format(worker=owner.get("worker_id"), epoch=step.get("epoch"))
         if previous.get("worker_id"):
-            what += f"; previous worker {previous.get('worker_id')}"
-            what += (
-                ", which may still act (an operation it sent has not settled)"
-                if step.get("previous_may_still_act")
-                else ", with nothing left in flight"
-            )
+            if step.get("previous_may_still_act"):
+                more = _(
+                    "previous worker {worker}, which may still act (an operation it sent "
+                    "has not settled)"
+                )
+            else:
+                more = _("previous worker {worker}, with nothing left in flight")
+            what += "; " + more.format(worker=previous.get("worker_id"))
         return {"what": what, "reason": step.get("reason")}
     if kind == "answer":
         decision = step.get("decision", "")
-        word = wording.DECISION_WORD.get(decision, decision)
-        about = "a proposed change" if step.get("purpose") == "amendment" else "a request"
-        edited = " with an edited value" if step.get("edited") else ""
-        return {"what": f"{about} was {word}{edited}"}
+        known = wording.DECISION_WORD.get(decision)
+        word = _(known) if known else decision
+        amendment = step.get("purpose") == "amendment"
+        if step.get("edited"):
+            text = (
+                _("a proposed change was {decision} with an edited value")
+                if amendment
+                else _("a request was {decision} with an edited value")
+            )
+        else:
+            text = (
+                _("a proposed change was {decision}")
+                if amendment
+                else _("a request was {decision}")
+            )
+        return {"what": text.format(decision=word)}
     if kind == "amendment":
-        return {"what": f"a change was proposed (now {step.get('state')})"}
+        return {"what": _("a change was proposed (now {state})").format(state=step.get("state"))}
     return {"what": kind}
 
 

@@ -10,18 +10,20 @@ from zoneinfo import ZoneInfo
 
 from fastapi.responses import Response
 
+from runbell import i18n
 from runbell.domain.errors import ValidationFailed
 from runbell.domain.principal import Principal, WebSession
 from runbell.domain.quiet_hours import zone
 from runbell.flows import pages
 from runbell.flows.context import Core
-from runbell.web import wording
+from runbell.i18n import _
 from runbell.web.templating import render
 
 
 @dataclass
 class Viewer:
-    """The signed-in person a page is for: their email, their timezone, and ``now``."""
+    """The signed-in person a page is for: their email, their timezone, their language
+    and ``now``."""
 
     session: WebSession
     email: str
@@ -29,13 +31,14 @@ class Viewer:
     tz_name: str
     now: datetime
     extra: dict[str, Any] = field(default_factory=dict)
+    locale: str = i18n.DEFAULT
 
     @property
     def who(self) -> Principal:
         return self.session.principal
 
     def time(self, value: datetime | None, *, seconds: bool = False) -> str:
-        return wording.local_time(value, self.tz, seconds=seconds)
+        return i18n.format_time(value, self.locale, self.tz, seconds=seconds)
 
     def base(self, page: str, title: str) -> dict[str, Any]:
         return {
@@ -57,7 +60,10 @@ def viewer(core: Core, session: WebSession) -> Viewer:
         tz = zone(tz_name)
     except ValidationFailed:
         tz_name, tz = "UTC", ZoneInfo("UTC")
-    return Viewer(session, facts["email"], tz, tz_name, core.db.clock())
+    # From here on this request's texts are in the person's language (before sign-in,
+    # web.language chose one from Accept-Language).
+    locale = i18n.activate(facts["locale"])
+    return Viewer(session, facts["email"], tz, tz_name, core.db.clock(), locale=locale)
 
 
 def message(
@@ -78,12 +84,14 @@ def no_access(v: Viewer, status: int) -> Response:
     """The same words whether the thing never existed, is someone else's, or access was
     lost: nothing about it leaks."""
     return message(
-        "You no longer have access to this",
+        _("You no longer have access to this"),
         [
-            "This link does not open anything for you. It may belong to someone else, or "
-            "your access to the run it pointed at has changed.",
+            _(
+                "This link does not open anything for you. It may belong to someone else, "
+                "or your access to the run it pointed at has changed."
+            ),
         ],
         status=status,
-        link=("/", "Go to your inbox"),
+        link=("/", _("Go to your inbox")),
         v=v,
     )

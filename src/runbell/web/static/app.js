@@ -8,6 +8,24 @@
   const body = document.body;
   const page = body.dataset.page;
 
+  // The page's language (web/js_words.py): each text below in English, looked up in
+  // the translations the page carries; English pages carry none.
+  const lang = document.documentElement.lang || "en";
+  let WORDS = {};
+  try {
+    const carried = document.getElementById("rb-words");
+    WORDS = carried ? JSON.parse(carried.textContent) : {};
+  } catch (e) {
+    WORDS = {};
+  }
+  function t(text, values) {
+    let out = WORDS[text] || text;
+    Object.keys(values || {}).forEach(function (name) {
+      out = out.split("{" + name + "}").join(String(values[name]));
+    });
+    return out;
+  }
+
   function csrfToken() {
     const meta = document.querySelector('meta[name="csrf-token"]');
     return meta ? meta.content : "";
@@ -19,6 +37,17 @@
     let seconds = Math.round((target - now) / 1000);
     const future = seconds >= 0;
     seconds = Math.abs(seconds);
+    if (lang !== "en") {
+      // The browser's own words for "in 14 minutes" / "14 minutes ago" in the language.
+      if (seconds < 60) return future ? t("in less than a minute") : t("expired less than a minute ago");
+      const rtf = new Intl.RelativeTimeFormat(lang, { numeric: "always" });
+      const sign = future ? 1 : -1;
+      let said;
+      if (seconds < 3600) said = rtf.format(sign * Math.floor(seconds / 60), "minute");
+      else if (seconds < 86400) said = rtf.format(sign * Math.floor(seconds / 3600), "hour");
+      else said = rtf.format(sign * Math.floor(seconds / 86400), "day");
+      return future ? said : t("expired {ago}", { ago: said });
+    }
     let amount;
     if (seconds < 60) amount = "less than a minute";
     else if (seconds < 3600) amount = plural(Math.floor(seconds / 60), "minute");
@@ -75,7 +104,7 @@
   function stopped() {
     const note = document.getElementById("live-note");
     if (!note) return;
-    note.textContent = "Live updates stopped. Reload the page to see what is current.";
+    note.textContent = t("Live updates stopped. Reload the page to see what is current.");
     note.hidden = false;
   }
 
@@ -136,7 +165,7 @@
         if (section && !section.querySelector(".item") && !section.querySelector(".empty")) {
           const p = document.createElement("p");
           p.className = "empty";
-          p.textContent = id === "needs-you" ? "Nothing is waiting for your decision." : "No open updates.";
+          p.textContent = id === "needs-you" ? t("Nothing is waiting for your decision.") : t("No open updates.");
           section.appendChild(p);
         }
       });
@@ -159,10 +188,10 @@
     const notice = document.getElementById("run-changed");
     const LIVE = ["state", "cancel", "amendments", "outcome", "operations", "job", "facts", "details", "timeline", "notes"];
     const WHY = {
-      answered: "This request was answered, here or on another device.",
-      expired: "This request expired.",
-      superseded: "A newer request replaced this one.",
-      cancelled: "The run stopped waiting for this request.",
+      answered: t("This request was answered, here or on another device."),
+      expired: t("This request expired."),
+      superseded: t("A newer request replaced this one."),
+      cancelled: t("The run stopped waiting for this request."),
     };
     let why = ""; // what happened to the request this page's form is for
     let timer = null;
@@ -248,12 +277,12 @@
       } else if (theirs && theirs.action === mine.action) {
         // The same request is still open, but the run changed under it.
         closeForm(mine.form);
-        closed = "The run changed after this form was shown, so the form is closed: read the run again, then reload the page to answer.";
+        closed = t("The run changed after this form was shown, so the form is closed: read the run again, then reload the page to answer.");
       } else if (!touched(mine.form)) {
         swap(live(document, "decision"), live(fresh, "decision"));
       } else {
         closeForm(mine.form);
-        closed = "The form is closed; what you entered is still in it, and nothing was sent.";
+        closed = t("The form is closed; what you entered is still in it, and nothing was sent.");
       }
       body.dataset.runVersion = String(now);
 
@@ -270,8 +299,8 @@
       const change =
         sameState && fresh.body.dataset.lastChange
           ? fresh.body.dataset.lastChange
-          : "the run is now " + (state ? state.textContent.trim().toLowerCase() : "changed");
-      parts.push("Updated: " + change + " (version " + now + ").");
+          : t("the run is now {state}", { state: state ? state.textContent.trim().toLowerCase() : t("changed") });
+      parts.push(t("Updated: {change} (version {version}).", { change: change, version: now }));
       if (closed) parts.push(closed);
       notice.textContent = parts.join(" ");
       notice.hidden = false;
@@ -411,7 +440,7 @@
           const hadFocus = mine.contains(document.activeElement);
           mine.replaceWith(document.adoptNode(theirs));
           if (hadFocus && heading) heading.focus();
-          notice.textContent = "Updated: the runs below are as they are now.";
+          notice.textContent = t("Updated: the runs below are as they are now.");
           notice.hidden = false;
         } while (again);
       } catch (e) {
@@ -478,7 +507,7 @@
       deviceZone = "";
     }
     if (tzButton && deviceZone) {
-      tzButton.textContent = "Use this device's timezone (" + deviceZone + ")";
+      tzButton.textContent = t("Use this device's timezone ({zone})", { zone: deviceZone });
       tzButton.hidden = false;
       tzButton.addEventListener("click", function () {
         tzInput.value = deviceZone;
@@ -491,7 +520,7 @@
       "serviceWorker" in navigator && "PushManager" in window && "Notification" in window;
     if (pushButton) {
       if (!supported) {
-        status.textContent = "This browser cannot show push notifications.";
+        status.textContent = t("This browser cannot show push notifications.");
       } else {
         pushButton.hidden = false;
         // Permission is asked for only from this click, never on page load.
@@ -530,15 +559,13 @@
 
   async function enablePush(status) {
     try {
-      status.textContent = "Asking your browser for permission…";
+      status.textContent = t("Asking your browser for permission…");
       const permission = await Notification.requestPermission();
       if (permission !== "granted") {
-        status.textContent =
-          "Browser notifications are blocked for this site. Allow them in your browser's " +
-          "site settings, then try again.";
+        status.textContent = t("Browser notifications are blocked for this site. Allow them in your browser's site settings, then try again.");
         return;
       }
-      status.textContent = "Setting up notifications for this device…";
+      status.textContent = t("Setting up notifications for this device…");
       const registration = await activated(await navigator.serviceWorker.register("/sw.js"));
       await navigator.serviceWorker.ready;
       const keyResponse = await fetch("/v1/push/vapid-public-key", { credentials: "same-origin" });
@@ -568,11 +595,11 @@
         }
         throw new Error(detail || "the server refused the subscription (" + saved.status + ")");
       }
-      status.textContent = "Browser notifications are on for this device.";
+      status.textContent = t("Browser notifications are on for this device.");
     } catch (error) {
-      status.textContent =
-        "Browser notifications could not be turned on: " +
-        (error && error.message ? error.message : String(error));
+      status.textContent = t("Browser notifications could not be turned on: {why}", {
+        why: error && error.message ? error.message : String(error),
+      });
     }
   }
 })();
