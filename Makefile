@@ -56,7 +56,7 @@ test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
 	$(LINT_IMPORTS)
-	$(BIN)/pytest -n 6 --dist loadfile --durations=30 $(PYTEST_ARGS)
+	$(BIN)/pytest -n 6 --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
 # The SDK's sync client is generated from the async one (scripts/unasync.py).
 sdk: $(DEVSTAMP)

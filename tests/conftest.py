@@ -79,33 +79,40 @@ def pytest_configure(config: pytest.Config) -> None:
 
 #: The files that take longest (each runs as one unit on one xdist worker: --dist
 #: loadfile), longest first. They are handed out before everything else, so the suite
-#: does not end waiting for one of them that was collected last: collected in path order,
-#: the two schemathesis runs started a dozen minutes into a run and were its tail.
+#: does not end waiting for one of them: xdist's own order (most tests first) put these
+#: one-test files last, and the two schemathesis runs were a run's tail. The Makefile
+#: passes --no-loadscope-reorder so that xdist keeps this order.
 FIRST = (
     "tests/integration/test_schemathesis_postgres.py",
     "tests/integration/test_schemathesis.py",
+    "tests/browser/test_accessibility.py",
     "tests/acceptance/test_scaleout.py",
     "tests/acceptance/test_worker_processes.py",
-    "tests/browser/test_accessibility.py",
     "tests/acceptance/test_start_banner.py",
     "tests/acceptance/test_docs_run.py",
     "tests/acceptance/test_bench_smoke.py",
+    "tests/realclients/test_agent_clis.py",
 )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the longest files first (:data:`FIRST`), the rest in their collected order."""
+    """The longest files first (:data:`FIRST`), then the others with the most tests first
+    (what xdist's reorder does), each file's tests kept together in their own order."""
     rank = {path: i for i, path in enumerate(FIRST)}
     root = config.rootpath
 
-    def key(item: pytest.Item) -> int:
+    def path_of(item: pytest.Item) -> str:
         try:
-            path = item.path.relative_to(root).as_posix()
+            return item.path.relative_to(root).as_posix()
         except ValueError:
-            return len(FIRST)
-        return rank.get(path, len(FIRST))
+            return str(item.path)
 
-    items.sort(key=key)  # stable: each file keeps its own order
+    sizes: dict[str, int] = {}
+    for item in items:
+        sizes[path_of(item)] = sizes.get(path_of(item), 0) + 1
+    items.sort(
+        key=lambda item: (rank.get(path_of(item), len(FIRST)), -sizes[path_of(item)], path_of(item))
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
