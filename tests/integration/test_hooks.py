@@ -124,9 +124,15 @@ def kinds(api: httpx.Client, run_id: str) -> list[str]:
     return sorted(n["attention_type"] for n in notifications(api) if n["run_id"] == run_id)
 
 
+#: How long the answering side waits for the hook to open its request: as long as the hook
+#: itself waits for the answer (RUNBELL_HOOK_TIMEOUT=60 below). A hook is a new Python
+#: process; on a loaded machine (the whole suite on 6 workers) it once took over 30 s.
+HOOK_WAIT = scaled(60)
+
+
 def pending(api: httpx.Client, run_id: str, other_than: str | None = None) -> dict[str, Any]:
     """Wait (bounded) until the run has a pending input request (other than one)."""
-    deadline = time.monotonic() + WAIT
+    deadline = time.monotonic() + HOOK_WAIT
     while time.monotonic() < deadline:
         response = api.get(f"/v1/runs/{run_id}")
         if response.status_code == 200:
@@ -251,7 +257,7 @@ def test_permission_request_approved_from_another_device(
 
     thread = answer_in_thread(api, RUN1, "approve")
     code, out, err = finish(proc)
-    thread.join(timeout=WAIT)
+    thread.join(timeout=HOOK_WAIT)
     assert (code, err) == (0, "")
     assert out.count("\n") == 1 and json.loads(out) == ALLOW
     assert run(api, RUN1)["state"] == "working"
@@ -262,7 +268,7 @@ def test_permission_request_denied(env: dict[str, str], api: httpx.Client) -> No
     proc = start(env, fixture("claude_code", "permission_request"), RUNBELL_HOOK_TIMEOUT="60")
     thread = answer_in_thread(api, RUN1, "reject")
     code, out, err = finish(proc)
-    thread.join(timeout=WAIT)
+    thread.join(timeout=HOOK_WAIT)
     assert (code, err) == (0, "")
     assert json.loads(out) == DENY
 
@@ -295,7 +301,7 @@ def test_a_second_prompt_supersedes_the_first(env: dict[str, str], api: httpx.Cl
     assert refused.status_code == 409
     thread = answer_in_thread(api, RUN1, "approve")
     code, out, _ = finish(second)
-    thread.join(timeout=WAIT)
+    thread.join(timeout=HOOK_WAIT)
     assert code == 0 and json.loads(out) == ALLOW
 
 
@@ -342,7 +348,7 @@ def test_codex_permission_request_and_stop(env: dict[str, str], api: httpx.Clien
     proc = start(env, fixture("codex", "permission_request"), "codex", RUNBELL_HOOK_TIMEOUT="60")
     thread = answer_in_thread(api, CODEX_TURN, "approve")
     code, out, err = finish(proc)
-    thread.join(timeout=WAIT)
+    thread.join(timeout=HOOK_WAIT)
     assert (code, err) == (0, "")
     assert json.loads(out) == ALLOW  # behavior only: Codex fails closed on anything more
     assert hook(env, fixture("codex", "stop"), "codex") == ""
