@@ -11,9 +11,10 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from runbell.domain.digests import window_of
 from runbell.flows import digests as digest_flow
 from runbell.flows.context import Core
-from runbell.testing import TenantCreds, add_user, make_tenant
+from runbell.testing import Clock, TenantCreds, add_user, make_tenant
 from tests.conftest import bearer
 from tests.integration.test_web import sign_in
 
@@ -76,6 +77,12 @@ def states(client: TestClient, token: str) -> dict[str, str]:
 def a_digest(client: TestClient, core: Core, creds: TenantCreds, n: int) -> tuple[str, list[str]]:
     """``n`` quiet completions folded into one digest: its id and theirs."""
     ok(client.put("/v1/policy", json={"rules": [DIGEST_RULE]}, headers=bearer(creds.admin_key)))
+    # Windows are epoch-aligned: freeze the clock just after the next boundary, so the
+    # items cannot straddle two windows (they did once, at 22:50:00, in CI).
+    clock = core.db.clock
+    assert isinstance(clock, Clock)
+    _, end = window_of(clock(), 600)
+    clock.freeze(end + timedelta(seconds=1))
     items = [completed(client, creds, f"quiet-{i}", None) for i in range(n)]
     assert digest_flow.flush_due(core, core.db.clock() + timedelta(seconds=1200)) == 1
     (digest,) = [
