@@ -2,8 +2,9 @@
 
 Anthropic ``POST /v1/messages`` (streaming SSE, as Claude Code calls it) and the OpenAI
 Responses API ``POST /v1/responses`` (streaming, as Codex calls it). The script is one
-turn: the agent's first request gets a ``tool_use`` of ``Bash`` running :data:`COMMAND`;
-once a request carries the ``tool_result``, a text answer ends the turn. Side requests
+turn: the agent's first request gets a ``tool_use`` of ``Bash`` running :data:`COMMAND`
+(or the model's own ``command``); once a request carries the ``tool_result``, a text
+answer ends the turn. Side requests
 (a title, a quota probe: no ``Bash`` tool offered) get a short text. Every request body
 is recorded, for failure messages.
 """
@@ -35,7 +36,25 @@ def _offers_bash(body: dict[str, Any]) -> bool:
     return any(isinstance(t, dict) and t.get("name") == "Bash" for t in body.get("tools") or [])
 
 
-def anthropic_events(body: dict[str, Any], n: int) -> Iterator[tuple[str, dict[str, Any]]]:
+def tool_results(body: dict[str, Any]) -> list[str]:
+    """The text of every ``tool_result`` block in a request (a string or text blocks)."""
+    found: list[str] = []
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if not (isinstance(block, dict) and block.get("type") == "tool_result"):
+                continue
+            inner = block.get("content")
+            if isinstance(inner, str):
+                found.append(inner)
+            elif isinstance(inner, list):
+                found.append("".join(str(b.get("text", "")) for b in inner if isinstance(b, dict)))
+    return found
+
+
+def anthropic_events(
+    body: dict[str, Any], n: int, command: str = COMMAND
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """The SSE events answering one ``/v1/messages`` request."""
     tool = _offers_bash(body) and not _has_tool_result(body)
     yield (
@@ -56,7 +75,7 @@ def anthropic_events(body: dict[str, Any], n: int) -> Iterator[tuple[str, dict[s
     )
     if tool:
         block = {"type": "tool_use", "id": f"toolu_scripted_{n}", "name": "Bash", "input": {}}
-        raw = json.dumps({"command": COMMAND, "description": "Write hello to out.txt"})
+        raw = json.dumps({"command": command, "description": "Write to out.txt"})
         deltas = [{"type": "input_json_delta", "partial_json": raw[i : i + 16]}
                   for i in range(0, len(raw), 16)]  # fmt: skip
     else:
@@ -134,7 +153,8 @@ def responses_events(body: dict[str, Any], n: int) -> Iterator[tuple[str, dict[s
 class ScriptedModel:
     """``with ScriptedModel() as model:`` serves on ``model.url`` until the block ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: str = COMMAND) -> None:
+        self.command = command
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.lock = threading.Lock()
         model = self
@@ -162,7 +182,7 @@ class ScriptedModel:
                 if path == "/v1/messages/count_tokens":
                     self._json(200, {"input_tokens": 10})
                 elif path == "/v1/messages":
-                    self._sse(anthropic_events(body, n))
+                    self._sse(anthropic_events(body, n, model.command))
                 elif path == "/v1/responses":
                     self._sse(responses_events(body, n))
                 else:
@@ -203,3 +223,9 @@ class ScriptedModel:
     def paths(self) -> list[str]:
         with self.lock:
             return [path for path, _ in self.requests]
+
+    def tool_results(self) -> list[str]:
+        """The tool results the agent sent back, in order (see :func:`tool_results`)."""
+        with self.lock:
+            bodies = [body for path, body in self.requests if path == "/v1/messages"]
+        return [text for body in bodies for text in tool_results(body)]
