@@ -226,3 +226,42 @@ def test_approve_is_refused_where_not_allowed_and_after_a_newer_request(
     answered = click(context, tag_d, "approve")
     assert answered["outcome"]["ok"] is True, answered
     assert request_state(base, creds, "approve-d2") == "answered"
+
+
+def test_a_german_recipients_push_and_its_refusal_are_german(
+    core: Core,
+    creds: TenantCreds,
+    web: BrowserServer,
+    runtime: Runtime,
+    new_context: NewContext,
+    push_service: PushReceiver,
+) -> None:
+    """The service worker has no catalogue: the push brings its words (title, body,
+    buttons, and the "not done" notice a refused button leaves) in the recipient's
+    language (issue 19 item 6)."""
+    base = web.url
+    context, page, watch = subscribed_page(core, creds, web, new_context, push_service)
+    with user_client(base, creds.owner_token) as owner:
+        r = owner.put("/v1/me/preferences", json={"locale": "de"})
+        assert r.status_code == 200, r.text
+
+    runtime.create_run("act-de")
+    runtime.open_request("act-de", "approve-de")
+    got = show(page, watch, push_service, 1)
+    assert got.payload["not_done"] == {
+        "title": "Nicht erledigt",
+        "body": "Das hat sich seit dem Senden geändert. Öffnen Sie Runbell, um den "
+        "aktuellen Stand zu sehen.",
+    }
+    tag = collapse_topic(f"{creds.tenant_id}:act-de")
+    (shown,) = page.evaluate(SHOWN)
+    assert shown["title"] == "Ein Lauf braucht Ihre Eingabe"
+    (buttons,) = page.evaluate(ACTIONS_SHOWN)
+    assert [b[1] for b in buttons][:1] == ["Bestätigen"]
+    # A forged Approve (the default policy offers none) is refused: the notice is German.
+    refused = click(context, tag, "approve")
+    assert refused["outcome"]["status"] == 403, refused
+    assert [(n["title"], n["body"]) for n in refused["shown"]] == [
+        (got.payload["not_done"]["title"], got.payload["not_done"]["body"])
+    ]
+    assert request_state(base, creds, "approve-de") == "pending"

@@ -418,7 +418,7 @@ def test_push_subscribe_receive_replace_and_click(
     pointer = first.payload
     # A person's alert also has its buttons and their token (issue 19 item 2; the default
     # policy offers no answers from the lock screen).
-    assert set(pointer) == POINTER_FIELDS | {"actions", "token"}
+    assert set(pointer) == POINTER_FIELDS | {"actions", "token", "not_done"}
     assert [a["action"] for a in pointer["actions"]] == ["acknowledge", "snooze"]
     assert pointer["id"] == first_id
     assert pointer["tag"] == tag == first.topic  # notification tag == push Topic

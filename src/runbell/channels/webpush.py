@@ -54,6 +54,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from py_vapid import Vapid, VapidException
 from pywebpush import WebPushException, webpush
 
+from runbell import i18n
 from runbell.channels.base import (
     ChannelSpec,
     DeliveryError,
@@ -127,6 +128,12 @@ def _topic_source(msg: Outbound) -> str:
     return msg.collapse_key or msg.notification_id or msg.identity
 
 
+#: sw.js's own words for a refused button (its English fallback), sent worded for the
+#: recipient with every push that has buttons.
+NOT_DONE_TITLE = i18n.N_("Not done")
+NOT_DONE_BODY = i18n.N_("This changed since it was sent. Open Runbell to see it now.")
+
+
 def push_payload(msg: Outbound) -> dict[str, Any]:
     """The pointer the service worker receives: exactly these fields, nothing else.
 
@@ -153,6 +160,10 @@ def push_payload(msg: Outbound) -> dict[str, Any]:
         # credential, so it never goes in a URL, a title or a body (flows.push_actions).
         payload["actions"] = [{"action": a, "title": title} for a, title in msg.actions]
         payload["token"] = msg.action_token
+        # What the service worker shows when the server refuses a button (changed since,
+        # used, expired), in the recipient's language: sw.js has no catalogue.
+        with i18n.using(msg.locale):
+            payload["not_done"] = {"title": i18n._(NOT_DONE_TITLE), "body": i18n._(NOT_DONE_BODY)}
     return payload
 
 

@@ -16,7 +16,7 @@ from runbell.flows import amendments, idempotency
 from runbell.flows.idempotency import IdempotencyKey
 from runbell.flows.inputs import DoneWhenBody, ProposalBody
 from runbell.i18n import _
-from runbell.web import wording
+from runbell.web import flow_words
 from runbell.web.forms import Checked
 from runbell.web.run_page import RunPageState, run_page
 from runbell.web.viewer import no_access, viewer
@@ -59,6 +59,6 @@ def propose_form(run_id: str, signed: Checked, core: CoreDep) -> Response:
     except NotFound:
         return no_access(v, 404)
     except (Conflict, Forbidden, ValidationFailed) as exc:
-        text = wording.conflict_text(exc.detail) + " " + _("Nothing was sent.")
+        text = flow_words.conflict_text(exc.detail, v.tz) + " " + _("Nothing was sent.")
         return run_page(core, v, run_id, RunPageState(amend_error=text, status=exc.status))
     return RedirectResponse(f"/runs/{quote(run_id, safe='')}#amendments", status_code=303)

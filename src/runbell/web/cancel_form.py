@@ -18,7 +18,7 @@ from runbell.domain.errors import Conflict, Forbidden, NotFound, ValidationFaile
 from runbell.flows import cancel_request, idempotency
 from runbell.flows.idempotency import IdempotencyKey
 from runbell.i18n import _
-from runbell.web import wording
+from runbell.web import flow_words
 from runbell.web.forms import Checked
 from runbell.web.run_page import RunPageState, run_page
 from runbell.web.viewer import no_access, viewer
@@ -43,12 +43,12 @@ def cancel_form(run_id: str, signed: Checked, core: CoreDep) -> Response:
     except NotFound:
         return no_access(v, 404)
     except Conflict as exc:
-        text = wording.conflict_text(exc.detail) + " " + _("Nothing was changed.")
+        text = flow_words.conflict_text(exc.detail, v.tz) + " " + _("Nothing was changed.")
         return run_page(core, v, run_id, RunPageState(cancel_error=text, status=409))
     except Forbidden:
         text = _("You may not cancel this run: only its owner or the people it names can.")
         return run_page(core, v, run_id, RunPageState(cancel_error=text, status=403))
     except ValidationFailed as exc:
-        text = wording.conflict_text(exc.detail)
+        text = flow_words.conflict_text(exc.detail, v.tz)
         return run_page(core, v, run_id, RunPageState(cancel_error=text, status=422))
     return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)

@@ -20,7 +20,7 @@ from runbell.domain import limits
 from runbell.domain.errors import Forbidden, NotFound
 from runbell.flows import delegations
 from runbell.i18n import _
-from runbell.web import wording
+from runbell.web import flow_words
 from runbell.web.forms import Checked
 from runbell.web.run_page import RunPageState, run_page
 from runbell.web.viewer import no_access, viewer
@@ -43,7 +43,7 @@ def revoke_delegation_form(
         text = (
             _("You may not revoke this token:")
             + " "
-            + wording.conflict_text(exc.detail)
+            + flow_words.conflict_text(exc.detail, v.tz)
             + " "
             + _("Nothing was changed.")
         )

@@ -24,7 +24,7 @@ from runbell.flows import answers
 from runbell.flows import input_requests as requests
 from runbell.flows.inputs import AnswerBody
 from runbell.i18n import _
-from runbell.web import wording
+from runbell.web import flow_words
 from runbell.web.edit_view import edited_value
 from runbell.web.forms import Checked
 from runbell.web.run_page import RunPageState, refusal_text, run_page
@@ -67,14 +67,14 @@ def approve_edited(run_id: str, request_id: str, signed: Checked, core: CoreDep)
     except Forbidden as exc:
         return again(
             conflict=" ".join(
-                (_("You may not answer this request:"), wording.conflict_text(exc.detail))
+                (_("You may not answer this request:"), flow_words.conflict_text(exc.detail, v.tz))
             ),
             status=403,
         )
     except NotFound:
         return no_access(v, 404)
     except ValidationFailed as exc:
-        text = wording.conflict_text(exc.detail) + " " + _("Nothing was approved.")
+        text = flow_words.conflict_text(exc.detail, v.tz) + " " + _("Nothing was approved.")
         return again(edit_error=text, status=422)
     return RedirectResponse(
         f"/runs/{quote(run_id, safe='')}?answered={quote(request_id, safe='')}",

@@ -33,8 +33,8 @@ from runbell.flows.inbox import NotificationDetail
 from runbell.flows.inputs import AnswerBody
 from runbell.flows.runs import RunSnapshot
 from runbell.i18n import N_, _
+from runbell.web import flow_words, trace, wording
 from runbell.web import run_parts as parts
-from runbell.web import trace, wording
 from runbell.web.edit_view import edit_view
 from runbell.web.forms import Checked, Session
 from runbell.web.ledger import ledger_view
@@ -347,7 +347,7 @@ def refusal_text(v: Viewer, exc: Conflict) -> str:
     elif state == "expired":
         text = _("This request expired on {at}.").format(at=v.time(_when(req.get("expires_at"))))
     else:
-        text = wording.conflict_text(exc.detail)
+        text = flow_words.conflict_text(exc.detail, v.tz)
     return (
         text + " " + _("Your answer was not recorded and nothing ran. The current state is below.")
     )
@@ -415,13 +415,13 @@ def respond_form(run_id: str, request_id: str, signed: Checked, core: CoreDep) -
         return again(
             conflict=_("You may not answer this request:")
             + " "
-            + wording.conflict_text(exc.detail),
+            + flow_words.conflict_text(exc.detail, v.tz),
             status=403,
         )
     except NotFound:
         return no_access(v, 404)
     except ValidationFailed as exc:
-        return again(form_error=wording.conflict_text(exc.detail), status=422)
+        return again(form_error=flow_words.conflict_text(exc.detail, v.tz), status=422)
     return RedirectResponse(
         f"/runs/{quote(run_id, safe='')}?answered={quote(request_id, safe='')}",
         status_code=303,

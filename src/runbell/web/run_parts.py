@@ -16,7 +16,7 @@ from runbell.flows.delegations import DelegationShown
 from runbell.flows.pages import RunPageShown
 from runbell.flows.runs import RunSnapshot
 from runbell.i18n import N_, _
-from runbell.web import wording
+from runbell.web import flow_words, wording
 from runbell.web.action_view import action_view
 from runbell.web.viewer import Viewer
 
@@ -48,7 +48,9 @@ def cancel_view(
         "at": v.time(run.cancel_requested_at),
         "reason": requested["reason"] if requested else None,
         "stopping": run.state == "stopping",
-        "summary": outcome["text"] if outcome and run.state == "cancelled" else None,
+        "summary": (
+            flow_words.cancel_outcome(outcome) if outcome and run.state == "cancelled" else None
+        ),
         "allowed": shown["may_answer"] and not snapshot["terminal"] and not requested,
         "error": cancel_error,
     }
@@ -127,7 +129,9 @@ def request_view(v: Viewer, req: InputRequest) -> dict[str, Any]:
     return {
         "id": req.id,
         "kind": req.kind,
-        "summary": req.summary,
+        # An amendment's summary is Runbell's own words ("… proposes a change"): worded
+        # for the reader; a runtime's summary stays as it wrote it.
+        "summary": flow_words.worded(req.summary) if req.purpose == "amendment" else req.summary,
         "details": details_text(req.details),
         "action": action_view(req.action, req.risks),  # shown first (issue 19 item 1)
         "options": [

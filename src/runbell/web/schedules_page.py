@@ -39,7 +39,7 @@ from runbell.flows.idempotency import IdempotencyKey
 from runbell.flows.inputs import ScheduleBody, ScheduleEdit
 from runbell.flows.schedule_views import ScheduleView, StartedRun
 from runbell.i18n import N_, _
-from runbell.web import wording
+from runbell.web import flow_words, wording
 from runbell.web.forms import Checked, Form, Session
 from runbell.web.runs_page import ago
 from runbell.web.templating import render
@@ -166,13 +166,13 @@ def _shown(v: Viewer, s: ScheduleView, people: dict[str, str]) -> dict[str, Any]
 
 def _error_text(exc: RunbellError | ValidationError) -> str:
     if isinstance(exc, RunbellError):
-        return wording.conflict_text(exc.detail)
+        return flow_words.conflict_text(exc.detail)
     errors = exc.errors()
     if not errors:
         return _("The form is not valid.")
     where = ".".join(str(p) for p in errors[0]["loc"])
     what = errors[0]["msg"]
-    return wording.conflict_text(f"{where}: {what}" if where else what)
+    return flow_words.conflict_text(f"{where}: {what}" if where else what)
 
 
 def _status(exc: RunbellError | ValidationError) -> int:

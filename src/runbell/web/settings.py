@@ -36,7 +36,7 @@ from runbell.domain.quiet_hours import quiet_windows
 from runbell.flows import dry_run, grants, policy, preferences
 from runbell.flows.context import Core
 from runbell.i18n import N_, _
-from runbell.web import wording
+from runbell.web import flow_words, wording
 from runbell.web.forms import Checked, Session
 from runbell.web.templating import render
 from runbell.web.viewer import Viewer, viewer
@@ -191,7 +191,7 @@ def settings_save(signed: Checked, core: CoreDep) -> Response:
             "timezone": tz_name,
             "locale": locale or v.locale,
         }
-        return settings_page(core, v, error=wording.conflict_text(text), draft=draft, status=422)
+        return settings_page(core, v, error=flow_words.conflict_text(text), draft=draft, status=422)
     return RedirectResponse("/settings?saved=prefs", status_code=303)
 
 

@@ -10,7 +10,7 @@ import jinja2
 from fastapi.responses import HTMLResponse
 
 from runbell import __version__, i18n
-from runbell.web import js_words, wording
+from runbell.web import flow_words, js_words, wording
 
 PAGE_HEADERS = {
     "Content-Security-Policy": (
@@ -63,6 +63,9 @@ env.globals.update(
     note_state_label=i18n.Labels(wording.NOTE_STATE_LABEL),
     delivery_label=i18n.Labels(wording.DELIVERY_STATUS_LABEL),
     channel_label=i18n.Labels(wording.CHANNEL_LABEL),
+    decision_label=i18n.Labels(wording.POLICY_DECISION_LABEL),
+    # A flow's English sentence in the reader's language (web.flow_words).
+    flow_words=flow_words.worded,
 )
 
 

@@ -67,6 +67,15 @@ DELIVERY_STATUS_LABEL = {
     "skipped": N_("Skipped"),
 }
 
+#: A policy's decisions (domain.policy.DecisionKind), as the policy preview names them.
+POLICY_DECISION_LABEL = {
+    "push": N_("Push"),
+    "digest": N_("Digest"),
+    "inbox": N_("Inbox only"),
+    "live": N_("Live view only"),
+    "suppress": N_("Suppressed"),
+}
+
 CHANNEL_LABEL = {
     "inbox": N_("Inbox"),
     "email": N_("Email"),
@@ -172,15 +181,6 @@ def why_sign_in(next_path: str) -> str | None:
     if path == "/":
         return None
     return _("Sign in to open the page this link points at.")
-
-
-def conflict_text(detail: str) -> str:
-    """The server's explanation of a refused answer, as a full sentence for the page."""
-    text = detail.strip()
-    if not text:
-        return _("Your answer was not recorded because the request changed.")
-    text = text[0].upper() + text[1:]
-    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def local_time(value: datetime | None, tz: ZoneInfo, *, seconds: bool = False) -> str:

@@ -17,7 +17,9 @@
 // Acknowledge and Snooze are always offered; Approve/Reject only where the request's
 // policy rule allows it. A device shows the first `Notification.maxActions` (Chromium: 2).
 // A refused action (changed since, used, expired) leaves a neutral "not done" notice
-// under the same tag; the server also pushes the current state in its place.
+// under the same tag; the server also pushes the current state in its place. Its words
+// come with the push (`not_done: {title, body}`, in the recipient's language); the
+// English constants below are only for a push without them.
 "use strict";
 
 const FALLBACK_TITLE = "Runbell";
@@ -110,6 +112,10 @@ self.runbellOptions = function (data) {
       });
       options.data.token = data.token;
       options.data.tag = typeof data.tag === "string" ? data.tag : null;
+      const words = data.not_done;
+      if (words && typeof words.title === "string" && typeof words.body === "string") {
+        options.data.not_done = { title: words.title, body: words.body };
+      }
     }
   }
   return options;
@@ -140,13 +146,15 @@ self.runbellAct = function (data, action) {
     .then(function (outcome) {
       self.runbellLastAction = outcome;
       if (outcome.ok) return outcome;
+      const words = data.not_done || {};
       const options = {
-        body: NOT_DONE_BODY,
+        body: words.body || NOT_DONE_BODY,
         silent: true,
         data: { url: data.url || self.runbellUrlFor(data), id: data.id || null },
       };
       if (data.tag) options.tag = data.tag;
-      return self.registration.showNotification(NOT_DONE_TITLE, options).then(function () {
+      const title = words.title || NOT_DONE_TITLE;
+      return self.registration.showNotification(title, options).then(function () {
         return outcome;
       });
     });
