@@ -29,7 +29,7 @@ from runbell.domain.inbox import DECISIONS, FILTERS, InboxFilter, collapsed
 from runbell.flows import inbox, inbox_bulk, inbox_view, neutral_words, views
 from runbell.flows.pages import Standing
 from runbell.i18n import N_, _
-from runbell.web import wording
+from runbell.web import flow_words, wording
 from runbell.web.forms import Checked, Session, safe_next
 from runbell.web.templating import render
 from runbell.web.viewer import Viewer, message, no_access, viewer
@@ -234,7 +234,7 @@ def ack_group_form(signed: Checked, core: CoreDep) -> Response:
     except ValidationFailed as exc:
         return message(
             _("Nothing was acknowledged"),
-            [exc.detail],
+            [flow_words.worded(exc.detail)],
             status=422,
             link=("/", _("Back to the inbox")),
             v=viewer(core, signed.session),

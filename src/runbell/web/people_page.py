@@ -29,7 +29,7 @@ from runbell.flows import grants
 from runbell.flows.context import Core
 from runbell.flows.grants import GrantBody
 from runbell.i18n import N_, _, ngettext
-from runbell.web import wording
+from runbell.web import flow_words, wording
 from runbell.web.forms import Checked, Session
 from runbell.web.templating import render
 from runbell.web.viewer import Viewer, message, viewer
@@ -141,7 +141,7 @@ def grant_form(signed: Checked, core: CoreDep) -> Response:
         answer = grants.grant(core, v.who, _body(draft))
     except ValidationFailed as exc:
         text = _("That grant was not made: {why}. Nothing changed.").format(
-            why=exc.detail.strip().rstrip(".")
+            why=flow_words.worded(exc.detail).strip().rstrip(".")
         )
         return people_page(core, v, error=text, draft=draft, status=422)
     made: dict[str, Any] = json.loads(answer.body)
