@@ -4,13 +4,17 @@ item 4): a plain ``claude mcp add`` registers it for one directory only.
 After ``runbell hook install claude-code --mcp stdio|http`` (the docs' command, run in one
 directory), ``claude mcp list`` run in another directory lists ``runbell`` and connects
 to it: over stdio it starts ``runbell mcp``, over HTTP it reaches the server's ``/mcp``
-with the key in the header. HOME is a throwaway directory, so ``~/.claude.json`` is the
+with the key in the header. The MCP Inspector's command from the same page lists the
+tools on the machine's Node. HOME is a throwaway directory, so ``~/.claude.json`` is the
 test's own.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +27,8 @@ from tests.realclients.harness import Runbell, runbell_serve
 from tests.timeouts import scaled
 
 pytestmark = pytest.mark.realclients
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +89,27 @@ def test_mcp_registered_for_every_directory(
     printed = run(here, RUNBELL, "hook", "install", "claude-code", "--mcp", transport, "--print")
     assert printed.returncode == 0, printed.stderr
     assert printed.stdout.startswith("claude mcp add --scope user "), printed.stdout
+
+
+INSPECTOR_LINE = re.compile(r"^npx @modelcontextprotocol/inspector@(\S+) (--cli .*)$", re.M)
+
+
+def test_inspector_lists_the_tools_with_the_documented_command(
+    runbell: Runbell, tmp_path: Path
+) -> None:
+    """docs/integrations/mcp.md's Inspector line, on this machine's Node: its version from
+    npm (cached like the agent CLIs), its arguments as written, run from the checkout."""
+    found = INSPECTOR_LINE.search((ROOT / "docs" / "integrations" / "mcp.md").read_text())
+    assert found is not None, "mcp.md has no Inspector command"
+    version, args = found.group(1), shlex.split(found.group(2))
+    inspector = npm.install("@modelcontextprotocol/inspector", version, "mcp-inspector")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = env_for(home, inspector, runbell, runbell.key("runs.report", "input_requests.create"))
+    done = subprocess.run(
+        [str(inspector), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=scaled(60), check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = {tool["name"] for tool in json.loads(done.stdout)["tools"]}
+    assert {"report_run", "request_input"} <= names, names
