@@ -211,6 +211,10 @@ def test_phone_over_https_signs_in_subscribes_and_answers(
         assert page.evaluate("window.isSecureContext") is True
         (cookie,) = [c for c in context.cookies() if c["name"] == "rb_session"]
         assert cookie["secure"] is True
+        # What "Add to Home Screen" reads: iOS offers push only to a standalone web app.
+        href = page.locator('link[rel="manifest"]').get_attribute("href")
+        manifest = page.evaluate("async (u) => (await fetch(u)).json()", href)
+        assert manifest["display"] == "standalone" and manifest["start_url"] == "/"
 
         # The service worker and the push subscription, from the settings page.
         page.goto("/settings")
