@@ -226,3 +226,48 @@ def test_container_image_builds_and_serves(tmp_path: Path) -> None:
     finally:
         subprocess.run([engine, *extra, "rm", "-f", name], capture_output=True, timeout=WAIT)
         subprocess.run([engine, *extra, "rmi", "-f", tag], capture_output=True, timeout=WAIT)
+
+
+# --- deploy/Caddyfile (issue 20 item 5) --------------------------------------------------
+
+
+def test_caddyfile_in_the_docs_is_the_tested_file() -> None:
+    """docs/operations.md prints deploy/Caddyfile, the file the HTTPS browser test runs
+    (tests/browser/test_https_proxy.py): a change to one shows in the other."""
+    docs = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    block = re.search(r"^```caddyfile\n(.*?)^```$", docs, re.S | re.M)
+    assert block is not None, "operations.md has no caddyfile block"
+    assert block.group(1) == (DEPLOY / "Caddyfile").read_text(encoding="utf-8")
+
+
+def test_caddyfile_defaults_adapt(tmp_path: Path) -> None:
+    """With none of its variables set (as installed for the system service), Caddy reads
+    the file: https on 443 for runbell.lan, to 127.0.0.1:8080, unbuffered, no redirects."""
+    caddy = shutil.which("caddy")
+    if caddy is None:
+        if IN_CI:
+            pytest.fail("CI requires caddy (Debian package caddy)")
+        pytest.skip("caddy is not installed (Debian package caddy)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CADDY_", "RUNBELL_"))}
+    env.update(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
+    done = subprocess.run(
+        [caddy, "adapt", "--config", str(DEPLOY / "Caddyfile"), "--adapter", "caddyfile"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    config = json.loads(done.stdout)
+    (server,) = config["apps"]["http"]["servers"].values()
+    assert server["listen"] == [":443"]
+    assert server["automatic_https"] == {"disable_redirects": True}
+    route = server["routes"][0]
+    assert route["match"] == [{"host": ["runbell.lan"]}]
+    (proxy,) = route["handle"][0]["routes"][0]["handle"]
+    assert proxy["upstreams"] == [{"dial": "127.0.0.1:8080"}]
+    assert proxy["flush_interval"] == -1
+    assert config["apps"]["pki"]["certificate_authorities"]["local"]["install_trust"] is False
+    policy = config["apps"]["tls"]["automation"]["policies"][0]
+    assert policy["issuers"] == [{"module": "internal"}]

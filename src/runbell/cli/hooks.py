@@ -11,7 +11,7 @@ import os
 import sys
 
 from runbell.cli import common
-from runbell.cli.specs import Argument, Flag, Group
+from runbell.cli.specs import Argument, Flag, Group, Option, choice
 
 TYPE_CHECKING = False  # not typing's, see runbell.cli.common
 if TYPE_CHECKING:
@@ -74,17 +74,31 @@ def codex(payload: str | None = None) -> None:
 @install_group.command(
     Flag("--user/--project", "~/.claude/settings.json, or this project's"),
     Flag("--print", "print the snippet instead of writing it", dest="print_only"),
+    Option(
+        "--mcp",
+        "register Runbell's MCP server for every directory instead (claude mcp add "
+        "--scope user): stdio (runbell mcp) or http (the server's /mcp)",
+        metavar="TRANSPORT",
+        type=choice("stdio", "http"),
+    ),
     name="claude-code",
 )
-def install_claude_code(user: bool = False, print_only: bool = False) -> None:
+def install_claude_code(
+    user: bool = False, print_only: bool = False, mcp: str | None = None
+) -> None:
     """Merge the Runbell hooks into Claude Code's settings.
 
     .claude/settings.json (--user: ~/.claude/settings.json), with the hooks already there
-    kept: nothing is removed, and installing twice changes nothing."""
+    kept: nothing is removed, and installing twice changes nothing. With --mcp, registers
+    Runbell's MCP server with Claude Code at user scope instead (again: updated)."""
     import json
     from pathlib import Path
 
     from runbell.hooks import install, report
+
+    if mcp is not None:
+        _register_mcp(mcp, print_only)
+        return
 
     snippet = install.claude_snippet(install.runbell_command(), report.hook_timeout(os.environ))
     if print_only:
@@ -96,6 +110,40 @@ def install_claude_code(user: bool = False, print_only: bool = False) -> None:
     except (install.SettingsError, OSError) as exc:
         common.fail(str(exc))
     print(f"Runbell hooks merged into {path}")
+
+
+def _register_mcp(transport: str, print_only: bool) -> None:
+    """`claude mcp add --scope user …` with this machine's URL, key and owner: run, or
+    printed (--print). An earlier registration at user scope is replaced."""
+    import shlex
+    import shutil
+    import subprocess
+
+    from runbell.client.config import load_config
+    from runbell.client.errors import ConfigError
+    from runbell.hooks import install, mcp_register
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        common.fail(exc.detail)
+    runbell = shlex.split(install.runbell_command())[0]
+    add = mcp_register.add_command("http" if transport == "http" else "stdio", config, runbell)
+    if print_only:
+        print(mcp_register.shell_text(add))
+        return
+    if shutil.which("claude") is None:
+        common.fail(
+            "claude (Claude Code) is not on PATH",
+            "install Claude Code, or print the command to run it yourself: "
+            f"runbell hook install claude-code --mcp {transport} --print",
+        )
+    # claude, found on PATH, with arguments we built (no shell)
+    subprocess.run(mcp_register.remove_command(), capture_output=True, check=False)  # noqa: S603
+    done = subprocess.run(add, capture_output=True, text=True, check=False)  # noqa: S603
+    if done.returncode != 0:
+        common.fail(f"claude mcp add failed: {(done.stderr or done.stdout).strip()}")
+    print(f"Runbell's MCP server ({transport}) registered with Claude Code for every directory")
 
 
 @install_group.command(name="codex")

@@ -4,6 +4,7 @@ scope covers every page) and the icon; everything else is under ``/static``.
 =========================================  ==========================================
 ``GET  /sw.js``                            the service worker (root scope)
 ``GET  /favicon.ico``                      the icon
+``GET  /manifest.webmanifest``             the web app manifest (Home Screen apps)
 ``GET  /static/…``                         styles, scripts, images
 =========================================  ==========================================
 """
@@ -45,4 +46,15 @@ def service_worker() -> Response:
             "Content-Security-Policy": PAGE_HEADERS["Content-Security-Policy"],
             "X-Content-Type-Options": "nosniff",
         },
+    )
+
+
+@router.get("/manifest.webmanifest")
+def manifest() -> Response:
+    """What a page added to a Home Screen opens as: standalone, which iOS and iPadOS
+    require before they offer web push to it."""
+    return FileResponse(
+        STATIC_DIR / "manifest.webmanifest",
+        media_type="application/manifest+json",
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
     )
