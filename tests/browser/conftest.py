@@ -192,11 +192,12 @@ def wait_until(
         page.wait_for_timeout(50)
 
 
-def screenshot(page: Page, name: str) -> Path:
-    """Save a screenshot for the docs under test-artifacts/screenshots/ (gitignored)."""
+def screenshot(page: Page, name: str, *, full_page: bool = True) -> Path:
+    """Save a screenshot for the docs under test-artifacts/screenshots/ (gitignored):
+    the whole page, or with ``full_page=False`` the screen as the person sees it now."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     assert path.stat().st_size > 0
     return path
 

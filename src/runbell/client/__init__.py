@@ -33,6 +33,8 @@ Public API (stable; :class:`AsyncClient` has the same methods, awaited, plus
                        blocks_work=None, approvers=None) -> OpenedInputRequest
     get_input_request(request_id) -> InputRequest
     respond(request_id, decision, *, value=None) -> InputRequest   # a person's token
+    acknowledge_group(*, run_id=None, subject=None, notification_ids=None, filter=None,
+                      up_to=None) -> GroupAcknowledged              # a person's token
     grant_subject(user, subject, role) -> SubjectGrant             # admin
     subject_grants(user=None) -> list[SubjectGrant]                 # admin
     revoke_subject_grant(grant_id) -> SubjectGrant                  # admin
@@ -60,7 +62,8 @@ Models (frozen dataclasses, each with ``raw``, the whole JSON): :class:`Run`,
 :class:`SignalResult`, :class:`ProgressResult`, :class:`CancelResult`,
 :class:`InputRequest`, :class:`OpenedInputRequest`, :class:`Answer` (``outcome``
 answered/expired/superseded/cancelled/timeout, ``decision``, ``value``, ``approved``),
-:class:`Operation`, :class:`Event`, :class:`Snapshot`, :class:`FeedReset`.
+:class:`GroupAcknowledged`, :class:`Operation`, :class:`Event`, :class:`Snapshot`,
+:class:`FeedReset`.
 
 Errors (:mod:`runbell.client.errors`): :class:`RunbellError` is the root; an HTTP error
 answer is an :class:`APIError` (``status``, ``type``, ``title``, ``detail``, ``current``,
@@ -111,6 +114,7 @@ from runbell.client.models import (
     Delegation,
     Event,
     FeedReset,
+    GroupAcknowledged,
     InputRequest,
     OpenedInputRequest,
     Operation,
@@ -138,6 +142,7 @@ __all__ = [
     "Event",
     "FeedReset",
     "Forbidden",
+    "GroupAcknowledged",
     "InputRequest",
     "NotApproved",
     "NotFound",

@@ -27,6 +27,7 @@ from runbell.client.models import (
     Delegation,
     Event,
     FeedReset,
+    GroupAcknowledged,
     InputRequest,
     OpenedInputRequest,
     Operation,
@@ -481,6 +482,30 @@ class AsyncClient:
             idempotency_key=new_id("answer"),
         )
         return InputRequest.from_json((await self._send(call))["input_request"])
+
+    # --- the inbox (a person's token) ---------------------------------------------
+
+    async def acknowledge_group(
+        self,
+        *,
+        run_id: str | None = None,
+        subject: str | Mapping[str, Any] | None = None,
+        notification_ids: Sequence[str] | None = None,
+        filter: str | None = None,
+        up_to: str | None = None,
+    ) -> GroupAcknowledged:
+        """Acknowledge one group of your own open notifications at once, as the inbox's
+        "Acknowledge all in this group" does: a run's (``run_id``), a subject's
+        (``"type:id"`` or ``{type, id}``: the runs of an agent or a project you may
+        see), or the ``notification_ids`` you name; exactly one of the three
+        (ValueError otherwise). ``filter`` keeps one inbox filter's (``needs_me``,
+        ``failures``, ``finished``); ``up_to`` (a notification id) leaves anything newer
+        open, so what arrived after you looked stays. One transaction; a retry does not
+        acknowledge twice. Needs a user token: API keys get
+        :class:`~runbell.client.errors.Forbidden`."""
+        body = _core.group_ack_body(run_id, subject, notification_ids, filter, up_to)
+        call = Call("POST", "/v1/inbox/acknowledge", body, idempotency_key=new_id("ack"))
+        return GroupAcknowledged.from_json(await self._send(call))
 
     # --- people: subject grants (an admin's key or token) ---------------------------
 

@@ -346,14 +346,42 @@ def _list_or_none(values: Any) -> list[Any] | None:
     return list(values) if values is not None else None
 
 
-def grant_body(user: str, subject: Any, role: str) -> dict[str, Any]:
-    """``POST /v1/subject-grants``: ``subject`` as ``{type, id}`` or ``"type:id"``."""
+def subject_ref(subject: Any) -> dict[str, Any]:
+    """A subject given as ``{type, id}`` or ``"type:id"``, as the API takes it."""
     if isinstance(subject, str):
         kind, sep, ident = subject.partition(":")
         if not sep or not kind or not ident:
             raise ValueError(f"subject must be 'type:id' or {{type, id}}, not {subject!r}")
         subject = {"type": kind, "id": ident}
-    return {"user": user, "subject": {"type": subject["type"], "id": subject["id"]}, "role": role}
+    return {"type": subject["type"], "id": subject["id"]}
+
+
+def grant_body(user: str, subject: Any, role: str) -> dict[str, Any]:
+    """``POST /v1/subject-grants``: ``subject`` as ``{type, id}`` or ``"type:id"``."""
+    return {"user": user, "subject": subject_ref(subject), "role": role}
+
+
+def group_ack_body(
+    run_id: str | None,
+    subject: Any,
+    notification_ids: Sequence[str] | None,
+    filter: str | None,
+    up_to: str | None,
+) -> dict[str, Any]:
+    """``POST /v1/inbox/acknowledge``: exactly one group (a run, a subject, or ids),
+    optionally narrowed by ``filter`` and ``up_to``."""
+    named = sum(x is not None for x in (run_id, subject, notification_ids))
+    if named != 1:
+        raise ValueError("name exactly one group: run_id, subject or notification_ids")
+    if isinstance(notification_ids, str):
+        raise ValueError("notification_ids must be a list of ids, not one string")
+    return compact(
+        run_id=run_id,
+        subject=subject_ref(subject) if subject is not None else None,
+        notification_ids=list(notification_ids) if notification_ids is not None else None,
+        filter=filter,
+        up_to=up_to,
+    )
 
 
 def response_body(

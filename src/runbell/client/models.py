@@ -432,3 +432,31 @@ class SubjectGrant:
             created=data.get("created"),
             raw=data,
         )
+
+
+@dataclass(frozen=True)
+class GroupAcknowledged:
+    """What acknowledging a group of your notifications did: ``acknowledged`` how many
+    this call closed (``folded`` of them because a digest among them folded them), ``ids``
+    theirs; for named ids, ``already_closed`` (closed before) and ``not_found`` (not
+    yours: left alone); ``more``: the group held more than 1000, call again."""
+
+    acknowledged: int
+    folded: int
+    already_closed: int
+    not_found: int
+    more: bool
+    ids: list[str]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GroupAcknowledged:
+        return cls(
+            acknowledged=int(data["acknowledged"]),
+            folded=int(data.get("folded") or 0),
+            already_closed=int(data.get("already_closed") or 0),
+            not_found=int(data.get("not_found") or 0),
+            more=bool(data.get("more")),
+            ids=list(data.get("ids") or []),
+            raw=data,
+        )

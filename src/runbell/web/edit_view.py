@@ -74,3 +74,15 @@ def edited_value(stored: object, typed: str) -> Any:
                 line=exc.lineno, column=exc.colno, problem=exc.msg
             )
         ) from exc
+
+
+def approved_text(req: InputRequest) -> str | None:
+    """What an answer approved as edited, as the form showed it (the single string, or
+    the JSON); None for an answer that did not edit."""
+    if not req.edited:
+        return None
+    spec = editable.parse_stored(req.editable)
+    name = spec.single_string if spec is not None else None
+    if name is not None and isinstance(req.value, dict) and isinstance(req.value.get(name), str):
+        return str(req.value[name])
+    return json.dumps(req.value, indent=2, ensure_ascii=False, sort_keys=True)

@@ -35,7 +35,7 @@ from runbell.flows.runs import RunSnapshot
 from runbell.i18n import N_, _
 from runbell.web import flow_words, trace, wording
 from runbell.web import run_parts as parts
-from runbell.web.edit_view import edit_view
+from runbell.web.edit_view import approved_text, edit_view
 from runbell.web.forms import Checked, Session
 from runbell.web.ledger import ledger_view
 from runbell.web.templating import render
@@ -187,6 +187,7 @@ def run_page(core: Core, v: Viewer, run_id: str, state: RunPageState) -> Respons
                 "value": parts.option_label(answered, answered.value),
                 "summary": answered.summary,
                 "at": v.time(answered.answered_at),
+                "edited": approved_text(answered),  # what will run, when the person fixed it
             }
             if answered
             else None

@@ -7,6 +7,7 @@ destinations, and the browsers that get notifications.
 ``POST /settings/push/{id}/delete``                         forget a browser
 ``POST /settings/policy/preview``, ``POST /settings/policy``  admins: preview a policy against
                                                             the last 7 days, then save it
+``POST /settings/machines``                                  admins: machine answers on or off
 =========================================================  =================================
 
 It also lists, read-only, the subjects an administrator granted this person (granted and
@@ -33,7 +34,7 @@ from runbell.domain.channels import ALL_URGENCIES, PERSON_CHANNELS
 from runbell.domain.errors import Forbidden, RunbellError, ValidationFailed
 from runbell.domain.policy import TenantPolicy
 from runbell.domain.quiet_hours import quiet_windows
-from runbell.flows import dry_run, grants, policy, preferences
+from runbell.flows import dry_run, grants, machine_answers, policy, preferences
 from runbell.flows.context import Core
 from runbell.i18n import N_, _
 from runbell.web import flow_words, wording
@@ -91,6 +92,7 @@ def settings_page(
     policy_draft: str | None = None,
     preview: Mapping[str, Any] | None = None,
     policy_error: str | None = None,
+    machines_error: str | None = None,
 ) -> Response:
     prefs = preferences.preferences_of(core, v.who)
     chats = [{**c, "mine": not c["shared"]} for c in preferences.chat_destinations(core, v.who)]
@@ -122,6 +124,10 @@ def settings_page(
         my_grants=[
             {**g, "role_text": _(wording.GRANT_ROLE_TEXT.get(g["role"], g["role"]))} for g in mine
         ],
+        # Whether callback URLs and answering keys may answer (admins only; the CLI's
+        # `runbell tenant machines` reads and sets the same switch).
+        machines=machine_answers.allowed(core, v.who.tenant_id) if v.who.is_admin else None,
+        machines_error=machines_error,
         policy_text=policy_draft if policy_draft is not None else _own_policy(core, v),
         preview=preview,
         policy_error=policy_error,
@@ -137,6 +143,11 @@ def settings_view(session: Session, core: CoreDep, saved: str | None = None) -> 
         "chat-removed": N_("Chat destination removed."),
         "device-removed": N_("That browser will no longer get notifications."),
         "policy": N_("The attention policy was saved."),
+        "machines-on": N_("Machines may answer this workspace's requests."),
+        "machines-off": N_(
+            "Machine answers are off: callback URLs and keys with input_requests.answer "
+            "are refused."
+        ),
     }
     v = viewer(core, session)
     said = words.get(saved or "")
@@ -282,3 +293,18 @@ def settings_policy_save(signed: Checked, core: CoreDep) -> Response:
     except ValidationFailed as exc:
         return settings_page(core, v, policy_draft=text, policy_error=exc.detail, status=422)
     return RedirectResponse("/settings?saved=policy#policy", status_code=303)
+
+
+@router.post("/settings/machines")
+def settings_machines(signed: Checked, core: CoreDep) -> Response:
+    """Turn machine answers (callback URLs, keys with ``input_requests.answer``) on or off
+    for the workspace, as ``runbell tenant machines on|off`` does."""
+    v = viewer(core, signed.session)
+    if not v.who.is_admin:
+        raise Forbidden("only administrators turn machine answers on or off")
+    choice = signed.form.first("allowed")
+    if choice not in ("on", "off"):
+        text = _("Choose on or off. Nothing was changed.")
+        return settings_page(core, v, machines_error=text, status=422)
+    machine_answers.set_allowed(core, v.who.tenant_id, choice == "on")
+    return RedirectResponse(f"/settings?saved=machines-{choice}#machines", status_code=303)

@@ -99,9 +99,13 @@ def timeline(
     one row; an answer to a proposed change (which may move nothing) is its own."""
     me = v.who.user_id
     rows = []
+    edited: str | None = None  # the decision of an edited answer whose transition is next
     for step in reversed(steps):
         if step["kind"] == "answer" and step.get("purpose") != "amendment":
-            # The run's own "answered" transition is this step, by the same person.
+            # The run's own "answered" transition is this step, by the same person; it
+            # only says the answer was edited when this step tells it (newest first, the
+            # answer comes just before its transition).
+            edited = str(step.get("decision") or "") if step.get("edited") else None
             continue
         at = _at(step.get("at"))
         row: dict[str, Any] = {
@@ -113,6 +117,13 @@ def timeline(
             "version": None,
         }
         row.update(_what(step, asked, people, me))
+        if edited is not None and step["kind"] == "transition":
+            if str(step.get("reason") or "").startswith("answered:"):
+                known = wording.DECISION_WORD.get(edited)
+                row["reason"] = _("the request was {decision} with an edited value").format(
+                    decision=_(known) if known else edited
+                )
+            edited = None
         rows.append(row)
     return rows
 
