@@ -109,11 +109,11 @@ def judge_reported_wait(has_asked: bool, request_open: bool) -> Judgement | None
     A run that asks through input requests waits through them: opening one moves it to
     ``input_required``, settling it (answered, expired, superseded, cancelled) moves it on.
     A bare report of a wait after that is late news of the wait just settled — Claude
-    Code's ``Notification`` ``permission_prompt`` arrives about 6 s after its dialog, when
-    the person has often answered in Runbell already (issue 20 row 2) — and applying it
-    would raise a second "needs your input" for a question nobody is asking any more. A
-    new wait comes with a new request. A run that never asked may still report a bare
-    wait (a question asked in the agent's own terminal).
+    Code sends ``Notification`` ``permission_prompt`` about 6 s after its dialog, and its
+    hook's report reached Runbell after the person had answered there (issue 20 row 2) —
+    and applying it would raise a second "needs your input" for a question nobody is
+    asking any more. A new wait comes with a new request. A run that never asked may
+    still report a bare wait (a question asked in the agent's own terminal).
     """
     if has_asked and not request_open:
         return Judgement(
