@@ -337,6 +337,13 @@ def test_a_second_prompt_supersedes_the_first(env: dict[str, str], api: httpx.Cl
     code, out, _ = finish(second)
     thread.join(timeout=HOOK_WAIT)
     assert code == 0 and json.loads(out) == ALLOW
+    # The late permission_prompt Notifications of both prompts (one superseded, one
+    # answered) raise nothing more (issue 20 row 2).
+    before = kinds(api, RUN1)
+    for _ in range(2):
+        assert hook(env, fixture("claude_code", "notification_permission_prompt_answered")) == ""
+    assert kinds(api, RUN1) == before
+    assert run(api, RUN1)["state"] == "working"
 
 
 def test_server_down_prints_nothing_and_exits_0(env: dict[str, str]) -> None:
