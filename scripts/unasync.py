@@ -31,6 +31,7 @@ RULES: list[tuple[str, str]] = [
     (r"\bAsyncRunContext\b", "RunContext"),
     (r"\bAsyncIterator\b", "Iterator"),
     (r"\bAsyncBaseTransport\b", "BaseTransport"),
+    (r"\bAsyncHTTPTransport\b", "HTTPTransport"),
     (r"__aenter__", "__enter__"),
     (r"__aexit__", "__exit__"),
     (r"\baclose\b", "close"),

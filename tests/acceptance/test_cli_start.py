@@ -105,7 +105,8 @@ PROBE = textwrap.dedent(
     code, script, _ = run(["completion", "bash"])
     codes["completion bash"] = code if "complete -o default -F _runbell runbell" in script else -1
     codes["usage error"] = run(["user", "add", "x@example.com"])[0]
-    print(json.dumps({"codes": codes, "key": key.strip(), "modules": sorted(sys.modules)}))
+    modules = sorted(m for m, v in sys.modules.items() if v is not None)  # None: absent
+    print(json.dumps({"codes": codes, "key": key.strip(), "modules": modules}))
     """
 )
 
@@ -145,3 +146,65 @@ def test_secret_key_prints_a_key_the_server_accepts() -> None:
     key = str(_probe()["key"])
     Fernet(key)  # 32 url-safe base64-encoded bytes
     assert Settings(secret_key=key).secret_key == key
+
+
+#: What a ``runbell hook`` call may not load on top of the HTTP client it needs (issue 20
+#: row 3: a hook call ≤ 150 ms of CPU, ``python -m bench.cli_start`` measures): the
+#: server, the async half of the SDK and asyncio, httpx's own command line (click, rich),
+#: the async locks httpcore would bring (anyio), zstandard, and uuid.
+HOOK_HEAVY = (
+    *(h for h in HEAVY if h not in ("httpx", "runbell.client")),
+    "runbell.client._async",
+    "asyncio",
+    "anyio",
+    "zstandard",
+    "uuid",
+    "httpx._main",
+    "difflib",
+)
+
+HOOK_PROBE = textwrap.dedent(
+    """
+    import io, json, sys
+
+    sys.stdin = io.StringIO(open(sys.argv[1], encoding="utf-8").read())
+    from runbell.cli import main
+
+    code = main(["hook", "claude-code"])
+    loaded = sorted(m for m in sys.modules if sys.modules[m] is not None)
+    print(json.dumps({"code": code, "modules": loaded}))
+    """
+)
+
+
+def test_a_hook_call_loads_the_sync_client_and_nothing_heavier(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: the call fails fast, silently
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    payload = Path(__file__).parents[1] / "fixtures" / "claude_code" / "user_prompt_submit.json"
+    res = subprocess.run(
+        [sys.executable, "-c", HOOK_PROBE, str(payload)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 4,
+        check=False,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": SRC,
+            "HOME": str(tmp_path),
+            "RUNBELL_URL": f"http://127.0.0.1:{port}",
+            "RUNBELL_KEY": "rbk_unused",
+            "RUNBELL_HOOK_STATE_DIR": str(tmp_path / "state"),
+            "RUNBELL_HOOK_LOG": str(tmp_path / "hook.log"),
+        },
+    )
+    assert res.returncode == 0, res.stderr
+    result = json.loads(res.stdout.splitlines()[-1])
+    assert result["code"] == 0
+    modules = result["modules"]
+    assert "httpx" in modules and "runbell.client._sync" in modules  # it did try to report
+    assert "hook failed" in (tmp_path / "hook.log").read_text()  # and nobody answered
+    loaded = sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HOOK_HEAVY))
+    assert not loaded, f"a hook call loaded {loaded}"

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+import runbell
 from runbell.hooks.mapping import permission_output
 from runbell.testing import TenantCreds
 from tests.conftest import LiveServer, bearer, free_port
@@ -53,6 +54,8 @@ def env(live: LiveServer, creds: TenantCreds, tmp_path: Path) -> dict[str, str]:
         "RUNBELL_OWNER": creds.owner_email,
         "RUNBELL_HOOK_STATE_DIR": str(tmp_path / "state"),
         "RUNBELL_HOOK_LOG": str(tmp_path / "hook.log"),
+        # The runbell under test (a worktree's src/), not whatever the venv installed.
+        "PYTHONPATH": str(Path(runbell.__file__).resolve().parents[1]),
     }
 
 
@@ -263,6 +266,37 @@ def test_permission_request_approved_from_another_device(
     assert run(api, RUN1)["state"] == "working"
 
 
+def test_a_permission_prompt_notification_after_the_answer_raises_nothing(
+    env: dict[str, str], api: httpx.Client
+) -> None:
+    """Issue 20 row 2: Claude Code's `permission_prompt` Notification comes ~6 s after its
+    dialog; when the person answered in Runbell first, it is news of a settled wait."""
+    hook(env, fixture("claude_code", "user_prompt_submit"))
+    proc = start(env, fixture("claude_code", "permission_request"), RUNBELL_HOOK_TIMEOUT="60")
+    pending(api, RUN1)
+    thread = answer_in_thread(api, RUN1, "approve")
+    code, out, _ = finish(proc)
+    thread.join(timeout=HOOK_WAIT)
+    assert code == 0 and json.loads(out) == ALLOW
+    assert run(api, RUN1)["state"] == "working"
+    before = notifications(api)
+
+    assert hook(env, fixture("claude_code", "notification_permission_prompt_answered")) == ""
+    assert run(api, RUN1)["state"] == "working"
+    assert notifications(api) == before
+    assert kinds(api, RUN1) == ["input_required"]  # the one prompt's one alert
+    assert log_of(env) == ""  # stale is an answer, not a failure
+
+
+def test_codex_tuis_title_turn_reports_nothing(env: dict[str, str], api: httpx.Client) -> None:
+    """Issue 20 row 4: no run and no "A run finished" for the TUI's title turn."""
+    title = fixture("codex", "notify_title_turn")
+    assert hook(env, title, "codex", json.dumps(title)) == ""
+    assert api.get("/v1/runs/codex-019a4c2e-7b1d-7c30-9e55-3f0a8d2b6c11.12344").status_code == 404
+    assert notifications(api) == []
+    assert log_of(env) == ""
+
+
 def test_permission_request_denied(env: dict[str, str], api: httpx.Client) -> None:
     hook(env, fixture("claude_code", "user_prompt_submit"))
     proc = start(env, fixture("claude_code", "permission_request"), RUNBELL_HOOK_TIMEOUT="60")
@@ -303,6 +337,13 @@ def test_a_second_prompt_supersedes_the_first(env: dict[str, str], api: httpx.Cl
     code, out, _ = finish(second)
     thread.join(timeout=HOOK_WAIT)
     assert code == 0 and json.loads(out) == ALLOW
+    # The late permission_prompt Notifications of both prompts (one superseded, one
+    # answered) raise nothing more (issue 20 row 2).
+    before = kinds(api, RUN1)
+    for _ in range(2):
+        assert hook(env, fixture("claude_code", "notification_permission_prompt_answered")) == ""
+    assert kinds(api, RUN1) == before
+    assert run(api, RUN1)["state"] == "working"
 
 
 def test_server_down_prints_nothing_and_exits_0(env: dict[str, str]) -> None:

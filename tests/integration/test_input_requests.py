@@ -829,3 +829,38 @@ def test_an_answer_on_one_run_never_answers_another_runs_request(
     # The same answer on the request's own run is the one that counts.
     done = json.loads(answers.answer(core, owner, "req-1", body, "k-own", run_id="run-1").body)
     assert done["input_request"]["state"] == "answered"
+
+
+# --- no second alarm for a settled wait (issue 20 row 2) ----------------------------------
+
+
+def test_a_wait_reported_after_its_request_was_answered_raises_nothing(
+    client: TestClient, core: Core, creds: TenantCreds, clock: Clock, waiting: dict[str, Any]
+) -> None:
+    """Claude Code's `Notification` `permission_prompt` comes ~6 s after its dialog, often
+    after the person answered in Runbell: reported as `input_required`, it is stale news of
+    the settled wait, not a second "needs your input"."""
+    r = answer(client, creds.owner_token, "req-1", run_version=waiting["run"]["version"])
+    assert r.status_code == 200, r.text
+    assert get_run(client, creds, "run-1")["state"] == "working"
+    before = rows(core, t.notifications, creds.tenant_id, run_id="run-1")
+
+    r = client.post(
+        "/v1/runs/run-1/signals",
+        json={"event_id": "late-wait", "state": "input_required", "reason": "asks again"},
+        headers=bearer(creds.runtime_key),
+    )
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["outcome"] == "stale", out
+    assert "no input request is open" in out["reason"]
+    assert out["notifications"] == []
+    assert get_run(client, creds, "run-1")["state"] == "working"
+    assert rows(core, t.notifications, creds.tenant_id, run_id="run-1") == before
+    (event,) = rows(core, t.inbound_events, creds.tenant_id, event_id="late-wait")
+    assert event["outcome"] == "stale"  # recorded, not applied
+
+    # A new question is a new request, and that one alerts.
+    opened = open_request(client, creds, clock, "run-1", "req-2")
+    assert opened["run"]["state"] == "input_required"
+    assert [n["input_request_id"] for n in opened["notifications"]] == ["req-2"]

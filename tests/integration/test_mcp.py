@@ -25,6 +25,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, Field
 
+import runbell
 from runbell.flows.context import Core
 from runbell.testing import TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer
@@ -52,7 +53,13 @@ async def connect(
         params = StdioServerParameters(
             command=RUNBELL,
             args=["mcp"],
-            env={"RUNBELL_URL": live.url, "RUNBELL_KEY": key, "RUNBELL_OWNER": owner},
+            env={
+                "RUNBELL_URL": live.url,
+                "RUNBELL_KEY": key,
+                "RUNBELL_OWNER": owner,
+                # The runbell under test (a worktree's src/), not what the venv installed.
+                "PYTHONPATH": str(Path(runbell.__file__).resolve().parents[1]),
+            },
         )
         async with (
             stdio_client(params) as (read, write),

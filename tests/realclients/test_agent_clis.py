@@ -3,7 +3,8 @@ real `runbell serve`; only the model is scripted (:mod:`tests.realclients.model`
 
 - Claude Code, interactive in tmux, with the docs' scoped key: its permission prompt
   becomes an input request, approving it in Runbell lets the command run, and the turn's
-  run ends completed.
+  run ends completed; Claude Code's own `permission_prompt` Notification, reported after
+  the answer, raises no second "needs your input" (issue 20 row 2).
 - The same with a key lacking ``input_requests.create``: no request, the hook log names
   the capability, and Claude Code's own dialog stays up, approving nothing.
 - Codex ``exec`` with ``notify`` and the hooks: the turn lands in Runbell completed.
@@ -75,11 +76,43 @@ def install_claude_hooks(session: Session, key: str) -> None:
     assert "PermissionRequest" in settings["hooks"], settings
 
 
-def start_claude(session: Session, key: str) -> str:
-    """Claude Code in tmux, asked to write out.txt; its session id."""
+def hold_notifications(session: Session) -> Path:
+    """Wrap the installed `Notification` handler: it holds each payload until the file
+    ``released`` exists (the test creates it after answering in Runbell), then runs the
+    real `runbell hook claude-code` on it, then appends the payload to
+    ``notifications.jsonl``. That replays issue 20's order deterministically: Claude Code
+    sends `permission_prompt` about 6 s after its dialog, and on a loaded machine the
+    hook's report reached Runbell only after the person had answered there."""
+    root = session.root
+    path = session.project / ".claude" / "settings.json"
+    settings = json.loads(path.read_text())
+    for group in settings["hooks"]["Notification"]:
+        for handler in group["hooks"]:
+            handler["command"] = (
+                f"payload=$(cat); touch '{root}/held'; n=0; "
+                f"while [ ! -e '{root}/released' ] && [ $n -lt 250 ]; do sleep 0.1; "
+                "n=$((n+1)); done; "
+                f"printf '%s' \"$payload\" | {handler['command']}; "
+                f"printf '%s\\n' \"$payload\" >> '{root}/notifications.jsonl'"
+            )
+    path.write_text(json.dumps(settings, indent=2))
+    return root / "notifications.jsonl"
+
+
+def handled_notifications(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def start_claude(session: Session, key: str, *, notifications: bool = False) -> str:
+    """Claude Code in tmux, asked to write out.txt; its session id. ``notifications``:
+    hold each Notification until the test releases it (:func:`hold_notifications`)."""
     claude = npm.install(*npm.CLAUDE_CODE)
     require_tmux()
     install_claude_hooks(session, key)
+    if notifications:
+        hold_notifications(session)
     claude_home(session)
     session_id = new_session_id()
     session.tmux = Tmux()
@@ -102,7 +135,7 @@ def test_claude_code_permission_prompt_approved_in_runbell(
 ) -> None:
     key = runbell.key(*HOOK_CAPABILITIES)
     with session.explained():
-        run_id = f"cc-{start_claude(session, key)}"
+        run_id = f"cc-{start_claude(session, key, notifications=True)}"
         request = session.wait(
             "the permission prompt as an input request",
             lambda: pending_request(runbell, run_id),
@@ -112,7 +145,11 @@ def test_claude_code_permission_prompt_approved_in_runbell(
         assert COMMAND in json.dumps(request["details"])
         assert not (session.project / "out.txt").exists()  # nothing before the answer
 
+        # Claude Code's own `permission_prompt` Notification, ~6 s after its dialog, is
+        # held (see hold_notifications) until the person has answered in Runbell.
+        session.wait("Claude Code's permission_prompt Notification", (session.root / "held").exists)
         runbell.approve(request)
+        (session.root / "released").touch()
 
         out = session.project / "out.txt"
         session.wait("Claude Code to run the command", out.exists)
@@ -122,6 +159,26 @@ def test_claude_code_permission_prompt_approved_in_runbell(
             lambda: (r := runbell.run(run_id)) is not None and r["state"] == "completed" and r,
         )
         assert run["pending_input_request"] is None
+        assert "hook failed" not in session.hook_log_text()
+
+        # Issue 20 row 2: once the hook has reported that late Notification, the owner
+        # still has exactly one "needs your input" for the one prompt.
+        log = session.root / "notifications.jsonl"
+        session.wait(
+            "Claude Code's permission_prompt Notification, handled by the hook",
+            lambda: any(
+                n.get("notification_type") == "permission_prompt"
+                for n in handled_notifications(log)
+            ),
+        )
+        with runbell.owner() as api:
+            notes = api.get("/v1/notifications", params={"limit": 100}).json()["notifications"]
+            steps = api.get(f"/v1/runs/{run_id}/history").json()["steps"]
+        asked = [n for n in notes if n["run_id"] == run_id]
+        assert sorted(n["attention_type"] for n in asked) == ["completed", "input_required"]
+        waits = [st for st in steps if st.get("to_state") == "input_required"]
+        assert len(waits) == 1, steps  # the request's own; the late report moved nothing
+        assert runbell.run(run_id)["state"] == "completed"  # type: ignore[index]
         assert "hook failed" not in session.hook_log_text()
 
 

@@ -244,6 +244,18 @@ def test_codex_notify_is_one_completed_turn() -> None:
     assert plan_codex_notify({"type": "approval-requested"}) == HookPlan()
 
 
+def test_codex_tuis_title_turn_reports_nothing() -> None:
+    # Issue 20 row 4: the TUI's own title-generation turn was an extra "A run finished".
+    assert plan_codex_notify(codex("notify_title_turn")) == HookPlan()
+    # The same words typed by a person in `codex exec` (no TUI) are a turn like any other.
+    typed = codex("notify_title_turn", client="codex_exec")
+    assert signals(plan_codex_notify(typed)) == [
+        ("codex-019a4c2e-7b1d-7c30-9e55-3f0a8d2b6c11.12344", "completed")
+    ]
+    # The person's turns of a TUI session still report.
+    assert signals(plan_codex_notify(codex("notify_agent_turn_complete"))) != []
+
+
 def test_codex_hooks() -> None:
     assert plan_codex_hook(codex("session_start")) == HookPlan()
     run = "codex-019a4c2e-7b1d-7c30-9e55-3f0a8d2b6c11.12346"

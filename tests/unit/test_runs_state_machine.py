@@ -82,3 +82,17 @@ def test_attention_types() -> None:
     assert attention_for("cancelled", None) is AttentionType.CANCELLED
     assert attention_for("working", None) is None
     assert attention_for("stopping", None) is None
+
+
+def test_a_run_that_asked_waits_again_only_through_an_open_request() -> None:
+    # Issue 20 row 2: a bare `input_required` after the run's request was settled is late
+    # news of that wait (Claude Code's permission_prompt Notification), never a new alert.
+    from runbell.domain.runs import judge_reported_wait
+
+    settled = judge_reported_wait(has_asked=True, request_open=False)
+    assert settled is not None and settled.verdict == "stale" and not settled.applies
+    assert "no input request is open" in settled.reason
+    # A run that never asked may report a bare wait (a question in its own terminal)…
+    assert judge_reported_wait(has_asked=False, request_open=False) is None
+    # … and an open request is the wait itself.
+    assert judge_reported_wait(has_asked=True, request_open=True) is None

@@ -80,6 +80,12 @@ admin.tenants.add(retention.group, machine_answers.group)
 def main(argv: Sequence[str] | None = None, prog: str = "runbell") -> int:
     """Run ``runbell`` with ``argv`` (default: this process's arguments); the exit code.
     ``prog`` is how help and hints name the command."""
+    # httpx imports its own command line (httpx._main: click, rich, pygments) whenever
+    # they are installed, as they are here: ~40 ms of CPU on every start of a command that
+    # talks HTTP (a hook, `runbell mcp`, `report`), for a program this process never runs.
+    # Marked absent, httpx falls back to a stub `httpx.main` (its `except ImportError`);
+    # setdefault: a process that already imported it keeps it.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     return run(root, sys.argv[1:] if argv is None else argv, prog)
 
 

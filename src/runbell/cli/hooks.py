@@ -22,6 +22,11 @@ install_group = Group("install", "Write or print a runtime's hook settings.")
 
 
 def _finish(run: Callable[[], str]) -> None:
+    # A hook call is one short sync client: it needs neither anyio (httpcore imports it
+    # for its async locks) nor zstandard (httpx imports it to offer zstd, which Runbell
+    # never sends). Marked absent they cost nothing: ~25 ms of the 150 ms budget.
+    for optional in ("anyio", "zstandard"):
+        sys.modules.setdefault(optional, None)  # type: ignore[arg-type]
     from runbell.hooks import report
 
     environ = os.environ

@@ -89,7 +89,8 @@ Example::
 
 from __future__ import annotations
 
-from runbell.client._async import AsyncClient, AsyncRunContext
+from typing import TYPE_CHECKING, Any
+
 from runbell.client._core import RetryPolicy
 from runbell.client._run import current_run_id
 from runbell.client._sync import Client, RunContext
@@ -125,6 +126,20 @@ from runbell.client.models import (
     Snapshot,
     SubjectGrant,
 )
+
+if TYPE_CHECKING:
+    from runbell.client._async import AsyncClient, AsyncRunContext
+
+
+def __getattr__(name: str) -> Any:
+    # The async half (and asyncio, ~20-40 ms of a start's CPU) loads on first use: a hook
+    # or a script on the sync Client never pays for it (bench/cli_start.py).
+    if name in ("AsyncClient", "AsyncRunContext"):
+        from runbell.client import _async
+
+        return getattr(_async, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "APIError",

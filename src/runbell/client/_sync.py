@@ -86,7 +86,9 @@ class Client:
                 **({_core.CLIENT_HEADER: _core.APP_CLIENT} if as_app else {}),
             },
             timeout=timeout,
-            transport=transport,
+            transport=transport
+            if transport is not None or not _core.plain_http(config.url)
+            else httpx.HTTPTransport(verify=False),
         )
 
     @classmethod

@@ -101,6 +101,28 @@ def judge(
     return Judgement("rejected", f"{cur.value} -> {tgt.value} is not an allowed transition")
 
 
+def judge_reported_wait(has_asked: bool, request_open: bool) -> Judgement | None:
+    """A reported ``input_required`` (a signal, not an input request) that :func:`judge`
+    would apply, on a run that has ``has_asked`` through input requests: stale unless one
+    is ``request_open``. None: no objection.
+
+    A run that asks through input requests waits through them: opening one moves it to
+    ``input_required``, settling it (answered, expired, superseded, cancelled) moves it on.
+    A bare report of a wait after that is late news of the wait just settled — Claude
+    Code sends ``Notification`` ``permission_prompt`` about 6 s after its dialog, and its
+    hook's report reached Runbell after the person had answered there (issue 20 row 2) —
+    and applying it would raise a second "needs your input" for a question nobody is
+    asking any more. A new wait comes with a new request. A run that never asked may
+    still report a bare wait (a question asked in the agent's own terminal).
+    """
+    if has_asked and not request_open:
+        return Judgement(
+            "stale",
+            "no input request is open: the wait this reports was settled in Runbell",
+        )
+    return None
+
+
 class AttentionType(StrEnum):
     INPUT_REQUIRED = "input_required"
     FAILED = "failed"

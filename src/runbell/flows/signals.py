@@ -10,6 +10,8 @@ Invariants kept here (DESIGN §2):
   the original result — never a second transition or notification; a concurrent retry
   that loses the insert race answers the same way.
 - 2: a late or out-of-order signal is recorded as ``stale`` and changes nothing.
+  So is ``input_required`` on a run that asks through input requests while none is
+  open (:func:`runbell.domain.runs.judge_reported_wait`): news of a wait already settled.
 - 3: an advisory claim is applied only when the state reader agrees (else a mismatch).
 - The owner rule (issue 18): ``completed`` reported through the API by anyone but the
   run's completion owner (or an admin) is a 403 naming the rule; a provider's verified
@@ -37,13 +39,14 @@ from runbell.domain import capabilities
 from runbell.domain.errors import Conflict, ValidationFailed
 from runbell.domain.principal import Principal
 from runbell.domain.records import InboundEvent, Notification, RunReport
-from runbell.domain.runs import RunState, judge
+from runbell.domain.runs import RunState, judge, judge_reported_wait
 from runbell.domain.signals import Signal
 from runbell.domain.text import REASON_MAX, public_text
 from runbell.flows import ownership, reconcile, scope, transitions, views
 from runbell.flows.context import Core
 from runbell.ingress.readers import Observed
 from runbell.store import accounts, runs
+from runbell.store import input_requests as requests
 from runbell.store import notifications as notes
 from runbell.store.accounts import Source
 from runbell.store.db import Tx
@@ -350,6 +353,10 @@ def _accept_in_tx(
             signal = replace(signal, effects_verified=False)
 
     verdict = judge(run.state, run.sequence, signal.state, sequence)
+    if verdict.applies and signal.state == RunState.INPUT_REQUIRED:
+        # Back to a wait only through an open request once the run has asked one.
+        has_asked, request_open = requests.asked(tx.conn, tenant_id, run_id)
+        verdict = judge_reported_wait(has_asked, request_open) or verdict
     if not verdict.applies:
         finish(verdict.verdict, verdict.reason, [])
         log.debug(

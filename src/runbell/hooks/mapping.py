@@ -414,11 +414,28 @@ def _codex_ensure(session: str, turn_id: str, payload: Mapping[str, Any], **kw: 
     )
 
 
+# Codex's TUI names each session with a turn of its own, passed to `notify` like any
+# other (codex-cli 0.171.0): `"client": "codex-tui"`, its input starting with this.
+CODEX_TITLE_TURN = "Generate a concise, single-line task title"
+
+
+def is_codex_title_turn(payload: Mapping[str, Any]) -> bool:
+    """Whether a notify payload is the TUI's own title-generation turn, not the person's."""
+    messages = payload.get("input-messages")
+    first = messages[0] if isinstance(messages, list) and messages else None
+    return (
+        payload.get("client") == "codex-tui"
+        and isinstance(first, str)
+        and first.lstrip().startswith(CODEX_TITLE_TURN)
+    )
+
+
 def plan_codex_notify(payload: Mapping[str, Any]) -> HookPlan:
-    """The legacy ``notify`` payload (``agent-turn-complete``): one completed turn."""
+    """The legacy ``notify`` payload (``agent-turn-complete``): one completed turn. The
+    TUI's title-generation turn reports nothing (no run, no "A run finished")."""
     if not isinstance(payload, Mapping):
         raise PayloadError("the notify argument is not a JSON object")
-    if payload.get("type") != "agent-turn-complete":
+    if payload.get("type") != "agent-turn-complete" or is_codex_title_turn(payload):
         return NOTHING
     thread = _required(payload, "thread-id")
     turn_value = payload.get("turn-id")

@@ -4,7 +4,6 @@ of sensitive details, so that a huge tool input still fits the API's body limit.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,6 +50,8 @@ def _cut(text: str, limit: int = MAX_ACTION_CHARS) -> str:
 def edit_diff(path: str, edits: list[tuple[str, str]]) -> str:
     """A unified diff of an Edit's (or MultiEdit's) replacements: one hunk per edit, old
     string against new, without the file around them (the hook never reads the file)."""
+    import difflib  # only an Edit's approval needs it (a hook call's start stays light)
+
     out: list[str] = []
     for old, new in edits:
         lines = difflib.unified_diff(

@@ -85,6 +85,18 @@ def pending_for_run(
     return [_with_answer(conn, r._mapping) for r in conn.execute(q).all()]
 
 
+def asked(conn: Connection, tenant_id: str, run_id: str) -> tuple[bool, bool]:
+    """Whether the run has ever asked its own question (a request of purpose ``run``), and
+    whether one is pending now."""
+    pending = sa.func.coalesce(sa.func.sum(sa.case((ir.c.state == "pending", 1), else_=0)), 0)
+    row = conn.execute(
+        sa.select(sa.func.count(), pending).where(
+            ir.c.tenant_id == tenant_id, ir.c.run_id == run_id, ir.c.purpose == "run"
+        )
+    ).one()
+    return bool(row[0]), bool(row[1])
+
+
 def last_answered(
     conn: Connection, tenant_id: str, run_id: str, purpose: str
 ) -> InputRequest | None:
