@@ -108,15 +108,16 @@ def install_claude_code(
     from runbell.client.errors import ConfigError
     from runbell.hooks import handlers, install, report
 
-    server = None
+    server = owner = None
     if http:
         try:
-            server = load_config().url
+            config = load_config()
         except ConfigError as exc:
             common.fail(f"--http needs the server's URL: {exc}")
+        server, owner = config.url, config.owner
     try:
         snippet = handlers.claude_settings(
-            install.runbell_command(), report.hook_timeout(os.environ), gate or (), server
+            install.runbell_command(), report.hook_timeout(os.environ), gate or (), server, owner
         )
     except ValueError as exc:
         common.fail(str(exc))

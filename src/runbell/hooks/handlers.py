@@ -8,7 +8,8 @@ items 1 and 2), built on :func:`runbell.hooks.install.claude_snippet`.
 - ``--http`` writes ``type: "http"`` handlers posting to ``<server>/v1/hooks/claude-code``
   with ``Authorization: Bearer $RUNBELL_KEY`` and ``X-Runbell-Entrypoint:
   $CLAUDE_CODE_ENTRYPOINT`` (both named in ``allowedEnvVars``: Claude Code interpolates
-  only those), and ``?timeout=`` for how long the server waits for a person's answer.
+  only those), ``?timeout=`` for how long the server waits for a person's answer and
+  ``?owner=`` (``RUNBELL_OWNER``) for who owns the runs it creates.
 """
 
 from __future__ import annotations
@@ -33,18 +34,31 @@ def _by_tool(gates: Sequence[ToolGate]) -> dict[str, list[ToolGate]]:
     return tools
 
 
-def hook_url(server: str, runtime: str, timeout: float, gates: Sequence[ToolGate] = ()) -> str:
-    query = [("timeout", str(int(timeout)))] + [("gate", str(g)) for g in gates]
+def hook_url(
+    server: str,
+    runtime: str,
+    timeout: float,
+    gates: Sequence[ToolGate] = (),
+    owner: str | None = None,
+) -> str:
+    query = [("timeout", str(int(timeout)))]
+    if owner:
+        query.append(("owner", owner))
+    query += [("gate", str(g)) for g in gates]
     return f"{server.rstrip('/')}/v1/hooks/{runtime}?{urlencode(query)}"
 
 
 def http_handler(
-    server: str, timeout: float, gates: Sequence[ToolGate], event: str
+    server: str,
+    timeout: float,
+    gates: Sequence[ToolGate],
+    event: str,
+    owner: str | None = None,
 ) -> dict[str, Any]:
     wait = int(timeout) + APPROVAL_MARGIN if event in WAITING else REPORT_TIMEOUT
     return {
         "type": "http",
-        "url": hook_url(server, "claude-code", timeout, gates),
+        "url": hook_url(server, "claude-code", timeout, gates, owner),
         "headers": {
             "Authorization": f"Bearer ${KEY_VAR}",
             ENTRYPOINT_HEADER: "$CLAUDE_CODE_ENTRYPOINT",
@@ -55,7 +69,11 @@ def http_handler(
 
 
 def claude_settings(
-    command: str, approval_timeout: float, gates: Sequence[str] = (), http: str | None = None
+    command: str,
+    approval_timeout: float,
+    gates: Sequence[str] = (),
+    http: str | None = None,
+    owner: str | None = None,
 ) -> dict[str, Any]:
     """The hooks to merge into Claude Code's settings: the usual events, ``PreToolUse``
     groups for ``gates``, as command hooks or (``http``: the server's URL) HTTP hooks."""
@@ -64,11 +82,11 @@ def claude_settings(
     hooks: dict[str, Any] = snippet["hooks"]
     if http is not None:
         for event in hooks:
-            hooks[event] = [{"hooks": [http_handler(http, approval_timeout, (), event)]}]
+            hooks[event] = [{"hooks": [http_handler(http, approval_timeout, (), event, owner)]}]
     groups = []
     for tool, patterns in _by_tool(chosen).items():
         if http is not None:
-            handler = http_handler(http, approval_timeout, patterns, "PreToolUse")
+            handler = http_handler(http, approval_timeout, patterns, "PreToolUse", owner)
         else:
             flags = " ".join(f"--gate {shlex.quote(str(g))}" for g in patterns)
             handler = {

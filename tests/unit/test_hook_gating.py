@@ -1,7 +1,7 @@
 """The headless gate (issue 20 item 1): which PreToolUse calls are put to the person, the
 plan they make (the permission prompt's), the decision printed for each answer, and the
 settings `runbell hook install claude-code --gate … [--http]` writes. Pure: the hook
-process against a server is in tests/integration/test_hook_gate.py."""
+process against a server is in tests/integration/test_hook_http_gate.py."""
 
 from __future__ import annotations
 
