@@ -60,7 +60,8 @@ RUNTIME_ONLY = (
     r"|POST /v1/runs/\{run_id\}/(signals|progress|input-requests|claim|operations|delegations)"
     r"|PATCH /v1/runs/\{run_id\}/operations/\{operation_id\}"
     r"|POST /v1/runs/\{run_id\}/operations/\{operation_id\}/supersede"
-    r"|POST /v1/input-requests/\{request_id\}/callback-urls)$"
+    r"|POST /v1/input-requests/\{request_id\}/callback-urls"
+    r"|POST /v1/hooks/(claude-code|codex))$"
 )
 
 
