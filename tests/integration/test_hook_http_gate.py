@@ -241,3 +241,20 @@ def test_http_hook_refusals(rt: httpx.Client, live: LiveServer, creds: TenantCre
     # An event nobody maps answers at once.
     r = rt.post("/v1/hooks/claude-code", json={"hook_event_name": "x", "session_id": "y"})
     assert r.status_code == 200 and r.json() == {}
+
+
+def test_an_http_hook_finds_a_late_turn_from_the_runs(rt: httpx.Client, api: httpx.Client) -> None:
+    """No local state: the current turn is the last of the session's runs (probed in
+    O(log n)), so turn 6 follows five finished ones."""
+    path = "/v1/hooks/claude-code"
+    for turn in range(1, 6):
+        rt.post(path, json=fixture("claude_code", "user_prompt_submit", prompt=f"turn {turn}"))
+        assert rt.post(path, json=fixture("claude_code", "stop")).json() == {}
+        run_id = RUN1 if turn == 1 else f"{RUN1}.{turn}"
+        assert run(api, run_id)["state"] == "completed"
+    rt.post(path, json=fixture("claude_code", "user_prompt_submit", prompt="turn 6"))
+    assert run(api, f"{RUN1}.6")["state"] == "working"
+    # A second Stop of a finished turn reports nothing, as the command hook's state says.
+    rt.post(path, json=fixture("claude_code", "stop"))
+    assert rt.post(path, json=fixture("claude_code", "stop")).json() == {}
+    assert api.get(f"/v1/runs/{RUN1}.7").status_code == 404
