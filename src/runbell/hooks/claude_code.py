@@ -2,8 +2,10 @@
 
 Claude Code runs the command with the hook's JSON on stdin and reads stdout as its
 answer, so this prints nothing at all, except the documented ``PermissionRequest``
-decision when the person answered in Runbell. Any failure (bad input, no
-configuration, the server down) exits 0 silently: Claude Code goes on as if no hook ran.
+decision when the person answered in Runbell, and, with ``--gate``, the ``PreToolUse``
+decision of a gated call in a headless session (:mod:`runbell.hooks.gate`). Any failure
+(bad input, no configuration, the server down) exits 0 silently: Claude Code goes on as if
+no hook ran (a gated call: ``ask``, so nothing runs that nobody allowed).
 
 The session's turn number lives in a small state file, one per session, under
 ``RUNBELL_HOOK_STATE_DIR`` (default ``$XDG_STATE_HOME/runbell/hooks``, else

@@ -116,8 +116,9 @@ def carry_out(rb: Client, plan: HookPlan) -> None:
 
 def decide(rb: Client, approval: Approval, timeout: float) -> dict[str, Any] | None:
     """Put the prompt to the person and wait up to ``timeout`` seconds: the documented
-    allow or deny output (an approval of an edited input: :func:`edited_output`), or None
-    (no answer in time, a newer prompt replaced this one, the run moved on) so the agent
+    output for the answer (:func:`runbell.hooks.gate.answer_output`: a PermissionRequest
+    allow or deny, a gated PreToolUse allow, deny or ask), or None (a PermissionRequest
+    with no answer in time, replaced by a newer prompt, the run moved on) so the agent
     shows its own dialog."""
     answer = rb.ask(
         approval.run_id,
