@@ -74,6 +74,12 @@ class Settings(BaseSettings):
         default=60.0, ge=60, description="How often the leader's retention sweep runs."
     )
     longpoll_max_s: float = Field(default=30.0, gt=0, le=30.0)
+    hook_wait_max_s: float = Field(
+        default=3000.0,
+        gt=0,
+        le=3000.0,
+        description="The longest POST /v1/hooks/… waits for a person's answer (seconds).",
+    )
     sse_keepalive_s: float = Field(default=15.0, gt=0)
     sse_access_recheck_s: float = Field(
         default=15.0, gt=0, description="How often an open stream re-checks its credentials."

@@ -104,6 +104,9 @@ WRITE = (401, 403, 413, 422, 503)  # an unsafe method: a body can be too large o
 
 # Each operation and the problem statuses it can answer with (besides 2xx).
 CAN_RETURN: dict[tuple[str, str], set[int]] = {
+    # HTTP hooks (issue 20): a runtime key; the runs and requests it reports and opens.
+    ("post", "/v1/hooks/claude-code"): {*WRITE, 404, 409},
+    ("post", "/v1/hooks/codex"): {*WRITE, 404, 409},
     ("put", "/v1/runs/{run_id}"): {*WRITE, 409},
     # Reads answer 403 to a scoped key without runs.read (issue 18).
     ("get", "/v1/runs/{run_id}"): {*ROLE, 404, 422},

@@ -22,7 +22,8 @@ failure whose answer is a 422 problem of the type and ``field`` that one of the
 operation's declared rules names. Nothing else is excluded, except:
 
 - ``GET /v1/events/stream``: an SSE stream does not end, so it cannot be one request.
-  Long-polls are cut to 50 ms (``longpoll_max_s``) so ``wait`` does not make the run slow.
+  Long-polls are cut to 50 ms (``longpoll_max_s``) so ``wait`` does not make the run slow,
+  and so is an HTTP hook's wait for a person (``hook_wait_max_s``).
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ HOOKS = "tests.integration.schemathesis_hooks"
 # Every operation but the SSE stream: 53 before issue 16; issue 18 adds 7 for /v1/schedules,
 # 5 for scoped keys and delegated tokens, 3 for /v1/subject-grants and 3 for the trace
 # (run history, supersede, findings); issue 19 adds 1 for POST /v1/inbox/acknowledge,
-# 2 for callback URLs (mint, use) and 1 for POST /v1/push-actions.
-OPERATIONS = 75
+# 2 for callback URLs (mint, use) and 1 for POST /v1/push-actions; issue 20 adds 2 for
+# the HTTP hooks (POST /v1/hooks/claude-code, /v1/hooks/codex).
+OPERATIONS = 77
 # CI's budget; docs/api.md runs a big one with these two set.
 EXAMPLES = int(os.environ.get("RUNBELL_SCHEMATHESIS_EXAMPLES", "3"))
 SEED = int(os.environ.get("RUNBELL_SCHEMATHESIS_SEED", "1"))
@@ -58,7 +60,8 @@ RUNTIME_ONLY = (
     r"|POST /v1/runs/\{run_id\}/(signals|progress|input-requests|claim|operations|delegations)"
     r"|PATCH /v1/runs/\{run_id\}/operations/\{operation_id\}"
     r"|POST /v1/runs/\{run_id\}/operations/\{operation_id\}/supersede"
-    r"|POST /v1/input-requests/\{request_id\}/callback-urls)$"
+    r"|POST /v1/input-requests/\{request_id\}/callback-urls"
+    r"|POST /v1/hooks/(claude-code|codex))$"
 )
 
 
@@ -110,7 +113,7 @@ def schemathesis_command(
 def run_schemathesis(tmp_path: Path, db_url: str) -> None:
     """The bounded run against a live server on ``db_url``; fails on any finding."""
     assert SCHEMATHESIS.exists(), "schemathesis is a dev dependency: make .venv/.installed-dev"
-    settings = make_settings(tmp_path, db_url, longpoll_max_s=0.05)
+    settings = make_settings(tmp_path, db_url, longpoll_max_s=0.05, hook_wait_max_s=0.05)
     core = build(settings, clock=Clock(), migrate=False)
     tenant = make_tenant(core)
     env = {

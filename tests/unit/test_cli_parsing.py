@@ -398,10 +398,12 @@ def test_tenant_policy_takes_a_readable_file(
 
 def test_flag_pairs_of_runbell() -> None:
     install = ["hook", "install", "claude-code"]
-    assert parse(root, install, "runbell")[1] == {"user": False, "print_only": False}
+    unset = {"gate": None, "http": False, "mcp": None}
+    assert parse(root, install, "runbell")[1] == {"user": False, "print_only": False, **unset}
     assert parse(root, [*install, "--user", "--print"], "runbell")[1] == {
         "user": True,
         "print_only": True,
+        **unset,
     }
     assert parse(root, [*install, "--user", "--project"], "runbell")[1]["user"] is False
     assert parse(root, ["login"], "runbell")[1]["check"] is True

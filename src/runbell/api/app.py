@@ -19,6 +19,7 @@ from runbell.api.routers import (
     events,
     grants,
     health,
+    hooks,
     input_requests,
     me,
     notifications,
@@ -66,6 +67,7 @@ def install(app: FastAPI, core: Core, *, listen_host: str | None = None) -> None
         health.router,
         credentials.router,
         push_actions.router,
+        hooks.router,
     ):
         app.include_router(router, dependencies=[KnownQuery])
     app.add_middleware(BodyLimit, max_bytes=core.settings.max_body_bytes)

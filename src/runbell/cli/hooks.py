@@ -50,16 +50,26 @@ def _finish(run: Callable[[], str]) -> None:
     raise common.Exit(0)
 
 
-@group.command()
-def claude_code() -> None:
+GATE = Option(
+    "--gate",
+    "ask in Runbell before a tool runs where no dialog can (claude -p): a tool, "
+    "'Write(/etc/**)', 'Bash(git push*)' (repeatable)",
+    metavar="RULE",
+    repeat=True,
+)
+
+
+@group.command(GATE)
+def claude_code(gate: list[str] | None = None) -> None:
     """Report one Claude Code hook event (its JSON on stdin).
 
     Configured by RUNBELL_URL, RUNBELL_KEY and RUNBELL_OWNER, or the `runbell login`
     file; RUNBELL_HOOK_TIMEOUT is how long a permission prompt waits for an answer
-    (seconds, default 120)."""
+    (seconds, default 120). With --gate, a PreToolUse event of a matching call in a
+    headless session is put to the person and answered allow, deny or ask."""
     from runbell.hooks import claude_code as hook
 
-    _finish(lambda: hook.handle(sys.stdin.read(), os.environ))
+    _finish(lambda: hook.handle(sys.stdin.read(), os.environ, tuple(gate or ())))
 
 
 @group.command(Argument("payload", "the legacy notify JSON (Codex appends it)", metavar="JSON"))
@@ -79,6 +89,8 @@ def codex(payload: str | None = None) -> None:
 @install_group.command(
     Flag("--user/--project", "~/.claude/settings.json, or this project's"),
     Flag("--print", "print the snippet instead of writing it", dest="print_only"),
+    GATE,
+    Flag("--http", "HTTP hooks posting to RUNBELL_URL (no process per event)"),
     Option(
         "--mcp",
         "register Runbell's MCP server for every directory instead (claude mcp add "
@@ -89,23 +101,44 @@ def codex(payload: str | None = None) -> None:
     name="claude-code",
 )
 def install_claude_code(
-    user: bool = False, print_only: bool = False, mcp: str | None = None
+    user: bool = False,
+    print_only: bool = False,
+    gate: list[str] | None = None,
+    http: bool = False,
+    mcp: str | None = None,
 ) -> None:
     """Merge the Runbell hooks into Claude Code's settings.
 
     .claude/settings.json (--user: ~/.claude/settings.json), with the hooks already there
-    kept: nothing is removed, and installing twice changes nothing. With --mcp, registers
-    Runbell's MCP server with Claude Code at user scope instead (again: updated)."""
+    kept: nothing of anyone else's is removed, and installing twice changes nothing.
+    --gate adds PreToolUse hooks that ask in Runbell before the chosen tools run in
+    headless sessions (claude -p); --http writes HTTP hooks that send $RUNBELL_KEY, which
+    Claude Code's environment must then export. With --mcp, registers Runbell's MCP
+    server with Claude Code at user scope instead (again: updated)."""
     import json
     from pathlib import Path
 
-    from runbell.hooks import install, report
+    from runbell.client.config import load_config
+    from runbell.client.errors import ConfigError
+    from runbell.hooks import handlers, install, report
 
     if mcp is not None:
         _register_mcp(mcp, print_only)
         return
 
-    snippet = install.claude_snippet(install.runbell_command(), report.hook_timeout(os.environ))
+    server = owner = None
+    if http:
+        try:
+            config = load_config()
+        except ConfigError as exc:
+            common.fail(f"--http needs the server's URL: {exc}")
+        server, owner = config.url, config.owner
+    try:
+        snippet = handlers.claude_settings(
+            install.runbell_command(), report.hook_timeout(os.environ), gate or (), server, owner
+        )
+    except ValueError as exc:
+        common.fail(str(exc))
     if print_only:
         print(json.dumps(snippet, indent=2))
         return

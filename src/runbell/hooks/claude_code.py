@@ -2,8 +2,10 @@
 
 Claude Code runs the command with the hook's JSON on stdin and reads stdout as its
 answer, so this prints nothing at all, except the documented ``PermissionRequest``
-decision when the person answered in Runbell. Any failure (bad input, no
-configuration, the server down) exits 0 silently: Claude Code goes on as if no hook ran.
+decision when the person answered in Runbell, and, with ``--gate``, the ``PreToolUse``
+decision of a gated call in a headless session (:mod:`runbell.hooks.gate`). Any failure
+(bad input, no configuration, the server down) exits 0 silently: Claude Code goes on as if
+no hook ran (a gated call: ``ask``, so nothing runs that nobody allowed).
 
 The session's turn number lives in a small state file, one per session, under
 ``RUNBELL_HOOK_STATE_DIR`` (default ``$XDG_STATE_HOME/runbell/hooks``, else
@@ -17,7 +19,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +64,11 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def plan_with_turn(payload: Mapping[str, Any], environ: Mapping[str, str]) -> HookPlan:
+def plan_with_turn(
+    payload: Mapping[str, Any],
+    environ: Mapping[str, str],
+    planner: Callable[[Mapping[str, Any], Turn], HookPlan] = plan_claude_code,
+) -> HookPlan:
     """Plan the event against the session's turn state, and store the new state."""
     session = payload.get("session_id")
     if not isinstance(session, str) or not session:
@@ -76,7 +82,7 @@ def plan_with_turn(payload: Mapping[str, Any], environ: Mapping[str, str]) -> Ho
             turn = Turn.from_json(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             turn = Turn()
-        plan = plan_claude_code(payload, turn)
+        plan = planner(payload, turn)
         if plan.turn is not None and plan.turn != turn:
             tmp = path.with_suffix(".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -86,19 +92,32 @@ def plan_with_turn(payload: Mapping[str, Any], environ: Mapping[str, str]) -> Ho
     return plan
 
 
-def handle(stdin_text: str, environ: Mapping[str, str]) -> str:
-    """Report one hook event; return what to print (usually nothing)."""
-    from runbell.hooks import report
+def handle(stdin_text: str, environ: Mapping[str, str], gates: Sequence[str] = ()) -> str:
+    """Report one hook event; return what to print (usually nothing). ``gates``: the
+    ``--gate`` patterns of a ``PreToolUse`` hook (:mod:`runbell.hooks.gate`)."""
+    from runbell.hooks import gate, report
 
     payload = json.loads(stdin_text)
     if not isinstance(payload, dict):
         raise PayloadError("the hook input is not a JSON object")
-    plan = plan_with_turn(payload, environ)
+    chosen = gate.parse_gates(gates)
+    entrypoint = environ.get("CLAUDE_CODE_ENTRYPOINT")
+    plan = plan_with_turn(
+        payload, environ, lambda p, turn: gate.plan_gate(p, turn, chosen, entrypoint)
+    )
     if not plan.actions and plan.approval is None:
         return ""
-    with report.client(environ) as rb:
-        report.carry_out(rb, plan)
-        if plan.approval is None:
-            return ""
-        output = report.decide(rb, plan.approval, report.hook_timeout(environ))
+    try:
+        with report.client(environ) as rb:
+            report.carry_out(rb, plan)
+            if plan.approval is None:
+                return ""
+            output = report.decide(rb, plan.approval, report.hook_timeout(environ))
+    except Exception as exc:
+        if plan.approval is None or plan.approval.event != "PreToolUse":
+            raise
+        # A gated call with Runbell out of reach: Claude Code's own flow decides (in
+        # `claude -p`: the call does not run), never an allow nobody gave.
+        report.log(environ, f"hook failed: {type(exc).__name__}: {exc}")
+        return json.dumps(gate.no_answer("Runbell could not be reached"))
     return "" if output is None else json.dumps(output)

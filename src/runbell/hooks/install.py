@@ -65,22 +65,32 @@ def claude_snippet(command: str, approval_timeout: float) -> dict[str, Any]:
 
 
 def _ours(group: Any, suffix: str) -> bool:
+    """Whether a matcher group runs Runbell's hook: a command ending in ``suffix`` (maybe
+    followed by ``--gate`` patterns) or an HTTP hook posting to ``/v1/hooks/<runtime>``."""
     if not isinstance(group, Mapping):
         return False
     handlers = group.get("hooks")
     if not isinstance(handlers, list):
         return False
+    url_part = "/v1/hooks/" + suffix.split()[-1]
     return any(
         isinstance(h, Mapping)
-        and isinstance(h.get("command"), str)
-        and h["command"].rstrip().endswith(suffix)
+        and (
+            (
+                isinstance(h.get("command"), str)
+                and (h["command"].rstrip().endswith(suffix) or f"{suffix} --gate " in h["command"])
+            )
+            or (isinstance(h.get("url"), str) and url_part in h["url"])
+        )
         for h in handlers
     )
 
 
 def merge(existing: Mapping[str, Any], snippet: Mapping[str, Any], suffix: str) -> dict[str, Any]:
-    """``existing`` settings with the snippet's handlers added: nothing removed or
-    reordered, an event already running a command ending in ``suffix`` left alone."""
+    """``existing`` settings with the snippet's handlers added: nothing of anyone else's
+    removed or reordered. An event already running Runbell's hook the same way is left
+    alone (installing twice changes nothing); run another way (other gates, command
+    instead of HTTP) Runbell's groups are replaced by the snippet's."""
     merged: dict[str, Any] = json.loads(json.dumps(existing))  # a deep copy of plain JSON
     hooks = merged.setdefault("hooks", {})
     if not isinstance(hooks, dict):
@@ -89,8 +99,11 @@ def merge(existing: Mapping[str, Any], snippet: Mapping[str, Any], suffix: str) 
         current = hooks.setdefault(event, [])
         if not isinstance(current, list):
             raise SettingsError(f'"hooks.{event}" is not a list')
-        if any(_ours(group, suffix) for group in current):
+        ours = [group for group in current if _ours(group, suffix)]
+        if ours == groups:
             continue
+        if ours:
+            current[:] = [group for group in current if not _ours(group, suffix)]
         current.extend(json.loads(json.dumps(groups)))
     return merged
 

@@ -144,6 +144,7 @@ class Approval:
     editable: dict[str, Any] | None = None
     tool_input: dict[str, Any] | None = None
     runtime: str = "claude-code"
+    event: str = "PermissionRequest"  # or PreToolUse: the gate (runbell.hooks.gate)
 
 
 Action = EnsureRun | HookSignal | Progress

@@ -18,7 +18,7 @@ from typing import Any
 
 from runbell.client import Client, RetryPolicy
 from runbell.client.errors import Conflict, ValidationFailed
-from runbell.hooks.editing import edited_output
+from runbell.hooks.gate import answer_output
 from runbell.hooks.mapping import (
     Approval,
     EnsureRun,
@@ -26,7 +26,6 @@ from runbell.hooks.mapping import (
     HookSignal,
     Progress,
     event_id,
-    permission_output,
 )
 
 # The wait for a person's answer to a permission prompt (seconds). The agent shows its
@@ -117,8 +116,9 @@ def carry_out(rb: Client, plan: HookPlan) -> None:
 
 def decide(rb: Client, approval: Approval, timeout: float) -> dict[str, Any] | None:
     """Put the prompt to the person and wait up to ``timeout`` seconds: the documented
-    allow or deny output (an approval of an edited input: :func:`edited_output`), or None
-    (no answer in time, a newer prompt replaced this one, the run moved on) so the agent
+    output for the answer (:func:`runbell.hooks.gate.answer_output`: a PermissionRequest
+    allow or deny, a gated PreToolUse allow, deny or ask), or None (a PermissionRequest
+    with no answer in time, replaced by a newer prompt, the run moved on) so the agent
     shows its own dialog."""
     answer = rb.ask(
         approval.run_id,
@@ -131,12 +131,11 @@ def decide(rb: Client, approval: Approval, timeout: float) -> dict[str, Any] | N
         timeout=timeout,
         editable=approval.editable,
     )
-    if answer.outcome == "answered" and answer.decision == "approve":
-        if answer.edited and isinstance(answer.value, dict):
-            return edited_output(approval.runtime, approval.tool_input, answer.value)
-        return permission_output(True)
-    if answer.outcome == "answered" and answer.decision == "reject":
-        return permission_output(False, "Denied in Runbell")
+    output = answer_output(
+        approval, answer.outcome, answer.decision, answer.value, bool(answer.edited)
+    )
+    if answer.outcome == "answered":
+        return output
     if answer.outcome in ("timeout", "expired"):
         # The person answers in the terminal now: the run is no longer waiting on Runbell.
         # Best effort: the hook stays silent either way.
@@ -147,7 +146,7 @@ def decide(rb: Client, approval: Approval, timeout: float) -> dict[str, Any] | N
                 event_id=event_id(approval.run_id, {"request": approval.request_id}, "asked"),
                 reason="asked in the terminal instead",
             )
-    return None
+    return output
 
 
 def environment() -> Mapping[str, str]:
