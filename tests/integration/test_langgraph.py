@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import httpx
 import pytest
@@ -233,3 +233,44 @@ def test_a_timeout_leaves_the_run_waiting_and_a_later_resume_finishes(
         assert run_state(rb, "ship") == "completed"
         # The run is over and its request answered once: a late reject changes nothing.
         assert respond(live, creds, request["id"], "reject").status_code == 409
+
+
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    return {**a, **b}
+
+
+class Both(TypedDict, total=False):
+    got: Annotated[dict[str, Any], merge]  # two nodes write it in the same step
+
+
+def test_parallel_interrupts_are_asked_one_after_the_other_and_resumed_together(
+    live: LiveServer, creds: TenantCreds
+) -> None:
+    def node(name: str) -> Any:
+        def ask(state: Both) -> Both:
+            answer = interrupt({"summary": f"Let {name} go?", "tool": name})
+            return {"got": {name: answer["decision"]}}
+
+        return ask
+
+    graph = StateGraph(Both).add_node("left", node("left")).add_node("right", node("right"))
+    graph = graph.add_edge(START, "left").add_edge(START, "right")
+    graph = graph.add_edge("left", END).add_edge("right", END)
+    compiled = graph.compile(checkpointer=InMemorySaver())
+    asked: list[str] = []
+
+    def person() -> None:
+        for decision in ("approve", "reject"):
+            request = pending(live, creds, "pair")
+            asked.append(request["summary"])
+            assert respond(live, creds, request["id"], decision).status_code == 200
+
+    with Client(live.url, creds.runtime_key, creds.owner_email) as rb:
+        answering = threading.Thread(target=person, daemon=True)
+        answering.start()
+        out = RunbellGraph(compiled, rb).invoke({"got": {}}, thread_id="pair", timeout=WAIT)
+        answering.join(WAIT)
+        assert run_state(rb, "pair") == "completed"
+    assert sorted(asked) == ["Let left go?", "Let right go?"]
+    first, second = (s.split()[1] for s in asked)
+    assert out["got"] == {first: "approve", second: "reject"}
