@@ -188,6 +188,8 @@ def test_a_retried_resume_gets_the_one_recorded_answer(
         assert respond(live, creds, request["id"], "answer", "red").status_code == 409
         with pytest.raises(TypeError, match="resume"):
             rg.invoke(Command(resume={"value": "red"}), thread_id="colour")
+        with pytest.raises(LookupError, match="no checkpoint"):
+            rg.resume("never-started")
 
         first = rg.resume("colour", timeout=WAIT)
         again = rg.resume("colour", timeout=WAIT)  # retried: the graph does not run again

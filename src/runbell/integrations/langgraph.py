@@ -135,8 +135,11 @@ class RunbellGraph:
         them (waiting for them unless ``wait=False``). Nothing paused (already resumed,
         or finished): the current state, and the graph does not run again."""
         run = run_id or run_id_for(thread_id)
+        cfg = self._config(thread_id, config)
         with self._lock(thread_id):
-            return self._drive(run, self._config(thread_id, config), None, wait, timeout)
+            if self.graph.get_state(cfg).created_at is None:
+                raise LookupError(f"thread {thread_id!r} has no checkpoint: start it with invoke()")
+            return self._drive(run, cfg, None, wait, timeout)
 
     # --- the steps -------------------------------------------------------------------
 
