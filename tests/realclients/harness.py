@@ -210,9 +210,10 @@ def claude_home(session: Session) -> None:
     (session.home / ".claude.json").write_text(json.dumps(doc))
 
 
-def claude_env(session: Session, key: str) -> dict[str, str]:
+def claude_env(session: Session, key: str, **extra: str) -> dict[str, str]:
     return session.env(
         key,
+        **extra,
         ANTHROPIC_BASE_URL=session.model.url,
         ANTHROPIC_API_KEY=ANTHROPIC_KEY,
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,8 @@ from tests.realclients.harness import (
     claude_env,
     claude_home,
     new_session_id,
-    runbell_serve,
 )
-from tests.realclients.model import COMMAND, ScriptedModel
+from tests.realclients.model import COMMAND
 from tests.realclients.tmux import Tmux, require_tmux
 from tests.timeouts import scaled
 
@@ -43,29 +41,13 @@ CLAUDE_DIALOG = "Do you want to proceed?"
 CLAUDE_PROMPT = "\u276f"  # the input line's marker, a heavy right-pointing angle
 
 
-@pytest.fixture(scope="module")
-def runbell(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Runbell]:
-    with runbell_serve(tmp_path_factory.mktemp("runbell"), sqlite_template) as server:
-        yield server
-
-
-@pytest.fixture
-def session(tmp_path: Path, runbell: Runbell) -> Iterator[Session]:
-    with ScriptedModel() as model:
-        s = Session(tmp_path, runbell, model)
-        try:
-            yield s
-        finally:
-            if s.tmux is not None:
-                s.tmux.close()
-
-
-def install_claude_hooks(session: Session, key: str) -> None:
-    """`runbell hook install claude-code` in the project, as the docs say."""
+def install_claude_hooks(session: Session, key: str, **extra: str) -> None:
+    """`runbell hook install claude-code` in the project, as the docs say (``extra``:
+    environment, e.g. ``RUNBELL_HOOK_TIMEOUT``)."""
     res = subprocess.run(
         [RUNBELL, "hook", "install", "claude-code"],
         cwd=session.project,
-        env=session.env(key),
+        env=session.env(key, **extra),
         capture_output=True,
         text=True,
         timeout=scaled(60),
@@ -105,19 +87,20 @@ def handled_notifications(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
-def start_claude(session: Session, key: str, *, notifications: bool = False) -> str:
+def start_claude(session: Session, key: str, *, notifications: bool = False, **extra: str) -> str:
     """Claude Code in tmux, asked to write out.txt; its session id. ``notifications``:
-    hold each Notification until the test releases it (:func:`hold_notifications`)."""
+    hold each Notification until the test releases it (:func:`hold_notifications`);
+    ``extra``: environment for the install and for Claude Code and its hooks."""
     claude = npm.install(*npm.CLAUDE_CODE)
     require_tmux()
-    install_claude_hooks(session, key)
+    install_claude_hooks(session, key, **extra)
     if notifications:
         hold_notifications(session)
     claude_home(session)
     session_id = new_session_id()
     session.tmux = Tmux()
     argv = [str(claude), "--session-id", session_id]
-    session.tmux.start(argv, claude_env(session, key), session.project)
+    session.tmux.start(argv, claude_env(session, key, **extra), session.project)
     session.tmux.wait_for("Claude Code's prompt", lambda pane: CLAUDE_PROMPT in pane)
     session.tmux.type(PROMPT)
     session.tmux.wait_for("the prompt typed", lambda pane: PROMPT in pane)

@@ -15,15 +15,13 @@ import contextlib
 import html
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.acceptance.test_worker_processes import run_cli
-from tests.realclients.harness import HOOK_CAPABILITIES, Runbell, Session, runbell_serve
-from tests.realclients.model import ScriptedModel
+from tests.realclients.harness import HOOK_CAPABILITIES, Runbell, Session
 from tests.realclients.test_agent_clis import pending_request, start_claude
 from tests.timeouts import WAIT
 
@@ -34,21 +32,9 @@ FIXED = "echo fixed > out.txt && cat out.txt"
 FIELD = r'name="{}" value="([^"]*)"'
 
 
-@pytest.fixture(scope="module")
-def runbell(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Runbell]:
-    with runbell_serve(tmp_path_factory.mktemp("runbell"), sqlite_template) as server:
-        yield server
-
-
 @pytest.fixture
-def session(tmp_path: Path, runbell: Runbell) -> Iterator[Session]:
-    with ScriptedModel(command=WRONG) as model:
-        s = Session(tmp_path, runbell, model)
-        try:
-            yield s
-        finally:
-            if s.tmux is not None:
-                s.tmux.close()
+def model_options() -> dict[str, Any]:
+    return {"command": WRONG}
 
 
 @contextlib.contextmanager

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,26 +22,13 @@ from tests.realclients.harness import (
     claude_env,
     claude_home,
     new_session_id,
-    runbell_serve,
 )
-from tests.realclients.model import COMMAND, ScriptedModel
+from tests.realclients.model import COMMAND
 from tests.timeouts import scaled
 
 pytestmark = pytest.mark.realclients
 
 PROMPT = "Write hello to out.txt"
-
-
-@pytest.fixture(scope="module")
-def runbell(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Runbell]:
-    with runbell_serve(tmp_path_factory.mktemp("runbell"), sqlite_template) as server:
-        yield server
-
-
-@pytest.fixture
-def session(tmp_path: Path, runbell: Runbell) -> Iterator[Session]:
-    with ScriptedModel() as model:
-        yield Session(tmp_path, runbell, model)
 
 
 def install(session: Session, key: str, *extra: str) -> dict[str, Any]:
