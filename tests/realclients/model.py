@@ -4,7 +4,10 @@ Anthropic ``POST /v1/messages`` (streaming SSE, as Claude Code calls it) and the
 Responses API ``POST /v1/responses`` (streaming, as Codex calls it). The script is one
 turn: the agent's first request gets a ``tool_use`` of ``Bash`` running :data:`COMMAND`
 (or the model's own ``command``); once a request carries the ``tool_result``, a text
-answer ends the turn. Side requests
+answer ends the turn. With ``subagent=True`` the turn's first request instead gets a
+``tool_use`` of Claude Code's subagent tool (``Agent``, formerly ``Task``) asking for
+:data:`SUBAGENT_PROMPT`; the subagent's own conversation then runs the Bash script above,
+and the subagent's result ends the turn with text. Side requests
 (a title, a quota probe: no ``Bash`` tool offered) get a short text. Every request body
 is recorded, for failure messages.
 """
@@ -20,6 +23,8 @@ from typing import Any
 COMMAND = "echo hello > out.txt"
 ANSWER = "Wrote hello to out.txt."
 SIDE = "Scripted title"
+SUBAGENT_PROMPT = "Subagent task: write hello to out.txt with Bash."
+AGENT_TOOLS = ("Agent", "Task")  # Claude Code's subagent tool, by its current and old name
 
 
 def _has_tool_result(body: dict[str, Any]) -> bool:
@@ -32,8 +37,20 @@ def _has_tool_result(body: dict[str, Any]) -> bool:
     return False
 
 
+def _offers(body: dict[str, Any], name: str) -> bool:
+    return any(isinstance(t, dict) and t.get("name") == name for t in body.get("tools") or [])
+
+
 def _offers_bash(body: dict[str, Any]) -> bool:
-    return any(isinstance(t, dict) and t.get("name") == "Bash" for t in body.get("tools") or [])
+    return _offers(body, "Bash")
+
+
+def _agent_tool(body: dict[str, Any]) -> str | None:
+    """The subagent tool to call: in the main conversation's first request of the turn
+    (a subagent's conversation starts with :data:`SUBAGENT_PROMPT`), else None."""
+    if _has_tool_result(body) or SUBAGENT_PROMPT in json.dumps(body.get("messages") or []):
+        return None
+    return next((name for name in AGENT_TOOLS if _offers(body, name)), None)
 
 
 def tool_results(body: dict[str, Any]) -> list[str]:
@@ -53,10 +70,11 @@ def tool_results(body: dict[str, Any]) -> list[str]:
 
 
 def anthropic_events(
-    body: dict[str, Any], n: int, command: str = COMMAND
+    body: dict[str, Any], n: int, command: str = COMMAND, subagent: bool = False
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """The SSE events answering one ``/v1/messages`` request."""
-    tool = _offers_bash(body) and not _has_tool_result(body)
+    agent = _agent_tool(body) if subagent else None
+    tool = agent is not None or (_offers_bash(body) and not _has_tool_result(body))
     yield (
         "message_start",
         {
@@ -74,8 +92,13 @@ def anthropic_events(
         },
     )
     if tool:
-        block = {"type": "tool_use", "id": f"toolu_scripted_{n}", "name": "Bash", "input": {}}
-        raw = json.dumps({"command": command, "description": "Write to out.txt"})
+        name = agent or "Bash"
+        block = {"type": "tool_use", "id": f"toolu_scripted_{n}", "name": name, "input": {}}
+        args = {"command": command, "description": "Write to out.txt"}
+        if agent is not None:
+            args = {"description": "Write out.txt", "prompt": SUBAGENT_PROMPT,
+                    "subagent_type": "general-purpose"}  # fmt: skip
+        raw = json.dumps(args)
         deltas = [{"type": "input_json_delta", "partial_json": raw[i : i + 16]}
                   for i in range(0, len(raw), 16)]  # fmt: skip
     else:
@@ -153,8 +176,9 @@ def responses_events(body: dict[str, Any], n: int) -> Iterator[tuple[str, dict[s
 class ScriptedModel:
     """``with ScriptedModel() as model:`` serves on ``model.url`` until the block ends."""
 
-    def __init__(self, command: str = COMMAND) -> None:
+    def __init__(self, command: str = COMMAND, *, subagent: bool = False) -> None:
         self.command = command
+        self.subagent = subagent
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.lock = threading.Lock()
         model = self
@@ -182,7 +206,7 @@ class ScriptedModel:
                 if path == "/v1/messages/count_tokens":
                     self._json(200, {"input_tokens": 10})
                 elif path == "/v1/messages":
-                    self._sse(anthropic_events(body, n, model.command))
+                    self._sse(anthropic_events(body, n, model.command, model.subagent))
                 elif path == "/v1/responses":
                     self._sse(responses_events(body, n))
                 else:
