@@ -57,8 +57,8 @@ def test_the_settings_page_previews_a_policy_before_it_is_saved(
     changes = page.locator("#preview-changes tbody tr")
     expect(changes).to_have_count(1)
     expect(changes.first).to_contain_text("nightly-build")
-    expect(changes.first).to_contain_text("push (normal) · failed.default")
-    expect(changes.first).to_contain_text("inbox (low) · failed.quiet")
+    expect(changes.first).to_contain_text("Push (Normal) · failed.default")
+    expect(changes.first).to_contain_text("Inbox only (Low) · failed.quiet")
     preview.scroll_into_view_if_needed()
     screenshot(page, "policy-preview")
     # The draft survives the preview, and nothing was saved yet.
