@@ -252,7 +252,12 @@ class LiveServer:
     def __init__(self, core: Core, *, bridge: bool = True) -> None:
         import uvicorn
 
-        self.port = free_port()
+        # The listening socket is bound here and handed to uvicorn: a port merely found
+        # free (free_port) can be taken by another worker's process before uvicorn binds
+        # it, which failed a CI run once ("address already in use").
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
             create_app(core, bridge=bridge),
@@ -262,7 +267,9 @@ class LiveServer:
             lifespan="on",
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
@@ -276,6 +283,7 @@ class LiveServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=WAIT)
+        self.sock.close()
 
 
 @pytest.fixture
