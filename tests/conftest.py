@@ -249,6 +249,10 @@ def free_port() -> int:
 class LiveServer:
     """The real app under uvicorn in a thread: for long-polls, SSE and real HTTP clients."""
 
+    #: The bound listening socket uvicorn serves (None: uvicorn binds ``port`` itself,
+    #: as a subclass that must serve a given port does).
+    sock: socket.socket | None = None
+
     def __init__(self, core: Core, *, bridge: bool = True) -> None:
         import uvicorn
 
@@ -283,7 +287,8 @@ class LiveServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=WAIT)
-        self.sock.close()
+        if self.sock is not None:
+            self.sock.close()
 
 
 @pytest.fixture
