@@ -106,6 +106,13 @@ class Settings(BaseSettings):
         description="A viewer's presence row lives this long unless its process refreshes it "
         "(every third of it); a process that died stops counting as watching after this.",
     )
+    auth_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=60,
+        description="How long a process trusts a bearer token it verified (a revocation made "
+        "by another process reaches it within this); 0 reads every request's token.",
+    )
     presence_cache_s: float = Field(
         default=2.0,
         ge=0,

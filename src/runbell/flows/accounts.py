@@ -8,7 +8,8 @@ without ``RUNBELL_SECRET_KEY`` can still make one.
 
 Invariants kept here (DESIGN §2 and §3): secrets (API keys, user tokens, sign-in links)
 are stored only as hashes and shown once; a revoked key, token or membership stops at the
-next request (8); another tenant's id answers 404.
+next request to the process that revoked it, and within ``RUNBELL_AUTH_CACHE_S`` (5 s)
+everywhere else (8); another tenant's id answers 404.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from runbell.domain.principal import Principal
 from runbell.domain.text import public_text
 from runbell.flows.context import Core
 from runbell.flows.inputs import KeyBody
+from runbell.runtime.credentials import Credentials
 from runbell.store import accounts
 from runbell.store import sessions as links
 from runbell.store.db import Database
+
+_CREDENTIALS = "accounts.credentials"  # core.memo[_CREDENTIALS]: runtime.credentials
 
 
 @dataclass(frozen=True)
@@ -160,9 +164,11 @@ def revoke_key_for(core: Core, who: Principal, key_id: str) -> None:
 
 
 def revoke_key(core: Core, tenant: str, key_id: str) -> None:
-    """Revoke an API key at once (its next request is refused)."""
+    """Revoke an API key: its next request to this process is refused, to any other
+    within ``RUNBELL_AUTH_CACHE_S`` (:mod:`runbell.runtime.credentials`)."""
     with core.db.transaction() as tx:
         accounts.revoke_api_key(tx.conn, accounts.resolve_tenant(tx.conn, tenant), key_id, tx.now)
+    forget_credentials(core)
 
 
 def add_member(core: Core, tenant: str, email: str, role: str) -> tuple[str, str, str]:
@@ -172,6 +178,7 @@ def add_member(core: Core, tenant: str, email: str, role: str) -> tuple[str, str
         user_id = accounts.ensure_user(tx.conn, email, tx.now)
         accounts.add_member(tx.conn, tenant_id, user_id, role, tx.now)
         token = accounts.create_user_token(tx.conn, tenant_id, user_id, tx.now)
+    forget_credentials(core)  # a member's role may have changed
     return tenant_id, user_id, token
 
 
@@ -207,7 +214,38 @@ def first_tenant_owner(db: Database) -> tuple[str, str] | None:
 
 
 def authenticate(core: Core, token: str) -> Principal | None:
-    """Who a bearer token (API key or user token) is, or None if unknown, revoked or
-    expired."""
+    """Who a bearer token (API key, user or delegated token) is, or None if unknown,
+    revoked or expired. Reads the database unless this process verified the token less
+    than ``RUNBELL_AUTH_CACHE_S`` ago (:func:`remembered`)."""
+    memo = credentials(core)
+    now = core.db.clock()
+    who = memo.get(token, now)
+    if who is not None:
+        return who
+    generation = memo.generation
     with core.db.read() as conn:
-        return accounts.authenticate(conn, token, core.db.clock())
+        found = accounts.authenticate_until(conn, token, now)
+    if found is None:
+        return None
+    memo.put(token, found[0], now, found[1], generation=generation)
+    return found[0]
+
+
+def remembered(core: Core, token: str) -> Principal | None:
+    """:func:`authenticate` when this process remembers the token (no database read, so
+    an event loop may call it inline), else None."""
+    return credentials(core).get(token, core.db.clock())
+
+
+def credentials(core: Core) -> Credentials:
+    """The process's memo of verified tokens (:mod:`runbell.runtime.credentials`)."""
+    memo: Credentials | None = core.memo.get(_CREDENTIALS)
+    if memo is None:
+        memo = core.memo.setdefault(_CREDENTIALS, Credentials(core.settings.auth_cache_s))
+    return memo
+
+
+def forget_credentials(core: Core) -> None:
+    """After a flow of this process revoked or changed a credential: its next request is
+    read from the database again (other processes see it within ``RUNBELL_AUTH_CACHE_S``)."""
+    credentials(core).forget()

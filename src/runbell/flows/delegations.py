@@ -21,6 +21,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import Run
 from runbell.domain.text import public_text
 from runbell.flows import scope, views
+from runbell.flows.accounts import forget_credentials
 from runbell.flows.context import Core
 from runbell.flows.inputs import DelegationBody
 from runbell.store import credential_names, delegations, runs
@@ -165,7 +166,8 @@ def shown_for_run(core: Core, who: Principal, run_id: str) -> list[DelegationSho
 
 
 def revoke(core: Core, who: Principal, delegation_id: str) -> DelegationView:
-    """Revoke a token at once (its next request is 401): by the key that minted it or an
+    """Revoke a token at once (its next request is 401; another process within
+    ``RUNBELL_AUTH_CACHE_S``): by the key that minted it or an
     admin. 404 for an unknown token, another tenant's, or one of a run outside the
     caller's scope; revoking a revoked token answers it as it is."""
     with core.db.transaction() as tx:
@@ -181,4 +183,6 @@ def revoke(core: Core, who: Principal, delegation_id: str) -> DelegationView:
         if found.revoked_at is None:
             delegations.revoke(tx.conn, who.tenant_id, delegation_id, tx.now)
             found = delegations.get(tx.conn, who.tenant_id, delegation_id)
-        return view(found, tx.now)
+        answer = view(found, tx.now)
+    forget_credentials(core)  # stops here at once, in other processes within the TTL
+    return answer

@@ -11,6 +11,7 @@ from __future__ import annotations
 import structlog
 
 from runbell.domain.records import Notification
+from runbell.flows.accounts import forget_credentials
 from runbell.flows.attention import close_notification
 from runbell.flows.context import Core
 from runbell.store import accounts, sessions
@@ -35,5 +36,6 @@ def revoke_member(core: Core, tenant_id: str, user_id: str) -> int:
             notes.redact(tx.conn, tenant_id, note["id"])
             redacted: Notification = {**note, "summary": notes.WITHDRAWN_SUMMARY, "reason": None}
             withdrawn += close_notification(tx, redacted, "revoked", "recipient lost access")
+    forget_credentials(core)  # their tokens stop here at once, elsewhere within the TTL
     log.info("member.revoked", tenant_id=tenant_id, user_id=user_id, withdrawn=withdrawn)
     return withdrawn

@@ -323,6 +323,15 @@ def membership_role(conn: Connection, tenant_id: str, user_id: str) -> str | Non
 
 def authenticate(conn: Connection, token: str, now: datetime) -> Principal | None:
     """The principal for a bearer token, or None. One indexed lookup per call."""
+    found = authenticate_until(conn, token, now)
+    return None if found is None else found[0]
+
+
+def authenticate_until(
+    conn: Connection, token: str, now: datetime
+) -> tuple[Principal, datetime | None] | None:
+    """:func:`authenticate` and when the credential expires by itself (None: never), so
+    that a process remembering it (``flows.accounts``) never outlives it."""
     digest = token_hash(token)
     if token.startswith("rbk_"):
         k = t.api_keys
@@ -346,9 +355,9 @@ def authenticate(conn: Connection, token: str, now: datetime) -> Principal | Non
             key_id=key.id,
             source_id=key.source_id,
             scope=key_scope(key.id, key.capabilities, key.run_patterns, key.own_runs),
-        )
+        ), None
     if token.startswith(delegations.PREFIX + "_"):
-        return delegations.authenticate(conn, token, now)
+        return delegations.authenticate_until(conn, token, now)
     if token.startswith("rbu_"):
         row = conn.execute(
             sa.select(
@@ -372,7 +381,8 @@ def authenticate(conn: Connection, token: str, now: datetime) -> Principal | Non
         ).first()
         if row is None or (row.expires_at is not None and row.expires_at <= now):
             return None
-        return Principal(tenant_id=row.tenant_id, kind="user", role=row.role, user_id=row.user_id)
+        user = Principal(tenant_id=row.tenant_id, kind="user", role=row.role, user_id=row.user_id)
+        return user, row.expires_at
     return None
 
 

@@ -122,6 +122,14 @@ def revoke(conn: Connection, tenant_id: str, delegation_id: str, now: datetime) 
 def authenticate(conn: Connection, token: str, now: datetime) -> Principal | None:
     """The principal of a live delegated token (its key's runtime identity, limited to
     the token's run and to the capabilities both the token and its key hold), or None."""
+    found = authenticate_until(conn, token, now)
+    return None if found is None else found[0]
+
+
+def authenticate_until(
+    conn: Connection, token: str, now: datetime
+) -> tuple[Principal, datetime] | None:
+    """:func:`authenticate` and the token's expiry."""
     d, k = t.delegated_tokens, t.api_keys
     row = conn.execute(
         sa.select(
@@ -147,7 +155,7 @@ def authenticate(conn: Connection, token: str, now: datetime) -> Principal | Non
     held = frozenset(row.capabilities or [])
     if row.key_capabilities is not None:  # never wider than the key is now
         held &= frozenset(row.key_capabilities)
-    return Principal(
+    delegated = Principal(
         tenant_id=row.tenant_id,
         kind="key",
         role="runtime",
@@ -156,3 +164,4 @@ def authenticate(conn: Connection, token: str, now: datetime) -> Principal | Non
         token_id=row.id,
         scope=Scope(capabilities=held, bound_run=row.run_id),
     )
+    return delegated, row.expires_at
