@@ -11,6 +11,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from runbell.flows import accounts as account_flows
+from runbell.flows import members
 from runbell.flows.context import Core
 from runbell.store import accounts
 from runbell.store.migrate import current_revision
@@ -256,12 +258,12 @@ def test_missing_or_bad_credentials_are_401(
 
 
 def test_revoked_api_key_is_401(client: TestClient, core: Core, creds: TenantCreds) -> None:
-    """A revoked API key stops working at once."""
+    """A revoked API key stops working at once (revoked through this process; another
+    process sees it within RUNBELL_AUTH_CACHE_S: tests/integration/test_credential_memo.py)."""
     with core.db.transaction() as tx:
         key_id, key = accounts.create_api_key(tx.conn, creds.tenant_id, "runtime", tx.now)
     assert client.get("/v1/runs", headers=bearer(key)).status_code == 200
-    with core.db.transaction() as tx:
-        accounts.revoke_api_key(tx.conn, creds.tenant_id, key_id, tx.now)
+    account_flows.revoke_key(core, creds.tenant_id, key_id)
     assert_problem(client.get("/v1/runs", headers=bearer(key)), 401)
     r = client.put("/v1/runs/r9", json={"owner": creds.owner_email}, headers=bearer(key))
     assert_problem(r, 401)
@@ -274,8 +276,7 @@ def test_revoked_member_token_is_401(client: TestClient, core: Core, creds: Tena
     """Revoking a membership makes that person's tokens answer 401."""
     user_id, token = add_user(core, creds.tenant_id, "leaver@acme.test")
     assert client.get("/v1/notifications", headers=bearer(token)).status_code == 200
-    with core.db.transaction() as tx:
-        accounts.revoke_member(tx.conn, creds.tenant_id, user_id, tx.now)
+    members.revoke_member(core, creds.tenant_id, user_id)
     assert_problem(client.get("/v1/notifications", headers=bearer(token)), 401)
     assert client.get("/v1/notifications", headers=bearer(creds.owner_token)).status_code == 200
 
