@@ -223,3 +223,54 @@ def test_a_put_refused_in_a_batch_answers_its_409_and_the_others_commit(
     assert set(stored) == {"done-1", *fresh}
     assert stored["done-1"]["title"] != "edited after the end"
     assert stored["done-1"]["version"] == 1
+
+
+def test_a_creating_put_answers_the_snapshot_a_get_reads(
+    core: Core, client: TestClient, creds: TenantCreds, clock: Clock
+) -> None:
+    """The creating PUT's answer is built from the row its unit wrote (no re-read): it
+    is the snapshot GET /v1/runs/{id} reads right after — plain, with links, with a
+    dependency, with done_when and authority, and started under a schedule."""
+    clock.freeze()
+    add_user(core, creds.tenant_id, "lead@acme.test")
+    runtime = bearer(creds.runtime_key)
+    base = {"owner": creds.owner_email, "state": "working"}
+    ok(client.put("/v1/runs/dates", json={**base, "title": "dates"}, headers=runtime), 201)
+    ask = {"input_request_id": "dates-q", "kind": "approval", "summary": "Friday?"}
+    ok(client.post("/v1/runs/dates/input-requests", json=ask, headers=runtime), 201)
+    schedule = ok(
+        client.post(
+            "/v1/schedules",
+            json={
+                "name": "nightly",
+                "instruction": "Reconcile the invoices",
+                "cadence": "0 9 * * 1-5",
+                "authority": {"users": ["lead@acme.test"]},
+            },
+            headers=bearer(creds.owner_token),
+        ),
+        201,
+    )
+    bodies: dict[str, dict[str, Any]] = {
+        "plain": {**base, "title": "plain"},
+        "queued": {"owner": creds.owner_email, "title": "queued"},
+        "linked": {**base, "links": [{"kind": "conversation", "id": "c-1", "url": None}]},
+        "waits": {**base, "depends_on": {"run": "dates", "request_id": "dates-q"}},
+        "job": {
+            **base,
+            "done_when": {"text": "all invoices reconciled"},
+            "authority": {"users": ["lead@acme.test"]},
+            "details": {"ticket": 7},
+            "stall_after_seconds": 600,
+        },
+        "scheduled": {"state": "working", "schedule": {"id": schedule["id"]}},
+    }
+    answers = {}
+    for run_id, body in bodies.items():
+        made = ok(client.put(f"/v1/runs/{run_id}", json=body, headers=runtime), 201)
+        read = ok(client.get(f"/v1/runs/{run_id}", headers=runtime), 200)
+        assert made == read, run_id
+        assert list(made) == list(read), run_id  # the same keys, in the same order
+        answers[run_id] = made
+    assert answers["linked"]["links"] and answers["waits"]["dependency"]
+    assert answers["scheduled"]["schedule"] and answers["job"]["done_when"]

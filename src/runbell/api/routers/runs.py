@@ -11,7 +11,6 @@ from starlette.concurrency import run_in_threadpool
 from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
-from runbell.domain import capabilities
 from runbell.domain.overview import GROUPS, STATES
 from runbell.domain.records import ReportedError, RunReport
 from runbell.flows import overview, ownership, run_history, runs, signals
@@ -72,10 +71,10 @@ def put_run(
 ) -> Mapping[str, Any]:
     """Create a run (201) or update its descriptive fields (200)."""
     fields = cast(RunFields, body.model_dump(exclude_unset=True, mode="json"))  # RunPut's
-    _, created = runs.put_run(core, who, run_id, fields)
+    snapshot, created = runs.put_run_answer(core, who, run_id, fields)
     if created:
         response.status_code = 201
-    return runs.get_run(core, who, run_id, capability=capabilities.REPORT)
+    return snapshot
 
 
 @router.get("/{run_id}", responses=problems(401, 403, 404, 422, 503))
