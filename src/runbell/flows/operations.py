@@ -411,73 +411,57 @@ def move(core: Core, who: Principal, run_id: str, operation_id: str, body: MoveB
     if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
         raise ValidationFailed("epoch is a non-negative integer", field="epoch")
 
-    return written.write(
-        core,
-        who.tenant_id,
-        run_id,
-        lambda tx: _move_in_tx(core, tx, who, run_id, operation_id, state, evidence, epoch),
-    )
-
-
-def _move_in_tx(
-    core: Core,
-    tx: Tx,
-    who: Principal,
-    run_id: str,
-    operation_id: str,
-    state: str,
-    evidence: dict[str, Any] | None,
-    epoch: int | None,
-) -> MovedAnswer:
-    """:func:`move`'s unit: one of the process's writer (flows.written)."""
-    tenant_id = who.tenant_id
-    run = scope.require_run(tx.conn, who, run_id, capabilities.SETTLE, for_update=True)
-    op = ledger.get(tx.conn, tenant_id, run_id, operation_id)
-    if op is None:
-        raise NotFound(f"no operation {operation_id!r} in run {run_id!r}")
-    _fence(run, epoch)
-    if state in FINAL and op.state != state:
-        caller = ownership.caller_of(who)
-        ownership.require_owner(run, caller, f"settle an operation as {state}")
-    if op.state == state:
-        if evidence is None or evidence == op.evidence:
-            return _moved(tx, run, op, changed=False)
-        raise Conflict(
-            f"operation {operation_id!r} is already {state} with other evidence; "
-            "evidence is not rewritten",
-            current={"operation": operation_view(op)},
+    def unit(tx: Tx) -> MovedAnswer:  # one unit of the process's writer (flows.written)
+        tenant_id = who.tenant_id
+        run = scope.require_run(tx.conn, who, run_id, capabilities.SETTLE, for_update=True)
+        op = ledger.get(tx.conn, tenant_id, run_id, operation_id)
+        if op is None:
+            raise NotFound(f"no operation {operation_id!r} in run {run_id!r}")
+        _fence(run, epoch)
+        if state in FINAL and op.state != state:
+            caller = ownership.caller_of(who)
+            ownership.require_owner(run, caller, f"settle an operation as {state}")
+        if op.state == state:
+            if evidence is None or evidence == op.evidence:
+                return _moved(tx, run, op, changed=False)
+            raise Conflict(
+                f"operation {operation_id!r} is already {state} with other evidence; "
+                "evidence is not rewritten",
+                current={"operation": operation_view(op)},
+            )
+        refusal = move_refusal(op.state, state)
+        if refusal is not None:
+            raise Conflict(
+                f"operation {operation_id!r}: {refusal}",
+                current={"operation": operation_view(op)},
+            )
+        before = op.state
+        actor = ownership.actor_of(who, run.worker_id if epoch is not None else None)
+        step: dict[str, Any] = {
+            "state": state,
+            "from": before,
+            "at": views.iso(tx.now),
+            "epoch": epoch,
+            "actor": actor,
+        }
+        if evidence is not None:
+            step["evidence"] = evidence
+        moved = Moved(
+            state=state,
+            evidence=evidence if evidence is not None else op.evidence,
+            history=[*(op.history or []), step],
+            updated_at=tx.now,
+            epoch=epoch,
         )
-    refusal = move_refusal(op.state, state)
-    if refusal is not None:
-        raise Conflict(
-            f"operation {operation_id!r}: {refusal}",
-            current={"operation": operation_view(op)},
-        )
-    before = op.state
-    actor = ownership.actor_of(who, run.worker_id if epoch is not None else None)
-    step: dict[str, Any] = {
-        "state": state,
-        "from": before,
-        "at": views.iso(tx.now),
-        "epoch": epoch,
-        "actor": actor,
-    }
-    if evidence is not None:
-        step["evidence"] = evidence
-    moved = Moved(
-        state=state,
-        evidence=evidence if evidence is not None else op.evidence,
-        history=[*(op.history or []), step],
-        updated_at=tx.now,
-        epoch=epoch,
-    )
-    op = ledger.move(tx.conn, op, moved)
-    _emit(tx, op, before)
-    log.debug("operation.moved", run_id=run_id, from_state=before, to_state=state)
-    if run.state == "working":
-        run = stalls.recover_on_progress(core, tx, run, actor)  # a sign of life (inv. 13)
-    run = completion.review(core, tx, run, actor)
-    return _moved(tx, run, op, changed=True)
+        op = ledger.move(tx.conn, op, moved)
+        _emit(tx, op, before)
+        log.debug("operation.moved", run_id=run_id, from_state=before, to_state=state)
+        if run.state == "working":
+            run = stalls.recover_on_progress(core, tx, run, actor)  # a sign of life (inv. 13)
+        run = completion.review(core, tx, run, actor)
+        return _moved(tx, run, op, changed=True)
+
+    return written.write(core, who.tenant_id, run_id, unit)
 
 
 def _moved(tx: Tx, run: Run, op: Operation, *, changed: bool) -> MovedAnswer:
