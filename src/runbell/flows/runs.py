@@ -342,47 +342,6 @@ class RunSnapshot(views.RunView):
     completion_owner: dict[str, str | bool | None]
 
 
-def put_run_answer(
-    core: Core, who: Principal, run_id: str, body: RunFields
-) -> tuple[RunSnapshot, bool]:
-    """``PUT /v1/runs/{id}``: :func:`put_run`, answered with the run snapshot.
-
-    A run this request created is answered from the row its unit wrote, as committed:
-    nothing can refer to it yet — no input request, notification, mismatch, amendment,
-    operation or review — so the only reads left are its links, its dependency and its
-    schedule, and only when the body named them. (Read again, as :func:`get_run` does,
-    the snapshot cost more than the creation itself: eight statements, ~2.5 ms of CPU.)
-    An update is answered with the run read again."""
-    run, created = put_run(core, who, run_id, body)
-    if not created:
-        return get_run(core, who, run_id, capability=capabilities.REPORT), False
-    return _created_snapshot(core, run, linked="links" in body), True
-
-
-def _created_snapshot(core: Core, run: Run, *, linked: bool) -> RunSnapshot:
-    ledger = operations.snapshot(None, run)  # no operations yet: no read
-    links: list[RunLink] = []
-    dependency, schedule = None, None
-    if linked or views.depends_on_view(run) is not None or run.schedule_id is not None:
-        with core.db.read() as conn:
-            links = run_links.links_of(conn, run.tenant_id, run.run_id) if linked else []
-            dependency = dependencies.view(conn, run)
-            schedule = schedule_views.run_schedule(conn, run)
-    return {
-        **views.run_view(run, include_details=True),
-        "pending_input_request": None,
-        "open_notifications": [],
-        "open_mismatches": 0,
-        "pending_amendments": [],
-        **ledger,
-        "badge": views.badge_view(run.state, run.outcome, ledger["operations"]["counts"]),
-        "pending_review": None,
-        "links": links,
-        "dependency": dependency,
-        "schedule": schedule,
-    }
-
-
 class RunsById(TypedDict):
     runs: list[views.RunView]
     next_cursor: str | None
