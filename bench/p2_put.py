@@ -19,6 +19,9 @@ process (:mod:`bench.loadgen`).
 
 from __future__ import annotations
 
+import os
+import statistics
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,6 +57,36 @@ AGENTS_SQL = sa.text(
         WHERE tenant_id = :t AND run_id LIKE :p AND type = 'run.progress') AS progress
     """
 )
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the server process has used so far (Linux ``/proc``;
+    NaN elsewhere): divided by the requests of one load, a figure the machine's other
+    load barely moves, unlike the rates."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuPerRequest:
+    """The server's CPU ms per answered request, one figure per load."""
+
+    def __init__(self, server: Server) -> None:
+        self.pid = server.pid
+        self.values: list[float] = []
+
+    def measure(self, load: Any) -> dict[str, Any]:
+        before = _cpu_s(self.pid)
+        result: dict[str, Any] = load()
+        if result.get("ok"):
+            self.values.append((_cpu_s(self.pid) - before) * 1000 / result["ok"])
+        return result
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else float("nan")
 
 
 def _put_load(
@@ -128,17 +161,27 @@ def run_put(ctx: Bench) -> None:
             tallies.append(tally)
             per_repeat = max(20, int(warm["throughput"] * mode.p2_seconds * 1.5) + 20)
             subject, baseline = Figure("runs/s"), Figure("requests/s")
+            put_cpu, noop_cpu = CpuPerRequest(server), CpuPerRequest(server)
 
             def put(rep: int) -> None:
-                result, tally = _put_load(
-                    ctx, read, tenant, server, f"put-{rep}-", mode="closed", count=per_repeat,
-                    seconds=mode.p2_seconds,
-                )  # fmt: skip
-                tallies.append(tally)
+                loaded: list[Tally] = []
+
+                def load() -> dict[str, Any]:
+                    result, tally = _put_load(
+                        ctx, read, tenant, server, f"put-{rep}-", mode="closed",
+                        count=per_repeat, seconds=mode.p2_seconds,
+                    )  # fmt: skip
+                    loaded.append(tally)
+                    return result
+
+                result = put_cpu.measure(load)
+                tallies.extend(loaded)
                 subject.add(result["applied"] / result["elapsed_s"])
 
             def noop(rep: int) -> None:
-                result = noop_load(ctx, servers, mode="closed", seconds=mode.p2_seconds)
+                result = noop_cpu.measure(
+                    lambda: noop_load(ctx, servers, mode="closed", seconds=mode.p2_seconds)
+                )
                 baseline.add(result["throughput"])
 
             interleaved(mode.repeats, put, noop)
@@ -173,6 +216,8 @@ def run_put(ctx: Bench) -> None:
             ratio=ratios(subject, baseline),
             floor=(Check("ratio", ">=", 0.2, "≥ 0.2× no-op"),),
             goal=(Check("ratio", ">=", 0.4, "≥ 0.4× no-op"),),
+            note=f"server CPU per request: PUT {put_cpu.median:.2f} ms, no-op "
+            f"{noop_cpu.median:.2f} ms",
         )
     )
     ctx.add(
@@ -251,18 +296,28 @@ def run_mixed(ctx: Bench) -> None:
             per_repeat = max(16, int(agents_per_s * mode.p2_seconds * 1.5) + 16)
             subject, baseline = Figure("requests/s"), Figure("requests/s")
             agent_rate = Figure("agents/s")
+            agent_cpu, noop_cpu = CpuPerRequest(server), CpuPerRequest(server)
 
             def agents(rep: int) -> None:
-                result, tally = _agents_load(
-                    ctx, read, tenant, server, f"ag{rep}-", count=per_repeat,
-                    seconds=mode.p2_seconds,
-                )  # fmt: skip
-                tallies.append(tally)
+                loaded: list[Tally] = []
+
+                def load() -> dict[str, Any]:
+                    result, tally = _agents_load(
+                        ctx, read, tenant, server, f"ag{rep}-", count=per_repeat,
+                        seconds=mode.p2_seconds,
+                    )  # fmt: skip
+                    loaded.append(tally)
+                    return result
+
+                result = agent_cpu.measure(load)
+                tallies.extend(loaded)
                 subject.add(result["throughput"])
                 agent_rate.add(result["applied"] / result["elapsed_s"])
 
             def noop(rep: int) -> None:
-                result = noop_load(ctx, servers, mode="closed", seconds=mode.p2_seconds)
+                result = noop_cpu.measure(
+                    lambda: noop_load(ctx, servers, mode="closed", seconds=mode.p2_seconds)
+                )
                 baseline.add(result["throughput"])
 
             interleaved(mode.repeats, agents, noop)
@@ -276,7 +331,8 @@ def run_mixed(ctx: Bench) -> None:
             baseline=baseline,
             baseline_what=f"no-op requests/s, {mode.p2_conns} connections, same server",
             ratio=ratios(subject, baseline),
-            note=f"{agent_rate.median:,.1f} agents/s",
+            note=f"{agent_rate.median:,.1f} agents/s; server CPU per request: "
+            f"{agent_cpu.median:.2f} ms, no-op {noop_cpu.median:.2f} ms",
         )
     )
     ctx.tallies.append(
