@@ -9,7 +9,7 @@ process (:mod:`bench.loadgen`).
   with the no-op; then p99 open loop at half the measured rate, interleaved with the
   no-op at the same rate. Counted: every run answered ``201`` exists once, with one
   ``create`` transition.
-- **mixed**: ``mode.p2_conns`` simulated agents at a time, each: create its run, 5
+- **P2-mixed**: ``mode.p2_conns`` simulated agents at a time, each: create its run, 5
   progress, open 1 input request, the owner answers it, ``completed`` — 9 requests in
   order (:func:`bench.loadgen.agent_requests`). Requests/s closed loop, against the
   no-op's requests/s on as many connections. Counted: every agent whose 9 requests were
@@ -323,7 +323,7 @@ def run_mixed(ctx: Bench) -> None:
             interleaved(mode.repeats, agents, noop)
     ctx.add(
         Row(
-            id="mixed",
+            id="P2-mixed",
             what=f"mixed agent workload, {mode.p2_conns} agents at a time on `runbell serve` "
             "SQLite: each creates its run, 5 progress, 1 input request, the owner's answer, "
             "completed (9 requests in order); requests/s",
@@ -337,7 +337,7 @@ def run_mixed(ctx: Bench) -> None:
     )
     ctx.tallies.append(
         Tally(
-            "mixed",
+            "P2-mixed",
             sent=sum(t.sent for t in tallies),
             stored=sum(t.stored for t in tallies),
             detail="every agent's run created once, asked, answered, completed",
