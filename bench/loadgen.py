@@ -25,7 +25,12 @@ instead keeps one ``'{"serve": true}'`` process and sends it ``run`` commands, s
 ``request.kind`` is ``signal`` (``POST /v1/runs/{run}/signals`` to runs
 ``<run_prefix>0 … <run_prefix><count-1>``, one run per request, in order, each with the
 unique event id ``<run>-done``), ``noop`` (``POST /bench/noop``, the same bodies) or
-``get`` (``path``, with the token).
+``get`` (``path``, with the token), ``put`` (``PUT /v1/runs/{run}`` creating the working
+run ``<run_prefix><i>`` for ``owner``; a ``201`` counts as applied) or ``agent`` (closed
+loop only: each of ``count`` simulated agents, one at a time per connection, creates its
+run ``<run_prefix><i>``, reports 5 progress, opens one input request, answers it with
+``owner_token`` and reports ``completed`` — 9 requests in order; an agent whose 9 were
+all answered 2xx counts as applied).
 The result lists how many requests were sent and answered, by status and by signal
 outcome, the run ids that were used, elapsed seconds and latency percentiles (ms).
 """
@@ -56,6 +61,8 @@ def build_requests(cfg: dict[str, Any], count: int) -> list[bytes]:
             f"Authorization: Bearer {req['token']}\r\n\r\n"
         ).encode()
         return [head] * count
+    if kind == "put":
+        return [_put(req, f"{req['run_prefix']}{i}") for i in range(count)]
     prefix = req.get("run_prefix", "noop-")
     for i in range(count):
         run_id = f"{prefix}{i}"
@@ -73,6 +80,49 @@ def build_requests(cfg: dict[str, Any], count: int) -> list[bytes]:
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode()
         out.append(head + body)
+    return out
+
+
+def _request(method: str, path: str, token: str, doc: dict[str, Any], extra: str = "") -> bytes:
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+        f"{extra}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+def _put(req: dict[str, Any], run_id: str) -> bytes:
+    doc = {"owner": req["owner"], "state": "working", "title": "bench run"}
+    return _request("PUT", f"/v1/runs/{run_id}", req["token"], doc)
+
+
+#: Requests one simulated agent sends (see the module docstring).
+AGENT_STEPS = 9
+
+
+def agent_requests(req: dict[str, Any], run_id: str) -> list[bytes]:
+    """One agent's run, in order: create, 5 progress, ask, the owner's answer, completed.
+    The versions are known in advance: created at 1, the request moves it to 2."""
+    token = req["token"]
+    out = [_put(req, run_id)]
+    for step in range(5):
+        doc = {"message": f"step {step + 1}", "counts": {"done": step + 1, "total": 5}}
+        out.append(_request("POST", f"/v1/runs/{run_id}/progress", token, doc))
+    ask = {"input_request_id": f"{run_id}-q", "kind": "approval", "summary": "Ship it?"}
+    out.append(_request("POST", f"/v1/runs/{run_id}/input-requests", token, ask))
+    answer = {"decision": "approve", "expected_run_version": 2, "expected_request_version": 1}
+    out.append(
+        _request(
+            "POST",
+            f"/v1/input-requests/{run_id}-q/responses",
+            req["owner_token"],
+            answer,
+            f"Idempotency-Key: {run_id}-a\r\n",
+        )
+    )
+    done = {"event_id": f"{run_id}-done", "state": "completed"}
+    out.append(_request("POST", f"/v1/runs/{run_id}/signals", token, done))
     return out
 
 
@@ -118,8 +168,9 @@ class Conn:
 
 
 class Tally:
-    def __init__(self, want_outcome: bool) -> None:
+    def __init__(self, want_outcome: bool, created: bool = False) -> None:
         self.want_outcome = want_outcome
+        self.created = created  # a PUT: applied when it created the run (201)
         self.statuses: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -136,7 +187,10 @@ class Tally:
         self.last_answer = time.perf_counter()
         if 200 <= status < 300:
             self.ok += 1
-            if self.want_outcome:
+            if self.created:
+                if status == 201:
+                    self.applied.append(index)
+            elif self.want_outcome:
                 m = OUTCOME.search(body)
                 outcome = m.group(1).decode() if m else "?"
                 self.outcomes[outcome] += 1
@@ -180,6 +234,50 @@ async def closed_loop(cfg: dict[str, Any], requests: list[bytes], tally: Tally) 
     tally.first_send = time.perf_counter()
     deadline = tally.first_send + cfg["seconds"]
     await asyncio.gather(*(drive(c, tuple(targets[i % len(targets)])) for i, c in enumerate(conns)))
+
+
+async def agent_loop(cfg: dict[str, Any], agents: list[list[bytes]], tally: Tally) -> None:
+    """Closed loop over agents: each connection runs one agent's requests in order, then
+    takes the next agent, until ``seconds`` have passed or the agents run out. An agent
+    is applied when all its requests were answered 2xx (index: the agent's)."""
+    targets = cfg["targets"]
+    next_agent = 0
+    deadline = 0.0
+
+    async def drive(target: tuple[str, int]) -> None:
+        nonlocal next_agent
+        conn = await Conn.open(*target)
+        while next_agent < len(agents) and time.perf_counter() < deadline:
+            a = next_agent
+            next_agent += 1
+            good = True
+            for request in agents[a]:
+                t = time.perf_counter()
+                try:
+                    status, _ = await asyncio.wait_for(conn.exchange(request), cfg["timeout"])
+                except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                    tally.errors[type(exc).__name__] += 1
+                    conn.close()
+                    conn = await Conn.open(*target)
+                    good = False
+                    break
+                tally.statuses[str(status)] += 1
+                tally.latencies.append(time.perf_counter() - t)
+                tally.last_answer = time.perf_counter()
+                if not 200 <= status < 300:
+                    good = False
+                    break
+                tally.ok += 1
+                if conn.closed:
+                    conn.close()
+                    conn = await Conn.open(*target)
+            (tally.applied if good else tally.failed).append(a)
+        conn.close()
+
+    tally.first_send = time.perf_counter()
+    deadline = tally.first_send + cfg["seconds"]
+    conns = min(cfg["conns"], len(agents))
+    await asyncio.gather(*(drive(tuple(targets[i % len(targets)])) for i in range(conns)))
 
 
 async def open_loop(cfg: dict[str, Any], requests: list[bytes], tally: Tally) -> None:
@@ -267,9 +365,26 @@ async def main(cfg: dict[str, Any]) -> dict[str, Any]:
     count = int(cfg["request"].get("count") or 100_000)
     if cfg["mode"] == "open":
         count = min(count, int(cfg["rate"] * cfg["seconds"]))
-    requests = build_requests(cfg, count)
     kind = cfg["request"]["kind"]
-    tally = Tally(want_outcome=kind == "signal")
+    tally = Tally(want_outcome=kind == "signal", created=kind == "put")
+    if kind == "agent":
+        req = cfg["request"]
+        agents = [agent_requests(req, f"{req['run_prefix']}{i}") for i in range(count)]
+        await agent_loop(cfg, agents, tally)
+        elapsed = max(1e-9, tally.last_answer - tally.first_send)
+        return {
+            "sent": len(tally.latencies) + sum(tally.errors.values()),
+            "ok": tally.ok,
+            "statuses": dict(tally.statuses),
+            "errors": dict(tally.errors),
+            "elapsed_s": elapsed,
+            "throughput": tally.ok / elapsed,  # requests/s
+            "latency_ms": summary(tally.latencies),
+            "agents": len(tally.applied) + len(tally.failed),
+            "applied": len(tally.applied),  # agents whose every request was answered 2xx
+            "failed_indexes": sorted(tally.failed),
+        }
+    requests = build_requests(cfg, count)
     if cfg["mode"] == "closed":
         await closed_loop(cfg, requests, tally)
     else:

@@ -34,7 +34,7 @@ from bench.common import FULL, QUICK, TINY, CorrectnessError
 from bench.context import Bench
 from bench.servers import PG_ADMIN_URL, Databases
 
-ALL = ("P1", "P2", "P2-pg", "P3", "P4", "P5", "P6", "P7")
+ALL = ("P1", "P2", "P2-put", "P2-mixed", "P2-pg", "P3", "P4", "P5", "P6", "P7")
 KINDS = ("sqlite", "postgres")
 
 
@@ -45,6 +45,8 @@ def benchmarks(kinds: tuple[str, ...]) -> dict[str, Callable[[Bench], None]]:
     return {
         "P1": call("p1_core", "run", kinds),
         "P2": call("p2_http", "run_sqlite"),
+        "P2-put": call("p2_put", "run_put"),
+        "P2-mixed": call("p2_put", "run_mixed"),
         "P2-pg": call("p2_http", "run_postgres"),
         "P3": call("p3_delivery", "run_p3"),
         "P4": call("p3_delivery", "run_p4"),

@@ -52,7 +52,7 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import InputRequest, Run
 from runbell.domain.runs import is_terminal
 from runbell.flows import amendment_changes as change_rules
-from runbell.flows import dependencies, idempotency, views
+from runbell.flows import dependencies, idempotency, views, written
 from runbell.flows.amendment_views import AmendmentView, amendment_view
 from runbell.flows.attention import (
     RequestLink,
@@ -61,7 +61,7 @@ from runbell.flows.attention import (
     supersede_actionable,
 )
 from runbell.flows.context import Core
-from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
+from runbell.flows.idempotency import Act, Answer, IdempotencyKey
 from runbell.flows.input_requests import (
     Answered,
     AnswerFields,
@@ -120,7 +120,7 @@ def propose(
     def prepare() -> Act:
         return lambda tx: (201, _propose_in(core, tx, who, run_id, text, changes))
 
-    return act_once(core.db, core.box, key, prepare)
+    return written.act_once(core, key, (who.tenant_id, run_id), prepare)  # a unit of the writer
 
 
 def _fields(body: ProposalBody) -> tuple[str, change_rules.Changes]:

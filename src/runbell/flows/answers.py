@@ -51,6 +51,7 @@ from runbell.flows import (
     review_answer,
     transitions,
     views,
+    written,
 )
 from runbell.flows.approvers import answer_refusal
 from runbell.flows.attention import close_notification
@@ -125,11 +126,25 @@ class Asked:
 
 
 def _respond(core: Core, asked: Asked) -> Answer:
-    with core.db.transaction() as tx:
-        outcome = respond_in_tx(core, tx, asked)
+    """One unit of the process's writer (flows.written), under the lock key of the run
+    the request belongs to (read first when the caller did not name it)."""
+    run_id = asked.run_id or run_of_request(core, asked.who.tenant_id, asked.request_id)
+    outcome = written.write(
+        core, asked.who.tenant_id, run_id, lambda tx: respond_in_tx(core, tx, asked)
+    )
     if isinstance(outcome, Conflict):
         raise outcome  # raised after commit: the request was marked expired
     return outcome
+
+
+def run_of_request(core: Core, tenant_id: str, request_id: str) -> str:
+    """The run a request belongs to (the writer's lock key): 404 when there is none in
+    the tenant, as :func:`_locked` would answer."""
+    with core.db.read() as conn:
+        found = requests.get(conn, tenant_id, request_id)
+    if found is None:
+        raise NotFound(f"no input request {request_id!r}")
+    return found.run_id
 
 
 def respond_in_tx(core: Core, tx: Tx, asked: Asked) -> Answer | Conflict:

@@ -20,7 +20,7 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 
 from runbell.domain.errors import Conflict, Forbidden, Gone, NotFound, ValidationFailed
-from runbell.flows import answers, machine_answers
+from runbell.flows import answers, machine_answers, written
 from runbell.flows.context import Core
 from runbell.flows.idempotency import Answer
 from runbell.flows.input_requests import AnswerFields, fingerprint
@@ -49,8 +49,18 @@ def answer(core: Core, token: str, body: CallbackAnswerBody) -> Answer:
 
 
 def _answer(core: Core, token: str, decision: str, value: Any) -> Answer:
-    with core.db.transaction() as tx:
-        outcome = _answer_in_tx(core, tx, token, decision, value)
+    """One unit of the process's writer (flows.written), under the lock key of the run
+    the callback answers on."""
+    with core.db.read() as conn:
+        callback = store.by_token(conn, token)
+    if callback is None:
+        raise NotFound("no such callback URL")
+    outcome = written.write(
+        core,
+        callback.tenant_id,
+        callback.run_id,
+        lambda tx: _answer_in_tx(core, tx, token, decision, value),
+    )
     if isinstance(outcome, Conflict):
         raise outcome  # raised after commit: the request was marked expired
     return outcome

@@ -48,10 +48,10 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import Run, RunChanges
 from runbell.domain.runs import RunState, is_terminal
 from runbell.domain.text import REASON_MAX, public_text
-from runbell.flows import cancel_outcome, scope, transitions, views
+from runbell.flows import cancel_outcome, scope, transitions, views, written
 from runbell.flows.approvers import may_answer
 from runbell.flows.context import Core
-from runbell.flows.idempotency import Act, Answer, IdempotencyKey, act_once
+from runbell.flows.idempotency import Act, Answer, IdempotencyKey
 from runbell.flows.ownership import actor_of
 from runbell.store import runs
 from runbell.store.db import PendingEvent, Tx
@@ -89,7 +89,7 @@ def request_cancel(
     def prepare() -> Act:
         return lambda tx: _cancel_in(core, tx, who, run_id, reason)
 
-    return act_once(core.db, core.box, key, prepare)
+    return written.act_once(core, key, (who.tenant_id, run_id), prepare)  # a unit of the writer
 
 
 def _cancel_in(

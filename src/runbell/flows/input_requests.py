@@ -49,11 +49,12 @@ from runbell.flows import (
     scope,
     transitions,
     views,
+    written,
 )
 from runbell.flows.approvers import may_answer
 from runbell.flows.attention import RequestLink, close_notification
 from runbell.flows.context import Core
-from runbell.flows.idempotency import Answer, IdempotencyKey, act_once
+from runbell.flows.idempotency import Answer, IdempotencyKey
 from runbell.flows.inputs import RequestBody
 from runbell.flows.ownership import actor_of
 from runbell.store import accounts, runs
@@ -142,10 +143,13 @@ def open_request(
     pending request of the same run is superseded. Answers 201 with ``{input_request,
     run, notifications, created}``; with an Idempotency-Key, a retry gets the stored one.
     """
-    # Two opens of one new id for different runs may race: the loser's insert fails, and
-    # its second try (once() retries a constraint violation) sees the winner.
+    # One unit of the process's writer (flows.written). Two opens of one new id for
+    # different runs may race across processes: the loser's insert fails, and its second
+    # try (written.act_once retries a constraint violation) sees the winner.
     who.require(capabilities.ASK)
-    return act_once(core.db, core.box, key, lambda: _opening(core, who, run_id, body))
+    return written.act_once(
+        core, key, (who.tenant_id, run_id), lambda: _opening(core, who, run_id, body)
+    )
 
 
 def _opening(

@@ -143,11 +143,14 @@ def mint(core: Core, who: Principal, request_id: str, body: CallbackBody) -> Cal
     request of a run the credential may ask on (``input_requests.create``). 404 outside
     its scope, 409 when the request is no longer pending or has expired."""
     who.require(capabilities.ASK)
-    with core.db.transaction() as tx:
-        found = requests.get(tx.conn, who.tenant_id, request_id)
-        if found is None:
-            raise NotFound(f"no input request {request_id!r}")
-        run = scope.require_run(tx.conn, who, found.run_id, capabilities.ASK, for_update=True)
+    with core.db.read() as conn:  # the run it belongs to: the writer's lock key
+        found = requests.get(conn, who.tenant_id, request_id)
+    if found is None:
+        raise NotFound(f"no input request {request_id!r}")
+    run_id = found.run_id
+
+    def unit(tx: Tx) -> CallbackView:
+        run = scope.require_run(tx.conn, who, run_id, capabilities.ASK, for_update=True)
         req = requests.get(tx.conn, who.tenant_id, request_id, for_update=True)
         assert req is not None  # requests are never deleted
         if req.purpose != "run":
@@ -161,6 +164,8 @@ def mint(core: Core, who: Principal, request_id: str, body: CallbackBody) -> Cal
                 current={"input_request": views.input_request_view(req)},
             )
         return mint_in_tx(core, tx, who, run, req, decisions)
+
+    return core.writer.run(unit, key=(who.tenant_id, run_id))  # flows.written
 
 
 def set_allowed(core: Core, tenant_id: str, allowed: bool) -> None:

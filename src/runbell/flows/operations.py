@@ -52,9 +52,9 @@ from runbell.domain.principal import Principal
 from runbell.domain.records import Run
 from runbell.domain.runs import is_terminal
 from runbell.domain.text import public_text
-from runbell.flows import completion, ownership, scope, stalls, views
+from runbell.flows import completion, ownership, scope, stalls, views, written
 from runbell.flows.context import Core
-from runbell.flows.idempotency import Answer, IdempotencyKey, act_once, fingerprint
+from runbell.flows.idempotency import Answer, IdempotencyKey, fingerprint
 from runbell.flows.inputs import DeclareBody, MoveBody
 from runbell.flows.operation_views import (
     DeclaredAnswer,
@@ -363,7 +363,7 @@ def declare(
             **_ledger_state(tx.conn, run),
         }
 
-    return act_once(core.db, core.box, key, lambda: act)
+    return written.act_once(core, key, (who.tenant_id, run_id), lambda: act)
 
 
 def _refuse_if_in_flight(tx: Tx, tenant_id: str, item: Declared) -> None:
@@ -411,7 +411,7 @@ def move(core: Core, who: Principal, run_id: str, operation_id: str, body: MoveB
     if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
         raise ValidationFailed("epoch is a non-negative integer", field="epoch")
 
-    with core.db.transaction() as tx:
+    def unit(tx: Tx) -> MovedAnswer:  # one unit of the process's writer (flows.written)
         tenant_id = who.tenant_id
         run = scope.require_run(tx.conn, who, run_id, capabilities.SETTLE, for_update=True)
         op = ledger.get(tx.conn, tenant_id, run_id, operation_id)
@@ -460,6 +460,8 @@ def move(core: Core, who: Principal, run_id: str, operation_id: str, body: MoveB
             run = stalls.recover_on_progress(core, tx, run, actor)  # a sign of life (inv. 13)
         run = completion.review(core, tx, run, actor)
         return _moved(tx, run, op, changed=True)
+
+    return written.write(core, who.tenant_id, run_id, unit)
 
 
 def _moved(tx: Tx, run: Run, op: Operation, *, changed: bool) -> MovedAnswer:

@@ -22,7 +22,6 @@ from dataclasses import replace
 from typing import NotRequired, TypedDict, cast
 
 import structlog
-from sqlalchemy.exc import IntegrityError
 
 from runbell.domain import capabilities
 from runbell.domain.errors import Conflict, NotFound, ValidationFailed
@@ -42,6 +41,7 @@ from runbell.flows import (
     scope,
     stalls,
     views,
+    written,
 )
 from runbell.flows.amendment_views import AmendmentView
 from runbell.flows.attention import supersede_actionable
@@ -78,42 +78,54 @@ RUN_FIELDS = (
 def put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[Run, bool]:
     """Create a run, or update its descriptive fields. State changes go through signals.
 
-    Two creating PUTs may race (``FOR UPDATE`` locks nothing that does not exist yet):
-    the loser's insert hits the primary key, and it is retried once as an update.
+    One unit of the process's writer (:mod:`runbell.flows.written`), committed with
+    whatever other writes are waiting and answered once that commit is durable. Two
+    creating PUTs may race across processes (``FOR UPDATE`` locks nothing that does not
+    exist yet): the loser's insert hits the primary key, and it is retried once as an
+    update. (Within one batch the second sees the first's row and updates it.)
     """
-    try:
-        return _put_run(core, who, run_id, body)
-    except IntegrityError:
-        return _put_run(core, who, run_id, body)
-
-
-def _put_run(core: Core, who: Principal, run_id: str, body: RunFields) -> tuple[Run, bool]:
     who.require(capabilities.REPORT)
     links = check_links(body["links"]) if "links" in body else None
-    with core.db.transaction() as tx:
-        run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
-        under = None
-        if run is None:  # started under a schedule: its owner and authority by default
-            scope.may_create(who, run_id)
-            under = schedule_start.started_under(tx, who, body.get("schedule"))
-            body = schedule_start.with_defaults(body, under) if under else body
-        else:
-            if not scope.in_scope(who, run):
-                raise NotFound(f"no run {run_id!r} in this credential's scope")
-            schedule_start.check_unchanged(body, run.schedule_id)
-        owner = body.get("owner")
-        owner_id = _member(tx, who.tenant_id, owner, "owner") if owner else None
-        access = _named(tx, who.tenant_id, named_refs(body.get("authority")))
-        job = _job_fields(tx, who, run_id, body)
-        if run is None:
-            if owner_id is None:
-                raise ValidationFailed("owner is required when a run is created", field="owner")
-            created = _create_run(core, tx, who, run_id, owner_id, body, access, job, under)
-            _set_links(tx, who, created, links)
-            return created, True
-        updated = _update_run(core, tx, who, run, owner_id, body, access, job)
-        _set_links(tx, who, updated, links)
-        return updated, False
+    return written.write_retried(
+        core,
+        who.tenant_id,
+        run_id,
+        lambda tx: put_run_in_tx(core, tx, who, run_id, body, links),
+    )
+
+
+def put_run_in_tx(
+    core: Core,
+    tx: Tx,
+    who: Principal,
+    run_id: str,
+    body: RunFields,
+    links: list[RunLink] | None,
+) -> tuple[Run, bool]:
+    """:func:`put_run` in the caller's transaction (``links`` checked by ``check_links``)."""
+    run = runs.get_run(tx.conn, who.tenant_id, run_id, for_update=True)
+    under = None
+    if run is None:  # started under a schedule: its owner and authority by default
+        scope.may_create(who, run_id)
+        under = schedule_start.started_under(tx, who, body.get("schedule"))
+        body = schedule_start.with_defaults(body, under) if under else body
+    else:
+        if not scope.in_scope(who, run):
+            raise NotFound(f"no run {run_id!r} in this credential's scope")
+        schedule_start.check_unchanged(body, run.schedule_id)
+    owner = body.get("owner")
+    owner_id = _member(tx, who.tenant_id, owner, "owner") if owner else None
+    access = _named(tx, who.tenant_id, named_refs(body.get("authority")))
+    job = _job_fields(tx, who, run_id, body)
+    if run is None:
+        if owner_id is None:
+            raise ValidationFailed("owner is required when a run is created", field="owner")
+        created = _create_run(core, tx, who, run_id, owner_id, body, access, job, under)
+        _set_links(tx, who, created, links)
+        return created, True
+    updated = _update_run(core, tx, who, run, owner_id, body, access, job)
+    _set_links(tx, who, updated, links)
+    return updated, False
 
 
 def _job_fields(tx: Tx, who: Principal, run_id: str, body: RunFields) -> RunChanges:
@@ -364,7 +376,6 @@ def get_run(
             "pending_review": None if waiting is None else views.input_request_view(waiting),
             "links": run_links.links_of(conn, who.tenant_id, run_id),
             "dependency": dependencies.view(conn, run),
-            **operations.snapshot(conn, run),  # {counts, text}, fencing (issue 10)
             "schedule": schedule_views.run_schedule(conn, run),
         }
 
@@ -410,34 +421,48 @@ Counts = dict[str, int | float | str]
 def record_progress(
     core: Core, who: Principal, run_id: str, message: str | None, counts: Counts | None
 ) -> ProgressAnswer:
-    """A heartbeat: updates last_progress_at and the live feed. Never a notification."""
-    with core.db.transaction() as tx:
-        run = scope.require_run(tx.conn, who, run_id, capabilities.REPORT, for_update=True)
-        if is_terminal(run.state):
-            return {
-                "accepted": False,
-                "reason": f"run is {run.state}",
-                "run": views.run_view(run),
-            }
-        message = public_text(message, PROGRESS_MAX)
-        progress = {"message": message, "counts": counts, "at": views.iso(tx.now)}
-        runs.update_run(
-            tx.conn, who.tenant_id, run_id, {"progress": progress, "last_progress_at": tx.now}
-        )
-        if run.state == "working":  # a sign of life: the stall clock restarts
-            run = stalls.recover_on_progress(core, tx, run, actor_of(who))
-        tx.emit(
-            who.tenant_id,
-            PendingEvent(
-                "run.progress",
-                {
-                    "run_id": run_id,
-                    "version": run.version,
-                    "message": message,
-                    "counts": counts,
-                },
-                run_id=run_id,
-            ),
-        )
-        run = replace(run, progress=progress, last_progress_at=tx.now)
-        return {"accepted": True, "decision": "live", "run": views.run_view(run)}
+    """A heartbeat: updates last_progress_at and the live feed. Never a notification.
+
+    One unit of the process's writer (:mod:`runbell.flows.written`)."""
+    who.require(capabilities.REPORT)  # before the lock: a scoped key without it, 403
+    message = public_text(message, PROGRESS_MAX)
+    return written.write(
+        core,
+        who.tenant_id,
+        run_id,
+        lambda tx: progress_in_tx(core, tx, who, run_id, message, counts),
+    )
+
+
+def progress_in_tx(
+    core: Core, tx: Tx, who: Principal, run_id: str, message: str | None, counts: Counts | None
+) -> ProgressAnswer:
+    """:func:`record_progress` in the caller's transaction (``message`` already made safe)."""
+    run = scope.require_run(tx.conn, who, run_id, capabilities.REPORT, for_update=True)
+    if is_terminal(run.state):
+        return {
+            "accepted": False,
+            "reason": f"run is {run.state}",
+            "run": views.run_view(run),
+        }
+    progress = {"message": message, "counts": counts, "at": views.iso(tx.now)}
+    runs.update_run(
+        tx.conn, who.tenant_id, run_id, {"progress": progress, "last_progress_at": tx.now}
+    )
+    if run.state == "working":  # a sign of life: the stall clock restarts
+        run = stalls.recover_on_progress(core, tx, run, actor_of(who))
+    tx.emit(
+        who.tenant_id,
+        PendingEvent(
+            "run.progress",
+            {
+                "run_id": run_id,
+                "version": run.version,
+                "message": message,
+                "counts": counts,
+            },
+            run_id=run_id,
+        ),
+    )
+    run = replace(run, progress=progress, last_progress_at=tx.now)
+    return {"accepted": True, "decision": "live", "run": views.run_view(run)}

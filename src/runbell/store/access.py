@@ -18,11 +18,29 @@ from sqlalchemy.engine import Connection
 
 from runbell.domain.people import Grant, role_grant, subject_key
 from runbell.domain.principal import Principal
+from runbell.store import fast
 from runbell.store import tables as t
 from runbell.store.grants import SubjectGrant, for_subject
 
 _RA = t.run_access
 RUN = "run"
+
+# Compiled once (store.fast): every run creation runs these (issue 21, P2-put).
+_PEOPLE = fast.Statement(
+    lambda: sa.select(_RA.c.user_id, _RA.c.may_answer, _RA.c.may_amend).where(
+        _RA.c.tenant_id == sa.bindparam("tenant_id"),
+        _RA.c.run_id == sa.bindparam("run_id"),
+        _RA.c.via == sa.bindparam("via"),
+    )
+)
+_DROP_GRANTED = fast.Statement(
+    lambda: sa.delete(_RA).where(
+        _RA.c.tenant_id == sa.bindparam("tenant_id"),
+        _RA.c.run_id == sa.bindparam("run_id"),
+        _RA.c.via != sa.bindparam("via"),
+    )
+)
+_INSERT = fast.insert(_RA, ("tenant_id", "run_id", "user_id", "via", "may_answer", "may_amend"))
 
 
 def set_run_people(
@@ -31,12 +49,8 @@ def set_run_people(
     """The run's own rows (``via = 'run'``) become ``people``: gone ones deleted, new ones
     inserted, changed ones updated."""
     current = {
-        r.user_id: Grant(bool(r.may_answer), bool(r.may_amend))
-        for r in conn.execute(
-            sa.select(_RA.c.user_id, _RA.c.may_answer, _RA.c.may_amend).where(
-                _RA.c.tenant_id == tenant_id, _RA.c.run_id == run_id, _RA.c.via == RUN
-            )
-        )
+        r["user_id"]: Grant(bool(r["may_answer"]), bool(r["may_amend"]))
+        for r in _PEOPLE.rows(conn, tenant_id=tenant_id, run_id=run_id, via=RUN)
     }
     gone = set(current) - set(people)
     if gone:
@@ -60,8 +74,7 @@ def set_run_people(
             .values(may_answer=people[user_id].may_answer, may_amend=people[user_id].may_amend)
         )
     new = sorted(set(people) - set(current))
-    if new:
-        conn.execute(_RA.insert(), [_row(tenant_id, run_id, u, RUN, people[u]) for u in new])
+    _INSERT.many(conn, [_row(tenant_id, run_id, u, RUN, people[u]) for u in new])
 
 
 def apply_grants(
@@ -69,9 +82,7 @@ def apply_grants(
 ) -> None:
     """The run's rows from subject grants become those of the grants of ``subject`` (a new
     run, or a run whose subject changed)."""
-    conn.execute(
-        sa.delete(_RA).where(_RA.c.tenant_id == tenant_id, _RA.c.run_id == run_id, _RA.c.via != RUN)
-    )
+    _DROP_GRANTED.execute(conn, tenant_id=tenant_id, run_id=run_id, via=RUN)
     key = subject_key(subject)
     if key is None:
         return

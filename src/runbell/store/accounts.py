@@ -258,17 +258,33 @@ def revoke_member(conn: Connection, tenant_id: str, user_id: str, now: datetime)
     )
 
 
+def _member_by(column: str) -> fast.Statement:
+    return fast.Statement(
+        lambda: (
+            sa.select(t.users.c.id)
+            .join(t.memberships, t.memberships.c.user_id == t.users.c.id)
+            .where(
+                t.users.c[column] == sa.bindparam("ref"),
+                t.memberships.c.tenant_id == sa.bindparam("tenant_id"),
+                t.memberships.c.revoked_at.is_(None),
+            )
+        )
+    )
+
+
+# Compiled once (store.fast): every run creation names its owner (issue 21, P2-put).
+_MEMBER_BY_ID, _MEMBER_BY_EMAIL = _member_by("id"), _member_by("email")
+
+
 def find_user(conn: Connection, tenant_id: str, ref: str) -> str:
     """A current member by user id or email; NotFound otherwise."""
-    cond = t.users.c.id == ref if ref.startswith("usr_") else t.users.c.email == ref.strip().lower()
-    row = conn.execute(
-        sa.select(t.users.c.id)
-        .join(t.memberships, t.memberships.c.user_id == t.users.c.id)
-        .where(cond, t.memberships.c.tenant_id == tenant_id, t.memberships.c.revoked_at.is_(None))
-    ).first()
+    if ref.startswith("usr_"):
+        row = _MEMBER_BY_ID.first(conn, ref=ref, tenant_id=tenant_id)
+    else:
+        row = _MEMBER_BY_EMAIL.first(conn, ref=ref.strip().lower(), tenant_id=tenant_id)
     if row is None:
         raise NotFound(f"no member {ref!r} in this tenant")
-    return str(row[0])
+    return str(row["id"])
 
 
 @dataclass(frozen=True, slots=True)

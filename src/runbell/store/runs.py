@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -67,6 +67,7 @@ TRANSITION_COLUMNS = (
     "actor",
 )
 _ADD_TRANSITION = fast.insert(t.transitions, TRANSITION_COLUMNS)
+_INSERT_RUN = fast.insert(t.runs, RUN_COLUMNS)
 _FIND_INBOUND = fast.Statement(
     lambda: sa.select(t.inbound_events).where(
         t.inbound_events.c.tenant_id == sa.bindparam("tenant_id"),
@@ -119,7 +120,9 @@ _NEW_RUN: dict[str, Any] = {
 
 
 def insert_run(conn: Connection, run: Run) -> None:
-    conn.execute(t.runs.insert().values(**asdict(run)))
+    # Compiled once (store.fast): built per call, this INSERT of every column cost more
+    # CPU than the rest of a run's creation (issue 21, bench/profile/p2-put.md).
+    _INSERT_RUN.execute(conn, **{name: getattr(run, name) for name in RUN_COLUMNS})
 
 
 def update_run(conn: Connection, tenant_id: str, run_id: str, values: RunChanges) -> None:

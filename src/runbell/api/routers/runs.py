@@ -12,10 +12,9 @@ from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import JSON
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
-from runbell.domain import capabilities
 from runbell.domain.overview import GROUPS, STATES
 from runbell.domain.records import ReportedError, RunReport
-from runbell.flows import overview, ownership, run_history, runs, signals
+from runbell.flows import overview, ownership, put_answer, run_history, runs, signals
 from runbell.flows.context import Core
 from runbell.flows.inputs import RunFields
 from runbell.flows.signals import Signal
@@ -69,15 +68,15 @@ PUT_RULES = rules(
     },
     openapi_extra=PUT_RULES,
 )
-def put_run(
+async def put_run(
     run_id: RunId, body: RunPut, who: Runtime, core: CoreDep, response: Response
 ) -> Mapping[str, Any]:
     """Create a run (201) or update its descriptive fields (200)."""
     fields = cast(RunFields, body.model_dump(exclude_unset=True, mode="json"))  # RunPut's
-    _, created = runs.put_run(core, who, run_id, fields)
+    snapshot, created = await put_answer.put_run_answer_async(core, who, run_id, fields)
     if created:
         response.status_code = 201
-    return runs.get_run(core, who, run_id, capability=capabilities.REPORT)
+    return snapshot
 
 
 @router.get("/{run_id}", responses=problems(401, 403, 404, 422, 503))
@@ -177,8 +176,8 @@ def get_history(run_id: RunId, who: Who, core: CoreDep) -> Mapping[str, Any]:
 @router.post(
     "/{run_id}/progress", status_code=202, responses=problems(401, 403, 404, 413, 422, 503)
 )
-def post_progress(
+async def post_progress(
     run_id: RunId, body: ProgressIn, who: Runtime, core: CoreDep
 ) -> Mapping[str, Any]:
     """A heartbeat: live feed only, never a push (invariant 5)."""
-    return runs.record_progress(core, who, run_id, body.message, body.counts)
+    return await put_answer.record_progress_async(core, who, run_id, body.message, body.counts)
