@@ -46,9 +46,7 @@ def queued_in_order(core: Core, make: list[Any]) -> list[Future[Any]]:
     return out
 
 
-def signal_in_thread(
-    core: Core, creds: TenantCreds, run_id: str, event_id: str, state: str
-) -> Any:
+def signal_in_thread(core: Core, creds: TenantCreds, run_id: str, event_id: str, state: str) -> Any:
     return lambda: accept_in_thread(core, creds, run_id, event_id, state)
 
 
@@ -165,7 +163,11 @@ def test_a_unit_rolled_back_after_moving_a_run_leaves_the_next_unit_the_stored_r
     create_runs(core, creds, ["r0", "r1"])
     source = api_source(core, creds.tenant_id)
     prepared = signals._prepare(
-        core, creds.tenant_id, source, "r0", signals.checked(Signal(event_id="e-bad", state="completed"))
+        core,
+        creds.tenant_id,
+        source,
+        "r0",
+        signals.checked(Signal(event_id="e-bad", state="completed")),
     )
     assert callable(prepared)
 

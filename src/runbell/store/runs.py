@@ -126,7 +126,12 @@ def _keyed_in(columns: list[sa.ColumnElement[Any]], n: int, names: str) -> sa.Co
     """``(columns…) IN ((:<names[0]>0, …), …)`` with ``n`` tuples of bind parameters."""
     return sa.tuple_(*columns).in_(
         [
-            sa.tuple_(*(sa.bindparam(f"{p}{i}", type_=c.type) for p, c in zip(names, columns, strict=True)))
+            sa.tuple_(
+                *(
+                    sa.bindparam(f"{p}{i}", type_=c.type)
+                    for p, c in zip(names, columns, strict=True)
+                )
+            )
             for i in range(n)
         ]
     )
@@ -141,10 +146,12 @@ def _lock_many(n: int) -> fast.Statement:
     if found is None:
         r = t.runs
         found = _LOCK_MANY[n] = fast.Statement(
-            lambda: sa.select(r)
-            .where(_keyed_in([r.c.tenant_id, r.c.run_id], n, "tr"))
-            .order_by(r.c.tenant_id, r.c.run_id)
-            .with_for_update()
+            lambda: (
+                sa.select(r)
+                .where(_keyed_in([r.c.tenant_id, r.c.run_id], n, "tr"))
+                .order_by(r.c.tenant_id, r.c.run_id)
+                .with_for_update()
+            )
         )
     return found
 
@@ -174,7 +181,7 @@ def lock_batch(tx: Tx, keys: list[tuple[str, str]]) -> None:
     already holds the lock: a plain read."""
     if not keys:
         return
-    ordered = _padded(sorted(set(keys)))  # type: ignore[arg-type]
+    ordered = _padded(sorted(set(keys)))
     params = {}
     for n, (tenant_id, run_id) in enumerate(ordered):
         params[f"t{n}"], params[f"r{n}"] = tenant_id, run_id
