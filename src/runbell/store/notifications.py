@@ -154,17 +154,19 @@ def _open_many(n: int) -> fast.Statement:
     found = _OPEN_MANY_BY_SIZE.get(n)
     if found is None:
         c = t.notifications.c
-        keyed = sa.tuple_(c.tenant_id, c.run_id).in_(
-            [
-                sa.tuple_(
-                    sa.bindparam(f"t{i}", type_=c.tenant_id.type),
-                    sa.bindparam(f"r{i}", type_=c.run_id.type),
+        # One (tenant, run, open) lookup per run: ix_notifications_run_state on both.
+        keyed = sa.or_(
+            *(
+                sa.and_(
+                    c.tenant_id == sa.bindparam(f"t{i}", type_=c.tenant_id.type),
+                    c.run_id == sa.bindparam(f"r{i}", type_=c.run_id.type),
+                    c.state == "open",
                 )
                 for i in range(n)
-            ]
+            )
         )
         found = _OPEN_MANY_BY_SIZE[n] = fast.Statement(
-            lambda: sa.select(t.notifications).where(keyed, c.state == "open").order_by(c.id)
+            lambda: sa.select(t.notifications).where(keyed).order_by(c.id)
         )
     return found
 

@@ -122,18 +122,23 @@ def _padded(keys: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     return keys + [keys[-1]] * (size - len(keys))
 
 
-def _keyed_in(columns: list[sa.ColumnElement[Any]], n: int, names: str) -> sa.ColumnElement[bool]:
-    """``(columns…) IN ((:<names[0]>0, …), …)`` with ``n`` tuples of bind parameters."""
-    return sa.tuple_(*columns).in_(
-        [
-            sa.tuple_(
+def _keyed_in(
+    columns: list[sa.ColumnElement[Any]], n: int, names: str, *more: sa.ColumnElement[bool]
+) -> sa.ColumnElement[bool]:
+    """``(c1 = :<names[0]>0 AND c2 = … AND more…) OR …`` for ``n`` keys: the form both
+    planners answer with one index lookup per key (SQLite's multi-index OR, PostgreSQL's
+    bitmap OR). A row-value ``(c1, c2) IN ((…), (…))`` list made SQLite scan the table."""
+    return sa.or_(
+        *(
+            sa.and_(
                 *(
-                    sa.bindparam(f"{p}{i}", type_=c.type)
+                    c == sa.bindparam(f"{p}{i}", type_=c.type)
                     for p, c in zip(names, columns, strict=True)
-                )
+                ),
+                *more,
             )
             for i in range(n)
-        ]
+        )
     )
 
 
