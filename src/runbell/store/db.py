@@ -297,7 +297,10 @@ class Database:
         try:
             with self.engine.connect() as conn:
                 tx = Tx(conn=conn, now=now or self.clock(), dialect=self.dialect)
-                conn.info[_TX_KEY] = tx
+                # Taken once: after an outage invalidated the connection, ``conn.info``
+                # would try to reconnect in the ``finally``.
+                info = conn.info
+                info[_TX_KEY] = tx
                 try:
                     with conn.begin():
                         yield tx
@@ -307,7 +310,7 @@ class Database:
                         tx.flush_deferred()  # what those deferred in turn (outbox rows)
                         heads = tx.flush_events()
                 finally:
-                    conn.info.pop(_TX_KEY, None)
+                    info.pop(_TX_KEY, None)
         except Exception as exc:
             self.availability.observe(exc)
             raise
