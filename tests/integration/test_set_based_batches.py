@@ -270,3 +270,33 @@ def test_a_batch_spanning_two_tenants(core: Core, creds: TenantCreds) -> None:
                 ).scalars()
             )
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # no gap per tenant
+
+
+def test_outbox_rows_written_early_and_a_rewound_unit(core: Core, creds: TenantCreds) -> None:
+    """Deferred outbox rows written early (another outbox statement in the same
+    transaction) and then rolled back with their unit's savepoint: the unit's rows are
+    gone whether they were written early or still pending; the earlier unit's stay."""
+    from runbell.store import outbox
+
+    def row(n: int) -> Any:
+        values = outbox.delivery_row(creds.tenant_id, None, "webhook", f"ep_{n}", "queued", now)
+        return {**values, "id": f"dlv_early{n}"}
+
+    now = core.db.clock()
+    with core.db.transaction() as tx:
+        outbox.add_deliveries(tx.conn, [row(0)])  # an earlier unit's, still pending
+        mark = tx.mark()
+        savepoint = tx.conn.begin_nested()
+        outbox.add_deliveries(tx.conn, [row(1), row(2)])
+        outbox.write_deferred(tx.conn)  # e.g. a cancel_pending: rows 0-2 written now
+        outbox.add_deliveries(tx.conn, [row(3)])  # pending again
+        savepoint.rollback()
+        tx.rewind(mark)
+        outbox.add_deliveries(tx.conn, [row(4)])  # the next unit's
+    with core.db.read() as conn:
+        stored = set(
+            conn.execute(
+                sa.select(t.deliveries.c.id).where(t.deliveries.c.id.like("dlv_early%"))
+            ).scalars()
+        )
+    assert stored == {"dlv_early0", "dlv_early4"}

@@ -118,7 +118,8 @@ class Mark:
     events: dict[str, int]
     callbacks: int
     wake: bool
-    deferred: dict[Statement, int]  # absolute: rows flushed early plus rows pending
+    # Per statement: rows written early (:meth:`Tx.flush`) and all rows so far, at the mark.
+    deferred: dict[Statement, tuple[int, int]]
     written: int
 
 
@@ -140,8 +141,8 @@ class Tx:
     # Rows nothing reads back inside the transaction (history, dedupe records), written
     # with one multi-row statement each just before the feed: see :meth:`defer`.
     deferred: dict[Statement, list[dict[str, Any]]] = field(default_factory=dict)
-    # Rows of ``deferred`` already written early (:meth:`flush`), per statement.
-    flushed: dict[Statement, int] = field(default_factory=dict)
+    # Rows of ``deferred`` already written early (:meth:`flush`), per statement, in order.
+    early: dict[Statement, list[dict[str, Any]]] = field(default_factory=dict)
     # Rows the writer read for its whole batch before the units ran (one statement each,
     # ``runtime.writer``), served once each: a run's locked row, its open notifications,
     # an inbound event's dedupe row (None: not stored). A write to one of them drops it
@@ -176,14 +177,14 @@ class Tx:
         rows = self.deferred.get(stmt)
         if rows:
             stmt.many(self.conn, rows)
-            self.flushed[stmt] = self.flushed.get(stmt, 0) + len(rows)
+            self.early.setdefault(stmt, []).extend(rows)
             rows.clear()
 
     def flush_deferred(self) -> None:
         for stmt, rows in self.deferred.items():
             stmt.many(self.conn, rows)
         self.deferred.clear()
-        self.flushed.clear()
+        self.early.clear()
 
     def mark(self) -> Mark:
         """Where this unit of work starts (see :meth:`rewind`)."""
@@ -191,7 +192,10 @@ class Tx:
             {k: len(v) for k, v in self.events.items()},
             len(self.after_commit),
             self.wake_outbox,
-            {k: self.flushed.get(k, 0) + len(v) for k, v in self.deferred.items()},
+            {
+                k: (len(self.early.get(k, ())), len(self.early.get(k, ())) + len(v))
+                for k, v in self.deferred.items()
+            },
             len(self.written),
         )
 
@@ -204,11 +208,14 @@ class Tx:
         del self.after_commit[mark.callbacks :]
         self.wake_outbox = mark.wake
         for stmt in list(self.deferred):
-            at, early = mark.deferred.get(stmt, 0), self.flushed.get(stmt, 0)
-            if at < early:  # written early since the mark: the savepoint's rollback took them
-                self.flushed[stmt] = at
-                at = early
-            del self.deferred[stmt][at - early :]
+            # Rows in order: those written before the mark stay written; those pending at
+            # the mark (earlier units') are pending again even if written since — the
+            # savepoint's rollback took them; those added since are the unit's: gone.
+            before, at = mark.deferred.get(stmt, (0, 0))
+            early = self.early.get(stmt, [])
+            rows = early + self.deferred[stmt]
+            self.early[stmt] = early[:before]
+            self.deferred[stmt] = rows[before:at]
         for note_id in list(self.written)[mark.written :]:
             del self.written[note_id]
 
