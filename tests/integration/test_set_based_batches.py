@@ -300,3 +300,27 @@ def test_outbox_rows_written_early_and_a_rewound_unit(core: Core, creds: TenantC
             ).scalars()
         )
     assert stored == {"dlv_early0", "dlv_early4"}
+
+
+def test_more_keys_than_one_statement_takes_are_read_in_chunks(
+    core: Core, creds: TenantCreds
+) -> None:
+    """A batch may hold up to 1,000 units (RUNBELL_WRITER_MAX_BATCH); its reads go in
+    statements of at most CHUNK keys (an OR chain past ~1,000 terms is too deep for
+    SQLite), and every run, open notification list and dedupe row is still read."""
+    from runbell.store import notifications, runs
+
+    run_ids = [f"c{i:03d}" for i in range(runs.CHUNK + 6)]
+    create_runs(core, creds, run_ids)
+    keys = [(creds.tenant_id, run_id) for run_id in run_ids]
+    source = api_source(core, creds.tenant_id)
+    with statements(core) as sent, core.db.transaction() as tx:
+        runs.lock_batch(tx, keys)
+        notifications.read_open_batch(tx, keys)
+        runs.read_inbound_batch(tx, [(creds.tenant_id, source.id, f"x{r}") for r in run_ids])
+        assert set(tx.locked) == set(keys)
+        assert set(tx.open_notes) == set(keys)
+        assert len(tx.inbound) == len(run_ids) and not any(tx.inbound.values())
+    assert sum(1 for sql in sent if sql.startswith("SELECT runs.")) == 2
+    assert sum(1 for sql in sent if sql.startswith("SELECT notifications.")) == 2
+    assert sum(1 for sql in sent if sql.startswith("SELECT inbound_events.")) == 2

@@ -16,6 +16,7 @@ from runbell.i18n import N_
 from runbell.store import fast, outbox
 from runbell.store import tables as t
 from runbell.store.db import Tx
+from runbell.store.runs import chunks as runs_chunks
 
 # Delivery statuses that will still send something unless stopped.
 ACTIONABLE_TYPES = ("input_required",)
@@ -180,19 +181,17 @@ _OPEN_BATCH_2 = _open_many(2)  # module level: tests/integration/test_fast_seam.
 def read_open_batch(tx: Tx, keys: list[tuple[str, str]]) -> None:
     """The open notifications of every run of a batch, in one statement, for
     :func:`open_for_run` (once per run; any change to a notification drops them)."""
-    unique = sorted(set(keys))
-    if not unique:
-        return
-    size = 1
-    while size < len(unique):
-        size *= 2
-    params = {}
-    for n, (tenant_id, run_id) in enumerate(unique + [unique[-1]] * (size - len(unique))):
-        params[f"t{n}"], params[f"r{n}"] = tenant_id, run_id
-    found: dict[tuple[str, str], list[Notification]] = {key: [] for key in unique}
-    for row in _open_many(size).rows(tx.conn, **params):
-        found[(row["tenant_id"], row["run_id"])].append(cast(Notification, row))
-    tx.open_notes.update(found)
+    for chunk in runs_chunks(sorted(set(keys))):
+        size = 1
+        while size < len(chunk):
+            size *= 2
+        params = {}
+        for n, (tenant_id, run_id) in enumerate(chunk + [chunk[-1]] * (size - len(chunk))):
+            params[f"t{n}"], params[f"r{n}"] = tenant_id, run_id
+        found: dict[tuple[str, str], list[Notification]] = {key: [] for key in chunk}
+        for row in _open_many(size).rows(tx.conn, **params):
+            found[(row["tenant_id"], row["run_id"])].append(cast(Notification, row))
+        tx.open_notes.update(found)
 
 
 def _changed(conn: Connection) -> None:

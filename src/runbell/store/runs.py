@@ -122,10 +122,18 @@ def _padded(keys: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     return keys + [keys[-1]] * (size - len(keys))
 
 
-def _keyed_in(
-    columns: list[sa.ColumnElement[Any]], n: int, names: str, *more: sa.ColumnElement[bool]
-) -> sa.ColumnElement[bool]:
-    """``(c1 = :<names[0]>0 AND c2 = … AND more…) OR …`` for ``n`` keys: the form both
+#: Keys per batch statement at most (a longer OR chain is too deep for SQLite's parser
+#: past ~1,000 terms; a batch may hold up to 1,000 units).
+CHUNK = 64
+
+
+def chunks(keys: list[Any]) -> list[list[Any]]:
+    """``keys`` (sorted) in runs of at most :data:`CHUNK`."""
+    return [keys[i : i + CHUNK] for i in range(0, len(keys), CHUNK)]
+
+
+def _keyed_in(columns: list[sa.ColumnElement[Any]], n: int, names: str) -> sa.ColumnElement[bool]:
+    """``(c1 = :<names[0]>0 AND c2 = …) OR …`` for ``n`` keys: the form both
     planners answer with one index lookup per key (SQLite's multi-index OR, PostgreSQL's
     bitmap OR). A row-value ``(c1, c2) IN ((…), (…))`` list made SQLite scan the table."""
     return sa.or_(
@@ -134,8 +142,7 @@ def _keyed_in(
                 *(
                     c == sa.bindparam(f"{p}{i}", type_=c.type)
                     for p, c in zip(names, columns, strict=True)
-                ),
-                *more,
+                )
             )
             for i in range(n)
         )
@@ -184,29 +191,26 @@ def lock_batch(tx: Tx, keys: list[tuple[str, str]]) -> None:
     (:func:`get_run` with ``for_update``). A key whose run does not exist locks nothing
     (the unit that creates it reads it itself). On SQLite the batch's BEGIN IMMEDIATE
     already holds the lock: a plain read."""
-    if not keys:
-        return
-    ordered = _padded(sorted(set(keys)))
-    params = {}
-    for n, (tenant_id, run_id) in enumerate(ordered):
-        params[f"t{n}"], params[f"r{n}"] = tenant_id, run_id
-    for row in _lock_many(len(ordered)).rows(tx.conn, **params):
-        tx.locked[(row["tenant_id"], row["run_id"])] = Run(**row)
+    for chunk in chunks(sorted(set(keys))):  # in order across chunks too
+        ordered = _padded(chunk)
+        params = {}
+        for n, (tenant_id, run_id) in enumerate(ordered):
+            params[f"t{n}"], params[f"r{n}"] = tenant_id, run_id
+        for row in _lock_many(len(ordered)).rows(tx.conn, **params):
+            tx.locked[(row["tenant_id"], row["run_id"])] = Run(**row)
 
 
 def read_inbound_batch(tx: Tx, keys: list[tuple[str, str, str]]) -> None:
     """The dedupe rows of a batch's events, in one statement, for :func:`find_inbound`
     (one each; an event not stored is remembered as None)."""
-    if not keys:
-        return
-    unique = sorted(set(keys))
-    params = {}
-    for n, (tenant_id, source_id, event_id) in enumerate(_padded(unique)):  # type: ignore[arg-type]
-        params[f"t{n}"], params[f"s{n}"], params[f"e{n}"] = tenant_id, source_id, event_id
-    found = dict.fromkeys(unique)
-    for row in _inbound_many(len(params) // 3).rows(tx.conn, **params):
-        found[(row["tenant_id"], row["source_id"], row["event_id"])] = InboundEvent(**row)
-    tx.inbound.update(found)
+    for chunk in chunks(sorted(set(keys))):
+        params = {}
+        for n, (tenant_id, source_id, event_id) in enumerate(_padded(chunk)):
+            params[f"t{n}"], params[f"s{n}"], params[f"e{n}"] = tenant_id, source_id, event_id
+        found = dict.fromkeys(chunk)
+        for row in _inbound_many(len(params) // 3).rows(tx.conn, **params):
+            found[(row["tenant_id"], row["source_id"], row["event_id"])] = InboundEvent(**row)
+        tx.inbound.update(found)
 
 
 def require_run(conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False) -> Run:
