@@ -177,6 +177,23 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
+#: The calibration loop's size (fixed: its time is what compares two machines' CPUs).
+CALIBRATION_N = 200_000
+
+
+def calibration_us() -> float:
+    """CPU µs of a fixed pure-Python loop on this thread (the best of 5): a yardstick
+    printed beside CPU-per-operation figures, so those from two machines compare."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.thread_time()
+        acc = 0
+        for i in range(CALIBRATION_N):
+            acc += i * i % 7
+        best = min(best, time.thread_time() - t0)
+    return best * 1e6
+
+
 @dataclass
 class Figure:
     """One quantity measured once per repeat, with the 1-minute load average beside each."""

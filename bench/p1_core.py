@@ -12,6 +12,18 @@ Runbell builds (same PRAGMAs, ``BEGIN IMMEDIATE``), PostgreSQL through psycopg w
 server's own commit settings. The rows are counted too.
 
 Both are sized from a warm-up so each repeat lasts about ``mode.p1_seconds``.
+
+Beside the rate, each subject repeat counts (figures that do not depend on the load):
+
+- **statements per signal**: every statement sent to the driver (a SQLAlchemy
+  ``before_cursor_execute`` listener on Runbell's engine; an ``executemany`` counts as one:
+  psycopg 3 pipelines it, SQLite runs it in one call);
+- **round trips per signal**: those statements plus, per committed batch, the ``COMMIT``
+  (and on PostgreSQL the ``BEGIN`` psycopg sends before the first statement), which no
+  cursor listener sees;
+- **CPU µs per signal in process**: the thread CPU time of the writer thread plus that of
+  the calling threads, over the repeat, per signal; with the CPU calibration figure
+  (``bench.common.calibration_us``, a fixed pure-Python loop) measured in the same run.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from bench.common import (
     Figure,
     Row,
     Tally,
+    calibration_us,
     interleaved,
     percentile,
     ratios,
@@ -47,8 +60,11 @@ SCRATCH = {
     "id BIGSERIAL PRIMARY KEY, batch TEXT NOT NULL, payload TEXT NOT NULL)",
 }
 
-FLOORS = {"sqlite": 0.1, "postgres": 0.5}
-GOALS = {"sqlite": 0.3, "postgres": 1.0}
+# Issue 21's floors and goals at 8 writers (ratios to the raw baseline), and PostgreSQL's
+# round trips per signal.
+FLOORS = {"sqlite": 0.1, "postgres": 0.1}
+GOALS = {"sqlite": 0.2, "postgres": 0.25}
+MAX_ROUND_TRIPS = {"postgres": 4.0}
 
 
 @dataclass
@@ -56,24 +72,36 @@ class Batch:
     count: int
     seconds: float
     latencies: list[float]  # seconds, one per operation
+    statements: int = 0  # sent to the driver (executemany: one)
+    commits: int = 0  # batches the writer committed
+    cpu_s: float = 0.0  # writer thread + calling threads
 
     @property
     def rate(self) -> float:
         return self.count / self.seconds if self.seconds else 0.0
 
 
-def in_threads(work: Sequence[Callable[[], list[float]]]) -> tuple[float, list[float]]:
-    """Run each callable in its own thread, released together; (seconds, latencies)."""
+def in_threads(
+    work: Sequence[Callable[[], list[float]]], cpu: list[float] | None = None
+) -> tuple[float, list[float]]:
+    """Run each callable in its own thread, released together; (seconds, latencies).
+    ``cpu``: each thread's CPU seconds are added to its first element."""
     gate = threading.Barrier(len(work) + 1)
+    lock = threading.Lock()
     results: list[list[float]] = [[] for _ in work]
     errors: list[BaseException] = []
 
     def body(i: int) -> None:
         gate.wait()
+        t0 = time.thread_time()
         try:
             results[i] = work[i]()
         except BaseException as exc:
             errors.append(exc)
+        if cpu is not None:
+            used = time.thread_time() - t0
+            with lock:
+                cpu[0] += used
 
     threads = [threading.Thread(target=body, args=(i,)) for i in range(len(work))]
     for t in threads:
@@ -112,7 +140,21 @@ def signal_batch(
 
         return go
 
-    seconds, lat = in_threads([writer(run_ids[w::writers]) for w in range(writers)])
+    sent = [0]
+
+    def count(*_args: Any) -> None:
+        sent[0] += 1
+
+    cpu = [0.0]
+    runbell = targets.engine_of(core)
+    sa.event.listen(runbell, "before_cursor_execute", count)
+    batches, writer_cpu = targets.writer_batches(core), targets.writer_cpu_s(core)
+    try:
+        seconds, lat = in_threads([writer(run_ids[w::writers]) for w in range(writers)], cpu)
+    finally:
+        sa.event.remove(runbell, "before_cursor_execute", count)
+    cpu[0] += targets.writer_cpu_s(core) - writer_cpu
+    commits = targets.writer_batches(core) - batches
     tally = verify.check_signals(
         engine,
         tenant.tenant_id,
@@ -122,7 +164,7 @@ def signal_batch(
         applied=outcomes.get("applied", 0),
         outcomes=outcomes,
     )
-    return Batch(n, seconds, lat), tally
+    return Batch(n, seconds, lat, sent[0], commits, cpu[0]), tally
 
 
 # --- baseline ------------------------------------------------------------------------------
@@ -192,6 +234,16 @@ def raw_batch(db: Db, engine: sa.Engine, batch: str, writers: int, n: int) -> Ba
 # --- the benchmark -------------------------------------------------------------------------
 
 
+@dataclass
+class Costs:
+    """Per-signal figures of the subject repeats (see the module docstring)."""
+
+    statements: Figure
+    round_trips: Figure
+    cpu_us: Figure
+    batch: Figure  # signals per committed batch
+
+
 def measure_writers(
     ctx: Bench,
     db: Db,
@@ -199,8 +251,9 @@ def measure_writers(
     tenant: targets.Tenant,
     writers: int,
     label: str,
-) -> tuple[Figure, Figure, Figure, list[Tally]]:
-    """Warm up, then interleave subject and baseline; (signals/s, raw/s, p99 ms, tallies)."""
+) -> tuple[Figure, Figure, Figure, list[Tally], Costs]:
+    """Warm up, then interleave subject and baseline; (signals/s, raw/s, p99 ms, tallies,
+    per-signal costs)."""
     mode = ctx.mode
     engine = targets.engine_of(core)
     with engine.begin() as conn:
@@ -216,11 +269,22 @@ def measure_writers(
         n_sig = sized(warm.rate, mode.p1_seconds, mode.p1_min, mode.p1_max)
         n_raw = sized(raw_warm.rate, mode.p1_seconds, mode.p1_min, 10 * mode.p1_max)
         subject, baseline, p99 = Figure("signals/s"), Figure("inserts/s"), Figure("ms")
+        costs = Costs(
+            Figure("statements/signal"),
+            Figure("round trips/signal"),
+            Figure("CPU µs/signal"),
+            Figure("signals/batch"),
+        )
+        per_commit = 2 if db.is_pg else 1  # BEGIN (psycopg's own) and COMMIT; SQLite: COMMIT
 
         def one_subject(rep: int) -> None:
             batch, tally = signal_batch(core, read, tenant, f"{label}-{rep}-", writers, n_sig)
             subject.add(batch.rate)
             p99.add(percentile(batch.latencies, 99) * 1000)
+            costs.statements.add(batch.statements / batch.count)
+            costs.round_trips.add((batch.statements + per_commit * batch.commits) / batch.count)
+            costs.cpu_us.add(batch.cpu_s / batch.count * 1e6)
+            costs.batch.add(batch.count / max(1, batch.commits))
             tallies.append(tally)
 
         def one_baseline(rep: int) -> None:
@@ -229,7 +293,7 @@ def measure_writers(
         interleaved(mode.repeats, one_subject, one_baseline)
     finally:
         read.dispose()
-    return subject, baseline, p99, tallies
+    return subject, baseline, p99, tallies, costs
 
 
 def run(ctx: Bench, kinds: Sequence[str]) -> None:
@@ -238,10 +302,15 @@ def run(ctx: Bench, kinds: Sequence[str]) -> None:
             tenant = targets.setup_tenant(core)
             for writers in (1, 8):
                 ctx.say(f"P1 {kind}: {writers} writer(s)")
-                subject, baseline, p99, tallies = measure_writers(
+                subject, baseline, p99, tallies, costs = measure_writers(
                     ctx, db, core, tenant, writers, f"p1-{kind[:2]}{writers}"
                 )
+                calibration = calibration_us()
                 at8 = writers == 8
+                floor = [Check("ratio", ">=", FLOORS[kind], f"≥ {FLOORS[kind]}× raw")]
+                if kind in MAX_ROUND_TRIPS:
+                    most = MAX_ROUND_TRIPS[kind]
+                    floor.append(Check("round_trips", "<=", most, f"≤ {most:g} round trips/signal"))
                 ctx.add(
                     Row(
                         id=f"P1 {kind} {writers}w",
@@ -251,14 +320,23 @@ def run(ctx: Bench, kinds: Sequence[str]) -> None:
                         baseline=baseline,
                         baseline_what="raw single-row INSERT+COMMIT, same driver and durability",
                         ratio=ratios(subject, baseline),
-                        floor=(Check("ratio", ">=", FLOORS[kind], f"≥ {FLOORS[kind]}× raw"),)
-                        if at8
-                        else (),
+                        floor=tuple(floor) if at8 else (),
                         goal=(Check("ratio", ">=", GOALS[kind], f"≥ {GOALS[kind]}× raw"),)
                         if at8
                         else (),
-                        extra={"p99_ms": p99.median},
-                        note=f"per-signal p99 {p99.median:.1f} ms",
+                        extra={
+                            "p99_ms": p99.median,
+                            "statements": costs.statements.median,
+                            "round_trips": costs.round_trips.median,
+                            "cpu_us": costs.cpu_us.median,
+                            "calibration_us": calibration,
+                        },
+                        note=f"per-signal p99 {p99.median:.1f} ms; per signal "
+                        f"{costs.statements.median:.2f} statements, "
+                        f"{costs.round_trips.median:.2f} round trips "
+                        f"({costs.batch.median:.1f} signals/batch), "
+                        f"{costs.cpu_us.median:.0f} µs CPU in process "
+                        f"(calibration loop {calibration:.0f} µs)",
                     )
                 )
                 ctx.tallies.append(verify.merge(tallies, f"P1 {kind} {writers}w"))

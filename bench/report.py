@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import targets
-from bench.common import REPO, Figure, Row, load1
+from bench.common import CALIBRATION_N, REPO, Figure, Row, calibration_us, load1
 from bench.context import Bench
 
 PG_SETTINGS = (
@@ -229,6 +229,9 @@ def write(
         f"{platform.release()}; 1-minute load average {load1():.1f} when the report was "
         "written",
         f"- **Python** {platform.python_version()}; {_versions()}",
+        f"- **CPU calibration**: {calibration_us():.0f} µs of thread CPU for a fixed "
+        f"pure-Python loop ({CALIBRATION_N:,} iterations, best of 5), measured as the report "
+        "was written: the yardstick for the CPU µs per signal in P1's rows",
         f"- **SQLite** {sqlite3.sqlite_version}: {_sqlite_pragmas()}",
         f"- **PostgreSQL** {pg_version}: {pg_settings}",
         "",

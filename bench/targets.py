@@ -21,6 +21,7 @@ What lives here:
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,6 +225,20 @@ def queue_webhook_messages(
 
 
 # --- P1: the measured in-process call -------------------------------------------------------
+
+
+def writer_batches(core: Core) -> int:
+    """Batches the core's group-commit writer has committed so far."""
+    batches: int = core.writer.batches
+    return batches
+
+
+def writer_cpu_s(core: Core) -> float:
+    """CPU seconds the core's writer thread has used so far (0 before it started)."""
+    thread = core.writer._thread
+    if thread is None or thread.ident is None:
+        return 0.0
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
 
 
 def complete_run(core: Core, tenant: Tenant, run_id: str, event_id: str) -> str:

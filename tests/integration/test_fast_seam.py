@@ -198,6 +198,10 @@ CASES: dict[str, Callable[[World], Case]] = {
         by(t.feed_events, tenant_id=w.tenant, seq=10**12),
     ),
     "digests._ADD_ITEM": lambda w: Case(digest_item(w), by(t.digest_items, id="dgi_seam")),
+    "digests._DEFER_ITEM": lambda w: Case(
+        [digest_item(w), {**digest_item(w), "id": "dgi_seam2", "transition_version": 3}],
+        sa.select(t.digest_items).where(t.digest_items.c.id.like("dgi_seam%")).order_by("id"),
+    ),
     "endpoints._FOR_FANOUT": lambda w: Case({"tenant_id": w.tenant}),
     "escalations.DUE": lambda w: Case({"now": w.now, "limit": 10}),
     "notifications._INSERT_ONCE": lambda w: Case(
@@ -206,6 +210,9 @@ CASES: dict[str, Callable[[World], Case]] = {
     ),
     "notifications._EXISTING": lambda w: Case({c: w.note[c] for c in notes._ONCE}),
     "notifications._OPEN_FOR_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),
+    "notifications._OPEN_BATCH_2": lambda w: Case(
+        {"t0": w.tenant, "r0": "seam-1", "t1": w.tenant, "r1": "seam-1"}
+    ),
     "notifications._COUNT_RECENT": lambda w: Case(
         {
             "tenant_id": w.tenant,
@@ -231,6 +238,15 @@ CASES: dict[str, Callable[[World], Case]] = {
     ),
     "runs._GET_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),
     "runs._LOCK_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),
+    "runs._LOCK_BATCH_2": lambda w: Case(
+        {"t0": w.tenant, "r0": "seam-1", "t1": w.tenant, "r1": "seam-2"}
+    ),
+    "runs._INBOUND_BATCH_2": lambda w: Case(
+        {
+            **{f"{k[0]}0": w.inbound[k] for k in ("tenant_id", "source_id", "event_id")},
+            **{f"{k[0]}1": w.inbound[k] for k in ("tenant_id", "source_id", "event_id")},
+        }
+    ),
     "runs._MOVE_RUN": lambda w: Case(moved(w), by(t.runs, tenant_id=w.tenant, run_id="seam-1")),
     "runs._ADD_TRANSITION": lambda w: Case(
         {**{c: w.transition[c] for c in runs.TRANSITION_COLUMNS}, "version": 77},

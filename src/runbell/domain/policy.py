@@ -365,6 +365,9 @@ class Policy:
         # from the tenant's own policy document, never from a runtime or a model.
         self.quiet_bypass = quiet_bypass
         self.recent_completions_cap = count_cap(self.rules, "recent_completions")
+        # The rules that can match each attention type, in order, worked out once per
+        # type (a rule whose ``attention`` condition excludes it never needs a look).
+        self._for_attention: dict[str, tuple[Rule, ...]] = {}
         # A working run silent this long is stalled, unless the run sets its own (0: never).
         self.stall_after_s = stall_after_s
 
@@ -375,9 +378,21 @@ class Policy:
                 return rule
         return None
 
+    def rules_for(self, attention: str) -> tuple[Rule, ...]:
+        """The rules, in order, that may match ``attention`` (those without an
+        ``attention`` condition, and those whose condition it meets)."""
+        found = self._for_attention.get(attention)
+        if found is None:
+            found = self._for_attention[attention] = tuple(
+                rule
+                for rule in self.rules
+                if "attention" not in rule.when or _match(attention, rule.when["attention"])
+            )
+        return found
+
     def decide(self, facts: Facts) -> Decision:
         seen = facts.as_dict()
-        for rule in self.rules:
+        for rule in self.rules_for(facts.attention):
             if rule.matches(seen):
                 if rule.decision == "digest" and not digests.never_waits(rule.urgency):
                     return Decision(

@@ -405,8 +405,8 @@ def _collect(tx: Tx, decision: Decision, note: Notification) -> None:
     in this transaction (its own notification stays in the inbox, never pushed; the
     digest that lists it is what goes out on the channels — ``flows.digests``)."""
     start, end = pacing.digest_window(tx, decision, note["tenant_id"], note["recipient_user_id"])
-    digests.add_item(
-        tx.conn,
+    digests.defer_item(
+        tx,
         {
             "id": new_id("dgi"),
             "tenant_id": note["tenant_id"],

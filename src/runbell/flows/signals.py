@@ -182,7 +182,9 @@ def accept_signal(
     if isinstance(unit, SignalResult):
         return unit
     try:
-        return core.writer.run(unit, key=(tenant_id, run_id))
+        return core.writer.run(
+            unit, key=(tenant_id, run_id), inbound=(tenant_id, source.id, signal.event_id)
+        )
     except IntegrityError:
         return _lost_race(core, tenant_id, source, run_id, signal)
 
@@ -208,7 +210,9 @@ async def accept_signal_async(
     unit = _prepare(core, tenant_id, source, run_id, signal, who)
     assert not isinstance(unit, SignalResult)
     try:
-        return await core.writer.run_async(unit, key=(tenant_id, run_id))
+        return await core.writer.run_async(
+            unit, key=(tenant_id, run_id), inbound=(tenant_id, source.id, signal.event_id)
+        )
     except IntegrityError:
         return await to_thread(partial(_lost_race, core, tenant_id, source, run_id, signal))
 

@@ -22,6 +22,15 @@ transaction, each inside its own SAVEPOINT:
   caller gets that error; otherwise each unit is tried again alone, so only the one whose
   rows made the commit fail hears about it.
 
+Before the units run, the batch reads what they would each read first, one statement per
+kind (:meth:`GroupCommitter._read_ahead`): every run named by a job's ``key`` ``(tenant,
+run)``, locked in key order (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's BEGIN
+IMMEDIATE already holds the lock), those runs' open notifications, and the dedupe rows of
+the jobs' ``inbound`` events. Each is served once, to the first unit that asks, and
+dropped as soon as anything writes it; a unit rolled back to its savepoint has used or
+dropped them, so the next reads the database again. The rows nothing reads back (history,
+dedupe, outbox rows, digest items) are deferred to one ``executemany`` each at commit.
+
 Invariants kept here (DESIGN §2): 12 (a unit's rows, events and outbox rows commit
 together or not at all — the savepoint is the unit's boundary, the batch's commit is its
 durability), and the feed's order equals commit order (the counter is bumped once per
@@ -41,6 +50,7 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 import structlog
 
+from runbell.store import notifications, runs
 from runbell.store.availability import unavailable_reason
 from runbell.store.db import Database, Tx
 
@@ -57,6 +67,7 @@ RETRIES = 3
 class _Job(Generic[T]):
     unit: Callable[[Tx], T]
     key: tuple[str, ...]
+    inbound: tuple[str, str, str] | None = None  # (tenant, source, event id) it dedupes on
     future: Future[T] = field(default_factory=Future)
     tries: int = 0
 
@@ -82,22 +93,43 @@ class GroupCommitter:
 
     # --- callers ---------------------------------------------------------------------
 
-    def submit(self, unit: Callable[[Tx], T], *, key: tuple[str, ...] = ()) -> Future[T]:
-        job: _Job[T] = _Job(unit, key)
+    def submit(
+        self,
+        unit: Callable[[Tx], T],
+        *,
+        key: tuple[str, ...] = (),
+        inbound: tuple[str, str, str] | None = None,
+    ) -> Future[T]:
+        """Queue ``unit``. ``key``: its lock key; a ``(tenant_id, run_id)`` key has the
+        run locked and read with the batch's others. ``inbound``: the event it dedupes on,
+        read with the batch's others."""
+        job: _Job[T] = _Job(unit, key, inbound)
         self._ensure_thread()
         self._queue.put(job)
         return job.future
 
-    def run(self, unit: Callable[[Tx], T], *, key: tuple[str, ...] = ()) -> T:
+    def run(
+        self,
+        unit: Callable[[Tx], T],
+        *,
+        key: tuple[str, ...] = (),
+        inbound: tuple[str, str, str] | None = None,
+    ) -> T:
         """Run ``unit`` in the next batch; its answer once the batch has committed."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("a unit of work may not wait for the writer it runs on")
-        return self.submit(unit, key=key).result()
+        return self.submit(unit, key=key, inbound=inbound).result()
 
-    async def run_async(self, unit: Callable[[Tx], T], *, key: tuple[str, ...] = ()) -> T:
+    async def run_async(
+        self,
+        unit: Callable[[Tx], T],
+        *,
+        key: tuple[str, ...] = (),
+        inbound: tuple[str, str, str] | None = None,
+    ) -> T:
         import asyncio
 
-        return await asyncio.wrap_future(self.submit(unit, key=key))
+        return await asyncio.wrap_future(self.submit(unit, key=key, inbound=inbound))
 
     def stop(self) -> None:
         with self._lock:
@@ -184,6 +216,7 @@ class GroupCommitter:
     def _together(self, jobs: list[_Job[Any]]) -> list[Any]:
         values = []
         with self.db.transaction() as tx:
+            self._read_ahead(tx, jobs)
             for job in jobs:
                 try:
                     values.append(job.unit(tx))
@@ -191,10 +224,20 @@ class GroupCommitter:
                     raise _UnitFailed(exc) from exc
         return values
 
+    @staticmethod
+    def _read_ahead(tx: Tx, jobs: list[_Job[Any]]) -> None:
+        """One statement per kind for the whole batch (the module docstring): the runs
+        locked in key order, their open notifications, the events' dedupe rows."""
+        keys = [(job.key[0], job.key[1]) for job in jobs if len(job.key) == 2]
+        runs.lock_batch(tx, keys)
+        notifications.read_open_batch(tx, [key for key in keys if key in tx.locked])
+        runs.read_inbound_batch(tx, [job.inbound for job in jobs if job.inbound is not None])
+
     def _one_by_one(self, jobs: list[_Job[Any]]) -> list[_Job[Any]]:
         answers: list[tuple[_Job[Any], bool, Any]] = []
         try:
             with self.db.transaction() as tx:
+                self._read_ahead(tx, jobs)
                 for job in jobs:
                     mark = tx.mark()
                     savepoint = tx.conn.begin_nested()

@@ -118,7 +118,8 @@ class Mark:
     events: dict[str, int]
     callbacks: int
     wake: bool
-    deferred: dict[Statement, int]
+    # Per statement: rows written early (:meth:`Tx.flush`) and all rows so far, at the mark.
+    deferred: dict[Statement, tuple[int, int]]
     written: int
 
 
@@ -140,6 +141,22 @@ class Tx:
     # Rows nothing reads back inside the transaction (history, dedupe records), written
     # with one multi-row statement each just before the feed: see :meth:`defer`.
     deferred: dict[Statement, list[dict[str, Any]]] = field(default_factory=dict)
+    # Rows of ``deferred`` already written early (:meth:`flush`), per statement, in order.
+    early: dict[Statement, list[dict[str, Any]]] = field(default_factory=dict)
+    # Rows the writer read for its whole batch before the units ran (one statement each,
+    # ``runtime.writer``), served once each: a run's locked row, its open notifications,
+    # an inbound event's dedupe row (None: not stored). A write to one of them drops it
+    # (``store.runs``, ``store.notifications``), so nothing served here is ever stale.
+    locked: dict[tuple[str, str], Any] = field(default_factory=dict)
+    open_notes: dict[tuple[str, str], list[Notification]] = field(default_factory=dict)
+    inbound: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+
+    @staticmethod
+    def of(conn: Connection) -> Tx | None:
+        """The unit of work ``conn`` is running (None outside :meth:`Database.transaction`):
+        how a repository that takes a connection finds the batch's reads and deferred rows."""
+        found: Tx | None = conn.info.get(_TX_KEY)
+        return found
 
     def emit(self, tenant_id: str, ev: PendingEvent) -> None:
         self.events.setdefault(tenant_id, []).append(ev)
@@ -154,10 +171,20 @@ class Tx:
         """The rows deferred to ``stmt`` so far."""
         return self.deferred.get(stmt, [])
 
+    def flush(self, stmt: Statement) -> None:
+        """Write the rows deferred to ``stmt`` now: a statement of this transaction is
+        about to read or change that table (e.g. cancel a notification's deliveries)."""
+        rows = self.deferred.get(stmt)
+        if rows:
+            stmt.many(self.conn, rows)
+            self.early.setdefault(stmt, []).extend(rows)
+            rows.clear()
+
     def flush_deferred(self) -> None:
         for stmt, rows in self.deferred.items():
             stmt.many(self.conn, rows)
         self.deferred.clear()
+        self.early.clear()
 
     def mark(self) -> Mark:
         """Where this unit of work starts (see :meth:`rewind`)."""
@@ -165,7 +192,10 @@ class Tx:
             {k: len(v) for k, v in self.events.items()},
             len(self.after_commit),
             self.wake_outbox,
-            {k: len(v) for k, v in self.deferred.items()},
+            {
+                k: (len(self.early.get(k, ())), len(self.early.get(k, ())) + len(v))
+                for k, v in self.deferred.items()
+            },
             len(self.written),
         )
 
@@ -178,7 +208,14 @@ class Tx:
         del self.after_commit[mark.callbacks :]
         self.wake_outbox = mark.wake
         for stmt in list(self.deferred):
-            del self.deferred[stmt][mark.deferred.get(stmt, 0) :]
+            # Rows in order: those written before the mark stay written; those pending at
+            # the mark (earlier units') are pending again even if written since — the
+            # savepoint's rollback took them; those added since are the unit's: gone.
+            before, at = mark.deferred.get(stmt, (0, 0))
+            early = self.early.get(stmt, [])
+            rows = early + self.deferred[stmt]
+            self.early[stmt] = early[:before]
+            self.deferred[stmt] = rows[before:at]
         for note_id in list(self.written)[mark.written :]:
             del self.written[note_id]
 
@@ -216,6 +253,8 @@ class Tx:
         self.events.clear()
         return heads
 
+
+_TX_KEY = "runbell.tx"
 
 _BUMP_FEED = Statement(
     lambda: (
@@ -265,12 +304,20 @@ class Database:
         try:
             with self.engine.connect() as conn:
                 tx = Tx(conn=conn, now=now or self.clock(), dialect=self.dialect)
-                with conn.begin():
-                    yield tx
-                    tx.flush_deferred()
-                    for before in self.before_flush:
-                        before(tx)
-                    heads = tx.flush_events()
+                # Taken once: after an outage invalidated the connection, ``conn.info``
+                # would try to reconnect in the ``finally``.
+                info = conn.info
+                info[_TX_KEY] = tx
+                try:
+                    with conn.begin():
+                        yield tx
+                        tx.flush_deferred()
+                        for before in self.before_flush:
+                            before(tx)
+                        tx.flush_deferred()  # what those deferred in turn (outbox rows)
+                        heads = tx.flush_events()
+                finally:
+                    info.pop(_TX_KEY, None)
         except Exception as exc:
             self.availability.observe(exc)
             raise

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 from runbell.domain.records import DigestGroup
 from runbell.store import fast
 from runbell.store import tables as t
+from runbell.store.db import Tx
 
 _I = t.digest_items
 _D = t.digests
@@ -40,6 +41,22 @@ def _add_item_sql(dialect: str) -> fast.Built:
 
 # On the write path of every digested transition: compiled once per dialect.
 _ADD_ITEM = fast.Statement.per_dialect(_add_item_sql)
+
+
+def _defer_item_sql(dialect: str) -> fast.Built:
+    ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_I)
+    return ins.values(
+        {c: sa.bindparam(c, type_=_I.c[c].type) for c in ITEM_COLUMNS}
+    ).on_conflict_do_nothing()
+
+
+_DEFER_ITEM = fast.Statement.per_dialect(_defer_item_sql)
+
+
+def defer_item(tx: Tx, row: dict[str, Any]) -> None:
+    """:func:`add_item` when ``tx`` ends, with the other units' items of the batch in one
+    ``executemany`` (nothing in a signal's transaction reads digest items back)."""
+    tx.defer(_DEFER_ITEM, {c: row.get(c) for c in ITEM_COLUMNS})
 
 
 def add_item(conn: Connection, row: dict[str, Any]) -> bool:

@@ -155,6 +155,7 @@ def reaches_elsewhere(
     """Whether another delivery of the notification than ``but`` on a person channel
     (``channels``) reached the person or still may (a second device, another channel)."""
     d = t.deliveries
+    outbox.write_deferred(conn)  # this batch's outbox rows first
     found = conn.execute(
         sa.select(sa.literal(1))
         .where(
@@ -186,6 +187,7 @@ def destinations_used(
 ) -> set[str]:
     """Where the notification already has a delivery on ``channel``."""
     d = t.deliveries
+    outbox.write_deferred(conn)  # this batch's outbox rows first
     return {
         str(r)
         for r in conn.execute(
@@ -205,6 +207,7 @@ def delivered_collapsing(
     show and a newer message can replace (channels with ``collapse``: web push), accepted
     by its service: its own deliveries and its re-pushes after a snooze, once each."""
     d = t.deliveries
+    outbox.write_deferred(conn)  # this batch's outbox rows first
     rows = conn.execute(
         sa.select(d.c.channel, d.c.destination)
         .where(
@@ -250,6 +253,7 @@ def add_retractions(
 
 def retractions_for(conn: Connection, tenant_id: str, notification_id: str) -> list[dict[str, Any]]:
     d = t.deliveries
+    outbox.write_deferred(conn)  # this batch's outbox rows first
     rows = conn.execute(
         sa.select(d)
         .where(

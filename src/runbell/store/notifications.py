@@ -15,6 +15,8 @@ from runbell.domain.records import Attempt, DeliveryAttempts, Notification
 from runbell.i18n import N_
 from runbell.store import fast, outbox
 from runbell.store import tables as t
+from runbell.store.db import Tx
+from runbell.store.runs import chunks as runs_chunks
 
 # Delivery statuses that will still send something unless stopped.
 ACTIONABLE_TYPES = ("input_required",)
@@ -49,6 +51,9 @@ def insert_once(conn: Connection, values: Notification) -> tuple[str, bool]:
     Returns (id, created). The unique constraint, not this code, is what guarantees one.
     """
     row: dict[str, Any] = {**values}
+    tx = Tx.of(conn)
+    if tx is not None and tx.open_notes:  # the batch's copy of the run's open ones is stale
+        tx.open_notes.pop((values["tenant_id"], values["run_id"]), None)
     # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
     if _INSERT_ONCE.first(conn, **{name: row.get(name) for name in NOTIFICATION_COLUMNS}):
         return values["id"], True
@@ -146,7 +151,62 @@ _OPEN_FOR_RUN = fast.Statement(
 )
 
 
+def _open_many(n: int) -> fast.Statement:
+    found = _OPEN_MANY_BY_SIZE.get(n)
+    if found is None:
+        c = t.notifications.c
+        # One (tenant, run, open) lookup per run: ix_notifications_run_state on both.
+        keyed = sa.or_(
+            *(
+                sa.and_(
+                    c.tenant_id == sa.bindparam(f"t{i}", type_=c.tenant_id.type),
+                    c.run_id == sa.bindparam(f"r{i}", type_=c.run_id.type),
+                    c.state == "open",
+                )
+                for i in range(n)
+            )
+        )
+        found = _OPEN_MANY_BY_SIZE[n] = fast.Statement(
+            lambda: sa.select(t.notifications).where(keyed).order_by(c.id)
+        )
+    return found
+
+
+_OPEN_MANY_BY_SIZE: dict[int, fast.Statement] = {}
+
+
+_OPEN_BATCH_2 = _open_many(2)  # module level: tests/integration/test_fast_seam.py checks it
+
+
+def read_open_batch(tx: Tx, keys: list[tuple[str, str]]) -> None:
+    """The open notifications of every run of a batch, in one statement, for
+    :func:`open_for_run` (once per run; any change to a notification drops them)."""
+    for chunk in runs_chunks(sorted(set(keys))):
+        size = 1
+        while size < len(chunk):
+            size *= 2
+        params = {}
+        for n, (tenant_id, run_id) in enumerate(chunk + [chunk[-1]] * (size - len(chunk))):
+            params[f"t{n}"], params[f"r{n}"] = tenant_id, run_id
+        found: dict[tuple[str, str], list[Notification]] = {key: [] for key in chunk}
+        for row in _open_many(size).rows(tx.conn, **params):
+            found[(row["tenant_id"], row["run_id"])].append(cast(Notification, row))
+        tx.open_notes.update(found)
+
+
+def _changed(conn: Connection) -> None:
+    """A notification is being changed: the batch's copies of open ones may be stale."""
+    tx = Tx.of(conn)
+    if tx is not None:
+        tx.open_notes.clear()
+
+
 def open_for_run(conn: Connection, tenant_id: str, run_id: str) -> list[Notification]:
+    tx = Tx.of(conn)
+    if tx is not None and tx.open_notes:
+        found = tx.open_notes.pop((tenant_id, run_id), None)
+        if found is not None:
+            return found
     return cast(list[Notification], _OPEN_FOR_RUN.rows(conn, tenant_id=tenant_id, run_id=run_id))
 
 
@@ -159,6 +219,7 @@ def close(
     now: datetime,
 ) -> bool:
     """Close an open notification and cancel what it still had queued, in one go."""
+    _changed(conn)
     res = conn.execute(
         sa.update(t.notifications)
         .where(
@@ -179,6 +240,7 @@ def deliveries_for(
 ) -> list[DeliveryAttempts]:
     """The notification's own deliveries, and the tenant-webhook messages that announced
     it (``notification.created`` / ``.closed``), each with its attempts."""
+    outbox.write_deferred(conn)
     dl = t.deliveries
     about_it = [f"notification.created:{notification_id}", f"notification.closed:{notification_id}"]
     rows = conn.execute(
@@ -257,6 +319,7 @@ def count_recent(
 
 
 def mark_seen(conn: Connection, tenant_id: str, notification_id: str, now: datetime) -> None:
+    _changed(conn)
     conn.execute(
         sa.update(t.notifications)
         .where(
@@ -270,6 +333,7 @@ def mark_seen(conn: Connection, tenant_id: str, notification_id: str, now: datet
 
 def mark_delivered(conn: Connection, tenant_id: str, notification_id: str, now: datetime) -> None:
     """Note the first accepted delivery (later ones keep the first time)."""
+    _changed(conn)
     conn.execute(
         sa.update(t.notifications)
         .where(
@@ -299,6 +363,7 @@ def open_for_recipient(conn: Connection, tenant_id: str, user_id: str) -> list[N
 
 def redact(conn: Connection, tenant_id: str, notification_id: str) -> None:
     """Scrub a notification's stored previews: its recipient may no longer see them."""
+    _changed(conn)
     conn.execute(
         sa.update(t.notifications)
         .where(t.notifications.c.tenant_id == tenant_id, t.notifications.c.id == notification_id)
@@ -327,6 +392,7 @@ def fold_throttled(
 ) -> None:
     """A notification its throttle folded: the decision it ended with and why (its
     ``inputs`` gain ``throttled``, which its trail shows)."""
+    _changed(conn)
     n = t.notifications
     conn.execute(
         sa.update(n)

@@ -20,6 +20,7 @@ from runbell.domain.records import Attempt, ClaimedDelivery, Delivery
 from runbell.ids import new_id
 from runbell.store import fast
 from runbell.store import tables as t
+from runbell.store.db import Tx
 
 DUE = ("queued", "retry_scheduled", "deferred", "delivery_unknown")
 REPLAYABLE = ("dead", "failed", "delivery_unknown", "cancelled", "skipped", "retry_scheduled")
@@ -60,8 +61,25 @@ _ADD_DELIVERIES = fast.insert(t.deliveries, DELIVERY_COLUMNS)
 
 
 def add_deliveries(conn: Connection, rows: list[Delivery]) -> None:
-    """Outbox rows, in one statement; every row names every column (:func:`delivery_row`)."""
-    _ADD_DELIVERIES.many(conn, rows)
+    """Outbox rows, in one statement; every row names every column (:func:`delivery_row`).
+
+    In a unit of work (:class:`~runbell.store.db.Tx`) they are written when it ends, with
+    every other unit's of the batch (one ``executemany``), or as soon as anything else in
+    this module touches the outbox in the same transaction (:func:`write_deferred`)."""
+    tx = Tx.of(conn)
+    if tx is None:
+        _ADD_DELIVERIES.many(conn, rows)
+        return
+    for row in rows:
+        tx.defer(_ADD_DELIVERIES, cast(dict[str, Any], row))
+
+
+def write_deferred(conn: Connection) -> None:
+    """Write the outbox rows this transaction has deferred, before a statement that
+    reads or changes the outbox (a cancelled notification's deliveries, a claim…)."""
+    tx = Tx.of(conn)
+    if tx is not None:
+        tx.flush(_ADD_DELIVERIES)
 
 
 def delivery_row(
@@ -98,6 +116,7 @@ def cancel_pending(
     conn: Connection, tenant_id: str, notification_id: str, now: datetime, reason: str
 ) -> int:
     """Cancel what a closed notification still had queued, on every channel (inv. 6)."""
+    write_deferred(conn)
     return int(
         conn.execute(
             sa.update(t.deliveries)
@@ -115,6 +134,7 @@ def cancel_pending(
 
 def scrub_payloads(conn: Connection, tenant_id: str, notification_id: str) -> None:
     """Drop the stored payloads of a notification's deliveries (its recipient lost access)."""
+    write_deferred(conn)
     conn.execute(
         sa.update(t.deliveries)
         .where(
@@ -137,6 +157,7 @@ def claim(
     """Claim up to ``limit`` due deliveries (``only``: that one, if it is due), in one
     statement; each row also carries the status it had (``was_status``), so one given
     back unsent keeps it (:func:`release`)."""
+    write_deferred(conn)
     d = t.deliveries
     due = sa.or_(
         sa.and_(d.c.status.in_(DUE), d.c.next_attempt_at <= now),
@@ -176,6 +197,7 @@ def renew_lease(
     conn: Connection, delivery_id: str, worker_id: str, now: datetime, lease_s: float
 ) -> bool:
     """Extend our claim just before sending; False if it is no longer ours."""
+    write_deferred(conn)
     d = t.deliveries
     return bool(
         conn.execute(
@@ -190,6 +212,7 @@ def lock_claimed_many(conn: Connection, pairs: list[tuple[str, str | None]]) -> 
     """Lock a batch of deliveries to settle them, in one statement per table: their
     notifications first (in id order), then the deliveries (in id order) — the order
     :func:`lock_claimed` and every ack use, so batches and acks never deadlock."""
+    write_deferred(conn)
     if not pairs:
         return {}
     d = t.deliveries
@@ -217,6 +240,7 @@ def lock_claimed(
     closes the notification, then cancels the deliveries); settling in the same order
     keeps concurrent settles and acks of one notification from deadlocking.
     """
+    write_deferred(conn)
     q = sa.select(t.deliveries).where(t.deliveries.c.id == delivery_id)
     if conn.dialect.name == "postgresql":
         if notification_id is not None:
@@ -232,6 +256,7 @@ def lock_claimed(
 
 def settle(conn: Connection, delivery_id: str, now: datetime, **values: Any) -> None:
     """Move a delivery to its next state and release its lease."""
+    write_deferred(conn)
     conn.execute(
         sa.update(t.deliveries)
         .where(t.deliveries.c.id == delivery_id)
@@ -241,6 +266,7 @@ def settle(conn: Connection, delivery_id: str, now: datetime, **values: Any) -> 
 
 def settle_many(conn: Connection, delivery_ids: list[str], now: datetime, **values: Any) -> None:
     """:func:`settle` for many deliveries moving to the same state, in one statement."""
+    write_deferred(conn)
     if delivery_ids:
         conn.execute(
             sa.update(t.deliveries)
@@ -254,6 +280,7 @@ def release(conn: Connection, held: list[tuple[ClaimedDelivery, datetime]], now:
     has no room for it yet): not an attempt, so the claim's count is taken back, and the
     row keeps the status it had — an orphan of a dead worker (``sending``) becomes
     ``delivery_unknown``, which is what it is."""
+    write_deferred(conn)
     if not held:
         return
     d = t.deliveries
@@ -286,6 +313,7 @@ def cancel_pending_to(
 ) -> int:
     """Cancel every delivery still pending to one destination (a push subscription that
     is gone): whatever notification it belongs to, nothing can reach it any more."""
+    write_deferred(conn)
     d = t.deliveries
     return int(
         conn.execute(
@@ -303,11 +331,13 @@ def cancel_pending_to(
 def add_attempts(conn: Connection, attempts: list[Attempt]) -> None:
     """Many attempt rows in one statement; each dict holds ``tenant_id``, ``delivery_id``,
     ``attempt_no`` and the attempt's columns."""
+    write_deferred(conn)
     if attempts:
         conn.execute(t.delivery_attempts.insert(), [{"id": new_id("att"), **a} for a in attempts])
 
 
 def get(conn: Connection, tenant_id: str, delivery_id: str) -> Delivery:
+    write_deferred(conn)
     row = conn.execute(
         sa.select(t.deliveries).where(
             t.deliveries.c.tenant_id == tenant_id, t.deliveries.c.id == delivery_id
@@ -328,6 +358,7 @@ def list_for_tenant(
     before: str | None,
     limit: int,
 ) -> list[Delivery]:
+    write_deferred(conn)
     d = t.deliveries
     q = sa.select(d).where(d.c.tenant_id == tenant_id)
     if statuses:
@@ -345,6 +376,7 @@ def list_for_tenant(
 def replay(conn: Connection, tenant_id: str, delivery_id: str, now: datetime) -> Delivery:
     """Queue a finished delivery again, under the same identity. The dispatch-time checks
     still apply: replaying an acknowledged person's alert sends nothing."""
+    write_deferred(conn)
     d = t.deliveries
     row = get(conn, tenant_id, delivery_id)
     if row["status"] not in REPLAYABLE:
@@ -379,6 +411,7 @@ def requeue_for_endpoint(
     """Queue again, under their original identity, the endpoint's messages created in
     [since, until) that did not get through (failed, dead, or cancelled while it was
     disabled); how many."""
+    write_deferred(conn)
     d = t.deliveries
     cond = [
         d.c.tenant_id == tenant_id,
@@ -407,6 +440,7 @@ def requeue_for_endpoint(
 def operator_events(conn: Connection, tenant_id: str, limit: int) -> list[dict[str, Any]]:
     """The tenant's operator events (disabled endpoints, misconfigured destinations),
     newest first: ``{id, kind, detail, created_at}``."""
+    write_deferred(conn)
     oe = t.operator_events
     rows = conn.execute(
         sa.select(oe.c.id, oe.c.kind, oe.c.detail, oe.c.created_at)
@@ -418,6 +452,7 @@ def operator_events(conn: Connection, tenant_id: str, limit: int) -> list[dict[s
 
 
 def counts_by_status(conn: Connection) -> list[tuple[str, str, int]]:
+    write_deferred(conn)
     d = t.deliveries
     rows = conn.execute(
         sa.select(d.c.channel, d.c.status, sa.func.count()).group_by(d.c.channel, d.c.status)

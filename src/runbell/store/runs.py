@@ -94,8 +94,124 @@ _INSERT_INBOUND = fast.insert(t.inbound_events, INBOUND_COLUMNS)
 def get_run(
     conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False
 ) -> Run | None:
+    """The run; ``for_update``: locked until the transaction ends (served from the
+    writer's batch lock, :func:`lock_batch`, when it read this run and nothing has
+    changed it since)."""
+    if for_update:
+        tx = Tx.of(conn)
+        if tx is not None:
+            locked: Run | None = tx.locked.pop((tenant_id, run_id), None)
+            if locked is not None:
+                return locked
     row = (_LOCK_RUN if for_update else _GET_RUN).first(conn, tenant_id=tenant_id, run_id=run_id)
     return None if row is None else Run(**row)
+
+
+def _changed(conn: Connection, tenant_id: str, run_id: str) -> None:
+    """The run's row is being written: the batch's copy of it is stale from here on."""
+    tx = Tx.of(conn)
+    if tx is not None and tx.locked:
+        tx.locked.pop((tenant_id, run_id), None)
+
+
+def _padded(keys: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """``keys`` padded to the next power of two with its last key (so a handful of
+    statement shapes serve every batch size; a repeated key changes nothing)."""
+    size = 1
+    while size < len(keys):
+        size *= 2
+    return keys + [keys[-1]] * (size - len(keys))
+
+
+#: Keys per batch statement at most (a longer OR chain is too deep for SQLite's parser
+#: past ~1,000 terms; a batch may hold up to 1,000 units).
+CHUNK = 64
+
+
+def chunks(keys: list[Any]) -> list[list[Any]]:
+    """``keys`` (sorted) in runs of at most :data:`CHUNK`."""
+    return [keys[i : i + CHUNK] for i in range(0, len(keys), CHUNK)]
+
+
+def _keyed_in(columns: list[sa.ColumnElement[Any]], n: int, names: str) -> sa.ColumnElement[bool]:
+    """``(c1 = :<names[0]>0 AND c2 = …) OR …`` for ``n`` keys: the form both
+    planners answer with one index lookup per key (SQLite's multi-index OR, PostgreSQL's
+    bitmap OR). A row-value ``(c1, c2) IN ((…), (…))`` list made SQLite scan the table."""
+    return sa.or_(
+        *(
+            sa.and_(
+                *(
+                    c == sa.bindparam(f"{p}{i}", type_=c.type)
+                    for p, c in zip(names, columns, strict=True)
+                )
+            )
+            for i in range(n)
+        )
+    )
+
+
+_LOCK_MANY: dict[int, fast.Statement] = {}
+_INBOUND_MANY: dict[int, fast.Statement] = {}
+
+
+def _lock_many(n: int) -> fast.Statement:
+    found = _LOCK_MANY.get(n)
+    if found is None:
+        r = t.runs
+        found = _LOCK_MANY[n] = fast.Statement(
+            lambda: (
+                sa.select(r)
+                .where(_keyed_in([r.c.tenant_id, r.c.run_id], n, "tr"))
+                .order_by(r.c.tenant_id, r.c.run_id)
+                .with_for_update()
+            )
+        )
+    return found
+
+
+def _inbound_many(n: int) -> fast.Statement:
+    found = _INBOUND_MANY.get(n)
+    if found is None:
+        i = t.inbound_events
+        found = _INBOUND_MANY[n] = fast.Statement(
+            lambda: sa.select(i).where(
+                _keyed_in([i.c.tenant_id, i.c.source_id, i.c.event_id], n, "tse")
+            )
+        )
+    return found
+
+
+# Module-level instances: tests/integration/test_fast_seam.py checks these shapes.
+_LOCK_BATCH_2 = _lock_many(2)
+_INBOUND_BATCH_2 = _inbound_many(2)
+
+
+def lock_batch(tx: Tx, keys: list[tuple[str, str]]) -> None:
+    """Lock every run of a batch in one statement, in (tenant, run) order — so two
+    processes' batches cannot deadlock on them — and keep the rows for the units
+    (:func:`get_run` with ``for_update``). A key whose run does not exist locks nothing
+    (the unit that creates it reads it itself). On SQLite the batch's BEGIN IMMEDIATE
+    already holds the lock: a plain read."""
+    for chunk in chunks(sorted(set(keys))):  # in order across chunks too
+        ordered = _padded(chunk)
+        params = {}
+        for n, (tenant_id, run_id) in enumerate(ordered):
+            params[f"t{n}"], params[f"r{n}"] = tenant_id, run_id
+        for row in _lock_many(len(ordered)).rows(tx.conn, **params):
+            tx.locked[(row["tenant_id"], row["run_id"])] = Run(**row)
+
+
+def read_inbound_batch(tx: Tx, keys: list[tuple[str, str, str]]) -> None:
+    """The dedupe rows of a batch's events, in one statement, for :func:`find_inbound`
+    (one each; an event not stored is remembered as None)."""
+    for chunk in chunks(sorted(set(keys))):
+        params = {}
+        for n, (tenant_id, source_id, event_id) in enumerate(_padded(chunk)):
+            params[f"t{n}"], params[f"s{n}"], params[f"e{n}"] = tenant_id, source_id, event_id
+        found = dict.fromkeys(chunk)
+        for row in _inbound_many(len(params) // 3).rows(tx.conn, **params):
+            found[(row["tenant_id"], row["source_id"], row["event_id"])] = InboundEvent(**row)
+        tx.inbound.update(found)
 
 
 def require_run(conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False) -> Run:
@@ -120,12 +236,14 @@ _NEW_RUN: dict[str, Any] = {
 
 
 def insert_run(conn: Connection, run: Run) -> None:
+    _changed(conn, run.tenant_id, run.run_id)
     # Compiled once (store.fast): built per call, this INSERT of every column cost more
     # CPU than the rest of a run's creation (issue 21, bench/profile/p2-put.md).
     _INSERT_RUN.execute(conn, **{name: getattr(run, name) for name in RUN_COLUMNS})
 
 
 def update_run(conn: Connection, tenant_id: str, run_id: str, values: RunChanges) -> None:
+    _changed(conn, tenant_id, run_id)
     conn.execute(
         sa.update(t.runs)
         .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
@@ -135,6 +253,7 @@ def update_run(conn: Connection, tenant_id: str, run_id: str, values: RunChanges
 
 def move_run(conn: Connection, run: Run) -> None:
     """Write the :data:`MOVED` columns of ``run`` (the run as it is after a transition)."""
+    _changed(conn, run.tenant_id, run.run_id)
     _MOVE_RUN.execute(
         conn,
         k_tenant=run.tenant_id,
@@ -267,6 +386,14 @@ def list_runs(
 def find_inbound(
     conn: Connection, tenant_id: str, source_id: str, event_id: str
 ) -> InboundEvent | None:
+    """The stored dedupe row of an event (served from the writer's batch read,
+    :func:`read_inbound_batch`, when it read this one)."""
+    tx = Tx.of(conn)
+    if tx is not None and tx.inbound:
+        key = (tenant_id, source_id, event_id)
+        if key in tx.inbound:
+            seen: InboundEvent | None = tx.inbound.pop(key)
+            return seen
     row = _FIND_INBOUND.first(conn, tenant_id=tenant_id, source_id=source_id, event_id=event_id)
     return None if row is None else InboundEvent(**row)
 
@@ -291,6 +418,9 @@ def pending_inbound(tx: Tx, tenant_id: str, source_id: str, event_id: str) -> In
 
 def insert_inbound(conn: Connection, event: InboundEvent) -> None:
     """The dedupe row; its primary key is what makes a concurrent retry fail here."""
+    tx = Tx.of(conn)
+    if tx is not None:
+        tx.inbound.pop((event.tenant_id, event.source_id, event.event_id), None)
     _INSERT_INBOUND.execute(conn, **{name: getattr(event, name) for name in INBOUND_COLUMNS})
 
 
@@ -321,6 +451,7 @@ def set_worker(
     values: dict[str, Any] = {"worker_id": worker_id, "worker_epoch": epoch}
     if owner_credential_id is not None:
         values["owner_credential_id"] = owner_credential_id
+    _changed(conn, tenant_id, run_id)
     conn.execute(
         sa.update(t.runs)
         .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
@@ -329,6 +460,7 @@ def set_worker(
 
 
 def set_outcome(conn: Connection, tenant_id: str, run_id: str, outcome: str | None) -> None:
+    _changed(conn, tenant_id, run_id)
     conn.execute(
         sa.update(t.runs)
         .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
@@ -338,6 +470,7 @@ def set_outcome(conn: Connection, tenant_id: str, run_id: str, outcome: str | No
 
 def set_stall_due(conn: Connection, tenant_id: str, run_id: str, due: datetime | None) -> None:
     """Move the run's stall clock (a changed tenant default re-times it)."""
+    _changed(conn, tenant_id, run_id)
     conn.execute(
         sa.update(t.runs)
         .where(t.runs.c.tenant_id == tenant_id, t.runs.c.run_id == run_id)
