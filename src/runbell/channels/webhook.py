@@ -4,9 +4,10 @@ The contract is DESIGN §6 "Outbound webhooks" and invariant 14: every request c
 Standard Webhooks headers (``webhook-id`` = the delivery's stable identity, so a
 receiver can drop a retry it already processed; ``webhook-timestamp`` = this attempt's
 time; one ``v1,`` signature per live secret, so rotation never breaks a receiver that
-still holds the old secret). The client is injected and must be SSRF-guarded
-(``runbell.outbound.safe_async_client``); it dials only checked addresses and never
-follows redirects.
+still holds the old secret). The client is injected and must be SSRF-guarded: the
+worker's own :class:`~runbell.channels.webhook_http.KeepAliveLanes` (what ``SPEC``
+builds), or an httpx client from ``runbell.outbound.safe_async_client``; either dials
+only checked addresses and never follows redirects, and both give the same outcomes.
 
 How a result maps onto the typed errors of ``runbell.channels.base``:
 
@@ -28,8 +29,8 @@ token), a secret or the payload; the endpoint's host is named instead.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
 from datetime import datetime
 from typing import Any, cast
 
@@ -56,7 +57,7 @@ from runbell.domain.errors import UnsafeDestination
 from runbell.domain.retry import parse_retry_after
 from runbell.signatures import HEADER_SIGNATURE, sign_headers
 
-__all__ = ["SPEC", "USER_AGENT", "ClientLanes", "WebhookChannel", "sign_all"]
+__all__ = ["SPEC", "USER_AGENT", "WebhookChannel", "sign_all"]
 
 FACTS_WEBHOOK = FACTS["webhook"]
 
@@ -90,37 +91,6 @@ def sign_all(body: bytes, secrets: Sequence[str], msg_id: str, at: datetime) -> 
     return headers
 
 
-class ClientLanes:
-    """Several keep-alive clients used as one: each send takes the least busy lane.
-
-    httpcore's pool looks at every pooled connection on every request, so one client with
-    many connections spends more time choosing a connection than sending; lanes of one
-    connection each keep that cost flat while as many requests run at once. Each lane is
-    a complete client (build them with ``runbell.outbound.safe_async_client``: every lane
-    is SSRF-guarded on its own).
-    """
-
-    def __init__(self, clients: Sequence[httpx.AsyncClient]) -> None:
-        if not clients:
-            raise ValueError("at least one client")
-        self._clients = list(clients)
-        self._busy = [0] * len(self._clients)
-
-    @asynccontextmanager
-    async def stream(self, method: str, url: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
-        lane = min(range(len(self._busy)), key=self._busy.__getitem__)
-        self._busy[lane] += 1
-        try:
-            async with self._clients[lane].stream(method, url, **kwargs) as response:
-                yield response
-        finally:
-            self._busy[lane] -= 1
-
-    async def aclose(self) -> None:
-        for client in self._clients:
-            await client.aclose()
-
-
 class WebhookChannel:
     """Deliver one :class:`Outbound` to a tenant webhook endpoint.
 
@@ -131,7 +101,7 @@ class WebhookChannel:
 
     name = "webhook"
 
-    def __init__(self, client: httpx.AsyncClient | ClientLanes | KeepAliveLanes) -> None:
+    def __init__(self, client: httpx.AsyncClient | KeepAliveLanes) -> None:
         self._client = client
 
     def payload_size(self, msg: Outbound) -> int:
@@ -293,10 +263,6 @@ def _describe(exc: Exception, url: str) -> str:
     """The error's class and message, with the URL cut out should a library quote it."""
     text = str(exc).replace(url, "<url>")[:200]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-# One connection per lane: see ClientLanes.
-_ONE_CONNECTION = httpx.Limits(max_connections=1, max_keepalive_connections=1)
 
 
 def _build(setup: Setup) -> WebhookChannel:
