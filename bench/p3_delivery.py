@@ -52,7 +52,7 @@ from bench.common import (
 from bench.context import Bench
 from bench.servers import Db
 
-CLAIM_BATCH = 50  # Settings.worker_batch's default; the raw loop claims as many
+CLAIM_BATCH = 100  # Settings.worker_batch's default; the raw loop claims as many
 P4_TYPES = ("run.transitioned", "run.finished", "notification.created")
 
 

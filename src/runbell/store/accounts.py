@@ -259,7 +259,11 @@ def revoke_member(conn: Connection, tenant_id: str, user_id: str, now: datetime)
 
 
 def _member_by(column: str) -> fast.Statement:
-    m, ref, tenant = t.memberships.c, sa.bindparam("ref"), sa.bindparam("tenant_id")
+    m, ref, tenant = (
+        t.memberships.c,
+        sa.bindparam("ref", type_=sa.String),
+        sa.bindparam("tenant_id", type_=sa.String),
+    )
     current = sa.and_(t.users.c[column] == ref, m.tenant_id == tenant, m.revoked_at.is_(None))
     join = t.users.join(t.memberships, m.user_id == t.users.c.id)
     return fast.Statement(lambda: sa.select(t.users.c.id).select_from(join).where(current))
