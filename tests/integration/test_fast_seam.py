@@ -61,6 +61,7 @@ class World:
     transition: dict[str, Any]
     inbound: dict[str, Any]
     email: str = ""
+    delivery_id: str = ""
 
 
 def commit_runs(client: TestClient, creds: TenantCreds) -> None:
@@ -152,7 +153,10 @@ def make_world(creds: TenantCreds, conn: Connection) -> World:
             tenant_id=tenant, run_id="seam-1", user_id=creds.owner_id, via="grt_seam0"
         )
     )
-    return World(tenant, creds.owner_id, now, run, note, transition, inbound, creds.owner_email)
+    delivery = one(t.deliveries)["id"]
+    return World(
+        tenant, creds.owner_id, now, run, note, transition, inbound, creds.owner_email, delivery
+    )
 
 
 # --- one case per hot statement --------------------------------------------------------
@@ -282,6 +286,25 @@ CASES: dict[str, Callable[[World], Case]] = {
     "runs._INSERT_RUN": lambda w: Case(
         {**w.run, "run_id": "seam-new", "version": 1},
         by(t.runs, tenant_id=w.tenant, run_id="seam-new"),
+    ),
+    "outbox._ADD_ATTEMPTS": lambda w: Case(
+        [
+            {
+                "id": "att_seam",
+                "tenant_id": w.tenant,
+                "delivery_id": w.delivery_id,
+                "attempt_no": 7,
+                "started_at": w.now,
+                "finished_at": w.now,
+                "outcome": "failed",
+                "status_code": 503,
+                "provider_message_id": None,
+                "duration_ms": 12,
+                "error": "HTTP 503",
+                "response_excerpt": "busy",
+            }
+        ],
+        by(t.delivery_attempts, id="att_seam"),
     ),
     "runs._GET_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),
     "runs._LOCK_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),
