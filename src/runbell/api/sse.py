@@ -97,6 +97,9 @@ async def _finish(step: Any, waits_for: Any, gone: Callable[[], None]) -> None:
                 if waits_for is None:
                     await asyncio.sleep(0)
                 else:
+                    # What a task does with a future its coroutine yields: take it over
+                    # (still "blocking", it refuses a second await), wait for it.
+                    waits_for._asyncio_future_blocking = False
                     await waits_for
             except BaseException as exc:  # cancelled: let the send unwind
                 waits_for = step.throw(exc)
