@@ -46,7 +46,7 @@ BUFFER_EVENTS = 2_000  # events kept per tenant for subscribers that are a littl
 # time: going through every stream at once queues all their writes ahead of any request
 # that arrives meanwhile (a commit to 1,000 streams is milliseconds of socket writes); a
 # request waits about this long per turn of the loop it needs.
-SLICE_S = 0.002
+SLICE_S = 0.001
 
 
 class Framing(Protocol):
