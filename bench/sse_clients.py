@@ -32,7 +32,7 @@ import json
 import sys
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from bench import ctl
 
@@ -73,9 +73,8 @@ class Reader(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.write(self.clients.request)
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's: not a subclass
+        self.transport.write(self.clients.request)
 
     def connection_lost(self, exc: Exception | None) -> None:
         s = self.s
