@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -55,6 +56,61 @@ class SseFraming:
 FRAMING = SseFraming()
 
 
+class DirectWriter:
+    """Lets the fan-out write a stream's bytes from its own task
+    (``runbell.runtime.streams.Sink``): ``send`` is run at once, and only when it must wait
+    for a slow client does the rest become a task that later writes wait for."""
+
+    __slots__ = ("gone", "pending", "send")
+
+    def __init__(self, send: Send, gone: Callable[[], None]) -> None:
+        self.send = send
+        self.gone = gone  # the client went away mid-write
+        self.pending: asyncio.Future[None] | None = None
+
+    def ready(self) -> bool:
+        return self.pending is None or self.pending.done()
+
+    def write(self, chunk: bytes, /) -> None:
+        step = self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+        try:
+            waits_for = step.send(None)  # type: ignore[attr-defined]
+        except StopIteration:
+            return  # written (the usual case: nothing to wait for)
+        except Exception:  # never into the fan-out's loop: this stream ends, no other
+            self.gone()
+            return
+        self.pending = asyncio.ensure_future(_finish(step, waits_for, self.gone))
+
+    async def wait(self) -> None:
+        """Until an earlier write has gone out (what the stream's own writes wait for)."""
+        if self.pending is not None:
+            await self.pending
+            self.pending = None
+
+
+async def _finish(step: Any, waits_for: Any, gone: Callable[[], None]) -> None:
+    """Drive a started ``send`` to its end, as its own task would have."""
+    try:
+        while True:
+            try:
+                if waits_for is None:
+                    await asyncio.sleep(0)
+                else:
+                    # What a task does with a future its coroutine yields: take it over
+                    # (still "blocking", it refuses a second await), wait for it.
+                    waits_for._asyncio_future_blocking = False
+                    await waits_for
+            except BaseException as exc:  # cancelled: let the send unwind
+                waits_for = step.throw(exc)
+            else:
+                waits_for = step.send(None)
+    except StopIteration:
+        return
+    except Exception:
+        gone()
+
+
 class StreamHandoff:
     """Runs an :class:`EventStreamResponse` once the app below has returned (see above)."""
 
@@ -77,7 +133,9 @@ class StreamHandoff:
 class EventStreamResponse(Response):
     """``text/event-stream`` written from ``chunks``; ``on_disconnect`` is called when the
     client goes away (so that an iterator waiting for news can end) and again when the
-    response is over, however it ended: it must be idempotent."""
+    response is over, however it ended: it must be idempotent. ``direct`` is called with a
+    :class:`DirectWriter` once the headers are out, and with None when the response ends:
+    what it writes goes out between the chunks, never inside one."""
 
     media_type = "text/event-stream"
 
@@ -88,9 +146,11 @@ class EventStreamResponse(Response):
         on_disconnect: Callable[[], None],
         headers: Mapping[str, str] | None = None,
         status_code: int = 200,  # FastAPI's OpenAPI reads the default from here
+        direct: Callable[[DirectWriter | None], None] | None = None,
     ) -> None:
         self.chunks = chunks
         self.on_disconnect = on_disconnect
+        self.direct = direct
         self.status_code = status_code
         self.background = None
         self.init_headers(headers)
@@ -109,18 +169,27 @@ class EventStreamResponse(Response):
 
         watcher = asyncio.ensure_future(watch())
         watcher.add_done_callback(lambda _: self.on_disconnect())
+        writer = DirectWriter(send, self.on_disconnect)
         try:
             start = {"type": "http.response.start", "status": self.status_code}
             await send({**start, "headers": self.raw_headers})
+            if self.direct is not None:
+                self.direct(writer)
             async for chunk in self.chunks:
                 if watcher.done():
                     break
+                await writer.wait()  # what the fan-out wrote goes first
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             with contextlib.suppress(OSError):  # the client may be gone already
+                await writer.wait()
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away mid-write (servers that raise instead of dropping)
         finally:
+            if self.direct is not None:
+                self.direct(None)
+            if writer.pending is not None:
+                writer.pending.cancel()
             watcher.cancel()
             aclose = getattr(self.chunks, "aclose", None)
             if aclose is not None:

@@ -42,10 +42,11 @@ log = structlog.get_logger(__name__)
 
 PAGE = 500  # events per database read (tail and catch-up)
 BUFFER_EVENTS = 2_000  # events kept per tenant for subscribers that are a little behind
-# Streams woken per turn of the event loop. Waking every stream at once queues all their
-# writes ahead of any request that arrives meanwhile (a commit to 1,000 streams is tens of
-# milliseconds of writes); yielding between slices lets requests in between.
-WAKE_SLICE = 64
+# The fan-out (a commit, a keep-alive round) gives the event loop back after this much
+# time: going through every stream at once queues all their writes ahead of any request
+# that arrives meanwhile (a commit to 1,000 streams is milliseconds of socket writes); a
+# request waits about this long per turn of the loop it needs.
+SLICE_S = 0.001
 
 
 class Framing(Protocol):
@@ -60,6 +61,19 @@ class Framing(Protocol):
 
     def position(self, position: int, /) -> bytes:
         """A frame that moves the client's resume position on without an event."""
+        ...
+
+
+class Sink(Protocol):
+    """Where the fan-out may write a stream's bytes itself (the face's response gives it):
+    waking the stream's own task to write them costs several times the write."""
+
+    def ready(self) -> bool:
+        """Whether a write now goes out in order (no earlier write still waiting)."""
+        ...
+
+    def write(self, chunk: bytes, /) -> None:
+        """Write ``chunk`` now; if the client is slow it finishes later, in order."""
         ...
 
 
@@ -82,7 +96,7 @@ class EventBatch:
     checked: frozenset[str]  # members whose run access was read with this batch
     run_events: bool  # any event of a run (not addressed to one person)
     users: frozenset[str]  # the people the other events are addressed to
-    by_audience: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # keys' chunks
+    by_audience: dict[str, bytes] = field(default_factory=dict)  # keys' chunks
 
 
 class Streams:
@@ -159,12 +173,15 @@ class Streams:
                 next_keepalive = now + self.keepalive_s
             if recheck:
                 next_recheck = now + self.recheck_s
-            for i, sub in enumerate(list(self.subscribers), 1):
+            started = time.perf_counter()
+            for sub in list(self.subscribers):
                 sub.keepalive_due |= keepalive
                 sub.recheck_due |= recheck
-                sub.wake()
-                if i % WAKE_SLICE == 0:
-                    await asyncio.sleep(0)  # let requests in between (see WAKE_SLICE)
+                if recheck or not sub.push_now():
+                    sub.wake()
+                if time.perf_counter() - started >= SLICE_S:
+                    await asyncio.sleep(0)  # let requests in between (see SLICE_S)
+                    started = time.perf_counter()
 
     def close(self) -> None:
         """End every stream (server shutdown); they answer None from :meth:`Subscriber.next`."""
@@ -232,15 +249,17 @@ class Tail:
                     continue
                 if failing or full is not None:
                     batch = self.batches[-1] if full is not None and self.batches else None
-                    woken = 0
+                    started = time.perf_counter()
                     for sub in list(self.subscribers):
                         # Streams that can see nothing of it only move on: no wake-up,
-                        # no write (the id rides on the next keep-alive).
+                        # no write (the id rides on the next keep-alive). Idle streams
+                        # are written here; the others' tasks are woken to catch up.
                         if failing or batch is None or not sub.skip(batch):
-                            sub.wake()
-                            woken += 1
-                            if woken % WAKE_SLICE == 0:
-                                await asyncio.sleep(0)  # see WAKE_SLICE
+                            if failing or not sub.push_now():
+                                sub.wake()
+                            if time.perf_counter() - started >= SLICE_S:
+                                await asyncio.sleep(0)  # see SLICE_S
+                                started = time.perf_counter()
                     failing = False
                 if not full:
                     # Woken by the commit itself; the timeout only covers a lost wake-up.
@@ -300,7 +319,7 @@ class Tail:
         """Whether the buffer holds everything ``sub`` needs after its position."""
         if sub.position < self.base:
             return False
-        if sub.who.limits_runs and sub.who.kind == "key":
+        if sub.scoped_key:
             return False  # a scoped credential reads its own page (store.feed._visible)
         if not sub.limited:
             return True
@@ -322,6 +341,7 @@ class Subscriber:
         self.who = who
         self.position = position
         self.limited = feed.limited(who)
+        self.scoped_key = who.kind == "key" and who.limits_runs
         # Keys see the same events whoever holds them: their chunks are built once.
         self.audience = f"{who.role}-key" if who.kind == "key" and not who.limits_runs else None
         # A bare future while waiting, not an asyncio.Event (a deque and more per stream).
@@ -332,6 +352,7 @@ class Subscriber:
         self.ended = False
         self.reading = False  # a catch-up read is in flight
         self.id_pending = False  # moved past unseen events; the id is not sent yet
+        self.sink: Sink | None = None  # set by the face while the fan-out may write itself
 
     def skip(self, batch: EventBatch) -> bool:
         """Move past ``batch`` without a wake-up if it surely holds nothing for us."""
@@ -351,6 +372,41 @@ class Subscriber:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def push_now(self) -> bool:
+        """Write what is new for this stream (buffered events, or a due keep-alive) from the
+        caller's task, without waking the stream's own; False if only that task can (it is
+        busy, behind the buffer, ended, or has a re-check due): then :meth:`wake` it.
+
+        Only while the task waits in :meth:`next`: it then writes nothing itself, so the
+        bytes of the two never interleave, and the position it reads next is already moved
+        on."""
+        sink, waiter = self.sink, self._waiter
+        if (
+            sink is None
+            or waiter is None
+            or waiter.done()
+            or self._woken
+            or self.ended
+            or self.recheck_due
+            or not sink.ready()
+        ):
+            return False
+        tail = self.tail
+        chunk = b""
+        if tail.head >= 0 and self.position < tail.head:
+            if not tail.covers(self):
+                return False  # a database read: the task's work
+            chunk = self._from_buffer()
+        if self.keepalive_due:
+            self.keepalive_due = False
+            if self.id_pending and not chunk:
+                chunk = self.streams.framing.position(self.position)
+            chunk += self.streams.framing.keep_alive
+        if chunk:
+            self.id_pending = False  # every chunk ends at the current position
+            sink.write(chunk)
+        return True
 
     def end(self) -> None:
         """Make :meth:`next` answer None (client gone, access ended, shutdown)."""
@@ -404,30 +460,44 @@ class Subscriber:
         return await self._from_database()
 
     def _from_buffer(self) -> bytes:
-        tail, who, position = self.tail, self.who, self.position
-        parts: list[bytes] = []
-        last = position  # the newest event written
-        for batch in tail.batches:
+        tail, position = self.tail, self.position
+        newer: list[EventBatch] = []
+        for batch in reversed(tail.batches):  # newest first: usually only one is new
             if batch.head <= position:
-                continue
-            if self.audience is not None and batch.after == position:
-                shown = batch.by_audience.get(self.audience)
-                if shown is None:
-                    shown = batch.by_audience[self.audience] = _shown(batch.events, who, position)
-            else:
-                shown = _shown(batch.events, who, position)
-            if shown[0]:
-                parts.append(shown[0])
-                last = shown[1]
-            position = batch.head
+                break
+            newer.append(batch)
+        if len(newer) == 1 and self.audience is not None and newer[0].after == position:
+            # The usual case: one batch since this stream's last write, the same bytes for
+            # every stream of this audience (keys see what their role sees).
+            batch = newer[0]
+            chunk = batch.by_audience.get(self.audience)
+            if chunk is None:
+                chunk = batch.by_audience[self.audience] = self._chunk(newer, position)
+        else:
+            newer.reverse()
+            chunk = self._chunk(newer, position)
         self.position = tail.head
-        if not parts:
+        if not chunk:
             # Only events this viewer may not see: its Last-Event-ID moves on with the
             # next keep-alive (so a reconnect does not start from an aging cursor).
             self.id_pending = True
+        return chunk
+
+    def _chunk(self, batches: list[EventBatch], position: int) -> bytes:
+        """The frames of ``batches`` (oldest first, the first covering ``position``) that
+        this stream may see, ending at the last batch's head; b"" if none."""
+        parts: list[bytes] = []
+        last = position  # the newest event shown
+        for batch in batches:
+            frames, shown_to = _shown(batch.events, self.who, position)
+            if frames:
+                parts.append(frames)
+                last = shown_to
+            position = batch.head
+        if not parts:
             return b""
-        if last != self.position:
-            parts.append(self.streams.framing.position(self.position))
+        if last != position:
+            parts.append(self.streams.framing.position(position))
         return b"".join(parts)
 
     async def _from_database(self) -> bytes:

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from runbell.api.deps import CLIENT_HEADER, SESSION_COOKIE, CoreDep, Who, principal
 from runbell.api.openapi import problems, rule, rules
-from runbell.api.sse import FRAMING, EventStreamResponse
+from runbell.api.sse import FRAMING, DirectWriter, EventStreamResponse
 from runbell.domain.errors import Gone, RunbellError
 from runbell.domain.principal import Principal
 from runbell.domain.records import FeedEvent
@@ -209,4 +209,7 @@ async def stream(
             if watching:
                 core.presence.leave(who.tenant_id, str(who.user_id))
 
-    return EventStreamResponse(chunks(), on_disconnect=sub.close, headers=headers)
+    def direct(writer: DirectWriter | None) -> None:
+        sub.sink = writer  # the fan-out writes to this stream itself while it is idle
+
+    return EventStreamResponse(chunks(), on_disconnect=sub.close, headers=headers, direct=direct)
