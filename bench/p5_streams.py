@@ -173,7 +173,7 @@ def run_p5(ctx: Bench) -> None:
                 "open loop, every (subscriber, event) pair",
                 measured=arrival,
                 floor=(Check("value", "<=", 100, "p99 ≤ 100 ms"),),
-                goal=(Check("value", "<=", 20, "p99 ≤ 20 ms"),),
+                goal=(Check("value", "<=", 25, "p99 ≤ 25 ms"),),  # issue 21
                 note=f"p99; p50 {arrival50.median:,.1f} ms. Commit time = the event's `at`",
             )
         )
