@@ -50,7 +50,7 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 import structlog
 
-from runbell.store import notifications, runs
+from runbell.store import fast, notifications, runs
 from runbell.store.availability import unavailable_reason
 from runbell.store.db import Database, Tx
 
@@ -227,11 +227,21 @@ class GroupCommitter:
     @staticmethod
     def _read_ahead(tx: Tx, jobs: list[_Job[Any]]) -> None:
         """One statement per kind for the whole batch (the module docstring): the runs
-        locked in key order, their open notifications, the events' dedupe rows."""
+        locked in key order, their open notifications, the events' dedupe rows. On
+        PostgreSQL the three are pipelined with the transaction's BEGIN: one round trip.
+        The server runs them in order, so the notifications are read once the runs are
+        locked (each statement sees what was committed before it started); a key with no
+        run reads no notifications."""
         keys = [(job.key[0], job.key[1]) for job in jobs if len(job.key) == 2]
-        runs.lock_batch(tx, keys)
-        notifications.read_open_batch(tx, [key for key in keys if key in tx.locked])
-        runs.read_inbound_batch(tx, [job.inbound for job in jobs if job.inbound is not None])
+        inbound = [job.inbound for job in jobs if job.inbound is not None]
+        with fast.pipeline(tx.conn):
+            kept = [
+                runs.send_lock_batch(tx, keys),
+                notifications.send_open_batch(tx, keys),
+                runs.send_inbound_batch(tx, inbound),
+            ]
+            for keep in kept:
+                keep()
 
     def _one_by_one(self, jobs: list[_Job[Any]]) -> list[_Job[Any]]:
         answers: list[tuple[_Job[Any], bool, Any]] = []
