@@ -215,7 +215,8 @@ class Statement:
         try:
             return cursor.fetchone() if one else cursor.fetchall()
         except conn.dialect.loaded_dbapi.Error as exc:
-            raise _wrapped(conn, "(pipeline)", exc, dbapi_conn, cursor) from exc
+            # Still inside the pipeline: its mode is no sign of a broken connection here.
+            raise _wrapped(conn, "(pipeline)", exc, dbapi_conn, cursor, piped=True) from exc
 
     def rows(self, conn: Connection, **params: Any) -> list[dict[str, Any]]:
         p, cursor = self._run(conn, [params], many=False)
@@ -341,10 +342,12 @@ def pipeline(conn: Connection) -> Iterator[None]:
 
 
 def _wrapped(
-    conn: Connection, sql: str, exc: Any, dbapi_conn: Any, cursor: Any
+    conn: Connection, sql: str, exc: Any, dbapi_conn: Any, cursor: Any, *, piped: bool = False
 ) -> sa.exc.DBAPIError:
     dialect = conn.dialect
-    lost = dialect.is_disconnect(exc, dbapi_conn, cursor) or _unusable(dbapi_conn)
+    lost = dialect.is_disconnect(exc, dbapi_conn, cursor) or (
+        bool(getattr(dbapi_conn, "broken", False)) if piped else _unusable(dbapi_conn)
+    )
     err = sa.exc.DBAPIError.instance(
         sql,
         None,
