@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from runbell.domain.errors import Conflict
 from runbell.flows.context import Core
 from runbell.store import fast, runs
 from runbell.store import tables as t
@@ -136,12 +135,20 @@ def test_a_statement_failing_inside_a_pipeline_is_a_dbapi_error_and_rolls_back(
             rows()
         raise AssertionError("the clash was not raised")
 
-    with pytest.raises(sa.exc.IntegrityError):
-        with core.db.transaction() as tx:
-            unit(tx)
-    with pytest.raises(Conflict):
-        with core.db.transaction() as tx:
-            raise Conflict("still usable")
+    with pytest.raises(sa.exc.IntegrityError), core.db.transaction() as tx:
+        unit(tx)
+    with core.db.transaction() as tx:  # nothing of it stayed; the database is usable
+        assert count_in(tx, creds) == 1
+
+
+def count_in(tx: Tx, creds: TenantCreds) -> int:
+    return int(
+        tx.conn.execute(
+            sa.select(sa.func.count())
+            .select_from(t.transitions)
+            .where(t.transitions.c.tenant_id == creds.tenant_id)
+        ).scalar_one()
+    )
 
 
 def _copy_first_transition(tx: Tx, creds: TenantCreds) -> dict[str, Any]:

@@ -275,33 +275,33 @@ _INSERT_FEED = fast.insert(t.feed_events)
 # fewer per batch): the events go as arrays, numbered from the bumped counter by their
 # position, so feed order is still commit order (the counter row stays locked to COMMIT).
 _FEED_IN_ONE = Statement(
-    lambda: sa.text(
-        "WITH bump AS (UPDATE tenants SET feed_seq = feed_seq + :n WHERE id = :tenant_id"
-        " RETURNING feed_seq),"
-        " ins AS (INSERT INTO feed_events"
-        " (tenant_id, seq, type, run_id, notification_id, user_id, data, created_at)"
-        " SELECT :tenant_id, bump.feed_seq - :n + e.ord, e.type, e.run_id,"
-        " e.notification_id, e.user_id, CAST(e.data AS JSONB), :created_at"
-        " FROM bump, unnest(:types, :run_ids, :notification_ids, :user_ids, :datas)"
-        " WITH ORDINALITY AS e(type, run_id, notification_id, user_id, data, ord))"
-        " SELECT feed_seq FROM bump"
+    lambda: (
+        sa.text(
+            "WITH bump AS (UPDATE tenants SET feed_seq = feed_seq + :n WHERE id = :tenant_id"
+            " RETURNING feed_seq),"
+            " ins AS (INSERT INTO feed_events"
+            " (tenant_id, seq, type, run_id, notification_id, user_id, data, created_at)"
+            " SELECT :tenant_id, bump.feed_seq - :n + e.ord, e.type, e.run_id,"
+            " e.notification_id, e.user_id, CAST(e.data AS JSONB), :created_at"
+            " FROM bump, unnest(:types, :run_ids, :notification_ids, :user_ids, :datas)"
+            " WITH ORDINALITY AS e(type, run_id, notification_id, user_id, data, ord))"
+            " SELECT feed_seq FROM bump"
+        )
+        .bindparams(
+            sa.bindparam("n", type_=sa.BigInteger),
+            sa.bindparam("tenant_id", type_=sa.String),
+            sa.bindparam("created_at", type_=t.feed_events.c.created_at.type),
+            *(
+                sa.bindparam(name, type_=postgresql.ARRAY(sa.Text))
+                for name in ("types", "run_ids", "notification_ids", "user_ids", "datas")
+            ),
+        )
+        .columns(sa.column("feed_seq", sa.BigInteger))
     )
-    .bindparams(
-        sa.bindparam("n", type_=sa.BigInteger),
-        sa.bindparam("tenant_id", type_=sa.String),
-        sa.bindparam("created_at", type_=t.feed_events.c.created_at.type),
-        *(
-            sa.bindparam(name, type_=postgresql.ARRAY(sa.Text))
-            for name in ("types", "run_ids", "notification_ids", "user_ids", "datas")
-        ),
-    )
-    .columns(sa.column("feed_seq", sa.BigInteger))
 )
 
 
-def _feed_in_one(
-    conn: Connection, tenant_id: str, evs: list[PendingEvent], now: datetime
-) -> int:
+def _feed_in_one(conn: Connection, tenant_id: str, evs: list[PendingEvent], now: datetime) -> int:
     """:data:`_FEED_IN_ONE` for one tenant's events; the tenant's new feed head."""
     row = _FEED_IN_ONE.first(
         conn,

@@ -50,7 +50,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
 #: What a :class:`Statement` builds: a SELECT, or DML with or without RETURNING.
-Built = sa.Select[Any] | sa.Insert | sa.Update | sa.Delete
+Built = sa.Select[Any] | sa.TextualSelect | sa.Insert | sa.Update | sa.Delete
 
 _Processor = Callable[[Any], Any]
 
@@ -269,9 +269,10 @@ class Pending:
 
 
 class _Pipe:
-    __slots__ = ("queued", "sent", "trips")
+    __slots__ = ("driver", "queued", "sent", "trips")
 
     def __init__(self, began: bool) -> None:
+        self.driver: Any = None  # psycopg's Pipeline
         self.sent = int(began)  # statements sent in it (and the BEGIN psycopg queued)
         self.queued = began  # sent since the last wait for results
         self.trips = 0
@@ -297,7 +298,7 @@ def _sync_sqlalchemy_statement(
     pipe = _PIPES.get(id(dbapi_conn))
     if pipe is None:
         return
-    dbapi_conn._pipeline.sync()
+    pipe.driver.sync()
     pipe.sent += 1
     pipe.trips += 1
     pipe.queued = False
@@ -329,7 +330,7 @@ def pipeline(conn: Connection) -> Iterator[None]:
     sa.event.listen(conn, "after_cursor_execute", _sync_sqlalchemy_statement)
     try:
         try:
-            with dbapi_conn.pipeline():
+            with dbapi_conn.pipeline() as pipe.driver:
                 yield
         except conn.dialect.loaded_dbapi.Error as exc:
             raise _wrapped(conn, "(pipeline)", exc, dbapi_conn, None) from exc

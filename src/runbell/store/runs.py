@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-
 from dataclasses import fields
 from datetime import datetime
 from typing import Any
@@ -235,9 +234,7 @@ def send_inbound_batch(tx: Tx, keys: list[tuple[str, str, str]]) -> Callable[[],
         for chunk, pending in sent:
             found = dict.fromkeys(chunk)
             for row in pending.rows():
-                found[(row["tenant_id"], row["source_id"], row["event_id"])] = InboundEvent(
-                    **row
-                )
+                found[(row["tenant_id"], row["source_id"], row["event_id"])] = InboundEvent(**row)
             tx.inbound.update(found)
 
     return keep
