@@ -157,3 +157,20 @@ def _copy_first_transition(tx: Tx, creds: TenantCreds) -> dict[str, Any]:
     ).first()
     assert row is not None
     return {name: row._mapping[name] for name in runs.TRANSITION_COLUMNS}
+
+
+def test_a_rowcount_inside_a_pipeline_is_the_real_one(core: Core, creds: TenantCreds) -> None:
+    """``Statement.execute`` answers a rowcount: inside a pipeline it waits for it."""
+    create_runs(core, creds, ["r0"])
+    with core.db.transaction() as tx, fast.pipeline(tx.conn):
+        run = runs.get_run(tx.conn, creds.tenant_id, "r0", for_update=True)
+        assert run is not None
+        assert (
+            runs._MOVE_RUN.execute(
+                tx.conn,
+                k_tenant=creds.tenant_id,
+                k_run="r0",
+                **{name: getattr(run, name) for name in runs.MOVED},
+            )
+            == 1
+        )

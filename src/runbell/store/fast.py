@@ -234,8 +234,11 @@ class Statement:
             cursor.close()
 
     def execute(self, conn: Connection, **params: Any) -> int:
-        """Run it; the rowcount (-1 when the driver does not know)."""
+        """Run it; the rowcount (-1 when the driver does not know). Inside a pipeline
+        it waits for its answer (the rowcount is only known then)."""
         _, cursor = self._run(conn, [params], many=False)
+        if _PIPES:
+            _wait(conn, cursor)
         count = int(cursor.rowcount)
         cursor.close()
         return count
@@ -250,6 +253,23 @@ class Statement:
         if rows:
             _, cursor = self._run(conn, rows, many=True)
             cursor.close()
+
+
+def _wait(conn: Connection, cursor: Any) -> None:
+    """Inside a pipeline: wait for everything sent so far (one round trip), so
+    ``cursor`` has its result; a server error is raised here, wrapped."""
+    dbapi_conn = conn.connection.dbapi_connection
+    pipe = _PIPES.get(id(dbapi_conn))
+    if pipe is None:
+        return
+    if pipe.queued:
+        pipe.trips += 1
+        pipe.queued = False
+    try:
+        pipe.driver.sync()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        cursor.close()
+        raise _wrapped(conn, "(pipeline)", exc, dbapi_conn, cursor, piped=True) from exc
 
 
 class Pending:
