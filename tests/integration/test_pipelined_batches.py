@@ -174,3 +174,34 @@ def test_a_rowcount_inside_a_pipeline_is_the_real_one(core: Core, creds: TenantC
             )
             == 1
         )
+
+
+def test_an_error_a_later_unit_reads_is_answered_by_the_unit_that_caused_it(
+    core: Core, creds: TenantCreds
+) -> None:
+    """A unit sends a statement without waiting for it (as ``runs.move_run`` does) and it
+    fails on the server: in the writer's pipeline the error surfaces in the next unit's
+    read. The batch runs again unit by unit, so the sender hears it and the signals after
+    it in the batch commit."""
+    create_runs(core, creds, [f"r{i}" for i in range(1, 4)])
+    with core.db.read() as conn:
+        row = conn.execute(
+            sa.select(t.transitions).where(
+                t.transitions.c.tenant_id == creds.tenant_id, t.transitions.c.run_id == "r1"
+            )
+        ).first()
+    assert row is not None
+    clash = {name: row._mapping[name] for name in runs.TRANSITION_COLUMNS}
+
+    def sender(tx: Tx) -> str:
+        runs._ADD_TRANSITION.send(tx.conn, **clash)  # not read: fails unseen
+        return "sent"
+
+    held = HeldWriter(core)
+    bad = core.writer.submit(sender, key=(creds.tenant_id, "r0"))  # sorts first
+    answers = [accept_in_thread(core, creds, f"r{i}", f"e{i}") for i in range(1, 4)]
+    held.release_when_queued(4)
+    assert [a.result(timeout=WAIT).outcome for a in answers] == ["applied"] * 3
+    with pytest.raises(sa.exc.IntegrityError):
+        bad.result(timeout=WAIT)
+    assert count(core, t.inbound_events, creds.tenant_id) == 3

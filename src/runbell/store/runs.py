@@ -280,7 +280,10 @@ def update_run(conn: Connection, tenant_id: str, run_id: str, values: RunChanges
 def move_run(conn: Connection, run: Run) -> None:
     """Write the :data:`MOVED` columns of ``run`` (the run as it is after a transition)."""
     _changed(conn, run.tenant_id, run.run_id)
-    _MOVE_RUN.execute(
+    # Sent, not waited for: in the writer's pipeline (PostgreSQL) it rides with the next
+    # statement that reads an answer; the row is locked, so it cannot miss, and an error
+    # surfaces at that read and fails the batch (which then runs unit by unit).
+    _MOVE_RUN.send(
         conn,
         k_tenant=run.tenant_id,
         k_run=run.run_id,
