@@ -215,19 +215,18 @@ class GroupCommitter:
 
     def _together(self, jobs: list[_Job[Any]]) -> list[Any]:
         values = []
-        with self.db.transaction() as tx:
-            # PostgreSQL: the whole run of units in one pipeline (store.fast.pipeline), so
-            # a statement whose answer nobody reads (the run's UPDATE) rides with the next
-            # one that is read. A server error may then surface in a later unit than the
-            # one that caused it: any failure here rolls everything back and the batch runs
-            # again unit by unit (_one_by_one, no pipeline), where each answers for itself.
-            with fast.pipeline(tx.conn):
-                self._read_ahead(tx, jobs)
-                for job in jobs:
-                    try:
-                        values.append(job.unit(tx))
-                    except Exception as exc:
-                        raise _UnitFailed(exc) from exc
+        # PostgreSQL: the whole run of units in one pipeline (store.fast.pipeline), so a
+        # statement whose answer nobody reads (the run's UPDATE) rides with the next one
+        # that is read. A server error may then surface in a later unit than the one that
+        # caused it: any failure here rolls everything back and the batch runs again unit
+        # by unit (_one_by_one, no pipeline), where each answers for itself.
+        with self.db.transaction() as tx, fast.pipeline(tx.conn):
+            self._read_ahead(tx, jobs)
+            for job in jobs:
+                try:
+                    values.append(job.unit(tx))
+                except Exception as exc:
+                    raise _UnitFailed(exc) from exc
         return values
 
     @staticmethod
