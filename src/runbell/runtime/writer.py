@@ -31,6 +31,13 @@ dropped as soon as anything writes it; a unit rolled back to its savepoint has u
 dropped them, so the next reads the database again. The rows nothing reads back (history,
 dedupe, outbox rows, digest items) are deferred to one ``executemany`` each at commit.
 
+On PostgreSQL the reads ahead and the units run in one pipeline (``store.fast.pipeline``):
+statements go without waiting, the first read of an answer waits for everything sent
+before it, so the BEGIN and the reads ahead are one round trip and a statement nobody
+reads (the run's UPDATE) rides with the next read. An error may surface in a later unit
+than its cause; the fallback below (rolled back whole, then unit by unit with savepoints
+and no pipeline) answers it to the right unit.
+
 Invariants kept here (DESIGN §2): 12 (a unit's rows, events and outbox rows commit
 together or not at all — the savepoint is the unit's boundary, the batch's commit is its
 durability), and the feed's order equals commit order (the counter is bumped once per
