@@ -194,7 +194,7 @@ def test_an_error_a_later_unit_reads_is_answered_by_the_unit_that_caused_it(
     clash = {name: row._mapping[name] for name in runs.TRANSITION_COLUMNS}
 
     def sender(tx: Tx) -> str:
-        runs._ADD_TRANSITION.send(tx.conn, **clash)  # not read: fails unseen
+        runs._ADD_TRANSITION.post(tx.conn, **clash)  # not read: fails unseen
         return "sent"
 
     held = HeldWriter(core)

@@ -249,6 +249,16 @@ class Statement:
         p, cursor = self._run(conn, [params], many=False)
         return Pending(self, conn, p, cursor)
 
+    def post(self, conn: Connection, **params: Any) -> None:
+        """Run it without reading any answer: inside :func:`pipeline` it is not waited
+        for (it rides with the next read; a server error surfaces there)."""
+        _, cursor = self._run(conn, [params], many=False)
+        pipe = _PIPES.get(id(conn.connection.dbapi_connection)) if _PIPES else None
+        if pipe is None:
+            cursor.close()
+        else:
+            pipe.posted.append(cursor)  # closed when the pipeline ends
+
     def many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
             _, cursor = self._run(conn, rows, many=True)
@@ -289,10 +299,11 @@ class Pending:
 
 
 class _Pipe:
-    __slots__ = ("driver", "queued", "sent", "trips")
+    __slots__ = ("driver", "posted", "queued", "sent", "trips")
 
     def __init__(self, began: bool) -> None:
         self.driver: Any = None  # psycopg's Pipeline
+        self.posted: list[Any] = []  # cursors of Statement.post, answers not read
         self.sent = int(began)  # statements sent in it (and the BEGIN psycopg queued)
         self.queued = began  # sent since the last wait for results
         self.trips = 0
@@ -356,6 +367,8 @@ def pipeline(conn: Connection) -> Iterator[None]:
             raise _wrapped(conn, "(pipeline)", exc, dbapi_conn, None) from exc
     finally:
         del _PIPES[key]
+        for cursor in pipe.posted:
+            cursor.close()
         sa.event.remove(conn, "after_cursor_execute", _sync_sqlalchemy_statement)
     if pipe.queued:
         pipe.trips += 1

@@ -283,7 +283,7 @@ def move_run(conn: Connection, run: Run) -> None:
     # Sent, not waited for: in the writer's pipeline (PostgreSQL) it rides with the next
     # statement that reads an answer; the row is locked, so it cannot miss, and an error
     # surfaces at that read and fails the batch (which then runs unit by unit).
-    _MOVE_RUN.send(
+    _MOVE_RUN.post(
         conn,
         k_tenant=run.tenant_id,
         k_run=run.run_id,
