@@ -152,7 +152,9 @@ class Settings(BaseSettings):
 
     # --- delivery ---------------------------------------------------------------------
     worker_concurrency: int = Field(default=16, ge=1, le=256)
-    worker_batch: int = Field(default=50, ge=1, le=1000)
+    # 100: claims and result writes of ~50 rows instead of ~25, half the transactions per
+    # delivery of 50 (bench/profile/p3-p4-delivery.md, second pass).
+    worker_batch: int = Field(default=100, ge=1, le=1000)
     worker_lease_s: float = Field(
         default=60.0,
         ge=1,

@@ -32,7 +32,8 @@ from runbell.channels.base import (
     Sent,
     TransientDeliveryError,
 )
-from runbell.channels.webhook import ClientLanes, WebhookChannel, sign_all
+from runbell.channels.webhook import WebhookChannel, sign_all
+from runbell.channels.webhook_http import KeepAliveLanes
 from runbell.outbound import AsyncSafeTransport, safe_async_client
 from runbell.signatures import new_secret
 from tests.timeouts import WAIT
@@ -471,9 +472,8 @@ def test_sign_all_signs_once_per_distinct_secret() -> None:
 
 
 async def test_every_lane_of_the_workers_webhook_client_is_guarded(tmp_path: Path) -> None:
-    """The worker sends webhooks through several single-connection clients (ClientLanes);
-    sends in flight at once each take another lane, and every lane refuses a hostile
-    destination before connecting."""
+    """The worker sends webhooks through one keep-alive connection per concurrent send
+    (KeepAliveLanes), and every send refuses a hostile destination before connecting."""
     from runbell.app import build
     from runbell.dispatch.wiring import build_channels
     from tests.conftest import make_settings
@@ -489,7 +489,7 @@ async def test_every_lane_of_the_workers_webhook_client_is_guarded(tmp_path: Pat
         assert all(isinstance(r, PermanentDeliveryError) for r in results), results
         assert all(r.operator_alert for r in results if isinstance(r, PermanentDeliveryError))
         assert isinstance(channel, WebhookChannel)
-        assert isinstance(channel._client, ClientLanes) and len(channel._client._clients) == lanes
+        assert isinstance(channel._client, KeepAliveLanes) and len(channel._client.lanes) == lanes
         await channel._client.aclose()
     finally:
         core.db.dispose()

@@ -60,6 +60,8 @@ class World:
     note: dict[str, Any]
     transition: dict[str, Any]
     inbound: dict[str, Any]
+    email: str = ""
+    delivery_id: str = ""
 
 
 def commit_runs(client: TestClient, creds: TenantCreds) -> None:
@@ -80,6 +82,20 @@ def commit_runs(client: TestClient, creds: TenantCreds) -> None:
         headers=bearer(creds.runtime_key),
     )
     assert r.status_code in (200, 201, 202), r.text
+    # A third run with an answered approval (the request and response statements).
+    r = client.put("/v1/runs/seam-3", json=body, headers=bearer(creds.runtime_key))
+    assert r.status_code == 201, r.text
+    ask = {"input_request_id": "req-seam", "kind": "approval", "summary": "Ship it?"}
+    r = client.post("/v1/runs/seam-3/input-requests", json=ask, headers=bearer(creds.runtime_key))
+    assert r.status_code == 201, r.text
+    answer = {"decision": "approve", "expected_run_version": r.json()["run"]["version"]}
+    answer["expected_request_version"] = r.json()["input_request"]["version"]
+    r = client.post(
+        "/v1/input-requests/req-seam/responses",
+        json=answer,
+        headers={**bearer(creds.owner_token), "Idempotency-Key": "seam"},
+    )
+    assert r.status_code in (200, 201), r.text
 
 
 def make_world(creds: TenantCreds, conn: Connection) -> World:
@@ -132,7 +148,15 @@ def make_world(creds: TenantCreds, conn: Connection) -> World:
         .where(t.runs.c.tenant_id == tenant, t.runs.c.run_id == "seam-2")
         .values(stall_clock_at=now - timedelta(hours=2), stall_due_at=now - timedelta(hours=1))
     )
-    return World(tenant, creds.owner_id, now, run, note, transition, inbound)
+    conn.execute(  # a row from a subject grant, for access._DROP_GRANTED to delete
+        t.run_access.insert().values(
+            tenant_id=tenant, run_id="seam-1", user_id=creds.owner_id, via="grt_seam0"
+        )
+    )
+    delivery = one(t.deliveries)["id"]
+    return World(
+        tenant, creds.owner_id, now, run, note, transition, inbound, creds.owner_email, delivery
+    )
 
 
 # --- one case per hot statement --------------------------------------------------------
@@ -251,6 +275,52 @@ CASES: dict[str, Callable[[World], Case]] = {
             },
         ],
         sa.select(t.deliveries).where(t.deliveries.c.id.like("dlv_seam%")).order_by("id"),
+    ),
+    "access._PEOPLE": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1", "via": "run"}),
+    "access._DROP_GRANTED": lambda w: Case(
+        {"tenant_id": w.tenant, "run_id": "seam-1", "via": "run"},
+        by(t.run_access, tenant_id=w.tenant, run_id="seam-1"),
+    ),
+    "access._INSERT": lambda w: Case(
+        [
+            {
+                "tenant_id": w.tenant,
+                "run_id": "seam-2",
+                "user_id": w.owner,
+                "via": "grt_seam",
+                "may_answer": True,
+                "may_amend": False,
+            }
+        ],
+        by(t.run_access, tenant_id=w.tenant, run_id="seam-2", via="grt_seam"),
+    ),
+    "accounts._MEMBER_BY_ID": lambda w: Case({"ref": w.owner, "tenant_id": w.tenant}),
+    "accounts._MEMBER_BY_EMAIL": lambda w: Case({"ref": w.email, "tenant_id": w.tenant}),
+    "input_requests._GET": lambda w: Case({"tenant_id": w.tenant, "request_id": "req-seam"}),
+    "input_requests._LOCK": lambda w: Case({"tenant_id": w.tenant, "request_id": "req-seam"}),
+    "input_requests._ANSWER": lambda w: Case({"tenant_id": w.tenant, "request_id": "req-seam"}),
+    "runs._INSERT_RUN": lambda w: Case(
+        {**w.run, "run_id": "seam-new", "version": 1},
+        by(t.runs, tenant_id=w.tenant, run_id="seam-new"),
+    ),
+    "outbox._ADD_ATTEMPTS": lambda w: Case(
+        [
+            {
+                "id": "att_seam",
+                "tenant_id": w.tenant,
+                "delivery_id": w.delivery_id,
+                "attempt_no": 7,
+                "started_at": w.now,
+                "finished_at": w.now,
+                "outcome": "failed",
+                "status_code": 503,
+                "provider_message_id": None,
+                "duration_ms": 12,
+                "error": "HTTP 503",
+                "response_excerpt": "busy",
+            }
+        ],
+        by(t.delivery_attempts, id="att_seam"),
     ),
     "runs._GET_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),
     "runs._LOCK_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),

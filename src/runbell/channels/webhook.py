@@ -4,9 +4,10 @@ The contract is DESIGN §6 "Outbound webhooks" and invariant 14: every request c
 Standard Webhooks headers (``webhook-id`` = the delivery's stable identity, so a
 receiver can drop a retry it already processed; ``webhook-timestamp`` = this attempt's
 time; one ``v1,`` signature per live secret, so rotation never breaks a receiver that
-still holds the old secret). The client is injected and must be SSRF-guarded
-(``runbell.outbound.safe_async_client``); it dials only checked addresses and never
-follows redirects.
+still holds the old secret). The client is injected and must be SSRF-guarded: the
+worker's own :class:`~runbell.channels.webhook_http.KeepAliveLanes` (what ``SPEC``
+builds), or an httpx client from ``runbell.outbound.safe_async_client``; either dials
+only checked addresses and never follows redirects, and both give the same outcomes.
 
 How a result maps onto the typed errors of ``runbell.channels.base``:
 
@@ -28,8 +29,8 @@ token), a secret or the payload; the endpoint's host is named instead.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
 from datetime import datetime
 from typing import Any, cast
 
@@ -45,13 +46,18 @@ from runbell.channels.base import (
     TransientDeliveryError,
     refuse_oversized,
 )
+from runbell.channels.webhook_http import (
+    ConnectFailed,
+    ExchangeFailed,
+    KeepAliveLanes,
+    RequestRefused,
+)
 from runbell.domain.channels import FACTS
 from runbell.domain.errors import UnsafeDestination
 from runbell.domain.retry import parse_retry_after
-from runbell.outbound import safe_async_client
 from runbell.signatures import HEADER_SIGNATURE, sign_headers
 
-__all__ = ["SPEC", "USER_AGENT", "ClientLanes", "WebhookChannel", "sign_all"]
+__all__ = ["SPEC", "USER_AGENT", "WebhookChannel", "sign_all"]
 
 FACTS_WEBHOOK = FACTS["webhook"]
 
@@ -85,37 +91,6 @@ def sign_all(body: bytes, secrets: Sequence[str], msg_id: str, at: datetime) -> 
     return headers
 
 
-class ClientLanes:
-    """Several keep-alive clients used as one: each send takes the least busy lane.
-
-    httpcore's pool looks at every pooled connection on every request, so one client with
-    many connections spends more time choosing a connection than sending; lanes of one
-    connection each keep that cost flat while as many requests run at once. Each lane is
-    a complete client (build them with ``runbell.outbound.safe_async_client``: every lane
-    is SSRF-guarded on its own).
-    """
-
-    def __init__(self, clients: Sequence[httpx.AsyncClient]) -> None:
-        if not clients:
-            raise ValueError("at least one client")
-        self._clients = list(clients)
-        self._busy = [0] * len(self._clients)
-
-    @asynccontextmanager
-    async def stream(self, method: str, url: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
-        lane = min(range(len(self._busy)), key=self._busy.__getitem__)
-        self._busy[lane] += 1
-        try:
-            async with self._clients[lane].stream(method, url, **kwargs) as response:
-                yield response
-        finally:
-            self._busy[lane] -= 1
-
-    async def aclose(self) -> None:
-        for client in self._clients:
-            await client.aclose()
-
-
 class WebhookChannel:
     """Deliver one :class:`Outbound` to a tenant webhook endpoint.
 
@@ -126,7 +101,7 @@ class WebhookChannel:
 
     name = "webhook"
 
-    def __init__(self, client: httpx.AsyncClient | ClientLanes) -> None:
+    def __init__(self, client: httpx.AsyncClient | KeepAliveLanes) -> None:
         self._client = client
 
     def payload_size(self, msg: Outbound) -> int:
@@ -135,16 +110,13 @@ class WebhookChannel:
 
     async def send(self, msg: Outbound) -> Sent:
         url, body, headers = _prepare(msg)
-        host = _host_of(url)
+        if isinstance(self._client, KeepAliveLanes):
+            return await _send_lean(self._client, url, body, headers, msg.now)
         try:
             async with self._client.stream("POST", url, content=body, headers=headers) as rsp:
                 excerpt = await _read_excerpt(rsp)
         except UnsafeDestination as exc:
-            raise PermanentDeliveryError(
-                f"endpoint refused by the SSRF guard: {exc.detail}",
-                operator_alert=True,
-                rule=exc.extra.get("rule"),
-            ) from exc
+            raise _refused(exc) from exc
         except httpx.InvalidURL as exc:
             # httpx rejects some spellings (e.g. the octal "0177.0.0.1") before the guard
             # sees them; the message may quote the URL, so it is not passed on.
@@ -155,17 +127,49 @@ class WebhookChannel:
             ) from exc
         except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
             raise PermanentDeliveryError(
-                f"cannot send to {host}: {_describe(exc, url)}", operator_alert=True
+                f"cannot send to {_host_of(url)}: {_describe(exc, url)}", operator_alert=True
             ) from exc
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise TransientDeliveryError(
-                f"could not connect to {host}: {_describe(exc, url)}"
+                f"could not connect to {_host_of(url)}: {_describe(exc, url)}"
             ) from exc
         except httpx.TransportError as exc:
             raise DeliveryUnknown(
-                f"no answer from {host} after sending: {_describe(exc, url)}"
+                f"no answer from {_host_of(url)} after sending: {_describe(exc, url)}"
             ) from exc
-        return _outcome(rsp, excerpt, host, msg.now)
+        return _outcome(rsp.status_code, rsp.headers, excerpt, url, msg.now)
+
+
+async def _send_lean(
+    client: KeepAliveLanes, url: str, body: bytes, headers: dict[str, str], now: datetime
+) -> Sent:
+    """The same send through the worker's own keep-alive client, the same outcomes."""
+    try:
+        reply = await client.post(url, body, headers)
+    except UnsafeDestination as exc:
+        raise _refused(exc) from exc
+    except RequestRefused as exc:
+        raise PermanentDeliveryError(
+            f"cannot send to {_host_of(url)}: {_describe(exc, url)}", operator_alert=True
+        ) from exc
+    except ConnectFailed as exc:
+        raise TransientDeliveryError(
+            f"could not connect to {_host_of(url)}: {_describe(exc, url)}"
+        ) from exc
+    except ExchangeFailed as exc:
+        raise DeliveryUnknown(
+            f"no answer from {_host_of(url)} after sending: {_describe(exc, url)}"
+        ) from exc
+    excerpt = reply.body.decode("utf-8", "replace").strip()[:EXCERPT_CHARS]
+    return _outcome(reply.status, reply.headers, excerpt, url, now)
+
+
+def _refused(exc: UnsafeDestination) -> PermanentDeliveryError:
+    return PermanentDeliveryError(
+        f"endpoint refused by the SSRF guard: {exc.detail}",
+        operator_alert=True,
+        rule=exc.extra.get("rule"),
+    )
 
 
 def _prepare(msg: Outbound) -> tuple[str, bytes, dict[str, str]]:
@@ -224,11 +228,13 @@ async def _read_excerpt(response: httpx.Response) -> str:
     return buffer.decode("utf-8", "replace").strip()[:EXCERPT_CHARS]
 
 
-def _outcome(response: httpx.Response, excerpt: str, host: str, now: datetime) -> Sent:
-    status = response.status_code
+def _outcome(
+    status: int, headers: Mapping[str, str], excerpt: str, url: str, now: datetime
+) -> Sent:
     common: dict[str, Any] = {"status_code": status, "response_excerpt": excerpt or None}
     if 200 <= status < 300:
         return Sent(**common)
+    host = _host_of(url)  # named in errors only
     if 300 <= status < 400:
         # Following would let a receiver steer us elsewhere; the Location is not echoed
         # because it may carry a token like the endpoint URL itself.
@@ -241,7 +247,7 @@ def _outcome(response: httpx.Response, excerpt: str, host: str, now: datetime) -
         )
     retry_after = None
     if status in _RETRY_AFTER_STATUSES:
-        retry_after = parse_retry_after(response.headers.get("retry-after"), now)
+        retry_after = parse_retry_after(headers.get("retry-after"), now)
     raise TransientDeliveryError(f"{host} answered {status}", retry_after_s=retry_after, **common)
 
 
@@ -259,24 +265,16 @@ def _describe(exc: Exception, url: str) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-# One connection per lane: see ClientLanes.
-_ONE_CONNECTION = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-
-
 def _build(setup: Setup) -> WebhookChannel:
-    """One single-connection keep-alive client per concurrent send (:class:`ClientLanes`),
-    each SSRF-guarded."""
+    """The worker's client: one SSRF-guarded keep-alive connection per concurrent send
+    (:class:`~runbell.channels.webhook_http.KeepAliveLanes`: a fraction of httpx's CPU
+    per POST, the same guard and outcomes)."""
     s = setup.settings
     return WebhookChannel(
-        ClientLanes(
-            [
-                safe_async_client(
-                    allow_hosts=s.outbound_allow_hosts,
-                    timeout=s.outbound_timeout_s,
-                    limits=_ONE_CONNECTION,
-                )
-                for _ in range(s.worker_concurrency)
-            ]
+        KeepAliveLanes(
+            s.worker_concurrency,
+            allow_hosts=s.outbound_allow_hosts,
+            timeout=s.outbound_timeout_s,
         )
     )
 

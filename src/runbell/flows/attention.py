@@ -230,11 +230,11 @@ def _raise_for(
     values["recipient_user_id"] = recipient
     note_id, created = notes.insert_once(tx.conn, values)
     if not created:
-        tx.after_commit.append(lambda: metrics.DUPLICATES.labels("notification").inc())
+        tx.after_commit.append(metrics.bound(metrics.DUPLICATES, "notification").inc)
         return Raised(decision, note_id, False)
     # Over its throttle (counted once the notification exists), a push is folded.
     sent = pacing.throttled(tx, run, values, decision) or decision
-    tx.after_commit.append(lambda: metrics.NOTIFICATIONS.labels(attention, sent.kind).inc())
+    tx.after_commit.append(metrics.bound(metrics.NOTIFICATIONS, attention, sent.kind).inc)
     queue_deliveries(tx, values, sent, channels)
     follow_up(tx, values, sent, channels)
     announce_created(tx, values)
@@ -282,7 +282,7 @@ def decide(
 
 
 def _suppressed(tx: Tx, run: Run, attention: str, decision: Decision) -> None:
-    tx.after_commit.append(lambda: metrics.SUPPRESSED.labels(attention, decision.kind).inc())
+    tx.after_commit.append(metrics.bound(metrics.SUPPRESSED, attention, decision.kind).inc)
     log.debug(
         "attention.no_notification",
         run_id=run.run_id,

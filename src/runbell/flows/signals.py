@@ -264,7 +264,7 @@ def _duplicate(
     run_id: str,
     written: dict[str, Notification],
 ) -> SignalResult:
-    metrics.DUPLICATES.labels("signal").inc()
+    metrics.bound(metrics.DUPLICATES, "signal").inc()
     if seen.run_id != run_id:
         # Not a retry: the runtime reused an event id. Dropping it as a duplicate would
         # lose this run's signal silently.

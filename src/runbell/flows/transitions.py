@@ -181,7 +181,8 @@ def judge_completion(m: Moving) -> None:
         m.judged = completion.judge(m.tx, m.run, m.move.state, m.move.effects_verified)
     m.event = transition_event(m.run, m.before.state, m.move.reason, m.ids, m.judged)
     if m.judged is not None:
-        m.run = replace(m.run, outcome=m.judged.outcome)
+        if m.judged.outcome != m.run.outcome:  # a plain completion keeps None: no copy
+            m.run = replace(m.run, outcome=m.judged.outcome)
         if m.judged.reason is not None:
             m.note_reason = m.judged.reason
 

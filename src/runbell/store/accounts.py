@@ -259,17 +259,14 @@ def revoke_member(conn: Connection, tenant_id: str, user_id: str, now: datetime)
 
 
 def _member_by(column: str) -> fast.Statement:
-    return fast.Statement(
-        lambda: (
-            sa.select(t.users.c.id)
-            .join(t.memberships, t.memberships.c.user_id == t.users.c.id)
-            .where(
-                t.users.c[column] == sa.bindparam("ref"),
-                t.memberships.c.tenant_id == sa.bindparam("tenant_id"),
-                t.memberships.c.revoked_at.is_(None),
-            )
-        )
+    m, ref, tenant = (
+        t.memberships.c,
+        sa.bindparam("ref", type_=sa.String),
+        sa.bindparam("tenant_id", type_=sa.String),
     )
+    current = sa.and_(t.users.c[column] == ref, m.tenant_id == tenant, m.revoked_at.is_(None))
+    join = t.users.join(t.memberships, m.user_id == t.users.c.id)
+    return fast.Statement(lambda: sa.select(t.users.c.id).select_from(join).where(current))
 
 
 # Compiled once (store.fast): every run creation names its owner (issue 21, P2-put).

@@ -328,12 +328,17 @@ def cancel_pending_to(
     )
 
 
+_ADD_ATTEMPTS = fast.insert(t.delivery_attempts)
+
+
 def add_attempts(conn: Connection, attempts: list[Attempt]) -> None:
     """Many attempt rows in one statement; each dict holds ``tenant_id``, ``delivery_id``,
-    ``attempt_no`` and the attempt's columns."""
+    ``attempt_no`` and the attempt's columns. Compiled once (:mod:`runbell.store.fast`):
+    the worker writes one per delivery, and SQLAlchemy's per-row parameter handling was
+    most of the result write's own CPU (bench/profile/p3-p4-delivery.md, second pass)."""
     write_deferred(conn)
     if attempts:
-        conn.execute(t.delivery_attempts.insert(), [{"id": new_id("att"), **a} for a in attempts])
+        _ADD_ATTEMPTS.many(conn, [{"id": new_id("att"), **a} for a in attempts])
 
 
 def get(conn: Connection, tenant_id: str, delivery_id: str) -> Delivery:
