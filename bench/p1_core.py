@@ -20,7 +20,9 @@ Beside the rate, each subject repeat counts (figures that do not depend on the l
   psycopg 3 pipelines it, SQLite runs it in one call);
 - **round trips per signal**: those statements plus, per committed batch, the ``COMMIT``
   (and on PostgreSQL the ``BEGIN`` psycopg sends before the first statement), which no
-  cursor listener sees;
+  cursor listener sees, less the round trips PostgreSQL's pipelines saved
+  (``runbell.store.fast.saved_round_trips``: statements and BEGINs sent in a pipeline
+  beyond the waits for results it made);
 - **CPU µs per signal in process**: the thread CPU time of the writer thread plus that of
   the calling threads, over the repeat, per signal; with the CPU calibration figure
   (``bench.common.calibration_us``, a fixed pure-Python loop) measured in the same run.
@@ -74,6 +76,7 @@ class Batch:
     latencies: list[float]  # seconds, one per operation
     statements: int = 0  # sent to the driver (executemany: one)
     commits: int = 0  # batches the writer committed
+    piped: int = 0  # round trips saved by pipelining (PostgreSQL)
     cpu_s: float = 0.0  # writer thread + calling threads
 
     @property
@@ -149,12 +152,14 @@ def signal_batch(
     runbell = targets.engine_of(core)
     sa.event.listen(runbell, "before_cursor_execute", count)
     batches, writer_cpu = targets.writer_batches(core), targets.writer_cpu_s(core)
+    saved = targets.saved_round_trips()
     try:
         seconds, lat = in_threads([writer(run_ids[w::writers]) for w in range(writers)], cpu)
     finally:
         sa.event.remove(runbell, "before_cursor_execute", count)
     cpu[0] += targets.writer_cpu_s(core) - writer_cpu
     commits = targets.writer_batches(core) - batches
+    piped = targets.saved_round_trips() - saved
     tally = verify.check_signals(
         engine,
         tenant.tenant_id,
@@ -164,7 +169,7 @@ def signal_batch(
         applied=outcomes.get("applied", 0),
         outcomes=outcomes,
     )
-    return Batch(n, seconds, lat, sent[0], commits, cpu[0]), tally
+    return Batch(n, seconds, lat, sent[0], commits, piped, cpu[0]), tally
 
 
 # --- baseline ------------------------------------------------------------------------------
@@ -282,7 +287,8 @@ def measure_writers(
             subject.add(batch.rate)
             p99.add(percentile(batch.latencies, 99) * 1000)
             costs.statements.add(batch.statements / batch.count)
-            costs.round_trips.add((batch.statements + per_commit * batch.commits) / batch.count)
+            trips = batch.statements + per_commit * batch.commits - batch.piped
+            costs.round_trips.add(trips / batch.count)
             costs.cpu_us.add(batch.cpu_s / batch.count * 1e6)
             costs.batch.add(batch.count / max(1, batch.commits))
             tallies.append(tally)

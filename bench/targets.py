@@ -233,6 +233,13 @@ def writer_batches(core: Core) -> int:
     return batches
 
 
+def saved_round_trips() -> int:
+    """Round trips this process's PostgreSQL pipelines have saved so far."""
+    from runbell.store import fast
+
+    return fast.saved_round_trips
+
+
 def writer_cpu_s(core: Core) -> float:
     """CPU seconds the core's writer thread has used so far (0 before it started)."""
     thread = core.writer._thread

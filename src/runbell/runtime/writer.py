@@ -31,6 +31,13 @@ dropped as soon as anything writes it; a unit rolled back to its savepoint has u
 dropped them, so the next reads the database again. The rows nothing reads back (history,
 dedupe, outbox rows, digest items) are deferred to one ``executemany`` each at commit.
 
+On PostgreSQL the reads ahead and the units run in one pipeline (``store.fast.pipeline``):
+statements go without waiting, the first read of an answer waits for everything sent
+before it, so the BEGIN and the reads ahead are one round trip and a statement nobody
+reads (the run's UPDATE) rides with the next read. An error may surface in a later unit
+than its cause; the fallback below (rolled back whole, then unit by unit with savepoints
+and no pipeline) answers it to the right unit.
+
 Invariants kept here (DESIGN §2): 12 (a unit's rows, events and outbox rows commit
 together or not at all — the savepoint is the unit's boundary, the batch's commit is its
 durability), and the feed's order equals commit order (the counter is bumped once per
@@ -50,7 +57,7 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 import structlog
 
-from runbell.store import notifications, runs
+from runbell.store import fast, notifications, runs
 from runbell.store.availability import unavailable_reason
 from runbell.store.db import Database, Tx
 
@@ -215,7 +222,12 @@ class GroupCommitter:
 
     def _together(self, jobs: list[_Job[Any]]) -> list[Any]:
         values = []
-        with self.db.transaction() as tx:
+        # PostgreSQL: the whole run of units in one pipeline (store.fast.pipeline), so a
+        # statement whose answer nobody reads (the run's UPDATE) rides with the next one
+        # that is read. A server error may then surface in a later unit than the one that
+        # caused it: any failure here rolls everything back and the batch runs again unit
+        # by unit (_one_by_one, no pipeline), where each answers for itself.
+        with self.db.transaction() as tx, fast.pipeline(tx.conn):
             self._read_ahead(tx, jobs)
             for job in jobs:
                 try:
@@ -227,11 +239,21 @@ class GroupCommitter:
     @staticmethod
     def _read_ahead(tx: Tx, jobs: list[_Job[Any]]) -> None:
         """One statement per kind for the whole batch (the module docstring): the runs
-        locked in key order, their open notifications, the events' dedupe rows."""
+        locked in key order, their open notifications, the events' dedupe rows. On
+        PostgreSQL the three are pipelined with the transaction's BEGIN: one round trip.
+        The server runs them in order, so the notifications are read once the runs are
+        locked (each statement sees what was committed before it started); a key with no
+        run reads no notifications."""
         keys = [(job.key[0], job.key[1]) for job in jobs if len(job.key) == 2]
-        runs.lock_batch(tx, keys)
-        notifications.read_open_batch(tx, [key for key in keys if key in tx.locked])
-        runs.read_inbound_batch(tx, [job.inbound for job in jobs if job.inbound is not None])
+        inbound = [job.inbound for job in jobs if job.inbound is not None]
+        with fast.pipeline(tx.conn):
+            kept = [
+                runs.send_lock_batch(tx, keys),
+                notifications.send_open_batch(tx, keys),
+                runs.send_inbound_batch(tx, inbound),
+            ]
+            for keep in kept:
+                keep()
 
     def _one_by_one(self, jobs: list[_Job[Any]]) -> list[_Job[Any]]:
         answers: list[tuple[_Job[Any], bool, Any]] = []

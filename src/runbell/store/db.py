@@ -18,6 +18,7 @@ answers them 503 with ``Retry-After``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 import structlog
 from sqlalchemy import event
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 
 from runbell.domain.records import Notification
@@ -229,6 +231,9 @@ class Tx:
             evs = self.events[tenant_id]
             if not evs:
                 continue
+            if self.dialect == "postgresql":
+                heads[tenant_id] = _feed_in_one(self.conn, tenant_id, evs, self.now)
+                continue
             row = _BUMP_FEED.first(self.conn, tenant_id=tenant_id, n=len(evs))
             assert row is not None, f"no tenant {tenant_id!r}"
             head = int(row["feed_seq"])
@@ -265,6 +270,56 @@ _BUMP_FEED = Statement(
     )
 )
 _INSERT_FEED = fast.insert(t.feed_events)
+
+# PostgreSQL: the counter's bump and the tenant's events in one statement (one round trip
+# fewer per batch): the events go as arrays, numbered from the bumped counter by their
+# position, so feed order is still commit order (the counter row stays locked to COMMIT).
+_FEED_IN_ONE = Statement(
+    lambda: (
+        sa.text(
+            "WITH bump AS (UPDATE tenants SET feed_seq = feed_seq + :n WHERE id = :tenant_id"
+            " RETURNING feed_seq),"
+            " ins AS (INSERT INTO feed_events"
+            " (tenant_id, seq, type, run_id, notification_id, user_id, data, created_at)"
+            " SELECT :tenant_id, bump.feed_seq - :n + e.ord, e.type, e.run_id,"
+            " e.notification_id, e.user_id, CAST(e.data AS JSONB), :created_at"
+            " FROM bump, unnest(:types, :run_ids, :notification_ids, :user_ids, :datas)"
+            " WITH ORDINALITY AS e(type, run_id, notification_id, user_id, data, ord))"
+            " SELECT feed_seq FROM bump"
+        )
+        .bindparams(
+            sa.bindparam("n", type_=sa.BigInteger),
+            sa.bindparam("tenant_id", type_=sa.String),
+            sa.bindparam("created_at", type_=t.feed_events.c.created_at.type),
+            *(
+                sa.bindparam(name, type_=postgresql.ARRAY(sa.Text))
+                for name in ("types", "run_ids", "notification_ids", "user_ids", "datas")
+            ),
+        )
+        .columns(sa.column("feed_seq", sa.BigInteger))
+    )
+)
+
+
+def _feed_in_one(conn: Connection, tenant_id: str, evs: list[PendingEvent], now: datetime) -> int:
+    """:data:`_FEED_IN_ONE` for one tenant's events; the tenant's new feed head."""
+    row = _FEED_IN_ONE.first(
+        conn,
+        tenant_id=tenant_id,
+        n=len(evs),
+        created_at=now,
+        types=[ev.type for ev in evs],
+        run_ids=[ev.run_id for ev in evs],
+        notification_ids=[ev.notification_id for ev in evs],
+        user_ids=[ev.user_id for ev in evs],
+        datas=[_json(ev.data) for ev in evs],
+    )
+    assert row is not None, f"no tenant {tenant_id!r}"
+    return int(row["feed_seq"])
+
+
+def _json(data: Mapping[str, Any]) -> str:
+    return json.dumps(data)  # what the JSON type's bind processor sends (no serializer set)
 
 
 class Database:
@@ -311,11 +366,15 @@ class Database:
                 try:
                     with conn.begin():
                         yield tx
-                        tx.flush_deferred()
-                        for before in self.before_flush:
-                            before(tx)
-                        tx.flush_deferred()  # what those deferred in turn (outbox rows)
-                        heads = tx.flush_events()
+                        # On PostgreSQL the writes at commit are pipelined (fast.pipeline):
+                        # one round trip up to the hooks' first read (the webhook
+                        # endpoints), one for the rest.
+                        with fast.pipeline(conn):
+                            tx.flush_deferred()
+                            for before in self.before_flush:
+                                before(tx)
+                            tx.flush_deferred()  # what those deferred in turn (outbox rows)
+                            heads = tx.flush_events()
                 finally:
                     info.pop(_TX_KEY, None)
         except Exception as exc:

@@ -42,14 +42,15 @@ connection invalidated when the driver says it was lost, so callers and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 
 #: What a :class:`Statement` builds: a SELECT, or DML with or without RETURNING.
-Built = sa.Select[Any] | sa.Insert | sa.Update | sa.Delete
+Built = sa.Select[Any] | sa.TextualSelect | sa.Insert | sa.Update | sa.Delete
 
 _Processor = Callable[[Any], Any]
 
@@ -194,29 +195,69 @@ class Statement:
             raise _wrapped(conn, sql, exc, dbapi_conn, cursor) from exc
         if dispatch.after_cursor_execute:
             dispatch.after_cursor_execute(conn, cursor, sql, sent, None, many)
+        if _PIPES:
+            pipe = _PIPES.get(id(dbapi_conn))
+            if pipe is not None:
+                pipe.sent += 1
+                pipe.queued = True
         return p, cursor
+
+    def _fetch(self, conn: Connection, cursor: Any, one: bool) -> Any:
+        """The cursor's rows (in a pipeline: the first fetch waits for everything sent so
+        far — one round trip — and a server error surfaces here, wrapped as ``_run``'s)."""
+        if not _PIPES:
+            return cursor.fetchone() if one else cursor.fetchall()
+        dbapi_conn = conn.connection.dbapi_connection
+        pipe = _PIPES.get(id(dbapi_conn))
+        if pipe is not None and pipe.queued:
+            pipe.trips += 1
+            pipe.queued = False
+        try:
+            return cursor.fetchone() if one else cursor.fetchall()
+        except conn.dialect.loaded_dbapi.Error as exc:
+            # Still inside the pipeline: its mode is no sign of a broken connection here.
+            raise _wrapped(conn, "(pipeline)", exc, dbapi_conn, cursor, piped=True) from exc
 
     def rows(self, conn: Connection, **params: Any) -> list[dict[str, Any]]:
         p, cursor = self._run(conn, [params], many=False)
         try:
-            return [p.row(r) for r in cursor.fetchall()]
+            return [p.row(r) for r in self._fetch(conn, cursor, False)]
         finally:
             cursor.close()
 
     def first(self, conn: Connection, **params: Any) -> dict[str, Any] | None:
         p, cursor = self._run(conn, [params], many=False)
         try:
-            raw = cursor.fetchone()
+            raw = self._fetch(conn, cursor, True)
             return None if raw is None else p.row(raw)
         finally:
             cursor.close()
 
     def execute(self, conn: Connection, **params: Any) -> int:
-        """Run it; the rowcount (-1 when the driver does not know)."""
+        """Run it; the rowcount (-1 when the driver does not know). Inside a pipeline
+        it waits for its answer (the rowcount is only known then)."""
         _, cursor = self._run(conn, [params], many=False)
+        if _PIPES:
+            _wait(conn, cursor)
         count = int(cursor.rowcount)
         cursor.close()
         return count
+
+    def send(self, conn: Connection, **params: Any) -> Pending:
+        """Send the statement now, read its rows later (:meth:`Pending.rows`): inside
+        :func:`pipeline`, statements sent one after the other share one round trip."""
+        p, cursor = self._run(conn, [params], many=False)
+        return Pending(self, conn, p, cursor)
+
+    def post(self, conn: Connection, **params: Any) -> None:
+        """Run it without reading any answer: inside :func:`pipeline` it is not waited
+        for (it rides with the next read; a server error surfaces there)."""
+        _, cursor = self._run(conn, [params], many=False)
+        pipe = _PIPES.get(id(conn.connection.dbapi_connection)) if _PIPES else None
+        if pipe is None:
+            cursor.close()
+        else:
+            pipe.posted.append(cursor)  # closed when the pipeline ends
 
     def many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
@@ -224,11 +265,123 @@ class Statement:
             cursor.close()
 
 
+def _wait(conn: Connection, cursor: Any) -> None:
+    """Inside a pipeline: wait for everything sent so far (one round trip), so
+    ``cursor`` has its result; a server error is raised here, wrapped."""
+    dbapi_conn = conn.connection.dbapi_connection
+    pipe = _PIPES.get(id(dbapi_conn))
+    if pipe is None:
+        return
+    if pipe.queued:
+        pipe.trips += 1
+        pipe.queued = False
+    try:
+        pipe.driver.sync()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        cursor.close()
+        raise _wrapped(conn, "(pipeline)", exc, dbapi_conn, cursor, piped=True) from exc
+
+
+class Pending:
+    """A statement sent whose rows are not read yet (:meth:`Statement.send`)."""
+
+    __slots__ = ("_compiled", "_conn", "_cursor", "_stmt")
+
+    def __init__(self, stmt: Statement, conn: Connection, compiled: Compiled, cursor: Any):
+        self._stmt, self._conn, self._compiled, self._cursor = stmt, conn, compiled, cursor
+
+    def rows(self) -> list[dict[str, Any]]:
+        try:
+            raw = self._stmt._fetch(self._conn, self._cursor, False)
+            return [self._compiled.row(r) for r in raw]
+        finally:
+            self._cursor.close()
+
+
+class _Pipe:
+    __slots__ = ("driver", "posted", "queued", "sent", "trips")
+
+    def __init__(self, began: bool) -> None:
+        self.driver: Any = None  # psycopg's Pipeline
+        self.posted: list[Any] = []  # cursors of Statement.post, answers not read
+        self.sent = int(began)  # statements sent in it (and the BEGIN psycopg queued)
+        self.queued = began  # sent since the last wait for results
+        self.trips = 0
+
+
+#: Open pipelines by driver connection (one per writer transaction at most; empty
+#: otherwise, so a statement outside pipelines pays one truth test).
+_PIPES: dict[int, _Pipe] = {}
+#: Round trips this process's pipelines saved: statements (and BEGINs) sent in them,
+#: less the waits for results they made. Read by the bench (bench/p1_core.py) to count
+#: round trips per signal; written by the writer thread only.
+saved_round_trips = 0
+
+
+def _sync_sqlalchemy_statement(
+    conn: Connection, cursor: Any, statement: str, params: Any, context: Any, many: bool
+) -> None:
+    """A statement run through ``conn.execute`` inside a pipeline: SQLAlchemy reads the
+    cursor's description and rows right after this event, so wait for its results here."""
+    if context is None:
+        return  # one of ours: counted by Statement._run, read by Statement._fetch
+    dbapi_conn = conn.connection.dbapi_connection
+    pipe = _PIPES.get(id(dbapi_conn))
+    if pipe is None:
+        return
+    pipe.driver.sync()
+    pipe.sent += 1
+    pipe.trips += 1
+    pipe.queued = False
+
+
+@contextmanager
+def pipeline(conn: Connection) -> Iterator[None]:
+    """On PostgreSQL, send the statements run inside without waiting for each one's
+    answer (psycopg 3 pipeline mode): they go in one round trip, up to the first read of
+    a result (:meth:`Statement.rows`, :meth:`Pending.rows`), and the block's end waits
+    for the rest. A server error ends the pipeline; it is raised (as a ``DBAPIError``,
+    like any other) at the next read or at the block's end, and the transaction is then
+    failed, as after any error. Elsewhere (SQLite) it does nothing."""
+    global saved_round_trips
+    if conn.dialect.name != "postgresql":
+        yield
+        return
+    if conn.get_transaction() is None:
+        conn.begin()
+    dbapi_conn = conn.connection.dbapi_connection
+    assert dbapi_conn is not None
+    key = id(dbapi_conn)
+    if key in _PIPES:  # nested: ride the open one
+        yield
+        return
+    began = dbapi_conn.info.transaction_status == 0  # IDLE: psycopg queues the BEGIN
+    pipe = _Pipe(began)
+    _PIPES[key] = pipe
+    sa.event.listen(conn, "after_cursor_execute", _sync_sqlalchemy_statement)
+    try:
+        try:
+            with dbapi_conn.pipeline() as pipe.driver:
+                yield
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _wrapped(conn, "(pipeline)", exc, dbapi_conn, None) from exc
+    finally:
+        del _PIPES[key]
+        for cursor in pipe.posted:
+            cursor.close()
+        sa.event.remove(conn, "after_cursor_execute", _sync_sqlalchemy_statement)
+    if pipe.queued:
+        pipe.trips += 1
+    saved_round_trips += max(0, pipe.sent - pipe.trips)
+
+
 def _wrapped(
-    conn: Connection, sql: str, exc: Any, dbapi_conn: Any, cursor: Any
+    conn: Connection, sql: str, exc: Any, dbapi_conn: Any, cursor: Any, *, piped: bool = False
 ) -> sa.exc.DBAPIError:
     dialect = conn.dialect
-    lost = dialect.is_disconnect(exc, dbapi_conn, cursor) or _unusable(dbapi_conn)
+    lost = dialect.is_disconnect(exc, dbapi_conn, cursor) or (
+        bool(getattr(dbapi_conn, "broken", False)) if piped else _unusable(dbapi_conn)
+    )
     err = sa.exc.DBAPIError.instance(
         sql,
         None,

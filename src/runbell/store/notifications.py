@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, cast
 
@@ -181,6 +182,12 @@ _OPEN_BATCH_2 = _open_many(2)  # module level: tests/integration/test_fast_seam.
 def read_open_batch(tx: Tx, keys: list[tuple[str, str]]) -> None:
     """The open notifications of every run of a batch, in one statement, for
     :func:`open_for_run` (once per run; any change to a notification drops them)."""
+    send_open_batch(tx, keys)()
+
+
+def send_open_batch(tx: Tx, keys: list[tuple[str, str]]) -> Callable[[], None]:
+    """:func:`read_open_batch` sent now, kept when the returned function is called."""
+    sent = []
     for chunk in runs_chunks(sorted(set(keys))):
         size = 1
         while size < len(chunk):
@@ -188,10 +195,16 @@ def read_open_batch(tx: Tx, keys: list[tuple[str, str]]) -> None:
         params = {}
         for n, (tenant_id, run_id) in enumerate(chunk + [chunk[-1]] * (size - len(chunk))):
             params[f"t{n}"], params[f"r{n}"] = tenant_id, run_id
-        found: dict[tuple[str, str], list[Notification]] = {key: [] for key in chunk}
-        for row in _open_many(size).rows(tx.conn, **params):
-            found[(row["tenant_id"], row["run_id"])].append(cast(Notification, row))
-        tx.open_notes.update(found)
+        sent.append((chunk, _open_many(size).send(tx.conn, **params)))
+
+    def keep() -> None:
+        for chunk, pending in sent:
+            found: dict[tuple[str, str], list[Notification]] = {key: [] for key in chunk}
+            for row in pending.rows():
+                found[(row["tenant_id"], row["run_id"])].append(cast(Notification, row))
+            tx.open_notes.update(found)
+
+    return keep
 
 
 def _changed(conn: Connection) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import datetime
 from typing import Any
@@ -192,26 +193,51 @@ def lock_batch(tx: Tx, keys: list[tuple[str, str]]) -> None:
     (:func:`get_run` with ``for_update``). A key whose run does not exist locks nothing
     (the unit that creates it reads it itself). On SQLite the batch's BEGIN IMMEDIATE
     already holds the lock: a plain read."""
+    send_lock_batch(tx, keys)()
+
+
+def send_lock_batch(tx: Tx, keys: list[tuple[str, str]]) -> Callable[[], None]:
+    """:func:`lock_batch` sent now, its rows kept when the returned function is called
+    (inside ``fast.pipeline`` the batch's reads share one round trip)."""
+    sent = []
     for chunk in chunks(sorted(set(keys))):  # in order across chunks too
         ordered = _padded(chunk)
         params = {}
         for n, (tenant_id, run_id) in enumerate(ordered):
             params[f"t{n}"], params[f"r{n}"] = tenant_id, run_id
-        for row in _lock_many(len(ordered)).rows(tx.conn, **params):
-            tx.locked[(row["tenant_id"], row["run_id"])] = Run(**row)
+        sent.append(_lock_many(len(ordered)).send(tx.conn, **params))
+
+    def keep() -> None:
+        for pending in sent:
+            for row in pending.rows():
+                tx.locked[(row["tenant_id"], row["run_id"])] = Run(**row)
+
+    return keep
 
 
 def read_inbound_batch(tx: Tx, keys: list[tuple[str, str, str]]) -> None:
     """The dedupe rows of a batch's events, in one statement, for :func:`find_inbound`
     (one each; an event not stored is remembered as None)."""
+    send_inbound_batch(tx, keys)()
+
+
+def send_inbound_batch(tx: Tx, keys: list[tuple[str, str, str]]) -> Callable[[], None]:
+    """:func:`read_inbound_batch` sent now, kept when the returned function is called."""
+    sent = []
     for chunk in chunks(sorted(set(keys))):
         params = {}
         for n, (tenant_id, source_id, event_id) in enumerate(_padded(chunk)):
             params[f"t{n}"], params[f"s{n}"], params[f"e{n}"] = tenant_id, source_id, event_id
-        found = dict.fromkeys(chunk)
-        for row in _inbound_many(len(params) // 3).rows(tx.conn, **params):
-            found[(row["tenant_id"], row["source_id"], row["event_id"])] = InboundEvent(**row)
-        tx.inbound.update(found)
+        sent.append((chunk, _inbound_many(len(params) // 3).send(tx.conn, **params)))
+
+    def keep() -> None:
+        for chunk, pending in sent:
+            found = dict.fromkeys(chunk)
+            for row in pending.rows():
+                found[(row["tenant_id"], row["source_id"], row["event_id"])] = InboundEvent(**row)
+            tx.inbound.update(found)
+
+    return keep
 
 
 def require_run(conn: Connection, tenant_id: str, run_id: str, *, for_update: bool = False) -> Run:
@@ -254,7 +280,10 @@ def update_run(conn: Connection, tenant_id: str, run_id: str, values: RunChanges
 def move_run(conn: Connection, run: Run) -> None:
     """Write the :data:`MOVED` columns of ``run`` (the run as it is after a transition)."""
     _changed(conn, run.tenant_id, run.run_id)
-    _MOVE_RUN.execute(
+    # Sent, not waited for: in the writer's pipeline (PostgreSQL) it rides with the next
+    # statement that reads an answer; the row is locked, so it cannot miss, and an error
+    # surfaces at that read and fails the batch (which then runs unit by unit).
+    _MOVE_RUN.post(
         conn,
         k_tenant=run.tenant_id,
         k_run=run.run_id,
