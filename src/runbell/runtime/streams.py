@@ -21,6 +21,10 @@ stream at once; no stream owns a timer, and an idle stream costs no CPU. The tic
 running while the database is away, so keep-alives flow through an outage.
 """
 
+# size: the fan-out and the subscriber it writes to are one concept: the direct write
+# (Subscriber.push_now, issue 21) shares the subscriber's position, buffer and parked state
+# with the tail that calls it, and splitting them would expose that state across modules.
+
 from __future__ import annotations
 
 import asyncio

@@ -1,5 +1,9 @@
 """Runs, their transition history, who may see them, and inbound-event dedupe."""
 
+# size: runs and their dedupe rows are read together, one statement per batch (lock_batch,
+# read_inbound_batch: issue 21); the batch's cache of locked rows lives beside the
+# statements that must drop it when they write.
+
 from __future__ import annotations
 
 from collections.abc import Callable
