@@ -322,6 +322,10 @@ def _json(data: Mapping[str, Any]) -> str:
     return json.dumps(data)  # what the JSON type's bind processor sends (no serializer set)
 
 
+#: How long :meth:`Database.dispose` waits for connections still checked out.
+DISPOSE_WAIT_S = 2.0
+
+
 class Database:
     """The engine and the clock, shared by API, worker and scheduler."""
 
@@ -407,4 +411,12 @@ class Database:
     def dispose(self) -> None:
         for fn in self.on_dispose:
             fn()
+        # A connection a background thread still holds (a stream's feed read in flight, a
+        # presence heartbeat) would go back to a pool that no longer belongs to the engine
+        # and never be closed (psycopg then warns when it is collected): give such a
+        # connection a moment to come back, then close everything pooled.
+        checked_out = getattr(self.engine.pool, "checkedout", None)
+        deadline = time.monotonic() + DISPOSE_WAIT_S
+        while checked_out is not None and checked_out() and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.engine.dispose()
