@@ -282,7 +282,10 @@ class GroupCommitter:
         it happened. An outage fails everyone — they would fail alone too; anything else
         may belong to one unit's rows, so each is tried again in a transaction of its own
         and only the one at fault hears the error."""
-        if len(jobs) == 1 or unavailable_reason(exc) is not None:
+        # An IntegrityError is the server refusing a row, never an outage, even when the
+        # connection was invalidated to leave an aborted pipeline (store.fast._unusable).
+        outage = unavailable_reason(exc) is not None and not isinstance(exc, sa.exc.IntegrityError)
+        if len(jobs) == 1 or outage:
             for job in jobs:
                 job.future.set_exception(exc)
             return []
