@@ -31,6 +31,7 @@ from runbell.store.migrate import upgrade
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests import sdk as sdk_variants
 from tests.pgdatabases import TestDatabases
+from tests.ports import free_port as free_port  # re-exported: the suite imports it from here
 from tests.timeouts import WAIT, scaled
 
 PG_URL = os.environ.get(
@@ -238,12 +239,6 @@ def client(core: Core) -> Iterator[TestClient]:
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LiveServer:

@@ -23,6 +23,7 @@ from typing import Self
 
 import sqlalchemy as sa
 
+from tests.ports import free_port
 from tests.timeouts import WAIT
 
 __all__ = ["PgBouncer", "PgBouncerUnavailable"]
@@ -32,18 +33,12 @@ class PgBouncerUnavailable(RuntimeError):
     """No pgbouncer binary (or no way to run it) on this machine."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PgBouncer:
     def __init__(self, server_host: str, server_port: int, pool_size: int = 10) -> None:
         self.server_host = server_host
         self.server_port = server_port
         self.pool_size = pool_size
-        self.port = _free_port()
+        self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="runbell-pgbouncer-"))
         self.logfile = self.root / "pgbouncer.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -29,12 +29,12 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Self
 
+from tests.ports import free_port
 from tests.timeouts import WAIT, scaled
 
 __all__ = ["PgCluster", "PgUnavailable", "find_bindir"]
@@ -68,12 +68,6 @@ def find_bindir() -> Path:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PgCluster:
     """One PostgreSQL server of our own; see the module docstring."""
 
@@ -93,7 +87,7 @@ class PgCluster:
         """initdb a new cluster in a fresh temporary directory and start it."""
         bindir = find_bindir()
         root = Path(tempfile.mkdtemp(prefix="runbell-pg-"))
-        cluster = cls(bindir, root, _free_port())
+        cluster = cls(bindir, root, free_port())
         try:
             cluster._prepare()
             cluster.start()
