@@ -31,6 +31,7 @@ from runbell.channels.chat_urls import (
     SUPPORTED_SCHEMES,
     ChatEndpoint,
     check_destination,
+    load_plugins,
     parse_destination,
     redact,
 )
@@ -401,6 +402,7 @@ async def test_two_faced_dns_would_catch_an_unguarded_apprise_call(
 
     rx, trap, dns = rebinding_chat
     dns.lookups = 1  # as if the SSRF check had just used the first answer
+    load_plugins()  # as chat_urls loads them (Apprise alone warns about imghdr)
     notifier = apprise.Apprise()
     notifier.add(f"json://{REBIND_NAME}:{rx.port}/hook?retry=0")
     notifier.notify(body="b", title="t")
@@ -418,6 +420,7 @@ def test_every_supported_plugin_dials_through_urllib3() -> None:
     import apprise
 
     other_stacks = {"httpx", "aiohttp", "http.client", "urllib.request", "socket", "pycurl"}
+    load_plugins()  # as chat_urls loads them (Apprise alone warns about imghdr)
     manager: Any = apprise.plugins.N_MGR
     for scheme in sorted(SUPPORTED_SCHEMES):
         module = inspect.getmodule(manager[scheme])

@@ -46,7 +46,13 @@ from runbell.channels.base import (
     TransientDeliveryError,
     refuse_oversized,
 )
-from runbell.channels.chat_urls import check_target, load_plugin, redact
+from runbell.channels.chat_urls import (
+    check_target,
+    load_plugin,
+    load_plugins,
+    plugins_loaded,
+    redact,
+)
 from runbell.domain.channels import FACTS
 from runbell.domain.errors import UnsafeDestination, ValidationFailed
 from runbell.domain.ssrf import Resolver, Target
@@ -192,6 +198,8 @@ class ChatChannel:
         url = msg.target.get("url")
         if not isinstance(url, str) or not url.strip():
             raise PermanentDeliveryError("chat destination has no Apprise URL", operator_alert=True)
+        if not plugins_loaded():  # the first send: half a second of imports, off the loop
+            await asyncio.to_thread(load_plugins)
         shown = redact(url)
         refuse_oversized(FACTS_CHAT, self.payload_size(msg))
 

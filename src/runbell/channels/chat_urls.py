@@ -18,17 +18,19 @@ only form of one that may be shown.
 from __future__ import annotations
 
 import re
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import apprise
 
 from runbell.domain.errors import ValidationFailed
 from runbell.domain.ssrf import Resolver, Target, check_url
 from runbell.outbound import make_resolver
+
+if TYPE_CHECKING:
+    import apprise
 
 __all__ = [
     "SUPPORTED_SCHEMES",
@@ -37,6 +39,7 @@ __all__ = [
     "check_destination",
     "check_target",
     "load_plugin",
+    "load_plugins",
     "parse_destination",
     "redact",
 ]
@@ -183,27 +186,52 @@ _SERVICES: dict[str, _Service] = {
 SUPPORTED_SCHEMES: frozenset[str] = frozenset(_SERVICES)
 
 
-def _load_plugins() -> None:
-    """Import Apprise's plugin modules now, once, instead of on the first send.
+_loading = threading.Lock()
+_parse_asset: apprise.AppriseAsset | None = None
 
-    Apprise imports them lazily on first use; its e-mail plugin imports the stdlib
-    ``imghdr`` (for PGPy), which warns "'imghdr' is deprecated" on Python 3.11/3.12.
-    That one third-party warning is silenced here, narrowly, so it cannot surface in
-    the middle of a send (or fail a test run that treats warnings as errors).
+
+def load_plugins() -> None:
+    """Import Apprise and its plugin modules, once per process, on the first chat URL.
+
+    Not at import: Apprise's ~100 plugin modules take about half a second to load, and
+    every process that merely *can* validate a chat URL (each ``runbell api`` start, most
+    CLI commands) imported this module. Apprise would import them lazily on first use
+    anyway; doing it here, before any parse or send, keeps one thing out of that path:
+    its e-mail plugin imports the stdlib ``imghdr`` (for PGPy), which warns "'imghdr' is
+    deprecated" on Python 3.11/3.12. That one third-party warning is silenced here,
+    narrowly, so it cannot surface in the middle of a send (or fail a test run that treats
+    warnings as errors). Thread-safe; cheap once done (a flag check).
     """
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message=r"'imghdr' is deprecated", category=DeprecationWarning
-        )
-        manager: Any = apprise.plugins.N_MGR  # untyped in Apprise
-        manager.load_modules()
+    _loaded()
 
 
-_load_plugins()
+def _loaded() -> apprise.AppriseAsset:
+    """:func:`load_plugins`, answering the shared parse-only asset."""
+    global _parse_asset
+    if _parse_asset is not None:
+        return _parse_asset
+    with _loading:
+        if _parse_asset is not None:
+            return _parse_asset
+        import apprise
 
-# Parsing never sends, so one shared asset is enough; memory-only storage keeps plugins
-# from writing state (tokens, Matrix sessions) to disk.
-_PARSE_ASSET = apprise.AppriseAsset(storage_mode="memory")
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=r"'imghdr' is deprecated", category=DeprecationWarning
+            )
+            manager: Any = apprise.plugins.N_MGR  # untyped in Apprise
+            manager.load_modules()
+        # Parsing never sends, so one shared asset is enough; memory-only storage keeps
+        # plugins from writing state (tokens, Matrix sessions) to disk. Set last: it is
+        # the flag that says the plugins are loaded.
+        _parse_asset = apprise.AppriseAsset(storage_mode="memory")
+        return _parse_asset
+
+
+def plugins_loaded() -> bool:
+    """Whether :func:`load_plugins` has run (a sender on an event loop runs it in a
+    thread the first time, rather than blocking the loop for half a second)."""
+    return _parse_asset is not None
 
 
 def _invalid(detail: str) -> ValidationFailed:
@@ -243,6 +271,9 @@ def load_plugin(url: str, asset: apprise.AppriseAsset) -> tuple[Any, ChatTarget]
         supported = ", ".join(sorted(SUPPORTED_SCHEMES))
         raise _invalid(f"chat service {scheme!r} is not supported (supported: {supported})")
 
+    load_plugins()
+    import apprise  # loaded by load_plugins: a dictionary look-up
+
     try:
         plugin = apprise.Apprise.instantiate(text, asset=asset)
     except Exception as exc:  # a parser failure in a plugin is a bad URL, never a 500
@@ -281,7 +312,7 @@ def parse_destination(url: str) -> ChatTarget:
         >>> parse_destination("tgram://123456:abc/789").endpoints
         (ChatEndpoint(host='api.telegram.org', port=None, tls=True),)
     """
-    return load_plugin(url, _PARSE_ASSET)[1]
+    return load_plugin(url, _loaded())[1]
 
 
 def check_target(
