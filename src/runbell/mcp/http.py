@@ -29,21 +29,27 @@ found".
 Stateless streamable HTTP: no MCP session lives in this process, so any process behind a
 load balancer can answer any request; what a wait needs is Runbell's own durable state.
 ``X-Runbell-Owner`` (an email) names the person new runs are for, like ``RUNBELL_OWNER``.
+
+The ``mcp`` SDK is imported, and the tools built, on the first request that passes the
+checks above (in a worker thread, while that request waits), not when the app is made:
+together they were a third of every server start (about 1.5 s of CPU on a 2-core
+machine), paid by every ``runbell api`` and ``runbell serve`` whether or not an MCP
+client ever calls.
 """
 
 from __future__ import annotations
 
 import threading
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import anyio
 import anyio.to_thread
-from mcp.server.mcpserver import MCPServer
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+import structlog
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
@@ -59,7 +65,15 @@ from runbell.flows import accounts, auth_failures
 from runbell.flows.context import Core
 from runbell.mcp.backend import Backend
 from runbell.mcp.local import LocalBackend
-from runbell.mcp.tools import build_server
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.streamable_http_manager import (
+        StreamableHTTPASGIApp,
+        StreamableHTTPSessionManager,
+    )
+
+log = structlog.get_logger(__name__)
 
 PATH = "/mcp"
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
@@ -146,30 +160,92 @@ def _shared_server() -> MCPServer[Any]:
     nothing but :func:`_backend` (the caller comes from a context variable), and building
     them (a pydantic model and a JSON schema per tool) is most of what making an app
     costs."""
+    from runbell.mcp.tools import build_server  # the SDK: see the module docstring
+
     return build_server(_backend)
 
 
 _mounting = threading.Lock()
 
 
+def _new_manager() -> StreamableHTTPSessionManager:
+    """A session manager for one app, on the shared server (imports the SDK the first
+    time; called in a worker thread)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    with _mounting:  # the SDK keeps the manager it just made on the server: take ours
+        server = _shared_server()
+        # Host and Origin are checked in McpMount.__call__, before the SDK sees a request.
+        server.streamable_http_app(
+            stateless_http=True,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        manager: StreamableHTTPSessionManager = server.session_manager
+        return manager
+
+
 class McpMount:
     """The ``/mcp`` route, its metadata documents, and the SDK session manager its
-    lifespan must run (one per app: a manager runs once; the server behind it is shared)."""
+    lifespan must run (one per app: a manager runs once; the server behind it is shared).
+
+    The manager is made on the first request that needs it (module docstring): the
+    lifespan runs a task that waits for that request, makes the manager in a thread and
+    runs it until the app stops, so the manager's task group lives in the lifespan's, as
+    the SDK requires, while the request that asked waits for it to be ready.
+    """
 
     def __init__(self, core: Core) -> None:
         self.core = core
-        self.server = _shared_server()
-        with _mounting:  # the SDK keeps the manager it just made on the server: take ours
-            # Host and Origin are checked in __call__, before the SDK sees the request.
-            self.server.streamable_http_app(
-                stateless_http=True,
-                transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-            )
-            self.manager: StreamableHTTPSessionManager = self.server.session_manager
-        self.inner = StreamableHTTPASGIApp(self.manager)
+        self._handler: StreamableHTTPASGIApp | None = None  # once the manager runs
+        self._failure: BaseException | None = None
+        # Made by the lifespan, on the server's event loop.
+        self._wanted: anyio.Event | None = None
+        self._ready: anyio.Event | None = None
 
-    def lifespan(self) -> AbstractAsyncContextManager[Any]:
-        return self.manager.run()
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        wanted, ready, stop = anyio.Event(), anyio.Event(), anyio.Event()
+        self._wanted, self._ready = wanted, ready
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._run, wanted, ready, stop)
+            try:
+                yield
+            finally:
+                stop.set()
+                wanted.set()  # a manager never asked for is never made
+
+    async def _run(self, wanted: anyio.Event, ready: anyio.Event, stop: anyio.Event) -> None:
+        """Make and run the session manager once a request wants it, until ``stop``."""
+        try:
+            await wanted.wait()
+            if stop.is_set():
+                return
+            try:
+                manager = await anyio.to_thread.run_sync(_new_manager)
+            except Exception as exc:  # the request that asked answers 500, with the cause
+                log.exception("mcp.unavailable")
+                self._failure = exc
+                return
+            from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+
+            async with manager.run():
+                self._handler = StreamableHTTPASGIApp(manager)
+                ready.set()
+                await stop.wait()
+        finally:
+            self._handler = None
+            ready.set()  # nobody waits for a manager that will not come
+
+    async def _sdk(self) -> StreamableHTTPASGIApp:
+        """The SDK's ASGI app, started on the first call."""
+        if self._handler is None:
+            if self._wanted is None or self._ready is None:
+                raise RuntimeError("the /mcp endpoint needs the app's lifespan to run")
+            self._wanted.set()
+            await self._ready.wait()
+            if self._handler is None:
+                raise RuntimeError("the /mcp endpoint is not available") from self._failure
+        return self._handler
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -210,9 +286,10 @@ class McpMount:
                 scope, receive, send
             )
             return
+        sdk = await self._sdk()
         reset = _caller.set(LocalBackend(self.core, who, owner))
         try:
-            await self.inner(scope, receive, send)
+            await sdk(scope, receive, send)
         finally:
             _caller.reset(reset)
 
