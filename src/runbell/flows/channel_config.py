@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from runbell.channels.email import SmtpConfig
 from runbell.channels.email import smtp_config as config_from_settings
-from runbell.channels.webpush import VapidKeys
+from runbell.channels.vapid import VapidKeys  # not .webpush: pywebpush pulls in aiohttp
 from runbell.flows.context import Core
 from runbell.store import kv
 
