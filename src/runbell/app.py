@@ -229,7 +229,9 @@ def create_app(
         redoc_url=None,
     )
     api.install(app, core, listen_host=listen_host)
-    mcp = McpMount(core)  # /mcp: the MCP tools over streamable HTTP (runbell.mcp.http)
+    # /mcp: the MCP tools over streamable HTTP; the SDK loads on the first call there
+    # (runbell.mcp.http), not here.
+    mcp = McpMount(core)
     app.router.routes.extend(mcp.routes())
     # Whether deliveries queued by a request are sent by this process's own worker loop
     # (the sign-in page sends its email itself otherwise: runbell.web.signin).
