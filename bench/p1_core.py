@@ -26,14 +26,23 @@ Beside the rate, each subject repeat counts (figures that do not depend on the l
 - **CPU µs per signal in process**: the thread CPU time of the writer thread plus that of
   the calling threads, over the repeat, per signal; with the CPU calibration figure
   (``bench.common.calibration_us``, a fixed pure-Python loop) measured in the same run.
+
+On SQLite with several writers, a second row, **SQL only** (:func:`sql_replay`): the
+statements, parameters and commits the writer sent for a repeat's signals, recorded and
+replayed in the same batches through the bare ``sqlite3`` driver on a copy of the
+database, interleaved with the same raw baseline. It splits the subject's cost in two:
+what the SQL itself takes (indexes, rows, commits) and what Runbell's Python around it
+takes (the subject's rate against this one).
 """
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -123,10 +132,20 @@ def in_threads(
 
 
 def signal_batch(
-    core: Any, engine: sa.Engine, tenant: targets.Tenant, prefix: str, writers: int, n: int
+    core: Any,
+    engine: sa.Engine,
+    tenant: targets.Tenant,
+    prefix: str,
+    writers: int,
+    n: int,
+    set_up: Callable[[], None] | None = None,
 ) -> tuple[Batch, Tally]:
+    """``n`` signals over ``writers`` threads, on runs created first (not timed);
+    ``set_up`` is called between the two."""
     run_ids = [f"{prefix}{i}" for i in range(n)]
     targets.create_runs(core, tenant, run_ids)  # set-up, not timed
+    if set_up is not None:
+        set_up()
     outcomes: dict[str, int] = {}
     lock = threading.Lock()
 
@@ -170,6 +189,81 @@ def signal_batch(
         outcomes=outcomes,
     )
     return Batch(n, seconds, lat, sent[0], commits, piped, cpu[0]), tally
+
+
+# --- the SQL alone (SQLite) ----------------------------------------------------------------
+
+
+def sql_replay(
+    core: Any, engine: sa.Engine, tenant: targets.Tenant, prefix: str, writers: int, n: int
+) -> float:
+    """Signals/s of the subject's SQL alone: ``n`` signals are sent as in the subject
+    (untimed) with every statement the writer thread sends recorded — SQL, parameters,
+    ``executemany`` or not — and each COMMIT; then the record is replayed, in the same
+    batches, on a copy of the database taken just before the signals, through the bare
+    ``sqlite3`` driver with Runbell's PRAGMAs: the same statements, parameters and
+    commits, with none of Runbell's Python around them. Timed on one thread, as the
+    writer runs them. The replay is checked: the copy ends with the ``n`` runs completed."""
+    path = Path(str(engine.url.database))
+    copy = path.with_name(f"{path.stem}-replay.db")
+    record: list[tuple[str, Any, bool]] = []
+    writer = "runbell-writer"
+
+    files = (copy, copy.with_name(copy.name + "-wal"), copy.with_name(copy.name + "-shm"))
+
+    def snapshot() -> None:
+        for stale in files:
+            stale.unlink(missing_ok=True)
+        src, dst = sqlite3.connect(path), sqlite3.connect(copy)
+        try:
+            src.backup(dst)  # a consistent copy, the core's connections still open
+        finally:
+            src.close()
+            dst.close()
+
+    def sent(
+        _conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, many: bool
+    ) -> None:
+        if threading.current_thread().name == writer:
+            record.append((statement, parameters, many))
+
+    def committed(_conn: Any) -> None:
+        if threading.current_thread().name == writer:
+            record.append(("COMMIT", None, False))
+
+    runbell = targets.engine_of(core)
+    sa.event.listen(runbell, "before_cursor_execute", sent)
+    sa.event.listen(runbell, "commit", committed)
+    try:
+        signal_batch(core, engine, tenant, prefix, writers, n, set_up=snapshot)
+    finally:
+        sa.event.remove(runbell, "before_cursor_execute", sent)
+        sa.event.remove(runbell, "commit", committed)
+    raw = sqlite3.connect(copy, isolation_level=None)
+    try:
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON"):
+            raw.execute(f"PRAGMA {pragma}")
+        cur = raw.cursor()
+        t0 = time.perf_counter()
+        for statement, parameters, many in record:
+            if many:
+                cur.executemany(statement, parameters)
+            else:
+                cur.execute(statement, parameters or ())
+                if cur.description:
+                    cur.fetchall()
+        seconds = time.perf_counter() - t0
+        done = raw.execute(
+            "SELECT count(*) FROM runs WHERE tenant_id = ? AND run_id LIKE ? AND state = ?",
+            (tenant.tenant_id, f"{prefix}%", "completed"),
+        ).fetchone()[0]
+    finally:
+        raw.close()
+        for leftover in files:
+            leftover.unlink(missing_ok=True)
+    if done != n:
+        raise CorrectnessError(f"SQL replay {prefix}: {done} runs completed of {n}")
+    return n / seconds
 
 
 # --- baseline ------------------------------------------------------------------------------
@@ -247,6 +341,8 @@ class Costs:
     round_trips: Figure
     cpu_us: Figure
     batch: Figure  # signals per committed batch
+    sql_only: Figure | None = None  # SQLite: the same SQL replayed bare (sql_replay)
+    sql_baseline: Figure | None = None  # raw baseline interleaved with those replays
 
 
 def measure_writers(
@@ -297,6 +393,19 @@ def measure_writers(
             baseline.add(raw_batch(db, engine, f"{label}-{rep}", writers, n_raw).rate)
 
         interleaved(mode.repeats, one_subject, one_baseline)
+        if not db.is_pg and writers > 1:
+            # The same SQL with no Python around it, against the same raw baseline.
+            costs.sql_only, costs.sql_baseline = Figure("signals/s"), Figure("inserts/s")
+            sql_only, sql_baseline = costs.sql_only, costs.sql_baseline
+
+            def one_replay(rep: int) -> None:
+                prefix = f"{label}-sql{rep}-"
+                sql_only.add(sql_replay(core, read, tenant, prefix, writers, n_sig))
+
+            def one_replay_baseline(rep: int) -> None:
+                sql_baseline.add(raw_batch(db, engine, f"{label}-sql{rep}", writers, n_raw).rate)
+
+            interleaved(mode.repeats, one_replay, one_replay_baseline)
     finally:
         read.dispose()
     return subject, baseline, p99, tallies, costs
@@ -346,3 +455,18 @@ def run(ctx: Bench, kinds: Sequence[str]) -> None:
                     )
                 )
                 ctx.tallies.append(verify.merge(tallies, f"P1 {kind} {writers}w"))
+                if costs.sql_only is not None and costs.sql_baseline is not None:
+                    ctx.add(
+                        Row(
+                            id=f"P1 {kind} {writers}w, SQL only",
+                            what="the same statements, parameters and commits the writer "
+                            "sent, replayed through the bare driver with no Runbell Python "
+                            "(sql_replay): what the SQL alone allows",
+                            measured=costs.sql_only,
+                            baseline=costs.sql_baseline,
+                            baseline_what="raw single-row INSERT+COMMIT, same driver and "
+                            "durability",
+                            ratio=ratios(costs.sql_only, costs.sql_baseline),
+                            note="reported: a ceiling for the row above, not a floor",
+                        )
+                    )

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import secrets
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower-case
-# RFC 4648 base32 digit → Crockford digit: the C encoder does the 26 five-bit steps.
-_FROM_RFC4648 = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
+# Every 10-bit value as its two digits: an id is 13 lookups. (base64.b32encode is pure
+# Python in CPython 3.11, ~6 µs a call; a signal makes three ids.)
+_PAIRS = tuple(a + b for a in _ALPHABET for b in _ALPHABET)
+_SHIFTS = tuple(range(120, -1, -10))
 
 
 def new_id(prefix: str) -> str:
@@ -19,9 +20,9 @@ def new_id(prefix: str) -> str:
     Time-ordered ids keep B-tree inserts local and make ``ORDER BY id`` mean "by creation".
     """
     value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
-    # 130 bits (26 digits) shifted to the top of 160 bits: base32's first 26 digits.
-    digits = base64.b32encode((value << 30).to_bytes(20, "big"))[:26]
-    return f"{prefix}_{digits.translate(_FROM_RFC4648).decode()}"
+    # 130 bits, most significant first, ten at a time: 26 base32 digits.
+    pairs = _PAIRS
+    return prefix + "_" + "".join([pairs[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 def new_token(prefix: str) -> str:

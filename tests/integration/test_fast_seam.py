@@ -21,7 +21,7 @@ import pkgutil
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -529,6 +529,31 @@ def test_compiled_names_and_fixed_values(core: Core) -> None:
         assert compiled.string.count("?") == 2
     else:
         assert all(f"%({n})s" in compiled.string for n in names), compiled.string
+
+
+def test_the_seams_one_call_utc_bind_gives_what_the_types_own_chain_gives(core: Core) -> None:
+    """``fast._utc_bind`` replaces UTCDateTime's bind chain (TypeDecorator, then the
+    dialect's DATETIME): for every kind of aware datetime the bytes sent are the same,
+    and a naive one is refused the same way."""
+    dialect = core.db.engine.dialect
+    chain = t.UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+    fused = fast._bind_processor(t.UTCDateTime(), dialect)
+    assert chain is not None and fused is not None and fused is not chain
+    plus2 = timezone(timedelta(hours=2))
+    values = [
+        datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC),
+        datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC),  # no microseconds: still six digits
+        datetime(2024, 1, 1, 1, 0, 0, 1, tzinfo=plus2),  # another zone, across a year
+        datetime(999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),  # a three-digit year
+        datetime(2026, 10, 25, 1, 30, fold=1, tzinfo=UTC),
+        datetime.now(UTC),
+    ]
+    for value in values:
+        assert fused(value) == chain(value), value
+        assert type(fused(value)) is type(chain(value))
+    for bind in (chain, fused):
+        with pytest.raises(ValueError, match="naive"):
+            bind(datetime(2024, 5, 6, 7, 8, 9))
 
 
 def test_processors_of_the_types_the_seam_meets(core: Core) -> None:

@@ -44,10 +44,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
+
+from runbell.store.tables import UTCDateTime
 
 #: What a :class:`Statement` builds: a SELECT, or DML with or without RETURNING.
 Built = sa.Select[Any] | sa.TextualSelect | sa.Insert | sa.Update | sa.Delete
@@ -120,8 +123,28 @@ class Compiled:
 
 
 def _bind_processor(type_: Any, dialect: Dialect) -> _Processor | None:
+    if isinstance(type_, UTCDateTime):
+        return _utc_bind(dialect)
     found: _Processor | None = type_.dialect_impl(dialect).bind_processor(dialect)
     return found
+
+
+def _utc_bind(dialect: Dialect) -> _Processor:
+    """:class:`~runbell.store.tables.UTCDateTime`'s bind as one function: a signal binds
+    about 14 timestamps, and the type's own chain (TypeDecorator, ``process_bind_param``,
+    then SQLite's DATETIME formatting a dict of seven fields) cost ~3 µs each. The same
+    value comes out (``test_fast_seam``): SQLite's storage text
+    ``YYYY-MM-DD HH:MM:SS.ffffff`` is ``isoformat`` with a space and microseconds always
+    shown; PostgreSQL gets the aware UTC datetime and psycopg adapts it."""
+    sqlite = dialect.name == "sqlite"
+
+    def bind(value: datetime) -> Any:
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; pass an aware UTC datetime")
+        utc = value.astimezone(UTC)
+        return utc.replace(tzinfo=None).isoformat(" ", "microseconds") if sqlite else utc
+
+    return bind
 
 
 def _same_for_every_dialect(build: Callable[[], Built]) -> Callable[[str], Built]:
