@@ -85,6 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: passes --no-loadscope-reorder so that xdist keeps this order.
 FIRST = (
     "tests/integration/test_schemathesis_postgres.py",
+    "tests/integration/test_schemathesis_postgres_runs.py",
     "tests/integration/test_schemathesis.py",
     "tests/browser/test_accessibility.py",
     "tests/acceptance/test_scaleout.py",
