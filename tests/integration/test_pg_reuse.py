@@ -69,7 +69,8 @@ def test_a_row_written_in_one_test(pg_url: str) -> None:
 
 
 def test_is_gone_in_the_next_on_the_same_database(pg_url: str) -> None:
-    assert "database" in seen, "runs after test_a_row_written_in_one_test"
+    if "database" not in seen:  # e.g. -k, or --dist load put the pair on two workers
+        pytest.skip("runs right after test_a_row_written_in_one_test, on the same worker")
     assert oid_of(pg_url) == seen["database"], "the clone was not reused"
     assert run(pg_url, "SELECT id FROM tenants") == []
     assert run(pg_url, "SELECT count(*) FROM alembic_version") == [1]  # kept
@@ -81,7 +82,8 @@ def test_an_altered_table(pg_url: str) -> None:
 
 
 def test_is_not_reused(pg_url: str) -> None:
-    assert "altered" in seen, "runs after test_an_altered_table"
+    if "altered" not in seen:  # e.g. -k, or --dist load put the pair on two workers
+        pytest.skip("runs right after test_an_altered_table, on the same worker")
     assert oid_of(pg_url) != seen["altered"]
     assert run(
         pg_url,
@@ -136,6 +138,19 @@ def test_rows_are_emptied_and_the_clone_kept(pool: ClonePool) -> None:
 def test_a_changed_schema_is_not_kept(pool: ClonePool, statements: list[str], reason: str) -> None:
     refused = give_back_once(pool, *statements)
     assert refused is not None and refused.startswith("schema differs") and reason in refused
+
+
+def test_sequences_start_again(pool: ClonePool) -> None:
+    """A sequence a migration made would be reset, so a clone that used it is kept."""
+    name = pool.take()
+    url = pool.dbs.url(name)
+    run(url, "CREATE SEQUENCE s_extra START 5")
+    pool.template = None  # this clone, with the sequence, is the template now
+    pool.template = pool._look_at(name)
+    assert run(url, "SELECT nextval('s_extra')") == [5]
+    pool.give_back(name)
+    (spare,) = pool.spares
+    assert run(pool.dbs.url(spare), "SELECT nextval('s_extra')") == [5]
 
 
 def test_a_database_setting_is_not_kept(pool: ClonePool) -> None:
