@@ -127,7 +127,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def pg_template(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """A migrated template database; each test clones it (fast, isolated)."""
+    """A migrated template database; each test gets a clone of it (``pg_database``)."""
     problem = _pg_problem()
     if problem is not None:
         yield None
