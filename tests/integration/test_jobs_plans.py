@@ -49,8 +49,10 @@ SEED = [
 
 @pytest.fixture
 def db_url(pg_template: str | None) -> Iterator[str]:
-    """PostgreSQL only: these are its plans (SQLite runs the same statements elsewhere)."""
-    yield from pg_database(pg_template)
+    """PostgreSQL only: these are its plans (SQLite runs the same statements elsewhere).
+    A fresh clone: a reused one keeps the dead pages of earlier tests, which the planner
+    counts."""
+    yield from pg_database(pg_template, fresh=True)
 
 
 @pytest.fixture

@@ -27,8 +27,10 @@ HISTORY_TABLES = {"runs", "notifications", "run_access", "input_requests", "tran
 
 @pytest.fixture
 def db_url(pg_template: str | None) -> Iterator[str]:
-    """PostgreSQL only: these are its plans (SQLite runs the same statements elsewhere)."""
-    yield from pg_database(pg_template)
+    """PostgreSQL only: these are its plans (SQLite runs the same statements elsewhere).
+    A fresh clone: a reused one keeps the dead pages of earlier tests, which the planner
+    counts."""
+    yield from pg_database(pg_template, fresh=True)
 
 
 SEED = [

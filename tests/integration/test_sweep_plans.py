@@ -45,7 +45,9 @@ SEED = [
 
 @pytest.fixture
 def db_url(pg_template: str | None) -> Iterator[str]:
-    yield from pg_database(pg_template)
+    # A fresh clone: a reused one keeps the dead pages of earlier tests, which the
+    # planner counts.
+    yield from pg_database(pg_template, fresh=True)
 
 
 @pytest.fixture
