@@ -177,6 +177,19 @@ HOOK_PROBE = textwrap.dedent(
 )
 
 
+def run_probe(args: list[str], home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -c args…`` in a fresh interpreter on this checkout's src, with a bare
+    environment (``home`` as HOME) plus ``env``: what it imports is what a start imports."""
+    return subprocess.run(
+        [sys.executable, "-c", *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 4,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "HOME": str(home), **env},
+    )
+
+
 def test_a_hook_call_loads_the_sync_client_and_nothing_heavier(tmp_path: Path) -> None:
     import socket
 
@@ -184,21 +197,13 @@ def test_a_hook_call_loads_the_sync_client_and_nothing_heavier(tmp_path: Path) -
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     payload = Path(__file__).parents[1] / "fixtures" / "claude_code" / "user_prompt_submit.json"
-    res = subprocess.run(
-        [sys.executable, "-c", HOOK_PROBE, str(payload)],
-        capture_output=True,
-        text=True,
-        timeout=WAIT * 4,
-        check=False,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": SRC,
-            "HOME": str(tmp_path),
-            "RUNBELL_URL": f"http://127.0.0.1:{port}",
-            "RUNBELL_KEY": "rbk_unused",
-            "RUNBELL_HOOK_STATE_DIR": str(tmp_path / "state"),
-            "RUNBELL_HOOK_LOG": str(tmp_path / "hook.log"),
-        },
+    res = run_probe(
+        [HOOK_PROBE, str(payload)],
+        tmp_path,
+        RUNBELL_URL=f"http://127.0.0.1:{port}",
+        RUNBELL_KEY="rbk_unused",
+        RUNBELL_HOOK_STATE_DIR=str(tmp_path / "state"),
+        RUNBELL_HOOK_LOG=str(tmp_path / "hook.log"),
     )
     assert res.returncode == 0, res.stderr
     result = json.loads(res.stdout.splitlines()[-1])

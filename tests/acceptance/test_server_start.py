@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from tests.acceptance.test_cli_start import SRC
-from tests.timeouts import WAIT
+from tests.acceptance.test_cli_start import run_probe
 
 #: Loaded on first use only (see the module docstring).
 LATER = ("mcp", "mcp_types", "apprise", "alembic", "pywebpush", "aiohttp")
@@ -47,19 +45,7 @@ PROBE = textwrap.dedent(
 
 
 def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=WAIT * 4,
-        check=False,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": SRC,
-            "HOME": str(tmp_path),
-            "RUNBELL_DATA_DIR": str(tmp_path / "data"),
-        },
-    )
+    return run_probe([code], tmp_path, RUNBELL_DATA_DIR=str(tmp_path / "data"))
 
 
 def test_an_api_start_loads_no_mcp_sdk_apprise_alembic_or_web_push(tmp_path: Path) -> None:
