@@ -66,6 +66,27 @@ def api(live: LiveServer, creds: TenantCreds) -> Iterator[httpx.Client]:
         yield c
 
 
+#: Every hook process a test started, reaped after it (see ``reap_hooks``).
+STARTED: list[Hook] = []
+
+
+@pytest.fixture(autouse=True)
+def reap_hooks() -> Iterator[None]:
+    """After each test, kill and reap the hooks it left running (a test that failed while
+    one waited), printing what each said: otherwise the process outlived the test, its
+    ResourceWarning failed whichever test ran next (seen in CI), and the failure itself
+    said nothing of what the hook did."""
+    yield
+    while STARTED:
+        hook = STARTED.pop()
+        if hook.proc.poll() is None:
+            hook.proc.kill()
+            out, err = hook.proc.communicate()
+            print(f"hook {hook.proc.args} was still running; stdout: {out!r}; stderr: {err!r}")
+        else:
+            hook.proc.communicate()
+
+
 class Hook:
     """A hook process started the way the runtime starts it, the JSON already on stdin."""
 
@@ -79,6 +100,7 @@ class Hook:
             env=env,
             cwd=env["CLAUDE_PROJECT_DIR"],
         )
+        STARTED.append(self)
         # The whole JSON, then end of input, as Claude Code writes it.
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(payload))
