@@ -82,14 +82,26 @@ HTTPS_NAME_URL = (
     r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.[A-Za-z]([A-Za-z0-9-]{0,61}"
     r"[A-Za-z0-9])?\.?(:[0-9]{1,5})?([/?][\x21-\x7e]*)?$"
 )
+# Each field with a pattern says, as its minLength, the fewest characters the pattern can
+# match: a smaller one promises values nothing can fill, and schema-driven testers
+# (schemathesis) spend their time searching for them (test_contract_rules checks them all).
+#: The shortest :data:`HTTPS_NAME_URL`: ``https://a.b``.
+HTTPS_NAME_URL_MIN = 11
 
 #: What the readers check (``runbell.ingress``), as far as a pattern can say it.
 HEADER_VALUE = r"^[\t\x20-\x7e]*$"
-DOTTED = {"allOf": [{"pattern": r"^[^.]+(\.[^.]+)*$"}]}
+DOTTED = {"allOf": [{"pattern": r"^[^.]+(\.[^.]+)*$"}]}  # one character at least
 HEADERS = {
-    "propertyNames": {"pattern": r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
+    "propertyNames": {"minLength": 1, "pattern": r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
     "additionalProperties": {"type": "string", "pattern": HEADER_VALUE},
 }
+
+
+READER_URL_TEMPLATE = r"^https?://[^/?#{}@\s\\]+[/?][^#\s]*\{run_id\}[^#\s]*$"
+#: The shortest :data:`READER_URL_TEMPLATE`: ``http://a/{run_id}``.
+READER_URL_TEMPLATE_MIN = 17
+#: The shortest MCP task id template: ``{run_id}`` (it must hold that placeholder).
+TASK_ID_TEMPLATE_MIN = 8
 
 
 def reader_schema(schema: dict[str, Any]) -> None:
@@ -97,7 +109,7 @@ def reader_schema(schema: dict[str, Any]) -> None:
 
     refine(
         url_template={
-            "allOf": [{"pattern": r"^https?://[^/?#{}@\s\\]+[/?][^#\s]*\{run_id\}[^#\s]*$"}],
+            "allOf": [{"pattern": READER_URL_TEMPLATE}],
             "description": "an absolute http(s) URL with {run_id} in its path or query",
         },
         state_field=DOTTED,
@@ -112,17 +124,30 @@ B64_TAIL = r"(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)"
 B64 = r"[A-Za-z0-9+/]{4}"
 SIGNING_SECRET_PATTERN = rf"^whsec_(?:(?:{B64}){{5}}{B64_TAIL}|(?:{B64}){{6,42}}{B64_TAIL}?)$"
 SIGNING_SECRET: Any = {"properties": {"signing_secret": {"pattern": SIGNING_SECRET_PATTERN}}}
+#: The shortest :data:`SIGNING_SECRET_PATTERN`: ``whsec_`` and 24 characters (16 bytes).
+SIGNING_SECRET_MIN = 30
 
 
 #: One quiet window (``domain.quiet_hours.QuietWindow.parse`` checks the same; other
 #: members are ignored). Its start and end must differ (``x-runbell-rules``).
 HHMM_PATTERN = r"^([01]?[0-9]|2[0-3]):[0-5][0-9]$"
+HHMM_MIN = 4  # 9:00
 QUIET_WINDOW: dict[str, Any] = {
     "type": "object",
     "required": ["start", "end"],
     "properties": {
-        "start": {"type": "string", "pattern": HHMM_PATTERN, "description": "HH:MM"},
-        "end": {"type": "string", "pattern": HHMM_PATTERN, "description": "HH:MM"},
+        "start": {
+            "type": "string",
+            "minLength": HHMM_MIN,
+            "pattern": HHMM_PATTERN,
+            "description": "HH:MM",
+        },
+        "end": {
+            "type": "string",
+            "minLength": HHMM_MIN,
+            "pattern": HHMM_PATTERN,
+            "description": "HH:MM",
+        },
         "days": {
             "anyOf": [
                 {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 6}},
@@ -138,6 +163,11 @@ def timezones(schema: dict[str, Any]) -> None:
     from zoneinfo import available_timezones
 
     schema["properties"]["timezone"]["anyOf"][0]["enum"] = sorted(available_timezones())
+
+
+#: The shortest chat URL the pattern of :func:`chat_url` accepts: ``ntfy://x`` (the
+#: shortest schemes, json and ntfy, have four letters).
+CHAT_URL_MIN = 8
 
 
 def chat_url(schema: dict[str, Any]) -> None:

@@ -31,10 +31,15 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from runbell.api.jsonschema import (
+    CHAT_URL_MIN,
     HEADER_VALUE,
     HTTPS_NAME_URL,
+    HTTPS_NAME_URL_MIN,
     QUIET_WINDOW,
+    READER_URL_TEMPLATE_MIN,
     SIGNING_SECRET,
+    SIGNING_SECRET_MIN,
+    TASK_ID_TEMPLATE_MIN,
     Integer,
     NonNegativeInteger,
     Number,
@@ -128,6 +133,7 @@ class DoneWhenIn(Strict):
 
 class RunLinkIn(Strict):
     kind: str = Field(
+        min_length=1,
         pattern=rf"^[a-z][a-z0-9_.-]{{0,{L.LINK_KIND - 1}}}$",
         max_length=L.LINK_KIND,
         description="conversation, message, ticket…",
@@ -141,7 +147,7 @@ class RunLinkIn(Strict):
 
 
 class DependsOnIn(Strict):
-    run: str = Field(pattern=RUN_ID_PATTERN, description="another run of this tenant")
+    run: str = Field(min_length=1, pattern=RUN_ID_PATTERN, description="another run of this tenant")
     request_id: str = Field(
         min_length=1, max_length=L.RUN_ID, description="that run's proposal (an approval)"
     )
@@ -283,15 +289,15 @@ class ReaderConfig(Strict):
     model_config = ConfigDict(extra="forbid", json_schema_extra=reader_schema)
 
     type: Literal["http_json"]
-    url_template: str = Field(min_length=8, max_length=L.URL)
-    state_field: str = Field(default="state", max_length=L.READER_FIELD)
-    sequence_field: str | None = Field(default="sequence", max_length=L.READER_FIELD)
+    url_template: str = Field(min_length=READER_URL_TEMPLATE_MIN, max_length=L.URL)
+    state_field: str = Field(default="state", min_length=1, max_length=L.READER_FIELD)
+    sequence_field: str | None = Field(default="sequence", min_length=1, max_length=L.READER_FIELD)
     state_map: dict[
         Annotated[str, Field(max_length=L.READER_FIELD)],
         Annotated[str, Field(max_length=L.READER_FIELD)],
     ] = Field(default_factory=dict)
     headers: dict[
-        Annotated[str, Field(max_length=L.READER_HEADER_NAME)],
+        Annotated[str, Field(min_length=1, max_length=L.READER_HEADER_NAME)],
         Annotated[str, Field(max_length=L.READER_HEADER_VALUE)],
     ] = Field(default_factory=dict)
     timeout: Number = Field(default=5.0, gt=0, le=30)
@@ -348,7 +354,7 @@ class McpTasksReaderConfig(Strict):
     )
     task_id_template: str = Field(
         default="{run_id}",
-        min_length=1,
+        min_length=TASK_ID_TEMPLATE_MIN,
         max_length=L.TASK_ID_TEMPLATE,
         description="the task id of a run",
     )
@@ -396,7 +402,7 @@ class SourceCreate(Strict):
     reader: AnyReaderConfig | None = None
     signing_secret: str | None = Field(
         default=None,
-        min_length=10,
+        min_length=SIGNING_SECRET_MIN,
         max_length=L.SIGNING_SECRET,
         description="a webhook source's provider-issued whsec_ secret (OpenAI makes its own); "
         "omitted: Runbell makes one and shows it once",
@@ -406,7 +412,9 @@ class SourceCreate(Strict):
 class SigningSecretIn(Strict):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [SIGNING_SECRET]})
     signing_secret: str = Field(
-        min_length=10, max_length=L.SIGNING_SECRET, description="the provider's new whsec_ secret"
+        min_length=SIGNING_SECRET_MIN,
+        max_length=L.SIGNING_SECRET,
+        description="the provider's new whsec_ secret",
     )
 
 
@@ -458,7 +466,8 @@ assert HttpMethod.__args__ == A.METHODS  # type: ignore[attr-defined]
 
 class WebFetchActionIn(Strict):
     kind: Literal["web_fetch"]
-    url: str = Field(min_length=1, max_length=A.MAX_URL, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://")
+    # 7: the pattern's shortest match, ``http://``
+    url: str = Field(min_length=7, max_length=A.MAX_URL, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://")
     method: HttpMethod | None = Field(default=None, description="default GET")
 
 
@@ -558,7 +567,9 @@ class InputRequestIn(Strict):
         },
     )
     input_request_id: str = Field(
-        pattern=RUN_ID_PATTERN, description="runtime-chosen, unique per tenant; reuse to retry"
+        min_length=1,
+        pattern=RUN_ID_PATTERN,
+        description="runtime-chosen, unique per tenant; reuse to retry",
     )
     kind: Literal["approval", "choice", "text"]
     summary: str = Field(
@@ -665,17 +676,17 @@ class PushSubscriptionIn(Storable):
         extra="ignore",  # browsers add expirationTime
         json_schema_extra=refine(endpoint={"allOf": [{"pattern": HTTPS_NAME_URL}]}),
     )
-    # 11: the shortest URL the pattern accepts (``https://a.b``). A smaller minLength
+    # The shortest URL the pattern accepts (``https://a.b``). A smaller minLength
     # promised lengths nothing could fill, and schemathesis' coverage phase spent ~18 s
     # per run searching for a 10-character match.
-    endpoint: str = Field(min_length=11, max_length=L.URL)
+    endpoint: str = Field(min_length=HTTPS_NAME_URL_MIN, max_length=L.URL)
     keys: PushKeys
     user_agent: str | None = Field(default=None, max_length=L.USER_AGENT)
 
 
 class ChatIn(Storable):
     model_config = ConfigDict(extra="forbid", json_schema_extra=chat_url)
-    url: str = Field(min_length=6, max_length=L.URL, description="an Apprise URL")
+    url: str = Field(min_length=CHAT_URL_MIN, max_length=L.URL, description="an Apprise URL")
     label: str | None = Field(default=None, max_length=L.CHAT_LABEL)
 
 
@@ -710,6 +721,7 @@ class TargetIn(Strict):
 
 class OperationIn(Strict):
     operation_id: str = Field(
+        min_length=1,
         pattern=RUN_ID_PATTERN,
         description="stable, unique per run; a replacement worker declares the same id",
     )
@@ -752,7 +764,7 @@ class OperationsIn(Strict):
     )
 
     operations: list[OperationIn] | None = Field(default=None, min_length=1, max_length=500)
-    operation_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
+    operation_id: str | None = Field(default=None, min_length=1, pattern=RUN_ID_PATTERN)
     target: TargetIn | None = None
     intent: str | None = Field(default=None, min_length=1, max_length=L.INTENT)
     details: dict[str, Any] | None = None
@@ -823,13 +835,13 @@ class KeyIn(Strict):
         description="a runtime key's capabilities; omitted or null: every capability but "
         "input_requests.answer, which is held only when named",
     )
-    run_patterns: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._:@~*?-]{1,200}$")]] | None = (
-        Field(
-            default=None,
-            min_length=1,
-            max_length=20,
-            description="run-id globs (* any characters, ? one); omitted or null: any run",
-        )
+    run_patterns: (
+        list[Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9._:@~*?-]{1,200}$")]] | None
+    ) = Field(
+        default=None,
+        min_length=1,
+        max_length=20,
+        description="run-id globs (* any characters, ? one); omitted or null: any run",
     )
     own_runs: StrictBool = Field(
         default=False, description="only the runs this key creates (with run_patterns: both)"
@@ -869,7 +881,7 @@ class InboxAckIn(Strict):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_one_selector)
 
-    run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
+    run_id: str | None = Field(default=None, min_length=1, pattern=RUN_ID_PATTERN)
     subject: InboxSubject | None = None
     notification_ids: list[Annotated[str, Field(min_length=1, max_length=L.ID)]] | None = Field(
         default=None, min_length=1, max_length=1000

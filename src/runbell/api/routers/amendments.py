@@ -18,7 +18,9 @@ from runbell.flows import amendments
 from runbell.flows.inputs import ProposalBody
 
 router = APIRouter(tags=["runs"])
-RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
+RunId = Annotated[
+    str, Path(min_length=1, pattern=RUN_ID_PATTERN, description="client-chosen run id")
+]
 
 
 class AmendmentChanges(Strict):

@@ -14,7 +14,9 @@ from runbell.api.schemas import RUN_ID_PATTERN, CancelIn
 from runbell.flows import cancel_request
 
 router = APIRouter(tags=["runs"])
-RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
+RunId = Annotated[
+    str, Path(min_length=1, pattern=RUN_ID_PATTERN, description="client-chosen run id")
+]
 
 
 @router.post(

@@ -15,7 +15,9 @@ from runbell.flows import accounts, delegations
 from runbell.flows.inputs import DelegationBody, KeyBody
 
 router = APIRouter(tags=["credentials"])
-RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
+RunId = Annotated[
+    str, Path(min_length=1, pattern=RUN_ID_PATTERN, description="client-chosen run id")
+]
 KeyId = Annotated[str, Path(max_length=64, description="the key's id (key_…), not its secret")]
 DelegationId = Annotated[str, Path(max_length=64, description="the token's id (dlg_…)")]
 

@@ -58,7 +58,7 @@ async def wait_for_events(
 async def list_events(
     who: Who,
     core: CoreDep,
-    after: Annotated[str | None, Query(max_length=20, pattern=CURSOR_PATTERN)] = None,
+    after: Annotated[str | None, Query(min_length=1, max_length=20, pattern=CURSOR_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 100,
     wait: Annotated[float, Query(ge=0, le=30)] = 0,
 ) -> Mapping[str, Any]:
@@ -163,8 +163,10 @@ async def stream(
     request: Request,
     who: Who,
     core: CoreDep,
-    after: Annotated[str | None, Query(max_length=20, pattern=CURSOR_PATTERN)] = None,
-    last_event_id: Annotated[str | None, Header(max_length=20, pattern=CURSOR_PATTERN)] = None,
+    after: Annotated[str | None, Query(min_length=1, max_length=20, pattern=CURSOR_PATTERN)] = None,
+    last_event_id: Annotated[
+        str | None, Header(min_length=1, max_length=20, pattern=CURSOR_PATTERN)
+    ] = None,
 ) -> EventStreamResponse:
     """The feed as Server-Sent Events. ``Last-Event-ID`` wins over ``?after=``."""
     requested = last_event_id or after or "latest"

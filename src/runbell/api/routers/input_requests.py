@@ -23,7 +23,9 @@ from runbell.flows import input_requests as actions
 from runbell.flows.inputs import AnswerBody, CallbackAnswerBody, CallbackBody, RequestBody
 
 router = APIRouter(tags=["input requests"])
-RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
+RunId = Annotated[
+    str, Path(min_length=1, pattern=RUN_ID_PATTERN, description="client-chosen run id")
+]
 RequestId = Annotated[str, Path(max_length=200, description="the runtime's input_request_id")]
 
 

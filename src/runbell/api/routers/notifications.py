@@ -39,7 +39,9 @@ def inbox(
             "stalled, unconfirmed; finished: completed, cancelled, digests",
         ),
     ] = None,
-    run_id: Annotated[str | None, Query(max_length=L.RUN_ID, pattern=RUN_ID_PATTERN)] = None,
+    run_id: Annotated[
+        str | None, Query(min_length=1, max_length=L.RUN_ID, pattern=RUN_ID_PATTERN)
+    ] = None,
     subject_type: Annotated[
         str | None,
         Query(

@@ -23,7 +23,9 @@ from runbell.flows import findings, operations, ownership
 from runbell.flows.inputs import DeclareBody, FindingBody, MoveBody, OperationBody
 
 router = APIRouter(prefix="/v1/runs", tags=["operations"])
-RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
+RunId = Annotated[
+    str, Path(min_length=1, pattern=RUN_ID_PATTERN, description="client-chosen run id")
+]
 OperationId = Annotated[str, Path(max_length=200, description="the runtime's operation_id")]
 
 

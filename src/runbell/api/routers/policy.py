@@ -61,7 +61,11 @@ def _rule_schema() -> Mapping[str, Any]:
             },
             "digest_key": {
                 "anyOf": [
-                    {"type": "string", "pattern": rf"^[A-Za-z0-9_.:-]{{1,{L.DIGEST_KEY}}}$"},
+                    {
+                        "type": "string",
+                        "minLength": 1,
+                        "pattern": rf"^[A-Za-z0-9_.:-]{{1,{L.DIGEST_KEY}}}$",
+                    },
                     {"type": "null"},
                 ]
             },
@@ -74,7 +78,10 @@ def _rule_schema() -> Mapping[str, Any]:
             "digest_at": {
                 "description": "send the digest at this local time of the recipient "
                 "(instead of every digest_window_s)",
-                "anyOf": [{"type": "string", "pattern": digest_schedule.PATTERN}, {"type": "null"}],
+                "anyOf": [
+                    {"type": "string", "minLength": 4, "pattern": digest_schedule.PATTERN},
+                    {"type": "null"},
+                ],
             },
             "digest_days": {
                 "description": "with digest_at: the weekdays it is sent, 0 (Monday) to 6",

@@ -20,7 +20,9 @@ from runbell.flows.inputs import RunFields
 from runbell.flows.signals import Signal
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
-RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="client-chosen run id")]
+RunId = Annotated[
+    str, Path(min_length=1, pattern=RUN_ID_PATTERN, description="client-chosen run id")
+]
 
 
 def _listed(values: tuple[str, ...]) -> Mapping[str, Any]:
@@ -119,6 +121,7 @@ def list_runs(
     link: Annotated[
         str | None,
         Query(
+            min_length=3,  # the shortest kind:id, a:b
             max_length=233,
             pattern=r"^[a-z][a-z0-9_.-]{0,31}:.+$",
             description="only the runs linked to kind:id (conversation:abc): every job "

@@ -11,7 +11,14 @@ from pydantic import BeforeValidator, ConfigDict, Field, StrictInt
 
 from runbell.api.deps import Admin, CoreDep
 from runbell.api.idempotent import IdemKey
-from runbell.api.jsonschema import HTTPS_NAME_URL, Number, integral, not_null, refine
+from runbell.api.jsonschema import (
+    HTTPS_NAME_URL,
+    HTTPS_NAME_URL_MIN,
+    Number,
+    integral,
+    not_null,
+    refine,
+)
 from runbell.api.openapi import SSRF_RULE, problems, rule, rules
 from runbell.api.responses import answered
 from runbell.api.schemas import Storable
@@ -65,7 +72,7 @@ URL_RULES = rules(
 
 class EndpointIn(Storable):
     model_config = ConfigDict(extra="forbid", json_schema_extra=refine(url=URL_SCHEMA))
-    url: str = Field(min_length=8, max_length=L.URL)
+    url: str = Field(min_length=HTTPS_NAME_URL_MIN, max_length=L.URL)
     description: str | None = Field(default=None, max_length=L.DESCRIPTION)
     event_types: list[EventType] = Field(default_factory=list, description="[] = all")
     rate_limit_per_s: Number | None = Field(default=None, gt=0, le=1000)
@@ -73,7 +80,7 @@ class EndpointIn(Storable):
 
 class EndpointPatch(Storable):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_patch_schema)
-    url: str | None = Field(default=None, min_length=8, max_length=L.URL)
+    url: str | None = Field(default=None, min_length=HTTPS_NAME_URL_MIN, max_length=L.URL)
     description: str | None = Field(default=None, max_length=L.DESCRIPTION)
     event_types: list[EventType] | None = None
     status: Literal["enabled", "disabled"] | None = None
