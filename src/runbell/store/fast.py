@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -62,7 +63,7 @@ class Compiled:
     """One statement compiled for one dialect: its SQL, how its parameters are sent and
     how its rows are read."""
 
-    __slots__ = ("fixed", "keys", "names", "plan", "positional", "results", "sql")
+    __slots__ = ("fixed", "keys", "names", "plan", "positional", "procs", "results", "sql", "take")
 
     def __init__(self, stmt: Built, dialect: Dialect) -> None:
         compiled = stmt.compile(dialect=dialect)
@@ -84,6 +85,13 @@ class Compiled:
         self.plan: tuple[tuple[str, _Processor | None], ...] = tuple(
             (name, _bind_processor(binds[name].type, dialect)) for name in self.names
         )
+        # Per row: every value taken in one C call (``itemgetter``), then only the few
+        # that have a processor (timestamps, JSON, SQLite booleans) converted — a signal
+        # sends ~8 rows of up to ~20 values, most of them plain strings and integers.
+        self.take: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _taker(self.names)
+        self.procs: tuple[tuple[int, _Processor], ...] = tuple(
+            (i, proc) for i, (_name, proc) in enumerate(self.plan) if proc is not None
+        )
         columns = stmt.exported_columns
         keys = list(columns.keys())
         if not all(isinstance(key, str) for key in keys):
@@ -101,17 +109,12 @@ class Compiled:
     def params(self, given: Mapping[str, Any]) -> Any:
         """The driver's parameters (a list for a positional paramstyle, else a dict)."""
         values = {**self.fixed, **given} if self.fixed else given
-        if self.positional:
-            out = []
-            for name, proc in self.plan:
-                value = values[name]
-                out.append(value if proc is None or value is None else proc(value))
-            return out
-        named = {}
-        for name, proc in self.plan:
-            value = values[name]
-            named[name] = value if proc is None or value is None else proc(value)
-        return named
+        out = list(self.take(values))
+        for i, proc in self.procs:
+            value = out[i]
+            if value is not None:
+                out[i] = proc(value)
+        return out if self.positional else dict(zip(self.names, out, strict=True))
 
     def row(self, raw: Sequence[Any]) -> dict[str, Any]:
         row = dict(zip(self.keys, raw, strict=False))
@@ -122,9 +125,28 @@ class Compiled:
         return row
 
 
+_UTC_BINDS: dict[str, _Processor] = {}
+
+
+def _taker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """``values -> tuple(values[name] for name in names)`` in one C call (a missing name
+    raises ``KeyError``, as indexing would)."""
+    if not names:
+        return lambda _values: ()
+    if len(names) == 1:
+        only = names[0]
+        return lambda values: (values[only],)
+    return itemgetter(*names)
+
+
 def _bind_processor(type_: Any, dialect: Dialect) -> _Processor | None:
     if isinstance(type_, UTCDateTime):
-        return _utc_bind(dialect)
+        # One function per dialect, shared by every column: its memo then serves a
+        # transaction's ``now`` across the columns and statements that bind it.
+        found_utc = _UTC_BINDS.get(dialect.name)
+        if found_utc is None:
+            found_utc = _UTC_BINDS[dialect.name] = _utc_bind(dialect)
+        return found_utc
     found: _Processor | None = type_.dialect_impl(dialect).bind_processor(dialect)
     return found
 
@@ -137,12 +159,21 @@ def _utc_bind(dialect: Dialect) -> _Processor:
     ``YYYY-MM-DD HH:MM:SS.ffffff`` is ``isoformat`` with a space and microseconds always
     shown; PostgreSQL gets the aware UTC datetime and psycopg adapts it."""
     sqlite = dialect.name == "sqlite"
+    # The last value and its text: a transaction binds its one ``tx.now`` many times
+    # (every row it writes is stamped with it). Compared by identity — the memo holds the
+    # object, so its id cannot be reused — and swapped as one tuple (threads share it).
+    last: list[tuple[datetime | None, Any]] = [(None, None)]
 
     def bind(value: datetime) -> Any:
+        seen = last[0]
+        if seen[0] is value:
+            return seen[1]
         if value.tzinfo is None:
             raise ValueError("naive datetime given to the store; pass an aware UTC datetime")
         utc = value.astimezone(UTC)
-        return utc.replace(tzinfo=None).isoformat(" ", "microseconds") if sqlite else utc
+        out = utc.replace(tzinfo=None).isoformat(" ", "microseconds") if sqlite else utc
+        last[0] = (value, out)
+        return out
 
     return bind
 
