@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
@@ -588,12 +589,17 @@ def test_the_seams_one_call_utc_bind_gives_what_the_types_own_chain_gives(core: 
     for value in values:
         assert fused(value) == chain(value), value
         assert type(fused(value)) is type(chain(value))
-    # It remembers the last value it bound (a transaction binds its ``now`` many times),
-    # by identity: one value after another, equal instants in other zones, and a value
-    # bound again after others all give the chain's answer.
+    # It remembers what it gave for UTC values (a transaction binds its ``now`` many
+    # times): one value after another, equal instants in other zones, the two instants a
+    # DST fold gives one local time (equal as datetimes of one tzinfo), and values bound
+    # again after others all give the chain's answer.
+    london = ZoneInfo("Europe/London")
+    folds = [datetime(2026, 10, 25, 1, 30, fold=f, tzinfo=london) for f in (0, 1, 0, 1)]
+    assert folds[0] == folds[1] and chain(folds[0]) != chain(folds[1])
     same_instant = [v.astimezone(plus2) for v in values[:2]] + values[:2]
-    for value in [*values, *reversed(values), *same_instant, *values]:
+    for value in [*values, *reversed(values), *same_instant, *folds, *values]:
         assert fused(value) == chain(value), value
+        assert type(fused(value)) is type(chain(value))
     # One function per dialect, shared by every column of every statement.
     assert fast._bind_processor(t.UTCDateTime(), dialect) is fused
     for bind in (chain, fused):

@@ -126,6 +126,7 @@ class Compiled:
 
 
 _UTC_BINDS: dict[str, _Processor] = {}
+_UTC_MEMO = 256  # values each dialect's UTC bind remembers
 
 
 def _taker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
@@ -159,21 +160,29 @@ def _utc_bind(dialect: Dialect) -> _Processor:
     ``YYYY-MM-DD HH:MM:SS.ffffff`` is ``isoformat`` with a space and microseconds always
     shown; PostgreSQL gets the aware UTC datetime and psycopg adapts it."""
     sqlite = dialect.name == "sqlite"
-    # The last value and its text: a transaction binds its one ``tx.now`` many times
-    # (every row it writes is stamped with it). Compared by identity — the memo holds the
-    # object, so its id cannot be reused — and swapped as one tuple (threads share it).
-    last: list[tuple[datetime | None, Any]] = [(None, None)]
+    # SQLite: the text it gave for the UTC values it saw lately. A transaction stamps every
+    # row it writes with its one ``now`` and the run's UPDATE re-binds the times it read:
+    # a signal binds ~14 timestamps of ~4 values. Keyed only by values whose tzinfo is
+    # UTC, where equal means the same instant (with any other zone two equal datetimes of
+    # one tzinfo may be different instants across a DST fold). Bounded; threads share it
+    # (a dict's get and set are atomic).
+    memo: dict[datetime, str] = {}
 
     def bind(value: datetime) -> Any:
-        seen = last[0]
-        if seen[0] is value:
-            return seen[1]
-        if value.tzinfo is None:
+        tz = value.tzinfo
+        if tz is UTC:
+            if not sqlite:
+                return value  # what ``astimezone(UTC)`` gives for it: itself
+            found = memo.get(value)
+            if found is None:
+                if len(memo) >= _UTC_MEMO:
+                    memo.clear()
+                found = memo[value] = value.replace(tzinfo=None).isoformat(" ", "microseconds")
+            return found
+        if tz is None:
             raise ValueError("naive datetime given to the store; pass an aware UTC datetime")
         utc = value.astimezone(UTC)
-        out = utc.replace(tzinfo=None).isoformat(" ", "microseconds") if sqlite else utc
-        last[0] = (value, out)
-        return out
+        return utc.replace(tzinfo=None).isoformat(" ", "microseconds") if sqlite else utc
 
     return bind
 
