@@ -533,9 +533,9 @@ def test_compiled_names_and_fixed_values(core: Core) -> None:
 
 
 def test_compiled_params_with_no_one_and_many_names(core: Core) -> None:
-    """``Compiled.params`` takes the values in one call (``itemgetter``), which answers a
-    scalar for one name and cannot be built for none: each size gives the driver what it
-    expects, in the SQL's order, with the statement's fixed values and processors."""
+    """``Compiled.params`` for no, one and several names: what the driver expects, in the
+    SQL's order, with the statement's fixed values and processors; a missing value is a
+    ``KeyError``."""
     dialect = core.db.engine.dialect
     aware = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     none = fast.Compiled(sa.select(sa.literal_column("1").label("one")), dialect)

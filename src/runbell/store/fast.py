@@ -45,7 +45,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -63,7 +62,7 @@ class Compiled:
     """One statement compiled for one dialect: its SQL, how its parameters are sent and
     how its rows are read."""
 
-    __slots__ = ("fixed", "keys", "names", "plan", "positional", "procs", "results", "sql", "take")
+    __slots__ = ("fixed", "keys", "names", "plan", "positional", "results", "sql")
 
     def __init__(self, stmt: Built, dialect: Dialect) -> None:
         compiled = stmt.compile(dialect=dialect)
@@ -85,13 +84,6 @@ class Compiled:
         self.plan: tuple[tuple[str, _Processor | None], ...] = tuple(
             (name, _bind_processor(binds[name].type, dialect)) for name in self.names
         )
-        # Per row: every value taken in one C call (``itemgetter``), then only the few
-        # that have a processor (timestamps, JSON, SQLite booleans) converted — a signal
-        # sends ~8 rows of up to ~20 values, most of them plain strings and integers.
-        self.take: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _taker(self.names)
-        self.procs: tuple[tuple[int, _Processor], ...] = tuple(
-            (i, proc) for i, (_name, proc) in enumerate(self.plan) if proc is not None
-        )
         columns = stmt.exported_columns
         keys = list(columns.keys())
         if not all(isinstance(key, str) for key in keys):
@@ -109,12 +101,17 @@ class Compiled:
     def params(self, given: Mapping[str, Any]) -> Any:
         """The driver's parameters (a list for a positional paramstyle, else a dict)."""
         values = {**self.fixed, **given} if self.fixed else given
-        out = list(self.take(values))
-        for i, proc in self.procs:
-            value = out[i]
-            if value is not None:
-                out[i] = proc(value)
-        return out if self.positional else dict(zip(self.names, out, strict=True))
+        if self.positional:
+            out = []
+            for name, proc in self.plan:
+                value = values[name]
+                out.append(value if proc is None or value is None else proc(value))
+            return out
+        named = {}
+        for name, proc in self.plan:
+            value = values[name]
+            named[name] = value if proc is None or value is None else proc(value)
+        return named
 
     def row(self, raw: Sequence[Any]) -> dict[str, Any]:
         row = dict(zip(self.keys, raw, strict=False))
@@ -127,17 +124,6 @@ class Compiled:
 
 _UTC_BINDS: dict[str, _Processor] = {}
 _UTC_MEMO = 256  # values each dialect's UTC bind remembers
-
-
-def _taker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
-    """``values -> tuple(values[name] for name in names)`` in one C call (a missing name
-    raises ``KeyError``, as indexing would)."""
-    if not names:
-        return lambda _values: ()
-    if len(names) == 1:
-        only = names[0]
-        return lambda values: (values[only],)
-    return itemgetter(*names)
 
 
 def _bind_processor(type_: Any, dialect: Dialect) -> _Processor | None:
