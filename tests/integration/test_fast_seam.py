@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
@@ -531,6 +532,43 @@ def test_compiled_names_and_fixed_values(core: Core) -> None:
         assert all(f"%({n})s" in compiled.string for n in names), compiled.string
 
 
+def test_compiled_params_with_no_one_and_many_names(core: Core) -> None:
+    """``Compiled.params`` for no, one and several names: what the driver expects, in the
+    SQL's order, with the statement's fixed values and processors; a missing value is a
+    ``KeyError``."""
+    dialect = core.db.engine.dialect
+    aware = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    none = fast.Compiled(sa.select(sa.literal_column("1").label("one")), dialect)
+    one = fast.Compiled(
+        sa.select(t.runs.c.run_id).where(t.runs.c.tenant_id == sa.bindparam("tenant_id")),
+        dialect,
+    )
+    many = fast.Compiled(
+        sa.select(t.runs.c.run_id).where(
+            t.runs.c.tenant_id == sa.bindparam("tenant_id"),
+            t.runs.c.state == "working",
+            t.runs.c.updated_at < sa.bindparam("before"),
+        ),
+        dialect,
+    )
+    when = t.UTCDateTime().dialect_impl(dialect).bind_processor(dialect)(aware)
+    if none.positional:
+        assert none.params({}) == []
+        assert one.params({"tenant_id": "tn_1"}) == ["tn_1"]
+        assert many.params({"tenant_id": "tn_1", "before": aware}) == ["tn_1", "working", when]
+        assert many.params({"tenant_id": "tn_1", "before": None}) == ["tn_1", "working", None]
+    else:
+        assert none.params({}) == {}
+        assert one.params({"tenant_id": "tn_1"}) == {"tenant_id": "tn_1"}
+        sent = many.params({"tenant_id": "tn_1", "before": aware})
+        assert list(sent.values()) == ["tn_1", "working", when]
+        assert list(sent) == list(many.names)
+    with pytest.raises(KeyError):
+        one.params({})
+    with pytest.raises(KeyError):
+        many.params({"tenant_id": "tn_1"})
+
+
 def test_the_seams_one_call_utc_bind_gives_what_the_types_own_chain_gives(core: Core) -> None:
     """``fast._utc_bind`` replaces UTCDateTime's bind chain (TypeDecorator, then the
     dialect's DATETIME): for every kind of aware datetime the bytes sent are the same,
@@ -551,6 +589,19 @@ def test_the_seams_one_call_utc_bind_gives_what_the_types_own_chain_gives(core: 
     for value in values:
         assert fused(value) == chain(value), value
         assert type(fused(value)) is type(chain(value))
+    # It remembers what it gave for UTC values (a transaction binds its ``now`` many
+    # times): one value after another, equal instants in other zones, the two instants a
+    # DST fold gives one local time (equal as datetimes of one tzinfo), and values bound
+    # again after others all give the chain's answer.
+    london = ZoneInfo("Europe/London")
+    folds = [datetime(2026, 10, 25, 1, 30, fold=f, tzinfo=london) for f in (0, 1, 0, 1)]
+    assert folds[0] == folds[1] and chain(folds[0]) != chain(folds[1])
+    same_instant = [v.astimezone(plus2) for v in values[:2]] + values[:2]
+    for value in [*values, *reversed(values), *same_instant, *folds, *values]:
+        assert fused(value) == chain(value), value
+        assert type(fused(value)) is type(chain(value))
+    # One function per dialect, shared by every column of every statement.
+    assert fast._bind_processor(t.UTCDateTime(), dialect) is fused
     for bind in (chain, fused):
         with pytest.raises(ValueError, match="naive"):
             bind(datetime(2024, 5, 6, 7, 8, 9))

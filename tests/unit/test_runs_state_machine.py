@@ -13,6 +13,7 @@ from runbell.domain.runs import (
     RunState,
     attention_for,
     can_transition,
+    is_terminal,
     judge,
 )
 
@@ -96,3 +97,13 @@ def test_a_run_that_asked_waits_again_only_through_an_open_request() -> None:
     assert judge_reported_wait(has_asked=False, request_open=False) is None
     # … and an open request is the wait itself.
     assert judge_reported_wait(has_asked=True, request_open=True) is None
+
+
+@pytest.mark.parametrize("state", [*RunState, *(s.value for s in RunState)])
+def test_is_terminal_for_a_state_and_its_name(state: RunState | str) -> None:
+    assert is_terminal(state) is (RunState(state) in TERMINAL)
+
+
+def test_is_terminal_refuses_what_is_not_a_state() -> None:
+    with pytest.raises(ValueError):
+        is_terminal("finished")

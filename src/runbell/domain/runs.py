@@ -50,8 +50,18 @@ MCP_STATUS: dict[RunState, str] = {
 }
 
 
+# The states' names (a RunState is its name: StrEnum), for the checks a signal makes
+# several times; anything else still goes through RunState(), which refuses it.
+_TERMINAL_NAMES: frozenset[str] = frozenset(s.value for s in TERMINAL)
+_NON_TERMINAL_NAMES: frozenset[str] = frozenset(s.value for s in NON_TERMINAL)
+
+
 def is_terminal(state: RunState | str) -> bool:
-    return RunState(state) in TERMINAL
+    if state in _TERMINAL_NAMES:
+        return True
+    if state in _NON_TERMINAL_NAMES:
+        return False
+    return RunState(state) in TERMINAL  # an unknown name raises ValueError, as it did
 
 
 def can_transition(current: RunState | str, target: RunState | str) -> bool:

@@ -273,7 +273,7 @@ def notify(m: Moving) -> None:
         reason=m.note_reason,
         owner_present=told and core.presence.is_present(tenant_id, m.run.owner_user_id, m.tx.conn),
         request=request,
-        channels=offered(core.settings),
+        channels=_offered_in(core, m.tx),
     )
     m.decision = raised.decision.as_dict()
     if raised.notification_id:
@@ -283,6 +283,16 @@ def notify(m: Moving) -> None:
     for other in raised.others:  # a request's other answerers (issue 18 item 4)
         m.ids.append(other["id"])
         m.tx.written[other["id"]] = other
+
+
+def _offered_in(core: Core, tx: Tx) -> frozenset[str]:
+    """``domain.channels.offered``, read once per transaction (a batch of signals shares
+    it; a setting changed since — the demo's mail sink — is seen by the next batch)."""
+    key = ("offered",)
+    if key not in tx.cache:
+        tx.cache[key] = offered(core.settings)
+    found: frozenset[str] = tx.cache[key]
+    return found
 
 
 def close_moot(m: Moving) -> None:

@@ -219,7 +219,20 @@ def name_people(text: str | None, people: Mapping[str, str]) -> str | None:
 
 
 def iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")
+    if value is None:
+        return None
+    # The last value and its text, by identity (the memo holds the object, so its id
+    # cannot be reused; one tuple, swapped whole, as threads share it): a signal's answer
+    # and events format its transaction's ``now`` several times.
+    seen = _last_iso[0]
+    if seen[0] is value:
+        return seen[1]
+    text = value.isoformat().replace("+00:00", "Z")
+    _last_iso[0] = (value, text)
+    return text
+
+
+_last_iso: list[tuple[datetime | None, str | None]] = [(None, None)]
 
 
 def run_view(run: Run, *, include_details: bool = False) -> RunView:

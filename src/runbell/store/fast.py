@@ -122,9 +122,18 @@ class Compiled:
         return row
 
 
+_UTC_BINDS: dict[str, _Processor] = {}
+_UTC_MEMO = 256  # values each dialect's UTC bind remembers
+
+
 def _bind_processor(type_: Any, dialect: Dialect) -> _Processor | None:
     if isinstance(type_, UTCDateTime):
-        return _utc_bind(dialect)
+        # One function per dialect, shared by every column: its memo then serves a
+        # transaction's ``now`` across the columns and statements that bind it.
+        found_utc = _UTC_BINDS.get(dialect.name)
+        if found_utc is None:
+            found_utc = _UTC_BINDS[dialect.name] = _utc_bind(dialect)
+        return found_utc
     found: _Processor | None = type_.dialect_impl(dialect).bind_processor(dialect)
     return found
 
@@ -137,9 +146,26 @@ def _utc_bind(dialect: Dialect) -> _Processor:
     ``YYYY-MM-DD HH:MM:SS.ffffff`` is ``isoformat`` with a space and microseconds always
     shown; PostgreSQL gets the aware UTC datetime and psycopg adapts it."""
     sqlite = dialect.name == "sqlite"
+    # SQLite: the text it gave for the UTC values it saw lately. A transaction stamps every
+    # row it writes with its one ``now`` and the run's UPDATE re-binds the times it read:
+    # a signal binds ~14 timestamps of ~4 values. Keyed only by values whose tzinfo is
+    # UTC, where equal means the same instant (with any other zone two equal datetimes of
+    # one tzinfo may be different instants across a DST fold). Bounded; threads share it
+    # (a dict's get and set are atomic).
+    memo: dict[datetime, str] = {}
 
     def bind(value: datetime) -> Any:
-        if value.tzinfo is None:
+        tz = value.tzinfo
+        if tz is UTC:
+            if not sqlite:
+                return value  # what ``astimezone(UTC)`` gives for it: itself
+            found = memo.get(value)
+            if found is None:
+                if len(memo) >= _UTC_MEMO:
+                    memo.clear()
+                found = memo[value] = value.replace(tzinfo=None).isoformat(" ", "microseconds")
+            return found
+        if tz is None:
             raise ValueError("naive datetime given to the store; pass an aware UTC datetime")
         utc = value.astimezone(UTC)
         return utc.replace(tzinfo=None).isoformat(" ", "microseconds") if sqlite else utc

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, cast
 
@@ -51,7 +51,7 @@ def insert_once(conn: Connection, values: Notification) -> tuple[str, bool]:
 
     Returns (id, created). The unique constraint, not this code, is what guarantees one.
     """
-    row: dict[str, Any] = {**values}
+    row: Mapping[str, Any] = values
     tx = Tx.of(conn)
     if tx is not None and tx.open_notes:  # the batch's copy of the run's open ones is stale
         tx.open_notes.pop((values["tenant_id"], values["run_id"]), None)
