@@ -29,6 +29,7 @@ import runbell
 from runbell.flows.context import Core
 from runbell.testing import TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer
+from tests.integration.test_contract_rules import misfits
 from tests.timeouts import WAIT
 
 RUNBELL = str(Path(sys.executable).with_name("runbell"))
@@ -140,6 +141,8 @@ async def test_lists_the_tools_with_instructions(
         listed = await s.list_tools()
         assert {t.name for t in listed.tools} == TOOLS
         assert all(t.description for t in listed.tools)
+        # Each pattern fits its string's length bounds, as in the OpenAPI document.
+        assert [m for t in listed.tools for m in misfits(t.input_schema, t.name)] == []
         instructions = s.instructions or ""
         assert "request_input" in instructions
         assert "handle" in instructions

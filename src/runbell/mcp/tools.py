@@ -63,6 +63,7 @@ Wait = Annotated[
 RunId = Annotated[
     StrictStr,
     Field(
+        min_length=1,
         pattern=RUN_ID_PATTERN,
         description="your id for the run (letters, digits, . _ : @ ~ -), the same for the "
         "whole task",
@@ -227,6 +228,7 @@ class Tools:
         handle: Annotated[
             StrictStr | None,
             Field(
+                min_length=1,
                 pattern=RUN_ID_PATTERN,
                 description="the handle a previous call returned: keep waiting for it",
             ),
