@@ -28,6 +28,7 @@ from runbell.api.routers import (
     push_actions,
     runs,
     schedules,
+    signals,
     sources,
     webhook_endpoints,
 )
@@ -47,6 +48,9 @@ def install(app: FastAPI, core: Core, *, listen_host: str | None = None) -> None
     problems.install(app)
     openapi.install(app)
     _serve_openapi_as_json(app)
+    # Signals first, without KnownQuery: its route's one dependency checks the query too
+    # (deps.runtime_caller); every dependency node and route match costs per request.
+    app.include_router(signals.router)
     for router in (
         runs.router,
         input_requests.router,

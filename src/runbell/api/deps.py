@@ -177,3 +177,19 @@ async def known_query(request: Request) -> None:
 
 
 KnownQuery = Depends(known_query)
+
+
+async def runtime_caller(request: Request) -> Principal:
+    """:func:`known_query`, :func:`principal` and the runtime check as one dependency.
+
+    The same three checks in the same order (an undeclared query parameter 422 before
+    authentication, 401, then 403 for a person), for a route that needs nothing else from
+    them: FastAPI spends more per dependency node than these checks cost, and
+    ``POST /v1/runs/{id}/signals`` is the hottest route (bench/profile/p1-p2-write-path.md).
+    Such a route sits on a router included *without* :data:`KnownQuery`.
+    """
+    await known_query(request)
+    return require_runtime(await principal(request))
+
+
+RuntimeCaller = Annotated[Principal, Depends(runtime_caller)]

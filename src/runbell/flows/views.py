@@ -191,13 +191,14 @@ class ReceiptView(TypedDict):
     at: str | None
 
 
+# Built once: ``json.dumps`` with options builds an encoder per call (~2-4 us an answer).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def json_body(content: Any) -> bytes:
     """The bytes of one JSON answer: compact UTF-8 ending in one newline (so ``curl``
     output does not run into the prompt). Every API answer and every stored replay."""
-    return (
-        json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-        + b"\n"
-    )
+    return _ENCODER.encode(content).encode() + b"\n"
 
 
 #: A user id as it appears inside stored reasons and evidence ("answered by usr_…").

@@ -1,23 +1,19 @@
-"""Runs: create/update, read, signals and progress (DESIGN §6)."""
+"""Runs: create/update, read, history and progress (DESIGN §6); signals are
+:mod:`runbell.api.routers.signals`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Annotated, Any, cast
 
-from fastapi import APIRouter, Path, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, Path, Query, Response
 
 from runbell.api.deps import CoreDep, Runtime, Who
 from runbell.api.openapi import problems, rule, rules
-from runbell.api.responses import JSON
-from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut, SignalIn
+from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut
 from runbell.domain.overview import GROUPS, STATES
-from runbell.domain.records import ReportedError, RunReport
-from runbell.flows import overview, ownership, put_answer, run_history, runs, signals
-from runbell.flows.context import Core
+from runbell.flows import overview, put_answer, run_history, runs
 from runbell.flows.inputs import RunFields
-from runbell.flows.signals import Signal
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunId = Annotated[
@@ -136,35 +132,6 @@ def list_runs(
     return overview.list_runs(
         core, who, groups=group, states=state, after=after, limit=limit, link=link
     )
-
-
-@router.post(
-    "/{run_id}/signals",
-    response_model=Mapping[str, Any],
-    responses=problems(401, 403, 404, 409, 413, 422, 503),
-)
-async def post_signal(run_id: RunId, body: SignalIn, who: Runtime, request: Request) -> JSON:
-    """Report a run state. Outcome: applied | duplicate | stale | mismatch | rejected."""
-    # The hottest route: the core straight from the app (one dependency less to solve),
-    # and the answer rendered once by our renderer (FastAPI would first walk it through
-    # the response model; the document says the same either way).
-    core: Core = request.app.state.core
-    source = signals.remembered_source(core, who)
-    if source is None:
-        source = await run_in_threadpool(signals.api_source, core, who)
-    signal = Signal(
-        event_id=body.event_id,
-        state=body.state,
-        sequence=body.sequence,
-        at=body.at,
-        reason=body.reason,
-        error=cast(ReportedError, body.error.model_dump()) if body.error else None,  # validated
-        effects_verified=body.effects_verified,
-        report=cast(RunReport, body.report.model_dump(exclude_none=True)) if body.report else None,
-        actor=ownership.actor_of(who, body.worker_id),
-    )
-    result = await signals.accept_signal_async(core, who.tenant_id, source, run_id, signal, who=who)
-    return JSON(result.as_dict())
 
 
 @router.get("/{run_id}/history", responses=problems(401, 403, 404, 422, 503))
