@@ -346,3 +346,35 @@ def test_a_batch_counts_its_own_recent_completions(core: Core, creds: TenantCred
             )
         )
     assert counted == [0, 1, 2, 3, 4]
+
+
+def test_a_caller_that_stops_waiting_leaves_the_others_their_answers(core: Core) -> None:
+    """An awaiting request cancelled while its unit is queued (its client gone, a timeout
+    around it): its unit still runs and commits with the batch — a signal the writer took
+    is recorded whether or not anyone hears the answer — and the other callers of that
+    batch get their own answers, not an error from a caller that left."""
+    import asyncio
+
+    held = HeldWriter(core)
+    ran: list[str] = []
+
+    def unit(name: str) -> Any:
+        def run(tx: Any) -> str:
+            ran.append(name)
+            return name
+
+        return run
+
+    async def scenario() -> tuple[str, str]:
+        left = asyncio.ensure_future(core.writer.run_async(unit("left")))
+        stays = asyncio.ensure_future(core.writer.run_async(unit("stays")))
+        await asyncio.sleep(0)  # both submitted
+        left.cancel()
+        await asyncio.to_thread(held.release_when_queued, 2)
+        with pytest.raises(asyncio.CancelledError):
+            await left
+        also = await core.writer.run_async(unit("after"))
+        return await asyncio.wait_for(stays, WAIT), also
+
+    assert asyncio.run(scenario()) == ("stays", "after")
+    assert ran == ["left", "stays", "after"]

@@ -46,13 +46,14 @@ batch, in the same commit).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -76,8 +77,10 @@ class _Job(Generic[T]):
     unit: Callable[[Tx], T]
     key: tuple[str, ...]
     inbound: tuple[str, str, str] | None = None  # (tenant, source, event id) it dedupes on
-    future: Future[T] = field(default_factory=Future)
+    future: Future[T] | None = None  # a thread waits on it (GroupCommitter.submit) …
+    waiter: asyncio.Future[T] | None = None  # … or an event loop (run_async)
     tries: int = 0
+    answered: bool = False
 
 
 def _transient(exc: BaseException) -> bool:
@@ -111,10 +114,13 @@ class GroupCommitter:
         """Queue ``unit``. ``key``: its lock key; a ``(tenant_id, run_id)`` key has the
         run locked and read with the batch's others. ``inbound``: the event it dedupes on,
         read with the batch's others."""
-        job: _Job[T] = _Job(unit, key, inbound)
+        future: Future[T] = Future()
+        self._put(_Job(unit, key, inbound, future=future))
+        return future
+
+    def _put(self, job: _Job[Any]) -> None:
         self._ensure_thread()
         self._queue.put(job)
-        return job.future
 
     def run(
         self,
@@ -135,9 +141,13 @@ class GroupCommitter:
         key: tuple[str, ...] = (),
         inbound: tuple[str, str, str] | None = None,
     ) -> T:
-        import asyncio
-
-        return await asyncio.wrap_future(self.submit(unit, key=key, inbound=inbound))
+        # The writer answers an event loop's callers of a batch with one wake-up of that
+        # loop (``_answer``), not one ``call_soon_threadsafe`` per caller as a wrapped
+        # thread future would. A caller cancelled while it waits (its client gone) leaves
+        # its unit to run and commit with the batch; the answer is then dropped.
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._put(_Job(unit, key, inbound, waiter=waiter))
+        return await waiter
 
     def stop(self) -> None:
         with self._lock:
@@ -206,9 +216,7 @@ class GroupCommitter:
                 retry = self._batch(jobs)
             except BaseException as exc:  # pragma: no cover - a bug in the writer itself
                 log.exception("writer.crashed")
-                for job in jobs:
-                    if not job.future.done():
-                        job.future.set_exception(exc)
+                _answer([(job, False, exc) for job in jobs if not job.answered])
 
     def _batch(self, jobs: list[_Job[Any]]) -> list[_Job[Any]]:
         """Run ``jobs`` in one transaction and answer them after it commits; returns the
@@ -294,8 +302,7 @@ class GroupCommitter:
         # connection was invalidated to leave an aborted pipeline (store.fast._unusable).
         outage = unavailable_reason(exc) is not None and not isinstance(exc, sa.exc.IntegrityError)
         if len(jobs) == 1 or outage:
-            for job in jobs:
-                job.future.set_exception(exc)
+            _answer([(job, False, exc) for job in jobs])
             return []
         retry: list[_Job[Any]] = []
         for job in jobs:
@@ -306,17 +313,48 @@ class GroupCommitter:
         """Answer each caller (their commit is durable, or their unit failed); a transient
         failure (deadlock, serialization) goes round again instead, a few times."""
         retry = []
+        answered = []
         for job, ok, value in answers:
-            if ok:
-                self.units += 1
-                job.future.set_result(value)
-            elif _transient(value) and job.tries < RETRIES:
+            if not ok and _transient(value) and job.tries < RETRIES:
                 job.tries += 1
                 retry.append(job)
-            else:
-                job.future.set_exception(value)
+                continue
+            self.units += ok
+            answered.append((job, ok, value))
         self.batches += 1
+        _answer(answered)
         return retry
+
+
+def _answer(answers: list[tuple[_Job[Any], bool, Any]]) -> None:
+    """Give each caller its value (``ok``) or its exception: a waiting thread through its
+    future, an event loop's callers through one call on that loop for all of them. A
+    caller that stopped waiting (cancelled) is skipped; so is a loop that has closed."""
+    loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+    for job, ok, value in answers:
+        job.answered = True
+        if job.waiter is not None:
+            loops.setdefault(job.waiter.get_loop(), []).append((job.waiter, ok, value))
+        elif job.future is not None:
+            with contextlib.suppress(InvalidStateError):  # its caller cancelled it
+                if ok:
+                    job.future.set_result(value)
+                else:
+                    job.future.set_exception(value)
+    for loop, waiters in loops.items():
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(_wake, waiters)
+
+
+def _wake(waiters: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    """On the callers' event loop: settle each waiter still waiting."""
+    for waiter, ok, value in waiters:
+        if waiter.done():
+            continue  # cancelled: its caller left
+        if ok:
+            waiter.set_result(value)
+        else:
+            waiter.set_exception(value)
 
 
 class _UnitFailed(Exception):
