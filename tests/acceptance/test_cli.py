@@ -182,8 +182,12 @@ def test_migrate_is_idempotent_and_prints_the_revision(tmp_path: Path) -> None:
 
 
 def test_account_commands_on_sqlite(tmp_path: Path) -> None:
-    """Tenant, keys and users made with the CLI authenticate; a revoked user's token does not."""
+    """Tenant, keys and users made with the CLI authenticate; a revoked user's token does
+    not. Each command closes its database as it exits: the file is left whole, no WAL
+    beside it (what a file-level backup copies)."""
     account_lifecycle(cli_env(tmp_path), settings_for(tmp_path))
+    ok(cli_env(tmp_path), "key", "create", "--tenant", "acme")
+    assert sorted(p.name for p in tmp_path.glob("runbell.db*")) == ["runbell.db"]
 
 
 @pytest.fixture
