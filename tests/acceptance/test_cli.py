@@ -25,6 +25,7 @@ from runbell.config import Settings
 from runbell.domain.errors import NotFound
 from runbell.domain.policy import Facts
 from runbell.flows import policy
+from runbell.flows.accounts import create_tenant
 from runbell.store import accounts
 from runbell.store.migrate import current_revision
 from tests.conftest import SECRET_KEY, free_port, pg_database
@@ -98,6 +99,28 @@ def one(pattern: re.Pattern[str], text: str) -> str:
     return str(found.pop())
 
 
+def with_acme(data_dir: Path, sqlite_template: Path) -> str:
+    """Put a database holding tenant ``acme`` (what `runbell tenant create acme` makes)
+    in ``data_dir``; its tenant id. Made in-process from the migrated template, for the
+    tests of the commands that follow: a first `runbell tenant create` in a fresh
+    directory costs a second of CPU (a process, the migrations), and
+    `test_account_commands_on_sqlite` already runs it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(sqlite_template, data_dir / "runbell.db")
+    core = build(settings_for(data_dir), migrate=False)
+    try:
+        tenant_id, _ = create_tenant(core, "acme")
+    finally:
+        core.db.dispose()
+    return tenant_id
+
+
+@pytest.fixture
+def acme(tmp_path: Path, sqlite_template: Path) -> tuple[dict[str, str], str]:
+    """A fresh shell's environment on a database with tenant ``acme``, and its id."""
+    return cli_env(tmp_path), with_acme(tmp_path, sqlite_template)
+
+
 def account_lifecycle(env: dict[str, str], settings: Settings) -> None:
     """tenant create → key create → user add → user revoke, each checked against the DB."""
     out = ok(env, "tenant", "create", "acme")
@@ -159,8 +182,12 @@ def test_migrate_is_idempotent_and_prints_the_revision(tmp_path: Path) -> None:
 
 
 def test_account_commands_on_sqlite(tmp_path: Path) -> None:
-    """Tenant, keys and users made with the CLI authenticate; a revoked user's token does not."""
+    """Tenant, keys and users made with the CLI authenticate; a revoked user's token does
+    not. Each command closes its database as it exits: the file is left whole, no WAL
+    beside it (what a file-level backup copies)."""
     account_lifecycle(cli_env(tmp_path), settings_for(tmp_path))
+    ok(cli_env(tmp_path), "key", "create", "--tenant", "acme")
+    assert sorted(p.name for p in tmp_path.glob("runbell.db*")) == ["runbell.db"]
 
 
 @pytest.fixture
@@ -191,10 +218,11 @@ def test_account_commands_on_postgres(tmp_path: Path, pg_url: str) -> None:
     ],
     ids=["key-role", "user-role", "bad-email", "key-tenant", "user-tenant", "revoke-nonmember"],
 )
-def test_bad_input_exits_2_with_a_message(tmp_path: Path, args: list[str], mentions: str) -> None:
+def test_bad_input_exits_2_with_a_message(
+    tmp_path: Path, acme: tuple[dict[str, str], str], args: list[str], mentions: str
+) -> None:
     """Bad roles, unknown tenants and unknown members exit 2 with a clear message."""
-    env = cli_env(tmp_path)
-    tenant_id = one(TENANT, ok(env, "tenant", "create", "acme"))
+    env, tenant_id = acme
     message = refused(env, *args)
     assert mentions in message
     # Nothing half-made: the refused user is not a member afterwards.
@@ -209,12 +237,11 @@ def test_bad_input_exits_2_with_a_message(tmp_path: Path, args: list[str], menti
 
 
 def test_every_refusal_is_one_style_with_a_hint_where_there_is_something_to_do(
-    tmp_path: Path,
+    acme: tuple[dict[str, str], str],
 ) -> None:
     """Issue 16 row 17: two error styles (`runbell: …` and `error: …`) and no hint. Now
     `runbell: <what>`, then `hint: <what to do>`; a refusal or usage error exits 2."""
-    env = cli_env(tmp_path)
-    ok(env, "tenant", "create", "acme")
+    env, _ = acme
     cases = {
         # `make login-link EMAIL=…` for someone who is not a member
         ("user", "login-link", "bob@example.com", "--tenant", "acme"): (
@@ -259,10 +286,9 @@ def test_an_unreachable_database_exits_3_with_one_line(tmp_path: Path) -> None:
     assert len(lines) == 2 and "Traceback" not in res.stderr
 
 
-def test_duplicate_tenant_name_is_refused(tmp_path: Path) -> None:
+def test_duplicate_tenant_name_is_refused(acme: tuple[dict[str, str], str]) -> None:
     """Creating a second tenant with a taken name is refused, so the name stays usable."""
-    env = cli_env(tmp_path)
-    ok(env, "tenant", "create", "acme")
+    env, _ = acme
     res = run_cli(env, "tenant", "create", "acme")
     ok(env, "key", "create", "--tenant", "acme")
     assert res.returncode == 2
@@ -297,11 +323,12 @@ def current_rule(settings: Settings, tenant_id: str) -> str:
         core.db.dispose()
 
 
-def test_tenant_policy_applies_a_valid_file_and_refuses_an_invalid_rule(tmp_path: Path) -> None:
+def test_tenant_policy_applies_a_valid_file_and_refuses_an_invalid_rule(
+    tmp_path: Path, acme: tuple[dict[str, str], str]
+) -> None:
     """A valid rules file takes effect; an unknown decision exits 2 and changes nothing."""
-    env = cli_env(tmp_path)
+    env, tenant_id = acme
     settings = settings_for(tmp_path)
-    tenant_id = one(TENANT, ok(env, "tenant", "create", "acme"))
     assert current_rule(settings, tenant_id) == "completed.requested"
 
     good = tmp_path / "rules.toml"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import sqlite3
 import stat
@@ -34,6 +35,7 @@ from tests.acceptance.test_cli import (
     run_cli,
     secrets_file,
     settings_for,
+    with_acme,
 )
 from tests.conftest import bearer, free_port
 from tests.timeouts import WAIT, scaled
@@ -182,12 +184,15 @@ def test_every_command_the_start_prints_works_pasted_into_a_second_terminal(
         again.terminate()
 
 
-def test_login_link_uses_the_public_url_else_what_serve_recorded(tmp_path: Path) -> None:
+def test_login_link_uses_the_public_url_else_what_serve_recorded(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
     """`runbell user login-link`: RUNBELL_PUBLIC_URL when set, else the address `serve`
     recorded, else the default; without an email, the tenant's first owner. It needs no
     secret key (a second terminal may not have RUNBELL_SECRET_KEY)."""
     settings = settings_for(tmp_path)
-    core = build(settings)
+    shutil.copy(sqlite_template, tmp_path / "runbell.db")  # migrated once per session
+    core = build(settings, migrate=False)
     try:
         first = make_tenant(core, name="default", owner_email="first@example.test")
         add_user(core, first.tenant_id, "later@example.test", role="owner")
@@ -243,10 +248,13 @@ def test_serve_on_a_taken_port_fails_before_creating_anything(tmp_path: Path) ->
 # --- item 9: tables when piped ------------------------------------------------------------
 
 
-def test_deliveries_list_piped_prints_whole_values_and_json(tmp_path: Path) -> None:
+def test_deliveries_list_piped_prints_whole_values_and_json(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
     """Piped, `deliveries list` prints one tab-separated line per delivery with whole ids
     (nothing cut to a column width); --json prints every field as GET /v1/deliveries."""
-    core = build(settings_for(tmp_path))
+    shutil.copy(sqlite_template, tmp_path / "runbell.db")  # migrated once per session
+    core = build(settings_for(tmp_path), migrate=False)
     try:
         creds = make_tenant(core)
         with TestClient(create_app(core, bridge=False)) as client:
@@ -280,11 +288,13 @@ def test_deliveries_list_piped_prints_whole_values_and_json(tmp_path: Path) -> N
 # --- item 10: settings ------------------------------------------------------------------
 
 
-def test_list_settings_accept_a_comma_separated_value(tmp_path: Path) -> None:
+def test_list_settings_accept_a_comma_separated_value(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
     """RUNBELL_OUTBOUND_ALLOW_HOSTS=a,b works like ["a","b"]: a reader on an allow-listed
     plain-http host is accepted, and refused without it."""
     env = cli_env(tmp_path)
-    ok(env, "tenant", "create", "acme")
+    with_acme(tmp_path, sqlite_template)
     port = free_port()
     reader = json.dumps(
         {"type": "http_json", "url_template": f"http://127.0.0.1:{port}/{{run_id}}"}

@@ -1,7 +1,5 @@
 """``python -m runbell.cli``: the same command as ``runbell``."""
 
-import sys
+from runbell.cli import exit_now, main
 
-from runbell.cli import main
-
-sys.exit(main(prog="python -m runbell.cli"))
+exit_now(main(prog="python -m runbell.cli"))

@@ -21,10 +21,11 @@ PORT = Option("--port", "the port to listen on (0: any free)", metavar="PORT", t
 @commands.command()
 def migrate() -> None:
     """Create or upgrade the database schema (idempotent)."""
+    settings = common.settings()  # first: a bad setting is refused before the imports below
+
     from runbell.app import migrate as upgrade
     from runbell.logging import configure
 
-    settings = common.settings()
     configure(json=settings.log_json, level=settings.log_level)
     common.data_dir(settings)
     # A database still starting (or restarting) is waited for, within the bound.
@@ -206,6 +207,10 @@ def serve(
     tenant, its keys and user."""
     import sys
 
+    # First: a bad setting is refused in ~0.1 s of CPU, before the server's imports below
+    # (a second of CPU); tests/acceptance/test_server_start.py checks what it loads.
+    settings = common.settings()
+
     from runbell.api.routers.health import metrics_refusal
     from runbell.app import create_app, record_served_url
     from runbell.cli.welcome import login_commands, sign_in_text, welcome_text
@@ -216,7 +221,6 @@ def serve(
     from runbell.flows.accounts import bootstrap_if_empty, login_link_token
     from runbell.logging import configure
 
-    settings = common.settings()
     # `make run` at the default log level: without the per-item lines that would bury
     # what this start prints (RUNBELL_LOG_LEVEL=INFO shows them).
     quiet = demo and "log_level" not in settings.model_fields_set
@@ -370,6 +374,8 @@ def worker(scheduler: bool = False, metrics_port: int | None = None) -> None:
 
     Several may share one PostgreSQL; each delivery goes out once. Stops cleanly on
     SIGTERM or SIGINT (in-flight sends finish first)."""
+    settings = common.settings()  # first, as in serve: a bad setting costs no imports
+
     import asyncio
     import signal
 
@@ -379,7 +385,6 @@ def worker(scheduler: bool = False, metrics_port: int | None = None) -> None:
     from runbell.dispatch.worker import Worker
     from runbell.logging import configure
 
-    settings = common.settings()
     configure(json=settings.log_json, level=settings.log_level)
 
     def start() -> Any:
