@@ -202,6 +202,11 @@ run_access = sa.Table(
     sa.Column("via", Id, nullable=False, server_default="run"),
     sa.PrimaryKeyConstraint("tenant_id", "user_id", "run_id", "via"),
 )
+# One run's rows (who may answer or amend it): read and rewritten by every run create and
+# edit. The primary key serves a user's runs; without this, a run's were a tenant scan.
+# ``via`` too: SQLite's planner otherwise takes the primary key for ``via != …`` (it covers
+# the query) and scans the tenant again.
+sa.Index("ix_run_access_run", run_access.c.tenant_id, run_access.c.run_id, run_access.c.via)
 
 transitions = sa.Table(
     "transitions",
