@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Annotated, Any, cast
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import Field, TypeAdapter, ValidationError
+from starlette.exceptions import HTTPException
 
-from runbell.api.deps import CoreDep, Runtime, Who
+from runbell.api.deps import CoreDep, Runtime, Who, principal, require_runtime
+from runbell.api.lean import LeanRoute, app_dependencies_are
+from runbell.api.limits import reject_unstorable
 from runbell.api.openapi import problems, rule, rules
+from runbell.api.responses import JSON
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut
 from runbell.domain.overview import GROUPS, STATES
 from runbell.flows import overview, put_answer, run_history, runs
@@ -19,6 +25,9 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunId = Annotated[
     str, Path(min_length=1, pattern=RUN_ID_PATTERN, description="client-chosen run id")
 ]
+# The run id as FastAPI checks the path parameter (the same pydantic constraint), for the
+# lean paths (``PUT`` here, the signal route's).
+RUN_ID: TypeAdapter[str] = TypeAdapter(Annotated[str, Field(min_length=1, pattern=RUN_ID_PATTERN)])
 
 
 def _listed(values: tuple[str, ...]) -> Mapping[str, Any]:
@@ -57,24 +66,61 @@ PUT_RULES = rules(
 )
 
 
-@router.put(
+async def put_run(run_id: RunId, body: RunPut, who: Runtime, core: CoreDep) -> JSON:
+    """Create a run (201) or update its descriptive fields (200)."""
+    fields = cast(RunFields, body.model_dump(exclude_unset=True, mode="json"))  # RunPut's
+    snapshot, created = await put_answer.put_run_answer_async(core, who, run_id, fields)
+    # Rendered once by our renderer, as the signal route does (FastAPI would first walk the
+    # snapshot through the ``Mapping[str, Any]`` response model; the bytes are the same).
+    return JSON(snapshot, status_code=201 if created else 200)
+
+
+async def _lean_put(request: Request) -> Response | None:
+    """``PUT`` answered without FastAPI's solver (:mod:`runbell.api.lean`), or None
+    (nothing done yet) for FastAPI's handler to answer. FastAPI's order: the body parsed,
+    the app's dependency (``reject_unstorable``), the router's (``known_query``: with no
+    query string there is nothing for it to refuse), the endpoint's (``Runtime``,
+    ``CoreDep``), then the path and the body checked."""
+    if request.scope.get("query_string") or not app_dependencies_are(request, reject_unstorable):
+        return None
+    if request.headers.get("content-type") != "application/json":
+        return None
+    try:
+        doc = json.loads(await request.body())
+    except HTTPException:
+        raise  # the body limit's 413, as FastAPI's handler lets it through
+    except Exception:  # not JSON, too deep, a lost client: FastAPI's handler says which
+        return None
+    if not isinstance(doc, dict):
+        return None
+    await reject_unstorable(request)
+    who = require_runtime(await principal(request))
+    try:
+        run_id = RUN_ID.validate_python(request.path_params["run_id"])
+        body = RunPut.model_validate(doc)
+    except ValidationError:
+        return None
+    return await put_run(run_id, body, who, request.app.state.core)
+
+
+class _PutRoute(LeanRoute):
+    async def lean(self, request: Request) -> Response | None:
+        return await _lean_put(request)
+
+
+router.add_api_route(
     "/{run_id}",
+    put_run,
+    methods=["PUT"],
     status_code=200,
+    response_model=Mapping[str, Any],
     responses={
         201: {"description": "The run was created; the body is the run snapshot"},
         **problems(401, 403, 409, 413, 422, 503),
     },
     openapi_extra=PUT_RULES,
+    route_class_override=_PutRoute,
 )
-async def put_run(
-    run_id: RunId, body: RunPut, who: Runtime, core: CoreDep, response: Response
-) -> Mapping[str, Any]:
-    """Create a run (201) or update its descriptive fields (200)."""
-    fields = cast(RunFields, body.model_dump(exclude_unset=True, mode="json"))  # RunPut's
-    snapshot, created = await put_answer.put_run_answer_async(core, who, run_id, fields)
-    if created:
-        response.status_code = 201
-    return snapshot
 
 
 @router.get("/{run_id}", responses=problems(401, 403, 404, 422, 503))

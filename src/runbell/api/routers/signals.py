@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any, cast
+from typing import Any, cast
 
 from fastapi import APIRouter, Request, Response
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
@@ -31,15 +31,12 @@ from runbell.api.lean import LeanRoute, app_dependencies_are
 from runbell.api.limits import reject_unstorable
 from runbell.api.openapi import problems
 from runbell.api.responses import JSON
-from runbell.api.routers.runs import RunId
-from runbell.api.schemas import RUN_ID_PATTERN, SignalIn
+from runbell.api.routers.runs import RUN_ID, RunId
+from runbell.api.schemas import SignalIn
 from runbell.domain.records import ReportedError, RunReport
 from runbell.flows import ownership, signals
 from runbell.flows.context import Core
 from runbell.flows.signals import Signal
-
-# The run id as FastAPI checks the path parameter (the same pydantic constraint).
-_RUN_ID: TypeAdapter[str] = TypeAdapter(Annotated[str, Field(pattern=RUN_ID_PATTERN)])
 
 
 async def _lean(request: Request) -> Response | None:
@@ -61,7 +58,7 @@ async def _lean(request: Request) -> Response | None:
     await reject_unstorable(request)
     who = await runtime_caller(request)
     try:
-        run_id = _RUN_ID.validate_python(request.path_params["run_id"])
+        run_id = RUN_ID.validate_python(request.path_params["run_id"])
         body = SignalIn.model_validate(doc)
     except ValidationError:
         return None
