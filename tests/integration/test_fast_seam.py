@@ -249,6 +249,10 @@ CASES: dict[str, Callable[[World], Case]] = {
         {**w.note, "id": "ntf_seam", "transition_version": 99, "inputs": {"a": [1, "b"]}},
         by(t.notifications, id="ntf_seam"),
     ),
+    "notifications._INSERT_NEW": lambda w: Case(
+        {**w.note, "id": "ntf_seam", "transition_version": 99, "inputs": {"a": [1, "b"]}},
+        by(t.notifications, id="ntf_seam"),
+    ),
     "notifications._EXISTING": lambda w: Case({c: w.note[c] for c in notes._ONCE}),
     "notifications._OPEN_FOR_RUN": lambda w: Case({"tenant_id": w.tenant, "run_id": "seam-1"}),
     "notifications._OPEN_BATCH_2": lambda w: Case(

@@ -378,3 +378,125 @@ def test_a_caller_that_stops_waiting_leaves_the_others_their_answers(core: Core)
 
     assert asyncio.run(scenario()) == ("stays", "after")
     assert ran == ["left", "stays", "after"]
+
+
+def _plant_next_notification(core: Core, creds: TenantCreds, run_id: str) -> None:
+    """A notification for ``run_id``'s next version, as if something had raised it already
+    (a copy of the ``seed`` run's)."""
+    notes = t.notifications
+    with core.db.transaction() as tx:
+        seed = dict(
+            tx.conn.execute(
+                sa.select(notes).where(
+                    notes.c.tenant_id == creds.tenant_id, notes.c.run_id == "seed"
+                )
+            )
+            .one()
+            ._mapping
+        )
+        version = tx.conn.execute(
+            sa.select(t.runs.c.version).where(
+                t.runs.c.tenant_id == creds.tenant_id, t.runs.c.run_id == run_id
+            )
+        ).scalar_one()
+        planted = {
+            **seed,
+            "id": f"ntf_0planted{run_id}",
+            "run_id": run_id,
+            "transition_version": version + 1,
+        }
+        tx.conn.execute(notes.insert().values(**planted))
+
+
+def _notifications_by_run(core: Core, creds: TenantCreds) -> dict[str, list[str]]:
+    notes = t.notifications
+    with core.db.read() as conn:
+        rows = conn.execute(
+            sa.select(notes.c.id, notes.c.run_id).where(
+                notes.c.tenant_id == creds.tenant_id, notes.c.run_id != "seed"
+            )
+        ).all()
+    by_run: dict[str, list[str]] = {}
+    for row in rows:
+        by_run.setdefault(row.run_id, []).append(row.id)
+    return by_run
+
+
+def _deliveries_of(core: Core, notification_id: str) -> int:
+    with core.db.read() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count())
+                .select_from(t.deliveries)
+                .where(t.deliveries.c.notification_id == notification_id)
+            ).scalar_one()
+        )
+
+
+class NotificationInserts:
+    """The ``INSERT INTO notifications`` statements sent, while in use."""
+
+    def __init__(self, core: Core) -> None:
+        self.engine = core.db.engine
+        self.sent: list[str] = []
+
+    def _record(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().startswith("INSERT INTO notifications"):
+            self.sent.append(statement)
+
+    def __enter__(self) -> NotificationInserts:
+        sa.event.listen(self.engine, "before_cursor_execute", self._record)
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        sa.event.remove(self.engine, "before_cursor_execute", self._record)
+
+    def check_the_optimistic_try_was_refused_then_asked(self) -> None:
+        optimistic = [s for s in self.sent if "ON CONFLICT" not in s]
+        if self.engine.dialect.name == "postgresql":
+            assert optimistic and len(self.sent) > len(optimistic), self.sent
+        else:
+            assert not optimistic, self.sent  # SQLite has no round trips to save: it asks
+
+
+def test_a_notification_that_exists_already_is_not_made_twice_by_an_optimistic_batch(
+    core: Core, creds: TenantCreds
+) -> None:
+    """Invariant 1 when the writer's first try is optimistic (``Tx.optimistic``: on
+    PostgreSQL a transition's notification is sent without waiting to hear whether it was
+    a duplicate). A notification for r1's next version is planted first, as if something
+    had already raised it: in a batch of four ``completed`` signals, r1's is refused by
+    the unique constraint, the try is undone whole, and the careful retry finds the
+    planted one and adds nothing to it — one notification for (r1, that version,
+    completed), no outbox rows of its own — while r0, r2 and r3 each get theirs."""
+    create_runs(core, creds, ["seed", "r0", "r1", "r2", "r3"])
+    assert accept_in_thread(core, creds, "seed", "e-seed").result(timeout=WAIT).outcome == "applied"
+    _plant_next_notification(core, creds, "r1")
+    with NotificationInserts(core) as inserts:
+        held = HeldWriter(core)
+        answers = {r: accept_in_thread(core, creds, r, f"e-{r}") for r in ("r0", "r1", "r2", "r3")}
+        held.release_when_queued(4)
+        outcomes = {r: a.result(timeout=WAIT).outcome for r, a in answers.items()}
+    assert outcomes == dict.fromkeys(outcomes, "applied")
+    by_run = _notifications_by_run(core, creds)
+    assert sorted(by_run) == ["r0", "r1", "r2", "r3"]
+    assert all(len(ids) == 1 for ids in by_run.values()), by_run
+    assert by_run["r1"] == ["ntf_0plantedr1"]
+    assert _deliveries_of(core, "ntf_0plantedr1") == 0
+    assert all(_deliveries_of(core, by_run[r][0]) > 0 for r in ("r0", "r2", "r3"))
+    inserts.check_the_optimistic_try_was_refused_then_asked()
+
+
+def test_a_lone_signal_whose_notification_exists_is_applied_without_a_second_one(
+    core: Core, creds: TenantCreds
+) -> None:
+    """The same with a batch of one: the refused optimistic try is run again carefully,
+    not answered with the duplicate's error."""
+    create_runs(core, creds, ["seed", "r1"])
+    assert accept_in_thread(core, creds, "seed", "e-seed").result(timeout=WAIT).outcome == "applied"
+    _plant_next_notification(core, creds, "r1")
+    with NotificationInserts(core) as inserts:
+        assert accept_in_thread(core, creds, "r1", "e-r1").result(timeout=WAIT).outcome == "applied"
+    assert _notifications_by_run(core, creds) == {"r1": ["ntf_0plantedr1"]}
+    assert _deliveries_of(core, "ntf_0plantedr1") == 0
+    inserts.check_the_optimistic_try_was_refused_then_asked()

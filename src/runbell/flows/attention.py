@@ -185,13 +185,15 @@ def raise_attention(
     owner_present: bool,
     request: RequestLink | None = None,
     channels: Collection[str] = PERSON_CHANNELS,
+    new_version: bool = False,
 ) -> Raised:
     """The policy decides what ``attention`` on ``run`` at ``version`` calls for; when
     it notifies, the one notification (invariant 1), its outbox rows, its digest item or
     escalation ladder and its feed event, all in ``tx`` (invariant 12). ``channels``:
     the person channels this server sends on (``domain.channels.offered``: email only
     with SMTP configured); no row is queued for another — the worker would only mark it
-    skipped, two writes for nothing."""
+    skipped, two writes for nothing. ``new_version``: ``tx`` moved the run to ``version``
+    itself (``store.notifications.insert_once``)."""
     facts = policy_facts(facts, request)
     decision = decide(tx, policy, run, attention, facts, owner_present)
     if not decision.notifies:
@@ -201,7 +203,9 @@ def raise_attention(
     # else (and a request that names nobody) to the run's owner.
     recipients = (request.answerers if request is not None else ()) or (run.owner_user_id,)
     raised = [
-        _raise_for(tx, run, attention, version, decision, reason, request, channels, recipient)
+        _raise_for(
+            tx, run, attention, version, decision, reason, request, channels, recipient, new_version
+        )
         for recipient in recipients
     ]
     first = raised[0]
@@ -219,6 +223,7 @@ def _raise_for(
     request: RequestLink | None,
     channels: Collection[str],
     recipient: str,
+    new_version: bool = False,
 ) -> Raised:
     """The one notification for ``recipient`` (invariant 1), its outbox rows, follow-ups
     and feed event."""
@@ -228,7 +233,7 @@ def _raise_for(
         return Raised(decision, None, False)
     values = notification_row(run, attention, version, decision, reason, request, tx.now)
     values["recipient_user_id"] = recipient
-    note_id, created = notes.insert_once(tx.conn, values)
+    note_id, created = notes.insert_once(tx.conn, values, new_version=new_version)
     if not created:
         tx.after_commit.append(metrics.bound(metrics.DUPLICATES, "notification").inc)
         return Raised(decision, note_id, False)

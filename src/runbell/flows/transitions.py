@@ -274,6 +274,7 @@ def notify(m: Moving) -> None:
         owner_present=told and core.presence.is_present(tenant_id, m.run.owner_user_id, m.tx.conn),
         request=request,
         channels=_offered_in(core, m.tx),
+        new_version=True,  # m.version is the one this transaction just gave the run
     )
     m.decision = raised.decision.as_dict()
     if raised.notification_id:

@@ -83,6 +83,11 @@ class _Job(Generic[T]):
     answered: bool = False
 
 
+def _refused(exc: BaseException) -> bool:
+    """The server refused a row (a constraint): an optimistic try's duplicate among them."""
+    return isinstance(exc, sa.exc.IntegrityError)
+
+
 def _transient(exc: BaseException) -> bool:
     if not isinstance(exc, sa.exc.DBAPIError):
         return False
@@ -218,25 +223,27 @@ class GroupCommitter:
                 log.exception("writer.crashed")
                 _answer([(job, False, exc) for job in jobs if not job.answered])
 
-    def _batch(self, jobs: list[_Job[Any]]) -> list[_Job[Any]]:
+    def _batch(self, jobs: list[_Job[Any]], *, careful: bool = False) -> list[_Job[Any]]:
         """Run ``jobs`` in one transaction and answer them after it commits; returns the
         jobs to run again (transient failures).
 
-        First all together, without savepoints (two round trips fewer per unit). If one
-        of them fails, that transaction is rolled back whole — nothing of it happened —
-        and the batch runs again with a savepoint per unit, so the failing one answers
-        its own error and the others commit."""
+        First all together, without savepoints (two round trips fewer per unit), and
+        optimistic (``Tx.optimistic``) unless ``careful``. If one of them fails, that
+        transaction is rolled back whole — nothing of it happened — and the batch runs
+        again with a savepoint per unit and nothing optimistic, so the failing one answers
+        its own error and the others commit. A lone unit refused a row (a duplicate the
+        optimistic try did not ask about) runs again that careful way too."""
         try:
-            values = self._together(jobs)
+            values = self._together(jobs, optimistic=not careful)
         except _UnitFailed as failed:
-            if len(jobs) > 1:
+            if len(jobs) > 1 or (not careful and _refused(failed.exc)):
                 return self._one_by_one(jobs)
             return self._settle([(jobs[0], False, failed.exc)])
         except Exception as exc:
-            return self._failed_commit(jobs, exc)
+            return self._failed_commit(jobs, exc, careful=careful)
         return self._settle([(job, True, value) for job, value in zip(jobs, values, strict=True)])
 
-    def _together(self, jobs: list[_Job[Any]]) -> list[Any]:
+    def _together(self, jobs: list[_Job[Any]], *, optimistic: bool) -> list[Any]:
         values = []
         # PostgreSQL: the whole run of units in one pipeline (store.fast.pipeline), so a
         # statement whose answer nobody reads (the run's UPDATE) rides with the next one
@@ -244,6 +251,7 @@ class GroupCommitter:
         # caused it: any failure here rolls everything back and the batch runs again unit
         # by unit (_one_by_one, no pipeline), where each answers for itself.
         with self.db.transaction() as tx, fast.pipeline(tx.conn):
+            tx.optimistic = optimistic
             self._read_ahead(tx, jobs)
             for job in jobs:
                 try:
@@ -293,20 +301,22 @@ class GroupCommitter:
             return self._failed_commit(jobs, exc)
         return self._settle(answers)
 
-    def _failed_commit(self, jobs: list[_Job[Any]], exc: Exception) -> list[_Job[Any]]:
+    def _failed_commit(
+        self, jobs: list[_Job[Any]], exc: Exception, *, careful: bool = False
+    ) -> list[_Job[Any]]:
         """The batch's own commit failed (its feed flush, fan-out or COMMIT): nothing of
         it happened. An outage fails everyone — they would fail alone too; anything else
-        may belong to one unit's rows, so each is tried again in a transaction of its own
-        and only the one at fault hears the error."""
+        may belong to one unit's rows, so each is tried again in a transaction of its own,
+        carefully (nothing optimistic), and only the one at fault hears the error."""
         # An IntegrityError is the server refusing a row, never an outage, even when the
         # connection was invalidated to leave an aborted pipeline (store.fast._unusable).
-        outage = unavailable_reason(exc) is not None and not isinstance(exc, sa.exc.IntegrityError)
-        if len(jobs) == 1 or outage:
+        outage = unavailable_reason(exc) is not None and not _refused(exc)
+        if outage or (len(jobs) == 1 and (careful or not _refused(exc))):
             _answer([(job, False, exc) for job in jobs])
             return []
         retry: list[_Job[Any]] = []
         for job in jobs:
-            retry += self._batch([job])
+            retry += self._batch([job], careful=True)
         return retry
 
     def _settle(self, answers: list[tuple[_Job[Any], bool, Any]]) -> list[_Job[Any]]:

@@ -152,6 +152,11 @@ class Tx:
     locked: dict[tuple[str, str], Any] = field(default_factory=dict)
     open_notes: dict[tuple[str, str], list[Notification]] = field(default_factory=dict)
     inbound: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    # The writer's first try of a batch (``runtime.writer``): a row that could only be
+    # refused as a duplicate may be sent without waiting to hear whether it was
+    # (``store.notifications.insert_once``). A duplicate then fails the whole try, nothing
+    # of it happens, and the writer runs those units again with this False, reading.
+    optimistic: bool = False
 
     @staticmethod
     def of(conn: Connection) -> Tx | None:

@@ -384,6 +384,12 @@ def _sync_sqlalchemy_statement(
     pipe.queued = False
 
 
+def pipelined(conn: Connection) -> bool:
+    """Whether ``conn`` is inside :func:`pipeline` (PostgreSQL): a statement posted now is
+    not waited for."""
+    return bool(_PIPES) and id(conn.connection.dbapi_connection) in _PIPES
+
+
 @contextmanager
 def pipeline(conn: Connection) -> Iterator[None]:
     """On PostgreSQL, send the statements run inside without waiting for each one's

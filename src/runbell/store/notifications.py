@@ -39,6 +39,12 @@ def _insert_once_sql(dialect: str) -> fast.Built:
 
 
 _INSERT_ONCE = fast.Statement.per_dialect(_insert_once_sql)
+# The same row with no ON CONFLICT: a duplicate is an error (``insert_once``'s optimistic way).
+_INSERT_NEW = fast.Statement(
+    lambda: t.notifications.insert().values(
+        {c: sa.bindparam(c, type_=t.notifications.c[c].type) for c in NOTIFICATION_COLUMNS}
+    )
+)
 _EXISTING = fast.Statement(
     lambda: sa.select(t.notifications.c.id).where(
         *(t.notifications.c[c] == sa.bindparam(c) for c in _ONCE)
@@ -46,15 +52,28 @@ _EXISTING = fast.Statement(
 )
 
 
-def insert_once(conn: Connection, values: Notification) -> tuple[str, bool]:
+def insert_once(
+    conn: Connection, values: Notification, *, new_version: bool = False
+) -> tuple[str, bool]:
     """Insert a notification unless its (tenant, recipient, run, version, type) exists.
 
     Returns (id, created). The unique constraint, not this code, is what guarantees one.
+
+    ``new_version``: the caller moved the run (locked in this transaction) to this version
+    itself, so no notification of it can exist but one this very transaction wrote. Then,
+    in the writer's optimistic first try on PostgreSQL (``Tx.optimistic``, inside its
+    pipeline), the row is sent without waiting for the answer — a round trip per signal
+    less — and assumed created. Were it a duplicate after all, the server refuses it, the
+    whole try fails and nothing of it happens, and the writer runs the units again with
+    ``optimistic`` off: this function then asks, as always.
     """
     row: Mapping[str, Any] = values
     tx = Tx.of(conn)
     if tx is not None and tx.open_notes:  # the batch's copy of the run's open ones is stale
         tx.open_notes.pop((values["tenant_id"], values["run_id"]), None)
+    if new_version and tx is not None and tx.optimistic and fast.pipelined(conn):
+        _INSERT_NEW.post(conn, **{name: row.get(name) for name in NOTIFICATION_COLUMNS})
+        return values["id"], True
     # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
     if _INSERT_ONCE.first(conn, **{name: row.get(name) for name in NOTIFICATION_COLUMNS}):
         return values["id"], True
