@@ -13,6 +13,7 @@ import httpx
 
 from tests.acceptance.test_worker_processes import RUNBELL, WorkerProc, wait_for
 from tests.conftest import free_port
+from tests.plain_http import TLS
 from tests.timeouts import scaled
 
 
@@ -38,7 +39,10 @@ class ApiProc(WorkerProc):
     def ready(self) -> None:
         def answers() -> bool:
             try:
-                return httpx.get(f"{self.url}/readyz", timeout=scaled(5)).status_code == 200
+                return (
+                    httpx.get(f"{self.url}/readyz", timeout=scaled(5), verify=TLS).status_code
+                    == 200
+                )
             except httpx.HTTPError:
                 return False
 

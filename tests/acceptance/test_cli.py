@@ -29,6 +29,7 @@ from runbell.flows.accounts import create_tenant
 from runbell.store import accounts
 from runbell.store.migrate import current_revision
 from tests.conftest import SECRET_KEY, free_port, pg_database
+from tests.plain_http import TLS
 from tests.timeouts import WAIT, scaled
 
 RUNBELL = str(Path(sys.executable).with_name("runbell"))
@@ -387,7 +388,10 @@ class Served:
             if self.proc.poll() is not None:
                 raise AssertionError(f"serve exited early:\n{self.stdout}\n{self.stderr}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=scaled(5)).status_code == 200:
+                if (
+                    httpx.get(f"{self.url}/healthz", timeout=scaled(5), verify=TLS).status_code
+                    == 200
+                ):
                     return self
             except httpx.HTTPError:
                 pass

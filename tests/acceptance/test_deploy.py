@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import IN_CI, free_port
+from tests.plain_http import TLS
 from tests.timeouts import WAIT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,7 +162,10 @@ def test_containerfile_command_serves_from_a_virtualenv(tmp_path: Path) -> None:
         while True:
             assert proc.poll() is None, log.read_text()
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                if (
+                    httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2, verify=TLS).status_code
+                    == 200
+                ):
                     break
             except httpx.HTTPError:
                 pass
@@ -209,7 +213,10 @@ def test_container_image_builds_and_serves(tmp_path: Path) -> None:
         deadline = time.monotonic() + WAIT * 2
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                if (
+                    httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2, verify=TLS).status_code
+                    == 200
+                ):
                     break
             except httpx.HTTPError:
                 pass

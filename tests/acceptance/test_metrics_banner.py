@@ -14,6 +14,7 @@ import pytest
 
 from tests.acceptance.test_cli import RUNBELL, cli_env
 from tests.conftest import free_port
+from tests.plain_http import TLS
 from tests.timeouts import WAIT, scaled
 
 BANNER = "/metrics is off"
@@ -39,7 +40,7 @@ def api(tmp_path: Path, host: str, **env: str) -> Iterator[tuple[str, Path]]:
         while True:
             assert proc.poll() is None, out_path.read_text()
             try:
-                if httpx.get(f"{url}/healthz", timeout=scaled(5)).status_code == 200:
+                if httpx.get(f"{url}/healthz", timeout=scaled(5), verify=TLS).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

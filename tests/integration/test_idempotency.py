@@ -23,6 +23,7 @@ from runbell.signatures import new_secret
 from runbell.store import tables as t
 from runbell.testing import Clock, TenantCreds, make_tenant
 from tests.conftest import LiveServer, bearer
+from tests.plain_http import TLS
 from tests.timeouts import WAIT, scaled
 
 PUSH_KEYS = {"p256dh": "B" * 87, "auth": "A" * 22}
@@ -337,7 +338,7 @@ def test_concurrent_requests_with_one_key_have_one_effect(
     with LiveServer(core, bridge=False) as server:
 
         def job(_: int) -> httpx.Response:
-            with httpx.Client(base_url=server.url, timeout=scaled(60)) as c:
+            with httpx.Client(base_url=server.url, timeout=scaled(60), verify=TLS) as c:
                 return post(c, case, "k-race")
 
         answers = race(4, job)

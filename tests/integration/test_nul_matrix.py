@@ -231,14 +231,22 @@ CASES: dict[str, Case] = {
 }
 
 
+#: Every table's row count in one statement: one round trip, built and compiled once
+#: (a statement per table was 8% of this file's CPU, twice per case).
+ROW_COUNTS = sa.select(
+    *(
+        sa.select(sa.func.count()).select_from(table).scalar_subquery().label(table.name)
+        for table in metadata.sorted_tables
+    )
+)
+
+
 def row_counts(core: Core) -> dict[str, int]:
     with core.db.read() as conn:
-        return {
-            table.name: int(
-                conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
-            )
-            for table in metadata.sorted_tables
-        }
+        row = conn.execute(ROW_COUNTS).one()
+    counts = {name: int(value) for name, value in row._mapping.items()}
+    assert list(counts) == [table.name for table in metadata.sorted_tables]
+    return counts
 
 
 def setup_world(client: TestClient, core: Core, creds: TenantCreds) -> dict[str, str]:

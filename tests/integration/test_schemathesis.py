@@ -153,6 +153,10 @@ def schemathesis_command(
         "20",
         "--phases",
         phases,
+        # No example database: each run's cases come from the seed alone (a fresh
+        # tmp_path never had one to replay from; with a shared storage directory it would).
+        "--generation-database",
+        "none",
     ]
 
 
@@ -168,6 +172,11 @@ def run_schemathesis(tmp_path: Path, db_url: str, share: Share = EVERY_OPERATION
         "SCHEMATHESIS_HOOKS": HOOKS,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "RUNBELL_SCHEMATHESIS_MEMBER": tenant.owner_email,
+        # Hypothesis keeps the Unicode tables it derives (2 s of CPU to build) under its
+        # storage directory, by default in the working directory: a fresh tmp_path each
+        # run. The suite's own (the repository's .hypothesis/, gitignored) keeps them
+        # across runs; --generation-database none keeps no examples there.
+        "HYPOTHESIS_STORAGE_DIRECTORY": str(ROOT / ".hypothesis"),
     }
     try:
         with LiveServer(core, bridge=False) as server:

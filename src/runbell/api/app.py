@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.routing import BaseRoute, Route
 
-from runbell.api import openapi, problems
+from runbell.api import openapi, problems, routing
 from runbell.api.deps import KnownQuery
 from runbell.api.limits import BodyLimit
 from runbell.api.responses import JSON
@@ -48,6 +48,13 @@ def install(app: FastAPI, core: Core, *, listen_host: str | None = None) -> None
     problems.install(app)
     openapi.install(app)
     _serve_openapi_as_json(app)
+    routing.include(app, include_routers)
+    app.add_middleware(BodyLimit, max_bytes=core.settings.max_body_bytes)
+    app.add_middleware(StreamHandoff)  # outermost: streams outlive the framework's frames
+
+
+def include_routers(app: FastAPI) -> None:
+    """The API's routers, in matching order (added through :func:`routing.include`)."""
     # Signals first, without KnownQuery: its route's one dependency checks the query too
     # (deps.runtime_caller); every dependency node and route match costs per request.
     app.include_router(signals.router)
@@ -74,8 +81,6 @@ def install(app: FastAPI, core: Core, *, listen_host: str | None = None) -> None
         hooks.router,
     ):
         app.include_router(router, dependencies=[KnownQuery])
-    app.add_middleware(BodyLimit, max_bytes=core.settings.max_body_bytes)
-    app.add_middleware(StreamHandoff)  # outermost: streams outlive the framework's frames
 
 
 def _serve_openapi_as_json(app: FastAPI) -> None:

@@ -40,16 +40,25 @@ def install(app: FastAPI) -> None:
     """Add the pages, static files, the service worker and ``/docs`` + ``/redoc``."""
     from fastapi.staticfiles import StaticFiles
 
+    from runbell.api import routing
+    from runbell.web import apidocs, assets, forms, language
+
+    routing.include(app, include_routers)
+    app.mount("/static", StaticFiles(directory=assets.STATIC_DIR), name="static")
+    forms.install_handlers(app)
+    app.add_middleware(language.AcceptLanguage)
+    apidocs.install(app)
+
+
+def include_routers(app: FastAPI) -> None:
+    """The pages' routers, in matching order (added through ``runbell.api.routing``)."""
     from runbell.web import (
         amend_form,
-        apidocs,
         assets,
         cancel_form,
         delegation_form,
         edit_form,
-        forms,
         inbox,
-        language,
         people_page,
         run_page,
         runs_page,
@@ -74,7 +83,3 @@ def install(app: FastAPI) -> None:
     )
     for part in parts:
         app.include_router(part.router)
-    app.mount("/static", StaticFiles(directory=assets.STATIC_DIR), name="static")
-    forms.install_handlers(app)
-    app.add_middleware(language.AcceptLanguage)
-    apidocs.install(app)
