@@ -25,13 +25,17 @@ FastAPI's native telemetry hooks are not called on the lean path (Runbell config
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
-__all__ = ["LeanRoute", "app_dependencies_are"]
+from runbell.api.limits import reject_unstorable
+
+__all__ = ["LeanRoute", "app_dependencies_are", "json_object"]
 
 
 class LeanRoute(APIRoute):
@@ -67,3 +71,25 @@ def app_dependencies_are(request: Request, *calls: Callable[..., Any]) -> bool:
     return len(deps) == len(calls) and all(
         d.dependency is c for d, c in zip(deps, calls, strict=True)
     )
+
+
+async def json_object(request: Request) -> dict[str, Any] | None:
+    """The start every lean handler shares: the request's JSON object body, or None —
+    before anything is answered or changed — unless it has the common shape (no query
+    string, ``Content-Type: application/json``, a body that parses to a JSON object, the
+    app's one dependency ``reject_unstorable``). Then, as FastAPI's handler does once it
+    has parsed the body, the app's dependency runs (a refusal is raised, as there)."""
+    if request.scope.get("query_string") or not app_dependencies_are(request, reject_unstorable):
+        return None
+    if request.headers.get("content-type") != "application/json":
+        return None
+    try:
+        doc = json.loads(await request.body())
+    except HTTPException:
+        raise  # the body limit's 413, as FastAPI's handler lets it through
+    except Exception:  # not JSON, too deep, a lost client: FastAPI's handler says which
+        return None
+    if not isinstance(doc, dict):
+        return None
+    await reject_unstorable(request)
+    return doc

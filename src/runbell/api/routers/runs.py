@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import Field, TypeAdapter, ValidationError
-from starlette.exceptions import HTTPException
 
 from runbell.api.deps import CoreDep, Runtime, Who, principal, require_runtime
-from runbell.api.lean import LeanRoute, app_dependencies_are
-from runbell.api.limits import reject_unstorable
+from runbell.api.lean import LeanRoute, json_object
 from runbell.api.openapi import problems, rule, rules
 from runbell.api.responses import JSON
 from runbell.api.schemas import RUN_ID_PATTERN, ProgressIn, RunPut
@@ -81,19 +78,9 @@ async def _lean_put(request: Request) -> Response | None:
     the app's dependency (``reject_unstorable``), the router's (``known_query``: with no
     query string there is nothing for it to refuse), the endpoint's (``Runtime``,
     ``CoreDep``), then the path and the body checked."""
-    if request.scope.get("query_string") or not app_dependencies_are(request, reject_unstorable):
+    doc = await json_object(request)
+    if doc is None:
         return None
-    if request.headers.get("content-type") != "application/json":
-        return None
-    try:
-        doc = json.loads(await request.body())
-    except HTTPException:
-        raise  # the body limit's 413, as FastAPI's handler lets it through
-    except Exception:  # not JSON, too deep, a lost client: FastAPI's handler says which
-        return None
-    if not isinstance(doc, dict):
-        return None
-    await reject_unstorable(request)
     who = require_runtime(await principal(request))
     try:
         run_id = RUN_ID.validate_python(request.path_params["run_id"])

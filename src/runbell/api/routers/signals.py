@@ -17,18 +17,15 @@ endpoint, so it is built to cost the event loop little besides the signal itself
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, cast
 
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 
 from runbell.api.deps import RuntimeCaller, runtime_caller
-from runbell.api.lean import LeanRoute, app_dependencies_are
-from runbell.api.limits import reject_unstorable
+from runbell.api.lean import LeanRoute, json_object
 from runbell.api.openapi import problems
 from runbell.api.responses import JSON
 from runbell.api.routers.runs import RUN_ID, RunId
@@ -43,19 +40,9 @@ async def _lean(request: Request) -> Response | None:
     """The signal answered without FastAPI's solver, or None (nothing done yet) for
     FastAPI's handler to answer. FastAPI's order: body parsed, the app's dependency
     (``reject_unstorable``), the route's (``runtime_caller``), then path and body checked."""
-    if request.scope.get("query_string") or not app_dependencies_are(request, reject_unstorable):
+    doc = await json_object(request)
+    if doc is None:
         return None
-    if request.headers.get("content-type") != "application/json":
-        return None
-    try:
-        doc = json.loads(await request.body())
-    except HTTPException:
-        raise  # the body limit's 413, as FastAPI's handler lets it through
-    except Exception:  # not JSON, too deep, a lost client: FastAPI's handler says which
-        return None
-    if not isinstance(doc, dict):
-        return None
-    await reject_unstorable(request)
     who = await runtime_caller(request)
     try:
         run_id = RUN_ID.validate_python(request.path_params["run_id"])
