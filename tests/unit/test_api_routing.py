@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi import Depends, FastAPI, Request
 from fastapi.routing import APIRouter
 from fastapi.testclient import TestClient
@@ -52,3 +53,15 @@ def test_other_route_settings_get_their_own_table() -> None:
         assert client.get("/r/who").json() == {"app": "guarded", "marked": True}
     with TestClient(plain) as client:
         assert client.get("/r/who").json() == {"app": "plain", "marked": False}
+
+
+def test_an_add_that_leaves_more_than_routes_is_refused() -> None:
+    """A startup handler (or a low-priority route) left on the template would never run
+    for the apps that share its routes: refused when the table is built, not lost."""
+
+    def add_with_startup(app: FastAPI) -> None:
+        app.include_router(router)
+        app.router.on_startup.append(lambda: None)
+
+    with pytest.raises(RuntimeError, match="more than routes"):
+        routing.include(FastAPI(), add_with_startup)

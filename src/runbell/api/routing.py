@@ -74,6 +74,11 @@ def include(app: FastAPI, add: Callable[[FastAPI], None]) -> None:
                 setattr(template.router, name, getattr(app.router, name))
             before = len(template.router.routes)
             add(template)
+            # Only routes are carried over: anything else ``add`` left on the template
+            # (low-priority routes, startup or shutdown handlers) would be lost silently.
+            kept = template.router
+            if kept._low_priority_routes or kept.on_startup or kept.on_shutdown:
+                raise RuntimeError(f"{add.__qualname__} added more than routes to the app")
             routes = tuple(template.router.routes[before:])
             _tables[key] = routes
     app.router.routes.extend(routes)
